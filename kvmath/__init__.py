@@ -1,0 +1,54 @@
+"""kvmath: the arithmetic of LLM inference, exact and vectorised.
+
+Every quantity is in base units: bytes, seconds, FLOPs, FLOP/s, bytes/s.
+Cost functions broadcast over numpy arrays, so one call evaluates a whole
+grid of batch sizes and contexts. Plotting (:mod:`kvmath.plots`) and
+interactive figures (:mod:`kvmath.interactive`) need matplotlib and
+ipywidgets and are imported on first use, not here.
+"""
+
+from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
+from .decode import (
+    StepBreakdown,
+    arithmetic_intensity,
+    attention_flops_per_step,
+    compute_ceiling_steps_per_s,
+    critical_batch,
+    critical_batch_beta_alpha,
+    min_step,
+    min_step_simple,
+    step_breakdown,
+    tokens_per_s,
+    tokens_per_s_per_seq,
+    weight_flops_per_step,
+)
+from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
+from .hardware import Chip, chip_names, get_chip
+from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
+from .models import Model, get_model, model_names
+from .parallel import kv_bytes_per_chip
+from .prefill import prefill_flops, prefill_time
+from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # plots and interactive pull in matplotlib/ipywidgets; load them only when asked.
+    if name in ("plots", "interactive"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'kvmath' has no attribute {name!r}")
+
+
+__all__ = [
+    "Chip", "DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "Model", "StepBreakdown", "TB", "TiB",
+    "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
+    "critical_batch", "critical_batch_beta_alpha", "dtype_bytes", "fmt_bandwidth", "fmt_bytes",
+    "fmt_count", "fmt_flop_rate", "fmt_flops", "fmt_seconds", "get_chip", "get_model",
+    "kv_budget_bytes", "kv_bytes_per_chip", "kv_bytes_per_seq", "kv_bytes_per_token", "kv_cache_bytes",
+    "max_batch", "max_kv_tokens", "min_chips_for_weights", "min_step", "min_step_simple",
+    "model_names", "prefill_flops", "prefill_time", "step_breakdown", "tokens_per_s",
+    "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
+]

@@ -1,0 +1,119 @@
+"""Accelerator presets: HBM capacity, HBM bandwidth and dense FLOP/s per dtype.
+
+The numbers live in ``kvmath/data/hardware.csv``, one row per chip with its
+source. All figures are per chip and dense (no 2:4 sparsity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .presets import lookup, optional_float, read_rows
+from .validation import positive
+
+#: Compute dtypes a chip may list, and the CSV column that holds each rate.
+#: fp16 runs at the bf16 rate on every chip here.
+_RATE_COLUMN = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8"}
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator.
+
+    Attributes
+    ----------
+    name : str
+        Preset name, e.g. ``"h100-sxm"``.
+    hbm_bytes : float
+        Memory capacity in bytes.
+    bandwidth : float
+        Memory bandwidth in bytes/s.
+    flops_by_dtype : dict
+        Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``).
+    display_name, source, note : str
+        Where the numbers come from.
+
+    Examples
+    --------
+    >>> chip = get_chip("A100-80GB")
+    >>> chip.ridge_point()
+    153.0162...
+    """
+
+    name: str
+    hbm_bytes: float
+    bandwidth: float
+    flops_by_dtype: dict = field(hash=False)
+    display_name: str = ""
+    source: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        positive("hbm_bytes", self.hbm_bytes)
+        positive("bandwidth", self.bandwidth)
+        if "bf16" not in self.flops_by_dtype:
+            raise ValueError(f"chip {self.name!r} needs a bf16 FLOP/s rate")
+        for dtype, rate in self.flops_by_dtype.items():
+            positive(f"{dtype} FLOP/s of {self.name}", rate)
+
+    def flops(self, dtype: str = "bf16") -> float:
+        """Dense FLOP/s when the math runs in ``dtype`` (bf16, fp16, fp8 or int8)."""
+        key = dtype.lower() if isinstance(dtype, str) else dtype
+        if key not in _RATE_COLUMN:
+            raise ValueError(
+                f"compute_dtype must be one of {sorted(_RATE_COLUMN)}, got {dtype!r}"
+            )
+        rate = self.flops_by_dtype.get(_RATE_COLUMN[key])
+        if rate is None:
+            have = ", ".join(sorted(self.flops_by_dtype))
+            raise ValueError(f"chip {self.name!r} has no {key} rate (it has: {have})")
+        return rate
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """FLOPs per byte at which compute time equals memory time: C / W."""
+        return self.flops(dtype) / self.bandwidth
+
+    def replace(self, **changes) -> "Chip":
+        """A copy with some fields changed, e.g. kipply's A100 with ``bandwidth=1.5e12``."""
+        return dataclasses.replace(self, **changes)
+
+
+@lru_cache(maxsize=None)
+def _chips() -> dict[str, Chip]:
+    chips = {}
+    for row in read_rows("hardware.csv"):
+        rates = {
+            dtype: optional_float(row[f"{dtype}_flops_per_s"]) for dtype in ("bf16", "fp8", "int8")
+        }
+        chips[row["name"]] = Chip(
+            name=row["name"],
+            hbm_bytes=float(row["hbm_bytes"]),
+            bandwidth=float(row["bandwidth_bytes_per_s"]),
+            flops_by_dtype={k: v for k, v in rates.items() if v is not None},
+            display_name=row["display_name"],
+            source=row["source"],
+            note=row["note"],
+        )
+    return chips
+
+
+def chip_names() -> list[str]:
+    """Names of every chip preset, in table order."""
+    return list(_chips())
+
+
+def get_chip(name: str) -> Chip:
+    """The chip preset called ``name`` (case-insensitive).
+
+    Examples
+    --------
+    >>> get_chip("h100-sxm").bandwidth
+    3350000000000.0
+    >>> get_chip("h100")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown hardware 'h100'; did you mean 'h100-sxm'?
+    """
+    return lookup(name, _chips(), "hardware")

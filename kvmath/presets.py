@@ -1,0 +1,42 @@
+"""Reading preset tables (``kvmath/data/*.csv``) and looking names up in them.
+
+Presets are data: one CSV per kind, one row per preset, each row with its
+source. Models and chips share this loader so both behave the same way:
+case-insensitive names, and an unknown name suggests the closest ones.
+"""
+
+from __future__ import annotations
+
+import csv
+from importlib import resources
+from typing import Mapping, TypeVar
+
+from .validation import suggest
+
+T = TypeVar("T")
+
+
+def read_rows(filename: str) -> list[dict[str, str]]:
+    """Rows of ``kvmath/data/<filename>`` as dicts of strings (empty cell = '')."""
+    text = resources.files("kvmath").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+def optional_float(cell: str) -> float | None:
+    """A numeric CSV cell, or None where the cell is empty."""
+    return float(cell) if cell.strip() else None
+
+
+def optional_int(cell: str) -> int | None:
+    """An integer CSV cell (written as ``8`` or ``4096``), or None where empty."""
+    return int(float(cell)) if cell.strip() else None
+
+
+def lookup(name: str, table: Mapping[str, T], kind: str) -> T:
+    """Find ``name`` (case-insensitive) in ``table``; raise ValueError with suggestions."""
+    if not isinstance(name, str):
+        raise ValueError(f"{kind} must be a preset name (str), got {name!r}")
+    key = name.strip().lower()
+    if key not in table:
+        raise ValueError(f"unknown {kind} {name!r}{suggest(key, table)}")
+    return table[key]
