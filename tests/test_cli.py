@@ -1,0 +1,109 @@
+"""The kvmath command line: results, JSON keys, and exit status 2 on bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvmath.cli import main
+
+JSON_KEYS = {"step_s", "kv_s", "weight_memory_s", "weight_compute_s", "bound", "tokens_per_s_per_seq", "tokens_per_s", "critical_batch"}
+
+
+def run_json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_notes_30b_example_from_the_command_line(capsys):
+    common = ["decode", "--params", "30e9", "--weight-dtype", "int8", "--kv-bytes-per-token", "100e3",
+              "--bandwidth", "8.2e11", "--flops", "1.97e14", "--chips", "16", "--context", "8192"]
+    small = run_json(capsys, *common, "--batch", "4")
+    assert JSON_KEYS <= set(small)
+    assert small["step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
+    assert small["bound"] == "memory"
+    big = run_json(capsys, *common, "--batch", "256")
+    assert big["step_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
+    assert big["bound"] == "compute"
+    assert big["critical_batch"] == pytest.approx(120.1, abs=0.05)
+
+
+def test_thread_example_mha_vs_mqa_with_tp2(capsys):
+    common = ["decode", "--params", "7e9", "--hardware", "a100-80gb", "--chips", "2", "--batch", "16",
+              "--efficiency", "0.7"]
+    mha = run_json(capsys, *common, "--model", "codellama-7b", "--context", "8192")
+    # 14 GB + 68.72 GB over two GPUs at 0.7 x 2.039e12
+    assert mha["step_s"] == pytest.approx((7e9 + 34.36e9) / (0.7 * 2.039e12), rel=1e-3)
+    mqa_model = ["--model", "falcon-7b", "--kv-bytes-per-token", "16384", "--context", "262144"]
+    heads = run_json(capsys, *common, *mqa_model)
+    batch = run_json(capsys, *common, *mqa_model, "--kv-shard", "batch")
+    assert heads["kv_bytes_per_chip"] == pytest.approx(68.72e9, rel=1e-4)  # one KV head: no split
+    assert batch["kv_bytes_per_chip"] == pytest.approx(34.36e9, rel=1e-4)
+
+
+def test_llama_70b_on_8_h100(capsys):
+    r = run_json(capsys, "decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8",
+                 "--batch", "64", "--context", "4096")
+    # KV: 64 * 4096 * 327680 B over 8 chips; weights 2 * 68.98e9 B over 8 chips; all at 3.35e12 B/s
+    assert r["kv_s"] == pytest.approx(64 * 4096 * 327_680 / 8 / 3.35e12, rel=1e-9)
+    assert r["weight_memory_s"] == pytest.approx(2 * 68.98e9 / 8 / 3.35e12, rel=1e-3)
+    assert r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+
+
+def test_text_output_has_units(capsys):
+    assert main(["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8", "--batch", "64", "--context", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "ms" in out and "GB" in out and "GiB" in out and "tokens/s" in out and "B_crit" in out
+
+
+def test_capacity_52b(capsys):
+    r = run_json(capsys, "capacity", "--params", "52e9", "--kv-bytes-per-token", "2097152", "--hbm-bytes", "40e9", "--context", "2048")
+    assert (r["min_chips"], r["max_tokens"], r["max_batch"]) == (3, 7629, 3)
+
+
+def test_critical_batch_and_listings(capsys):
+    assert run_json(capsys, "critical-batch", "--hardware", "a100-40gb", "--bandwidth", "1.5e12")["critical_batch"] == 208.0
+    names = [m["name"] for m in run_json(capsys, "models")]
+    assert "deepseek-v3" in names
+    chips = {c["name"]: c for c in run_json(capsys, "hardware")}
+    assert chips["h100-sxm"]["bandwidth"] == 3.35e12
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["decode", "--model", "llama2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1"], "llama-2-70b"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100", "--batch", "1", "--context", "1"], "hardware"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "-1", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "nan", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "0"], "--context"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--chips", "0"], "--chips"),
+        (["decode", "--model", "llama-2-70b", "--bandwidth", "0", "--flops", "1e15", "--batch", "1", "--context", "1"], "--bandwidth"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "a100-80gb", "--compute-dtype", "fp8", "--batch", "1", "--context", "1"], "fp8"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--weight-dtype", "int3", "--batch", "1", "--context", "1"], "--weight-dtype"),
+        (["decode", "--hardware", "h100-sxm", "--batch", "1", "--context", "1"], "--model"),
+        (["decode", "--model", "llama-2-70b", "--batch", "1", "--context", "1"], "--hardware"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "one", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--efficiency", "1.5"], "--efficiency"),
+        (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "weight_bytes"),
+        (["critical-batch"], "--hardware"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_python_dash_m_and_console_script():
+    for cmd in ([sys.executable, "-m", "kvmath"], ["kvmath"]):
+        ok = subprocess.run([*cmd, "critical-batch", "--hardware", "h100-sxm"], capture_output=True, text=True)
+        assert ok.returncode == 0 and "295.3" in ok.stdout
+        bad = subprocess.run([*cmd, "decode", "--model", "nope"], capture_output=True, text=True)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr

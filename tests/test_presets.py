@@ -1,0 +1,113 @@
+"""Model and chip presets against shared/reference/models.md and hardware.md."""
+
+import pytest
+
+import kvmath as km
+
+# (name, KV bytes per token in bf16 from models.md)
+KV_COLUMN = {
+    "codellama-7b": 524_288, "llama-2-7b": 524_288, "llama-2-13b": 819_200, "llama-2-70b": 327_680,
+    "llama-3-8b": 131_072, "llama-3-70b": 327_680, "llama-3.1-405b": 516_096, "mistral-7b-v0.1": 131_072,
+    "mixtral-8x7b": 131_072, "falcon-7b": 8_192, "falcon-40b": 122_880, "starcoder": 20_480,
+    "qwen2.5-7b": 57_344, "gemma-2-9b": 344_064, "deepseek-v3": 70_272, "palm-540b": 120_832,
+    "kipply-52b": 2_097_152,
+}
+
+CHIPS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "tpu-v4", "tpu-v5e", "tpu-v5p", "l4", "rtx-4090"]
+
+
+def test_every_reference_model_is_a_preset():
+    assert set(KV_COLUMN) <= set(km.model_names())
+
+
+def test_every_reference_chip_is_a_preset():
+    assert CHIPS == km.chip_names()
+
+
+@pytest.mark.parametrize("name, expected", sorted(KV_COLUMN.items()))
+def test_kv_bytes_per_token_matches_models_md(name, expected):
+    assert km.get_model(name).kv_bytes_per_token() == expected
+
+
+@pytest.mark.parametrize("name", sorted(KV_COLUMN))
+def test_param_count_within_2_percent_of_published(name):
+    m = km.get_model(name)
+    assert m.param_count() == pytest.approx(m.published_params, rel=0.02)
+
+
+@pytest.mark.parametrize("name, active", [("mixtral-8x7b", 12.88e9), ("deepseek-v3", 37e9)])
+def test_moe_active_params(name, active):
+    # DeepSeek's "37B activated" is rounded; ours counts embeddings and head too (37.5e9): 2%.
+    assert km.get_model(name).active_param_count() == pytest.approx(active, rel=0.02)
+
+
+def test_dense_models_use_all_parameters():
+    m = km.get_model("llama-3-8b")
+    assert m.active_param_count() == m.param_count()
+
+
+def test_sliding_window_caps_the_cache():
+    mistral = km.get_model("mistral-7b-v0.1")
+    # every layer keeps at most 4096 tokens: at 8192 the average per token halves
+    assert mistral.kv_bytes_per_seq(8192) == 4096 * 131_072
+    assert mistral.kv_bytes_per_token(context=8192) == 65_536
+    assert mistral.kv_bytes_per_token(context=2048) == 131_072
+    gemma = km.get_model("gemma-2-9b")
+    # 21 local layers capped at 4096 + 21 global layers at 32768, 8192 B per layer per token
+    per_layer = 2 * 8 * 256 * 2
+    assert gemma.kv_bytes_per_seq(32768) == per_layer * (21 * 4096 + 21 * 32768)
+
+
+def test_sliding_window_broadcasts_over_context():
+    import numpy as np
+
+    got = km.get_model("mistral-7b-v0.1").kv_bytes_per_seq(np.array([1024, 4096, 16384]))
+    assert list(got) == [1024 * 131_072, 4096 * 131_072, 4096 * 131_072]
+
+
+def test_mla_caches_a_latent():
+    m = km.get_model("deepseek-v3")
+    assert m.kv_elems_per_token_per_layer() == 512 + 64
+    with pytest.raises(ValueError, match="MLA"):
+        m.with_kv_heads(8)
+
+
+def test_lookup_is_case_insensitive_and_suggests():
+    assert km.get_model("CodeLlama-7B").name == "codellama-7b"
+    assert km.get_chip(" H100-SXM ").name == "h100-sxm"
+    with pytest.raises(ValueError, match="did you mean 'llama-2-70b'"):
+        km.get_model("llama-2-70")
+    with pytest.raises(ValueError, match="did you mean .*'a100-80gb'"):
+        km.get_chip("a100-80")
+
+
+@pytest.mark.parametrize(
+    "name, hbm, bandwidth, bf16",
+    [
+        ("a100-40gb", 40e9, 1.555e12, 312e12),
+        ("a100-80gb", 80e9, 2.039e12, 312e12),
+        ("h100-sxm", 80e9, 3.35e12, 989.4e12),
+        ("h200", 141e9, 4.8e12, 989e12),
+        ("b200", 192e9, 8.0e12, 2.25e15),
+        ("mi300x", 192e9, 5.3e12, 1307.4e12),
+        ("tpu-v4", 32 * 2**30, 1.2e12, 275e12),
+        ("tpu-v5e", 16e9, 8.19e11, 1.97e14),
+        ("tpu-v5p", 95e9, 2.765e12, 4.59e14),
+        ("l4", 24e9, 3.0e11, 121e12),
+        ("rtx-4090", 24e9, 1.008e12, 165.2e12),
+    ],
+)
+def test_chip_numbers_match_hardware_md(name, hbm, bandwidth, bf16):
+    chip = km.get_chip(name)
+    assert (chip.hbm_bytes, chip.bandwidth, chip.flops("bf16")) == (hbm, bandwidth, bf16)
+    assert chip.flops("fp16") == chip.flops("bf16")
+
+
+@pytest.mark.parametrize("name, ridge", [("a100-40gb", 200.6), ("a100-80gb", 153), ("h100-sxm", 295), ("h200", 206), ("tpu-v5e", 240), ("tpu-v5p", 166)])
+def test_ridge_points_match_hardware_md(name, ridge):
+    assert km.get_chip(name).ridge_point() == pytest.approx(ridge, abs=0.6)
+
+
+def test_every_preset_names_its_source():
+    assert all(km.get_model(n).source for n in km.model_names())
+    assert all(km.get_chip(n).source for n in km.chip_names())
