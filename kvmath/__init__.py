@@ -26,7 +26,7 @@ from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
 from .models import Model, get_model, model_names
-from .parallel import kv_bytes_per_chip
+from .parallel import kv_bytes_per_chip, tensor_parallel_step
 from .prefill import prefill_flops, prefill_time
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
@@ -49,6 +49,6 @@ __all__ = [
     "fmt_count", "fmt_flop_rate", "fmt_flops", "fmt_seconds", "get_chip", "get_model",
     "kv_budget_bytes", "kv_bytes_per_chip", "kv_bytes_per_seq", "kv_bytes_per_token", "kv_cache_bytes",
     "max_batch", "max_kv_tokens", "min_chips_for_weights", "min_step", "min_step_simple",
-    "model_names", "prefill_flops", "prefill_time", "step_breakdown", "tokens_per_s",
+    "model_names", "prefill_flops", "prefill_time", "step_breakdown", "tensor_parallel_step", "tokens_per_s",
     "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
 ]

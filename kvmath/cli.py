@@ -17,7 +17,7 @@ from .decode import critical_batch, critical_batch_beta_alpha, step_breakdown, t
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
 from .hardware import chip_names, get_chip
 from .models import get_model, model_names
-from .parallel import KV_SHARDINGS, kv_bytes_per_chip
+from .parallel import KV_SHARDINGS, tensor_parallel_step
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import fraction, positive, positive_int
 
@@ -128,18 +128,13 @@ def _decode(args) -> dict:
     kv_total = batch * context * kv_per_token
     # With no model there are no KV heads to count; assume the cache splits evenly.
     heads = model.n_kv_heads if model is not None and model.attention != "mla" else n_chips
-    kv_chip = kv_bytes_per_chip(kv_total, n_chips, heads, batch=batch, shard=args.kv_shard)
     effective_bw = bandwidth * efficiency
     # Weight reads count every stored parameter: at any useful batch an MoE
     # step routes tokens to (nearly) every expert, so all of them are read.
     stored = _stored_params(args, model, params)
-    terms = step_breakdown(
-        batch,
-        kv_chip / batch,
-        weight_bytes(stored, b_w) / n_chips,
-        params / n_chips,
-        effective_bw,
-        flops,
+    terms = tensor_parallel_step(
+        batch, kv_total / batch, heads, weight_bytes(stored, b_w), params, n_chips, effective_bw, flops,
+        shard=args.kv_shard,
     )
     return {
         "model": model.name if model else None,
@@ -150,7 +145,7 @@ def _decode(args) -> dict:
         "param_count": params,
         "kv_bytes_per_token": kv_per_token,
         "kv_cache_bytes": kv_total,
-        "kv_bytes_per_chip": float(kv_chip),
+        "kv_bytes_per_chip": float(terms.kv_s * effective_bw),
         "bandwidth_per_chip": effective_bw,
         "flops_per_chip": flops,
         "step_s": float(terms.step_s),

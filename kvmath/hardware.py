@@ -114,6 +114,6 @@ def get_chip(name: str) -> Chip:
     >>> get_chip("h100")
     Traceback (most recent call last):
     ...
-    ValueError: unknown hardware 'h100'; did you mean 'h100-sxm'?
+    ValueError: unknown hardware 'h100'; did you mean 'h100-sxm'...
     """
     return lookup(name, _chips(), "hardware")

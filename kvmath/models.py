@@ -266,6 +266,6 @@ def get_model(name: str) -> Model:
     >>> get_model("llama2-7b")
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'llama2-7b'; did you mean 'llama-2-7b' or 'llama-2-70b' or 'llama-2-13b'?
+    ValueError: unknown model 'llama2-7b'; did you mean 'llama-2-7b'...
     """
     return lookup(name, _models(), "model")

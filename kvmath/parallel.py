@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, choice, non_negative, plain, positive_int
+from .decode import StepBreakdown, step_breakdown
+from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
 
 KV_SHARDINGS = ("heads", "batch")
 
@@ -43,3 +44,39 @@ def kv_bytes_per_chip(
     shard = choice("shard", shard, KV_SHARDINGS)
     share = positive_int("n_kv_heads", n_kv_heads) if shard == "heads" else positive_int("batch", batch)
     return plain(total * np.ceil(share / n_chips) / share)
+
+
+def tensor_parallel_step(
+    batch: ArrayLike,
+    kv_bytes_per_seq: ArrayLike,
+    n_kv_heads: ArrayLike,
+    param_bytes: ArrayLike,
+    param_count: ArrayLike,
+    n_chips: ArrayLike,
+    bandwidth: ArrayLike,
+    flops: ArrayLike,
+    shard: str = "heads",
+) -> StepBreakdown:
+    """The min-step terms on one of ``n_chips`` chips running tensor parallel.
+
+    Weights and their FLOPs split evenly; the KV cache splits as
+    :func:`kv_bytes_per_chip` says. ``bandwidth`` and ``flops`` are per chip.
+
+    Examples
+    --------
+    The thread's MQA model at 256K on two A100s at 70% of 2 TB/s:
+
+    >>> kv = 262144 * 16384  # bytes per sequence, one KV head
+    >>> by_heads = tensor_parallel_step(16, kv, 1, 14e9, 7e9, 2, 1.4e12, 312e12)
+    >>> by_batch = tensor_parallel_step(16, kv, 1, 14e9, 7e9, 2, 1.4e12, 312e12, shard="batch")
+    >>> round(1 / by_heads.step_s, 1), round(1 / by_batch.step_s, 1)
+    (18.5, 33.8)
+    """
+    n_chips = positive_int("n_chips", n_chips)
+    batch = positive_int("batch", batch)
+    kv_total = non_negative("kv_bytes_per_seq", kv_bytes_per_seq) * batch
+    kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=batch, shard=shard)
+    return step_breakdown(
+        batch, kv_chip / batch, positive("param_bytes", param_bytes) / n_chips,
+        positive("param_count", param_count) / n_chips, bandwidth, flops,
+    )

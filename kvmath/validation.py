@@ -17,11 +17,17 @@ ArrayLike = Union[float, int, np.ndarray]
 
 
 def suggest(name: str, known: Iterable[str]) -> str:
-    """Return a "did you mean" hint for an unknown name ('' if none is close)."""
+    """Return a "did you mean" hint for an unknown name ('' if none is close).
+
+    Names that contain what was typed come first ("h100" -> "h100-sxm"),
+    then the closest spellings.
+    """
     known = list(known)
+    containing = sorted((k for k in known if name and name in k), key=len)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    if close:
-        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    hints = list(dict.fromkeys(containing + close))[:3]
+    if hints:
+        return "; did you mean " + " or ".join(repr(c) for c in hints) + "?"
     return "; known: " + ", ".join(sorted(known))
 
 
