@@ -143,8 +143,8 @@ def new_figure(figsize: tuple[float, float] = (7.0, 4.0), nrows: int = 1,
     Examples
     --------
     >>> fig, ax = new_figure((4, 3))
-    >>> tuple(fig.get_size_inches())
-    (4.0, 3.0)
+    >>> [float(v) for v in fig.get_size_inches()]
+    [4.0, 3.0]
     >>> close(fig)
     """
     if nrows < 1 or ncols < 1:

@@ -1,0 +1,91 @@
+# kvmath: the book, its tests and its live notebooks.
+#
+#   make book     build the book into _build/html (renders with no network)
+#   make test     every test: unit + doctests, notebooks (nbval), the book
+#                 build, and a headless-browser check of every page
+#   make lab      JupyterLab on notebooks/, with kvmath installed
+#   make refresh  re-execute every notebook in place (low-churn metadata)
+#
+# Each target sets up what it needs: a virtual environment in .venv from the
+# pinned requirements.txt (re-made when that file changes), kvmath installed
+# into it in editable mode, and the browser assets from npm (package-lock.json).
+
+SHELL       := /bin/bash
+PYTHON      ?= python3
+VENV        ?= .venv
+VPY         := $(VENV)/bin/python
+PY_STAMP    := $(VENV)/.kvmath-installed
+NODE_STAMP  := node_modules/.kvmath-installed
+HTML        := _build/html
+JB_FLAGS    := -W -n --keep-going
+CHROMIUM    ?= /usr/bin/chromium
+
+.PHONY: book book-all test lab refresh env assets chromium clean help
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make book     build the book into $(HTML) (offline-ready)"
+	@echo "make test     run every test (sets everything up first)"
+	@echo "make lab      run the notebooks live in JupyterLab"
+	@echo "make refresh  re-execute notebooks/*.ipynb in place"
+
+# --- tools ------------------------------------------------------------------
+define need
+@command -v $(1) >/dev/null 2>&1 || { echo "make: '$(1)' not found: $(2)"; exit 1; }
+endef
+
+# --- Python environment -----------------------------------------------------
+$(PY_STAMP): requirements.txt pyproject.toml
+	$(call need,$(PYTHON),install Python 3.10 or newer with venv (Debian: apt-get install python3 python3-venv))
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is older than 3.10: install Python 3.10 or newer"; exit 1; }
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV) || { echo "make: could not create $(VENV): install the venv module (Debian: apt-get install python3-venv)"; exit 1; }
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	@touch $@
+
+env: $(PY_STAMP)
+
+# --- browser assets (MathJax, ipywidgets embed manager, RequireJS) ------------
+$(NODE_STAMP): package.json package-lock.json
+	$(call need,npm,install Node.js with npm (Debian: apt-get install npm))
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+assets: $(NODE_STAMP)
+
+# --- the book ----------------------------------------------------------------
+book: env assets
+	@start=$$(date +%s); \
+	$(VENV)/bin/jupyter-book build . $(JB_FLAGS) || exit $$?; \
+	echo; echo "Built in $$(( $$(date +%s) - start )) s. Open it with no network at all:"; \
+	echo "  file://$(CURDIR)/$(HTML)/index.html"; \
+	echo "or serve it:  $(VPY) -m http.server -d $(HTML) 8000   (then http://localhost:8000)"; \
+	echo "Run the notebooks live:  make lab"
+
+# A clean build of every page (what the tests check).
+book-all: env assets
+	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS)
+
+# --- tests -------------------------------------------------------------------
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: $(CHROMIUM) not found and no apt-get: install Chromium (Debian package 'chromium')"; exit 1; }; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "Installing Chromium for the browser test ($$SUDO apt-get install chromium)"; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
+
+test: env assets chromium book-all
+	KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
+
+# --- live notebooks ------------------------------------------------------------
+lab: env
+	@ROOT=; [ "$$(id -u)" = 0 ] && ROOT=--allow-root; \
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$ROOT
+
+refresh: env
+	$(VPY) scripts/refresh_notebooks.py notebooks/*.ipynb
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,434 @@
+"""The one interactive-figure helper every chapter uses.
+
+A chapter describes its figure once, with a ``setup`` function that builds
+the axes and artists and returns an ``update`` function that only mutates
+them::
+
+    from kvmath.interactive import Slider, Choice, interactive_figure
+
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([], [])
+
+        def update(batch, chip):        # one keyword per control
+            line.set_data(...)          # mutate artists, never rebuild
+
+        return update
+
+    interactive_figure(
+        setup,
+        controls={
+            "batch": Slider([1, 2, 4, 8, 16, 32], default=16, label="batch B"),
+            "chip": Choice(["h100-sxm", "a100-80gb"], default="h100-sxm"),
+        },
+        main="batch",
+    )
+
+What the reader gets depends on where the page is shown:
+
+* **In a live kernel** (``make lab``) the object displays as ipywidgets
+  controls above one reused image. Moving a control calls ``update`` with
+  every control's value and re-renders the same figure with the Agg canvas;
+  the figure is never rebuilt.
+* **In the published book** (no kernel) the object's ``text/html`` is used:
+  the figure at its default values and an HTML range input over the
+  ``main`` control whose frames were rendered at build time (with the other
+  controls at their defaults), swapped by a few lines of inline JavaScript.
+  A one-line note says the other controls need a live kernel.
+
+matplotlib and ipywidgets are imported lazily; nothing here changes global
+matplotlib settings.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import json
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["Slider", "Choice", "InteractiveFigure", "interactive_figure"]
+
+_ids = itertools.count()
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class Slider:
+    """A slider over an explicit list of values (so log-spaced batches work).
+
+    Parameters
+    ----------
+    values : sequence
+        The values the slider steps through, in order (at least two, no
+        duplicates). Numbers or strings.
+    default : optional
+        The starting value; must be one of ``values``. Defaults to the first.
+    label : str, optional
+        Text shown beside the control. Defaults to the control's name.
+    fmt : callable, optional
+        Turns a value into the text shown beside the slider.
+
+    Raises
+    ------
+    ValueError
+        If ``values`` has fewer than two entries or duplicates, or
+        ``default`` is not one of them.
+
+    Examples
+    --------
+    >>> s = Slider([1, 2, 4, 8], default=4, label="batch B")
+    >>> s.default, s.index(8)
+    (4, 3)
+    >>> Slider([1, 2], default=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: default must be one of values [1, 2], got 3
+    """
+
+    def __init__(self, values: Sequence[Any], default: Any = None, label: str | None = None,
+                 fmt: Callable[[Any], str] | None = None) -> None:
+        values = list(values)
+        if len(values) < 2:
+            raise ValueError(f"values must hold at least two entries, got {values!r}")
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"values must not repeat, got {values!r}")
+        if default is None:
+            default = values[0]
+        if default not in values:
+            raise ValueError(f"default must be one of values {values!r}, got {default!r}")
+        self.values = values
+        self.default = default
+        self.label = label
+        self.fmt = fmt or _format_value
+
+    @property
+    def options(self) -> list[tuple[str, Any]]:
+        """(text, value) pairs, in order."""
+        return [(self.fmt(v), v) for v in self.values]
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` among the values."""
+        return self.values.index(value)
+
+    def _widget(self, description: str):
+        import ipywidgets as widgets
+
+        return widgets.SelectionSlider(
+            options=self.options, value=self.default, description=description,
+            continuous_update=True, readout=True,
+            style={"description_width": "initial"},
+            layout=widgets.Layout(width="min(100%, 520px)"),
+        )
+
+    def __repr__(self) -> str:
+        return f"Slider({self.values!r}, default={self.default!r}, label={self.label!r})"
+
+
+class Choice(Slider):
+    """A drop-down over options: strings, or ``(label, value)`` pairs.
+
+    Parameters
+    ----------
+    options : sequence
+        Strings (shown as they are) or ``(label, value)`` pairs.
+    default : optional
+        The starting *value*; must be one of the options' values. Defaults
+        to the first.
+    label : str, optional
+        Text shown beside the control.
+
+    Raises
+    ------
+    ValueError
+        If there are no options, a pair is malformed, values repeat, or
+        ``default`` is not one of the values.
+
+    Examples
+    --------
+    >>> c = Choice([("H100 SXM", "h100-sxm"), ("A100 80GB", "a100-80gb")])
+    >>> c.default
+    'h100-sxm'
+    >>> c.options[1]
+    ('A100 80GB', 'a100-80gb')
+    """
+
+    def __init__(self, options: Sequence[Any], default: Any = None,
+                 label: str | None = None) -> None:
+        options = list(options)
+        if not options:
+            raise ValueError("options must hold at least one entry, got []")
+        pairs = []
+        for opt in options:
+            if isinstance(opt, tuple):
+                if len(opt) != 2:
+                    raise ValueError(f"options entries must be strings or (label, value) pairs, got {opt!r}")
+                pairs.append((str(opt[0]), opt[1]))
+            else:
+                pairs.append((str(opt), opt))
+        values = [v for _, v in pairs]
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"options must not repeat values, got {values!r}")
+        if default is None:
+            default = values[0]
+        if default not in values:
+            raise ValueError(f"default must be one of the options' values {values!r}, got {default!r}")
+        self.values = values
+        self.default = default
+        self.label = label
+        self._labels = {repr(v): lab for lab, v in pairs}
+        self.fmt = lambda v: self._labels[repr(v)]
+
+    def _widget(self, description: str):
+        import ipywidgets as widgets
+
+        return widgets.Dropdown(options=self.options, value=self.default, description=description,
+                                style={"description_width": "initial"})
+
+    def __repr__(self) -> str:
+        return f"Choice({self.options!r}, default={self.default!r}, label={self.label!r})"
+
+
+class InteractiveFigure:
+    """A figure with controls; see :func:`interactive_figure` (the way to make one)."""
+
+    def __init__(self, setup: Callable, controls: Mapping[str, Slider], main: str | None = None,
+                 figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 80.0,
+                 max_frames: int = 24, alt: str = "interactive figure") -> None:
+        if not callable(setup):
+            raise ValueError(f"setup must be a callable setup(fig) -> update, got {setup!r}")
+        if not isinstance(controls, Mapping) or not controls:
+            raise ValueError(f"controls must be a non-empty mapping name -> Slider/Choice, got {controls!r}")
+        for name, control in controls.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"controls keys must be Python identifiers (they become keyword "
+                                 f"arguments of update), got {name!r}")
+            if not isinstance(control, Slider):
+                raise ValueError(f"controls[{name!r}] must be a Slider or Choice, got {control!r}")
+        if main is None:
+            sliders = [n for n, c in controls.items() if not isinstance(c, Choice)]
+            main = sliders[0] if sliders else next(iter(controls))
+        if main not in controls:
+            raise ValueError(f"main must name one of the controls {list(controls)}, got {main!r}")
+        if len(controls[main].values) > max_frames:
+            raise ValueError(
+                f"controls[{main!r}] has {len(controls[main].values)} values, more than "
+                f"max_frames={max_frames} frames for the published page; use fewer values")
+        if len(figsize) != 2 or min(figsize) <= 0:
+            raise ValueError(f"figsize must be two positive numbers (inches), got {figsize!r}")
+        if not dpi > 0:
+            raise ValueError(f"dpi must be > 0, got {dpi!r}")
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        from . import plots
+
+        self.controls = dict(controls)
+        self.main = main
+        self.dpi = float(dpi)
+        self.alt = alt
+        self._style = plots.style
+        with self._style():
+            self.figure = Figure(figsize=figsize, dpi=self.dpi)
+            FigureCanvasAgg(self.figure)
+            update = setup(self.figure)
+        if not callable(update):
+            raise ValueError(f"setup must return the update function, got {update!r}")
+        self.update = update
+        self.values = {name: c.default for name, c in self.controls.items()}
+        self._uid = f"kvmath-fig-{next(_ids)}-{id(self) & 0xFFFFFF:06x}"
+        self._widget = None
+        self._image = None
+        self.timings_s: list[float] = []
+
+    # -- rendering ---------------------------------------------------------
+    def render(self, fast: bool = False, **values: Any) -> bytes:
+        """Call ``update`` with the given values (others unchanged) and return a PNG.
+
+        Parameters
+        ----------
+        fast : bool
+            Use the cheapest PNG compression (for live slider moves).
+        **values
+            Control name -> value.
+
+        Raises
+        ------
+        ValueError
+            If a name is not a control, or a value is not one of its values.
+        """
+        for name, value in values.items():
+            if name not in self.controls:
+                raise ValueError(f"unknown control {name!r}; controls are {list(self.controls)}")
+            if value not in self.controls[name].values:
+                raise ValueError(f"{name} must be one of {self.controls[name].values!r}, got {value!r}")
+        self.values.update(values)
+        with self._style():
+            self.update(**self.values)
+            # Draw the one figure with Agg and encode its pixels directly:
+            # cheaper than savefig, which lays out and draws a second time.
+            canvas = self.figure.canvas
+            canvas.draw()
+            from PIL import Image
+
+            image = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba())
+            buf = io.BytesIO()
+            image.convert("RGB").save(buf, format="png", compress_level=1 if fast else 6)
+        return buf.getvalue()
+
+    def frames(self) -> list[bytes]:
+        """PNG frames over the main control's values, the others at their defaults."""
+        defaults = {name: c.default for name, c in self.controls.items()}
+        main = self.controls[self.main]
+        out = []
+        for value in main.values:
+            out.append(self.render(**{**defaults, self.main: value}))
+        self.render(**defaults)
+        return out
+
+    # -- published page ------------------------------------------------------
+    def to_html(self) -> str:
+        """Self-contained HTML: default image + a range input over the main control.
+
+        No external script is loaded; the frames are base64 PNGs in the page.
+        """
+        main = self.controls[self.main]
+        frames = [f"data:image/png;base64,{base64.b64encode(p).decode('ascii')}" for p in self.frames()]
+        labels = [main.fmt(v) for v in main.values]
+        start = main.index(main.default)
+        uid = self._uid
+        main_label = html.escape(main.label or self.main)
+        others = [(c.label or n, c.fmt(c.default)) for n, c in self.controls.items() if n != self.main]
+        if others:
+            fixed = ", ".join(f"{html.escape(lab)} = {html.escape(val)}" for lab, val in others)
+            note = (f"Shown with {fixed}. Changing those needs a live kernel: run "
+                    f"<code>make lab</code> and open this notebook.")
+        else:
+            note = "Frames were rendered when the book was built; run <code>make lab</code> for the live version."
+        data = json.dumps({"frames": frames, "labels": labels}).replace("</", "<\\/")
+        return (
+            f'<div class="kvmath-interactive" id="{uid}" data-main="{html.escape(self.main)}">\n'
+            f'<img class="kvmath-interactive-img" src="{frames[start]}" alt="{html.escape(self.alt)}" '
+            f'style="max-width:100%;height:auto;">\n'
+            f'<div class="kvmath-interactive-controls" style="display:flex;gap:0.75em;align-items:center;">'
+            f'<label for="{uid}-range">{main_label}</label>'
+            f'<input type="range" id="{uid}-range" class="kvmath-interactive-range" min="0" '
+            f'max="{len(frames) - 1}" step="1" value="{start}" style="flex:0 1 22em;">'
+            f'<output for="{uid}-range" class="kvmath-interactive-value">{html.escape(labels[start])}</output>'
+            f'</div>\n'
+            f'<p class="kvmath-interactive-note" style="font-size:0.85em;opacity:0.8;margin:0.2em 0 0 0;">{note}</p>\n'
+            f'<script type="application/json" class="kvmath-interactive-data">{data}</script>\n'
+            f'<script>(function(){{var r=document.getElementById("{uid}");if(!r)return;'
+            f'var d=JSON.parse(r.querySelector(".kvmath-interactive-data").textContent);'
+            f'var i=r.querySelector(".kvmath-interactive-img"),s=r.querySelector(".kvmath-interactive-range"),'
+            f'o=r.querySelector(".kvmath-interactive-value");'
+            f's.addEventListener("input",function(){{i.src=d.frames[s.value];o.textContent=d.labels[s.value];}});'
+            f'}})();</script>\n'
+            f'</div>'
+        )
+
+    # -- live kernel ----------------------------------------------------------
+    def widget(self):
+        """The ipywidgets view (built once): controls above one reused Image."""
+        if self._widget is None:
+            import ipywidgets as widgets
+
+            self._controls_w = {name: c._widget(c.label or name) for name, c in self.controls.items()}
+            self._image = widgets.Image(value=self.render(fast=True, **self.values), format="png")
+            for name, w in self._controls_w.items():
+                w.observe(self._on_change, names="value")
+            self._widget = widgets.VBox([widgets.HBox(list(self._controls_w.values()),
+                                                      layout=widgets.Layout(flex_flow="row wrap")),
+                                         self._image])
+        return self._widget
+
+    def _on_change(self, change: Any) -> None:
+        t0 = time.perf_counter()
+        values = {name: w.value for name, w in self._controls_w.items()}
+        self._image.value = self.render(fast=True, **values)
+        self.timings_s.append(time.perf_counter() - t0)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": repr(self), "text/html": self.to_html()}
+        try:
+            import ipywidgets  # noqa: F401
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover - no live front end possible
+            return bundle
+        if get_ipython() is not None and getattr(get_ipython(), "kernel", None) is not None:
+            view = self.widget()._repr_mimebundle_()
+            if view:
+                bundle.update({k: v for k, v in view.items() if k != "text/plain"})
+        return bundle
+
+    def __repr__(self) -> str:
+        return (f"<InteractiveFigure main={self.main!r} controls={list(self.controls)} "
+                f"values={self.values!r}>")
+
+
+def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: str | None = None,
+                       figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 80.0,
+                       max_frames: int = 24, alt: str = "interactive figure") -> InteractiveFigure:
+    """Make the book's interactive figure from a ``setup(fig) -> update`` function.
+
+    Parameters
+    ----------
+    setup : callable
+        ``setup(fig)`` adds axes and artists to the (empty) matplotlib
+        figure and returns ``update(**values)``, which receives one keyword
+        argument per control and only mutates artists (``set_data``,
+        ``set_text``, ``set_ylim``...).
+    controls : mapping of str to Slider or Choice
+        Control name (the keyword passed to ``update``) -> control.
+    main : str, optional
+        The control the published page keeps working without a kernel, by
+        swapping frames rendered at build time. Defaults to the first Slider.
+    figsize : (float, float)
+        Inches.
+    dpi : float
+        Resolution of the rendered PNGs (kept modest so pages stay light).
+    max_frames : int
+        Most values the main control may have (one frame each).
+    alt : str
+        Alternative text of the image.
+
+    Returns
+    -------
+    InteractiveFigure
+        Display it (last expression of a cell). In a live kernel it shows
+        ipywidgets controls; its ``text/html`` is the published fallback.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument: empty or malformed ``controls``, ``main`` not a
+        control, too many frames, ``setup`` not returning a callable.
+
+    Examples
+    --------
+    >>> def setup(fig):
+    ...     ax = fig.add_subplot()
+    ...     (line,) = ax.plot([0, 1], [0, 1])
+    ...     def update(slope):
+    ...         line.set_ydata([0, slope])
+    ...     return update
+    >>> f = interactive_figure(setup, {"slope": Slider([1, 2, 4], default=2)})
+    >>> len(f.frames())
+    3
+    >>> 'type="range"' in f.to_html()
+    True
+    >>> interactive_figure(setup, {"slope": Slider([1, 2])}, main="batch")
+    Traceback (most recent call last):
+    ...
+    ValueError: main must name one of the controls ['slope'], got 'batch'
+    """
+    return InteractiveFigure(setup, controls, main=main, figsize=figsize, dpi=dpi,
+                             max_frames=max_frames, alt=alt)
