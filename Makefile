@@ -64,6 +64,7 @@ book: env assets
 
 # A clean build of every page (what the tests check).
 book-all: env assets
+	rm -rf $(HTML)
 	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS)
 
 # --- tests -------------------------------------------------------------------

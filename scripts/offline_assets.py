@@ -21,7 +21,7 @@ from sphinx.errors import ExtensionError
 ASSETS = [
     ("mathjax/es5", "mathjax", ["tex-chtml.js", "input/**/*", "output/**/*", "ui/**/*",
                                  "a11y/**/*", "sre/**/*", "adaptors/**/*"]),
-    ("@jupyter-widgets/html-manager/dist", "html-manager",
+    ("@jupyter-widgets/html-manager/dist", "html-manager/dist",
      ["embed-amd.js", "*.woff", "*.woff2", "*.ttf", "*.eot", "*.svg"]),
     ("requirejs", "requirejs", ["require.js"]),
 ]
@@ -54,6 +54,26 @@ def copy_assets(app, exception) -> None:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if not target.exists() or target.stat().st_mtime < path.stat().st_mtime:
                         shutil.copy2(path, target)
+    write_requirejs_config(vendor)
+
+
+# Loaded before require.js (see nb_ipywidgets_js in _config.yml). The embed
+# manager finds its fonts next to its own RequireJS module URL, which by
+# default is relative to the page; point it at _vendor/html-manager whatever
+# the page's depth, with no CDN fallback for other widget modules.
+REQUIREJS_CONFIG = """\
+var require = {
+  paths: {
+    "@jupyter-widgets/html-manager": new URL("html-manager", document.currentScript.src).href
+  }
+};
+"""
+
+
+def write_requirejs_config(vendor: Path) -> None:
+    target = vendor / "requirejs-config.js"
+    if not target.exists() or target.read_text() != REQUIREJS_CONFIG:
+        target.write_text(REQUIREJS_CONFIG)
 
 
 def setup(app):

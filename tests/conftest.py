@@ -1,0 +1,75 @@
+"""Shared fixtures: the built book, and a headless Chromium for it.
+
+``pytest`` alone works from a fresh clone: the ``built_book`` fixture builds
+the book (``jupyter-book build . -W -n --keep-going``, after ``npm ci`` when
+``node_modules`` is missing) if ``_build/html`` is missing or older than any
+source. ``make test`` builds it first, so the fixture finds it fresh.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "scripts/offline_assets.py",
+           "package-lock.json"]
+
+
+def _newest_source_mtime() -> float:
+    newest = 0.0
+    for name in SOURCES:
+        path = ROOT / name
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()
+                                                  and "__pycache__" not in p.parts
+                                                  and ".ipynb_checkpoints" not in p.parts]
+        for f in files:
+            newest = max(newest, f.stat().st_mtime)
+    return newest
+
+
+def book_is_fresh() -> bool:
+    stamp = HTML / "index.html"
+    return stamp.exists() and (HTML / "_vendor").is_dir() and stamp.stat().st_mtime >= _newest_source_mtime()
+
+
+def build_book() -> None:
+    """Build the book exactly as `make book` does; fail the test on any warning."""
+    if not (ROOT / "node_modules" / "mathjax").is_dir():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("npm not found: install Node.js with npm to build the book's offline assets")
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ROOT, check=True)
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", ".", "-W", "-n", "--keep-going"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"book build failed ({' '.join(cmd)}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Path to _build/html, built now if missing or stale."""
+    if not book_is_fresh():
+        build_book()
+    return HTML
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium (/usr/bin/chromium) driven by Playwright."""
+    from sitecheck import CHROMIUM, launch_browser
+
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} not found: `make test` installs it (apt-get install chromium)"
+        if os.environ.get("KVMATH_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    with launch_browser() as b:
+        yield b
