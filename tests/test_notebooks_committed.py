@@ -1,0 +1,68 @@
+"""Committed notebooks were executed, top to bottom, by the refresh command.
+
+`make refresh` (scripts/refresh_notebooks.py) re-executes every notebook in a
+fresh kernel and drops volatile metadata; these tests fail when a notebook is
+committed without that, so a reader of the repository (and of a diff) sees
+real outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+
+def toc_files() -> set[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    found = {toc["root"]}
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                found.add(e["file"])
+            walk(e.get("sections"))
+            walk(e.get("chapters"))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    return found
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks under notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_cell_was_executed_in_order(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = code_cells(nb)
+    missing = [i for i, c in enumerate(cells) if c.execution_count is None]
+    assert not missing, f"{path.name}: code cells {missing} have no execution_count: run `make refresh`"
+    counts = [c.execution_count for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{path.name}: execution counts {counts} are not 1..n: re-run it top to bottom with `make refresh`")
+    assert any(c.outputs for c in cells), f"{path.name}: no outputs at all"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_errors_and_no_volatile_metadata(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, c in enumerate(code_cells(nb)):
+        assert not [o for o in c.outputs if o.output_type == "error"], f"{path.name}: cell {i} raised"
+        assert "execution" not in c.metadata, f"{path.name}: cell {i} has timestamps: use `make refresh`"
+    assert "widgets" not in nb.metadata, f"{path.name}: stored widget state: use `make refresh`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_in_the_table_of_contents(path):
+    assert f"notebooks/{path.stem}" in toc_files(), f"add notebooks/{path.stem} to _toc.yml"

@@ -1,0 +1,253 @@
+"""kvmath.plots and kvmath.interactive: behaviour, fallbacks and bad inputs."""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+
+from kvmath import plots  # noqa: E402
+from kvmath.interactive import Choice, InteractiveFigure, Slider, interactive_figure  # noqa: E402
+
+BATCHES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+class Recorder:
+    """A setup function that records every update call."""
+
+    def __init__(self):
+        self.calls = []
+        self.setups = 0
+
+    def __call__(self, fig):
+        self.setups += 1
+        ax = fig.add_subplot()
+        (self.line,) = ax.plot([1, 2], [1, 2])
+
+        def update(batch, chip):
+            self.calls.append({"batch": batch, "chip": chip})
+            self.line.set_ydata([1, batch])
+            ax.set_ylim(0, max(BATCHES) + 1)
+
+        return update
+
+
+def make(rec=None, **kw):
+    rec = rec or Recorder()
+    fig = interactive_figure(
+        rec,
+        controls={"batch": Slider(BATCHES, default=16, label="batch B"),
+                  "chip": Choice([("H100", "h100-sxm"), ("A100", "a100-80gb")], label="chip")},
+        main="batch", figsize=(4, 3), dpi=50, **kw)
+    # one first draw at the default values (it fixes the layout)
+    assert rec.calls == [{"batch": 16, "chip": "h100-sxm"}]
+    rec.calls.clear()
+    return fig, rec
+
+
+# --- interactive ------------------------------------------------------------------
+
+def test_setup_runs_once_and_update_gets_every_control_by_keyword():
+    fig, rec = make()
+    fig.render(batch=4)
+    fig.render(chip="a100-80gb")
+    assert rec.setups == 1
+    assert rec.calls == [{"batch": 4, "chip": "h100-sxm"}, {"batch": 4, "chip": "a100-80gb"}]
+
+
+def test_one_frame_per_main_value_with_other_controls_at_defaults():
+    fig, rec = make()
+    frames = fig.frames()
+    assert len(frames) == len(BATCHES)
+    assert [c["batch"] for c in rec.calls[: len(BATCHES)]] == BATCHES
+    assert {c["chip"] for c in rec.calls} == {"h100-sxm"}
+    assert len(set(frames)) == len(BATCHES)  # each value draws something different
+    assert all(png_size(f) == (200, 150) for f in frames)  # 4x3 in at 50 dpi
+    assert fig.values == {"batch": 16, "chip": "h100-sxm"}  # back at defaults
+
+
+def test_fallback_html_is_self_contained_and_starts_at_the_default():
+    fig, _ = make()
+    html = fig.to_html()
+    assert 'type="range"' in html and 'min="0"' in html and f'max="{len(BATCHES) - 1}"' in html
+    assert f'value="{BATCHES.index(16)}"' in html
+    assert "<script src" not in html and "http" not in html
+    assert "make lab" in html and "chip = H100" in html  # the honest note names the fixed control
+    img = re.search(r'<img class="kvmath-interactive-img" src="data:image/png;base64,([^"]+)"', html)
+    default_png = base64.b64decode(img.group(1))
+    assert default_png == fig.frames()[BATCHES.index(16)]
+
+
+def test_fallback_has_no_note_about_other_controls_when_there_are_none():
+    f = interactive_figure(lambda fig: (lambda x: None), {"x": Slider([1, 2, 3])})
+    assert f.main == "x"
+    assert "Changing those" not in f.to_html()
+
+
+def test_mimebundle_outside_a_kernel_is_the_html_fallback():
+    fig, _ = make()
+    bundle = fig._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}
+
+
+def test_widget_reuses_one_figure_and_one_image():
+    pytest.importorskip("ipywidgets")
+    fig, rec = make()
+    view = fig.widget()
+    assert fig.widget() is view
+    image = fig._image
+    first = image.value
+    fig._controls_w["batch"].value = 64
+    assert image is fig._image and image.value != first
+    fig._controls_w["chip"].value = "a100-80gb"
+    assert rec.setups == 1
+    assert rec.calls[-1] == {"batch": 64, "chip": "a100-80gb"}
+    assert len(fig.timings_s) == 2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"main": "context"}, "main must name one of the controls"),
+    ({"controls": {}}, "controls must be a non-empty mapping"),
+    ({"controls": {"not valid": Slider([1, 2])}}, "controls keys must be Python identifiers"),
+    ({"controls": {"b": [1, 2]}}, r"controls\['b'\] must be a Slider or Choice"),
+    ({"controls": {"b": Slider(list(range(40)))}}, "max_frames"),
+    ({"figsize": (0, 3)}, "figsize"),
+    ({"dpi": 0}, "dpi"),
+    ({"setup": 3}, "setup must be a callable"),
+    ({"setup": lambda fig: None}, "setup must return the update function"),
+])
+def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
+    args = {"setup": lambda fig: (lambda b: None), "controls": {"b": Slider([1, 2])}}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        interactive_figure(**args)
+
+
+@pytest.mark.parametrize("make_control, match", [
+    (lambda: Slider([1, 2, 4], default=3), "default must be one of values"),
+    (lambda: Slider([1]), "at least two"),
+    (lambda: Slider([1, 1, 2]), "must not repeat"),
+    (lambda: Choice([]), "at least one"),
+    (lambda: Choice([("a", 1, 2)]), r"\(label, value\) pairs"),
+    (lambda: Choice(["a", "b"], default="c"), "default must be one of"),
+])
+def test_bad_controls_raise_value_error(make_control, match):
+    with pytest.raises(ValueError, match=match):
+        make_control()
+
+
+def test_render_rejects_unknown_controls_and_values():
+    fig, _ = make()
+    with pytest.raises(ValueError, match="unknown control 'context'"):
+        fig.render(context=4096)
+    with pytest.raises(ValueError, match="batch must be one of"):
+        fig.render(batch=3)
+
+
+def test_layout_is_solved_once_unless_asked():
+    fig, _ = make()
+    assert fig.figure.get_layout_engine() is None or fig.figure.get_layout_engine().__class__.__name__ == "PlaceHolderLayoutEngine"
+    again, _ = make(relayout=True)
+    again.render(batch=64)
+    assert type(again.figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+
+
+def test_interactive_does_not_touch_global_rcparams():
+    before = dict(matplotlib.rcParams)
+    make()[0].to_html()
+    assert dict(matplotlib.rcParams) == before
+
+
+# --- plots ---------------------------------------------------------------------------
+
+def test_style_is_scoped():
+    before = matplotlib.rcParams["axes.spines.top"]
+    with plots.style():
+        assert matplotlib.rcParams["axes.spines.top"] is False
+    assert matplotlib.rcParams["axes.spines.top"] == before
+
+
+def test_formatters_scale_base_units():
+    assert plots.bytes_formatter("GB")(68.72e9) == "68.72"
+    assert plots.bytes_formatter("GiB", digits=2)(2**36) == "64.00"
+    assert plots.seconds_formatter("ms")(2.5e-3) == "2.5"
+    assert plots.flops_formatter("TFLOP/s")(312e12) == "312"
+    with pytest.raises(ValueError, match="unit must be one of"):
+        plots.bytes_formatter("gigabytes")
+
+
+def test_axes_are_labelled_with_units():
+    fig, ax = plots.new_figure((4, 3))
+    try:
+        plots.log_batch_axis(ax)
+        plots.bytes_axis(ax, "y", "GiB", "KV cache")
+        assert ax.get_xscale() == "log"
+        assert ax.get_ylabel() == "KV cache (GiB)"
+        assert "batch" in ax.get_xlabel()
+        with pytest.raises(ValueError, match="which must be 'x' or 'y'"):
+            plots.log_context_axis(ax, which="z")
+    finally:
+        plots.close(fig)
+
+
+def test_mark_vline_names_the_line_and_moves():
+    fig, ax = plots.new_figure((4, 3))
+    try:
+        m = plots.mark_vline(ax, 208, "B_crit = 208")
+        assert m.text.get_text().strip() == "B_crit = 208"
+        m.move(153, "B_crit = 153")
+        assert list(m.line.get_xdata()) == [153, 153]
+        assert m.text.get_text() == "B_crit = 153"
+    finally:
+        plots.close(fig)
+
+
+def test_roofline_is_min_of_compute_and_bandwidth():
+    fig, ax = plots.new_figure((4, 3))
+    try:
+        art = plots.roofline(ax, 312e12, 1.5e12, points={"decode, B = 16": 16.0, "prefill": 4096.0})
+        x, y = art["roof"].get_data()
+        assert np.allclose(y, np.minimum(312e12, x * 1.5e12))
+        assert art["ridge"].line.get_xdata()[0] == pytest.approx(208.0)
+        dot, _ = art["points"]["decode, B = 16"]
+        assert dot.get_ydata()[0] == pytest.approx(16 * 1.5e12)
+        assert art["points"]["prefill"][0].get_ydata()[0] == pytest.approx(312e12)
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+    finally:
+        plots.close(fig)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"flops": 0}, "flops must be > 0"),
+    ({"bandwidth": -1}, "bandwidth must be > 0"),
+    ({"intensity_range": (10, 1)}, "intensity_range"),
+    ({"points": {"bad": 0}}, r"points\['bad'\]"),
+])
+def test_roofline_rejects_bad_inputs(kwargs, match):
+    fig, ax = plots.new_figure((4, 3))
+    try:
+        args = {"flops": 312e12, "bandwidth": 1.5e12, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            plots.roofline(ax, **args)
+    finally:
+        plots.close(fig)
+
+
+def test_kvmath_core_does_not_import_matplotlib():
+    import subprocess
+    import sys
+
+    code = "import sys, kvmath; kvmath.critical_batch(312e12, 1.5e12, 2); print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
