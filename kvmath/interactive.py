@@ -246,7 +246,9 @@ class InteractiveFigure:
             raise ValueError(f"setup must return the update function, got {update!r}")
         self.update = update
         self.values = {name: c.default for name, c in self.controls.items()}
-        self._uid = f"kvmath-fig-{next(_ids)}-{id(self) & 0xFFFFFF:06x}"
+        # Unique within a kernel (one page = one notebook = one kernel) and the
+        # same on every run, so refreshed notebooks do not churn.
+        self._uid = f"kvmath-fig-{next(_ids)}"
         self._widget = None
         self._image = None
         self.timings_s: list[float] = []
