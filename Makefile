@@ -78,7 +78,7 @@ chromium:
 	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
 
 test: env assets chromium book-all
-	KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
 
 # --- live notebooks ------------------------------------------------------------
 lab: env
