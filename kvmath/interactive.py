@@ -352,7 +352,12 @@ class InteractiveFigure:
             import ipywidgets as widgets
 
             self._controls_w = {name: c._widget(c.label or name) for name, c in self.controls.items()}
-            self._image = widgets.Image(value=self.render(fast=True, **self.values), format="png")
+            # Show the PNG at its own pixel size: stretched to the output's
+            # width it would look blurred.
+            width_px = int(round(self.figure.get_figwidth() * self.dpi))
+            self._image = widgets.Image(value=self.render(fast=True, **self.values), format="png",
+                                        layout=widgets.Layout(width=f"{width_px}px",
+                                                              max_width="100%", height="auto"))
             for name, w in self._controls_w.items():
                 w.observe(self._on_change, names="value")
             self._widget = widgets.VBox([widgets.HBox(list(self._controls_w.values()),
