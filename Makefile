@@ -20,7 +20,7 @@ HTML        := _build/html
 JB_FLAGS    := -W -n --keep-going
 CHROMIUM    ?= /usr/bin/chromium
 
-.PHONY: book book-all test lab refresh env assets chromium clean help
+.PHONY: book test lab refresh env assets chromium clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -54,18 +54,15 @@ $(NODE_STAMP): package.json package-lock.json
 assets: $(NODE_STAMP)
 
 # --- the book ----------------------------------------------------------------
+# Always a clean build of every page: the notebooks are re-executed, so the
+# numbers in the book are those of the kvmath in this tree.
 book: env assets
-	@start=$$(date +%s); \
-	$(VENV)/bin/jupyter-book build . $(JB_FLAGS) || exit $$?; \
+	@start=$$(date +%s); rm -rf $(HTML); \
+	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS) || exit $$?; \
 	echo; echo "Built in $$(( $$(date +%s) - start )) s. Open it with no network at all:"; \
 	echo "  file://$(CURDIR)/$(HTML)/index.html"; \
 	echo "or serve it:  $(VPY) -m http.server -d $(HTML) 8000   (then http://localhost:8000)"; \
 	echo "Run the notebooks live:  make lab"
-
-# A clean build of every page (what the tests check).
-book-all: env assets
-	rm -rf $(HTML)
-	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS)
 
 # --- tests -------------------------------------------------------------------
 chromium:
@@ -77,7 +74,7 @@ chromium:
 	fi
 	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
 
-test: env assets chromium book-all
+test: env assets chromium book
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
 
 # --- live notebooks ------------------------------------------------------------

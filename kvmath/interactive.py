@@ -48,6 +48,7 @@ import io
 import itertools
 import json
 import time
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["Slider", "Choice", "InteractiveFigure", "interactive_figure"]
@@ -238,10 +239,25 @@ class InteractiveFigure:
         self.alt = alt
         self.relayout = relayout
         self._style = plots.style
+        def build(layout):
+            fig = Figure(figsize=figsize, dpi=self.dpi, layout=layout)
+            FigureCanvasAgg(fig)
+            return fig, setup(fig)
+
         with self._style():
-            self.figure = Figure(figsize=figsize, dpi=self.dpi)
-            FigureCanvasAgg(self.figure)
-            update = setup(self.figure)
+            # The book's style lays figures out with constrained layout. A setup
+            # that sets its own margins (fig.subplots_adjust) would be refused
+            # by it with a warning, so such a setup gets a figure without a
+            # layout engine instead.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.figure, update = build(None)
+            refused = [w for w in caught if "subplots_adjust" in str(w.message)]
+            if refused:
+                self.figure, update = build("none")
+            for w in caught:
+                if w not in refused:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if not callable(update):
             raise ValueError(f"setup must return the update function, got {update!r}")
         self.update = update

@@ -163,6 +163,19 @@ def test_layout_is_solved_once_unless_asked():
     assert type(again.figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
 
 
+def test_setup_with_its_own_margins_gets_them_without_a_warning(recwarn):
+    def setup(fig):
+        ax = fig.add_subplot()
+        fig.subplots_adjust(left=0.2, right=0.9, bottom=0.2, top=0.9)
+        (line,) = ax.plot([1, 2], [1, 2])
+        return lambda b: line.set_ydata([1, b])
+
+    f = interactive_figure(setup, {"b": Slider([1, 2, 3])})
+    assert not [w for w in recwarn if "subplots_adjust" in str(w.message)]
+    left, bottom, right, top = f.figure.axes[0].get_position().extents
+    assert (round(left, 2), round(right, 2), round(bottom, 2), round(top, 2)) == (0.2, 0.9, 0.2, 0.9)
+
+
 def test_interactive_does_not_touch_global_rcparams():
     before = dict(matplotlib.rcParams)
     make()[0].to_html()
