@@ -239,6 +239,7 @@ class InteractiveFigure:
         self.alt = alt
         self.relayout = relayout
         self._style = plots.style
+
         def build(layout):
             fig = Figure(figsize=figsize, dpi=self.dpi, layout=layout)
             FigureCanvasAgg(fig)
@@ -313,11 +314,12 @@ class InteractiveFigure:
     def frames(self) -> list[bytes]:
         """PNG frames over the main control's values, the others at their defaults."""
         defaults = {name: c.default for name, c in self.controls.items()}
+        previous = dict(self.values)
         main = self.controls[self.main]
         out = []
         for value in main.values:
             out.append(self.render(**{**defaults, self.main: value}))
-        self.render(**defaults)
+        self.render(**previous)  # leave the figure as the live controls had it
         return out
 
     # -- published page ------------------------------------------------------

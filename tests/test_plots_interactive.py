@@ -74,7 +74,15 @@ def test_one_frame_per_main_value_with_other_controls_at_defaults():
     assert {c["chip"] for c in rec.calls} == {"h100-sxm"}
     assert len(set(frames)) == len(BATCHES)  # each value draws something different
     assert all(png_size(f) == (200, 150) for f in frames)  # 4x3 in at 50 dpi
-    assert fig.values == {"batch": 16, "chip": "h100-sxm"}  # back at defaults
+    assert fig.values == {"batch": 16, "chip": "h100-sxm"}  # back where it was
+
+
+def test_frames_leave_the_live_values_alone():
+    fig, rec = make()
+    fig.render(batch=64, chip="a100-80gb")
+    assert len(fig.frames()) == len(BATCHES)
+    assert fig.values == {"batch": 64, "chip": "a100-80gb"}
+    assert rec.calls[-1] == {"batch": 64, "chip": "a100-80gb"}
 
 
 def test_fallback_html_is_self_contained_and_starts_at_the_default():
