@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -279,8 +280,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"kvmath {args.command}: error: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        show(result)
+    try:
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            show(result)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `kvmath models | head` closes the pipe early: that is not an error.
+        # Point stdout at devnull so the flush at exit does not fail again
+        # (the recipe in Python's signal module documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -39,7 +39,7 @@ class Chip:
     --------
     >>> chip = get_chip("A100-80GB")
     >>> chip.ridge_point()
-    153.0162...
+    153.016...
     """
 
     name: str

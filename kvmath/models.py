@@ -120,12 +120,33 @@ class Model:
         return self.n_heads // self.n_kv_heads
 
     def with_kv_heads(self, n_kv_heads: int) -> "Model":
-        """The same model with ``n_kv_heads`` KV heads (MHA, GQA or MQA by the count)."""
+        """The same model with ``n_kv_heads`` KV heads (MHA, GQA or MQA by the count).
+
+        Only the K and V projections shrink; the parameter count follows.
+
+        Examples
+        --------
+        >>> mqa = get_model("codellama-7b").with_kv_heads(1)
+        >>> mqa.name, mqa.attention, mqa.kv_bytes_per_token()
+        ('codellama-7b-kv1', 'mqa', 16384.0)
+        """
         if self.attention == "mla":
             raise ValueError(f"{self.name} uses MLA; its cache has no KV heads to change")
         n_kv_heads = int(positive_int("n_kv_heads", n_kv_heads))
         kind = "mha" if n_kv_heads == self.n_heads else "mqa" if n_kv_heads == 1 else "gqa"
-        return dataclasses.replace(self, n_kv_heads=n_kv_heads, attention=kind)
+        if n_kv_heads == self.n_kv_heads:
+            return self
+        # A derived model is not the preset: say so in its name and note.
+        return dataclasses.replace(
+            self,
+            n_kv_heads=n_kv_heads,
+            attention=kind,
+            name=f"{self.name}-kv{n_kv_heads}",
+            display_name=f"{self.display_name or self.name} with {n_kv_heads} KV heads",
+            note=f"derived from the {self.name} preset by changing n_kv_heads only",
+            published_params=None,
+            published_active_params=None,
+        )
 
     def replace(self, **changes) -> "Model":
         """A copy with some fields changed (validated like a preset)."""

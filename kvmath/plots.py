@@ -111,8 +111,16 @@ def style() -> Iterator[None]:
     >>> matplotlib.rcParams["axes.grid"] == before
     True
     """
-    with matplotlib.rc_context(STYLE):
+    # Save and restore only the keys we set. matplotlib.rc_context would
+    # restore *all* rcParams, including the `interactive` flag that IPython's
+    # inline backend switches on when the first figure of a kernel is made
+    # inside this block; turning it back off hides every later figure.
+    saved = {key: matplotlib.rcParams[key] for key in STYLE}
+    matplotlib.rcParams.update(STYLE)
+    try:
         yield
+    finally:
+        matplotlib.rcParams.update(saved)
 
 
 def new_figure(figsize: tuple[float, float] = (7.0, 4.0), nrows: int = 1,

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,8 +103,18 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
 
 
 def test_python_dash_m_and_console_script():
-    for cmd in ([sys.executable, "-m", "kvmath"], ["kvmath"]):
+    # the console script pip installed beside this interpreter (the venv's bin/)
+    script = str(Path(sys.executable).with_name("kvmath"))
+    for cmd in ([sys.executable, "-m", "kvmath"], [script]):
         ok = subprocess.run([*cmd, "critical-batch", "--hardware", "h100-sxm"], capture_output=True, text=True)
         assert ok.returncode == 0 and "295.3" in ok.stdout
         bad = subprocess.run([*cmd, "decode", "--model", "nope"], capture_output=True, text=True)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_closed_pipe_is_not_an_error():
+    # `kvmath models | head -1`: the reader goes away before the output ends
+    proc = subprocess.Popen([sys.executable, "-m", "kvmath", "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    assert proc.wait() == 0
+    assert b"Traceback" not in proc.stderr.read()
