@@ -35,7 +35,7 @@ def optional_int(cell: str) -> int | None:
 def lookup(name: str, table: Mapping[str, T], kind: str) -> T:
     """Find ``name`` (case-insensitive) in ``table``; raise ValueError with suggestions."""
     if not isinstance(name, str):
-        raise ValueError(f"{kind} must be a preset name (str), got {name!r}")
+        raise ValueError(f"{kind} must be a name (str), got {name!r}")
     key = name.strip().lower()
     if key not in table:
         raise ValueError(f"unknown {kind} {name!r}{suggest(key, table)}")

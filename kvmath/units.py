@@ -7,7 +7,7 @@ FLOP/s, bytes/s). The constants here exist so that callers can write
 
 from __future__ import annotations
 
-from .validation import suggest
+from .presets import lookup
 
 KB = 1e3
 MB = 1e6
@@ -53,9 +53,4 @@ def dtype_bytes(dtype: str, *, argument: str = "dtype") -> float:
     >>> dtype_bytes("INT4")
     0.5
     """
-    if not isinstance(dtype, str):
-        raise ValueError(f"{argument} must be a dtype name such as 'bf16', got {dtype!r}")
-    key = dtype.strip().lower()
-    if key not in DTYPE_BYTES:
-        raise ValueError(f"unknown {argument} {dtype!r}{suggest(key, DTYPE_BYTES)}")
-    return DTYPE_BYTES[key]
+    return lookup(dtype, DTYPE_BYTES, argument)
