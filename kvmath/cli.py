@@ -50,7 +50,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
 
 def _add_hardware_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", help="chip preset (see `kvmath hardware`)")
-    p.add_argument("--chips", type=_number, default=1, help="number of chips, N (default 1)")
+    p.add_argument("--chips", type=_number, help="number of chips, N (decode: 1; capacity: the fewest that hold the weights)")
     p.add_argument("--bandwidth", type=_number, help="HBM bytes/s per chip, overriding --hardware")
     p.add_argument("--flops", type=_number, help="FLOP/s per chip in the compute dtype, overriding --hardware")
     p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, help="dtype the matmuls run in")
@@ -119,7 +119,7 @@ def _stored_params(args, model, params_per_token: float) -> float:
 
 
 def _decode(args) -> dict:
-    n_chips = positive_int("--chips", args.chips)
+    n_chips = positive_int("--chips", 1 if args.chips is None else args.chips)
     batch = positive_int("--batch", args.batch)
     context = positive_int("--context", args.context)
     efficiency = fraction("--efficiency", args.efficiency)
@@ -182,7 +182,7 @@ def _capacity(args) -> dict:
     hbm = positive("--hbm-bytes", args.hbm_bytes if args.hbm_bytes is not None else chip.hbm_bytes)
     weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
-    n_chips = int(positive_int("--chips", args.chips)) if args.chips != 1 else fewest
+    n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
     budget = kv_budget_bytes(n_chips, hbm, weights)
     result = {
         "model": model.name if model else None,
