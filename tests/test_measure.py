@@ -1,0 +1,114 @@
+"""kvmath.measure: the bytes and FLOPs it reports, its input checks, and sane rates.
+
+Timings differ per machine and per run, so nothing here asserts a time; it
+asserts what must hold on any machine: the cost of the toy decode step equals
+a hand count, bad input fails naming the argument, and measured rates are
+positive and finite. Every call is small, so the file runs in a few seconds.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import kvmath
+import kvmath.measure as measure
+
+
+def test_decode_loop_cost_matches_a_hand_count():
+    # B = 3 sequences, S = 5 cached tokens, d = 8, L = 2 layers, float32.
+    c = measure.decode_loop_cost(batch=3, context=5, d_model=8, n_layers=2)
+    weights = 2 * (8 * 16 + 16 * 8)            # per layer a d x 2d and a 2d x d matrix
+    assert c.param_count == weights == 512
+    assert c.weight_bytes == 512 * 4
+    assert c.kv_bytes_per_seq == 2 * 2 * 5 * 8 * 4      # K and V, L layers, S tokens, d wide
+    assert c.kv_bytes == 3 * c.kv_bytes_per_seq == 1920
+    assert c.bytes_per_step == 2048 + 1920
+    assert c.weight_flops == 2 * 3 * 512                 # multiply and add per weight per sequence
+    assert c.attention_flops == 2 * (2 * 3 * 5 * 8) * 2  # q.K and p.V, 2 FLOPs per element, L layers
+    assert c.flops_per_step == c.weight_flops + c.attention_flops
+
+
+def test_decode_loop_cost_float64_doubles_the_bytes_not_the_flops():
+    f32 = measure.decode_loop_cost(4, 16, 32, 2, bytes_per_elem=4)
+    f64 = measure.decode_loop_cost(4, 16, 32, 2, bytes_per_elem=8)
+    assert f64.bytes_per_step == 2 * f32.bytes_per_step
+    assert f64.flops_per_step == f32.flops_per_step
+
+
+def test_decode_loop_cost_broadcasts_and_feeds_min_step():
+    batches = np.array([1, 2, 4, 8])
+    c = measure.decode_loop_cost(batches, 16, 64, 2)
+    assert np.array_equal(c.kv_bytes, batches * c.kv_bytes_per_seq)
+    assert np.all(np.diff(c.flops_per_step) > 0)
+    step = kvmath.min_step(batches, c.kv_bytes_per_seq, c.weight_bytes, c.param_count, 10e9, 100e9)
+    assert np.all(step >= c.bytes_per_step / 10e9 - 1e-15)
+
+
+def test_decode_loop_reports_its_configuration_and_cost():
+    r = measure.decode_loop(batch=3, context=5, d_model=32, n_layers=2, steps=3)
+    assert (r.batch, r.context, r.d_model, r.n_layers, r.dtype) == (3, 5, 32, 2, "float32")
+    assert r.cost == measure.decode_loop_cost(3, 5, 32, 2, 4)
+    assert len(r.step_times_s) == 3
+    assert r.step_s == float(np.median(r.step_times_s))
+    assert all(math.isfinite(t) and t > 0 for t in r.step_times_s)
+    assert math.isfinite(r.bandwidth) and r.bandwidth > 0
+    assert math.isfinite(r.flop_rate) and r.flop_rate > 0
+
+
+def test_decode_loop_float64_counts_eight_bytes_per_element():
+    r = measure.decode_loop(batch=2, context=4, d_model=16, n_layers=1, steps=1, dtype=np.float64)
+    assert r.dtype == "float64"
+    assert r.cost.weight_bytes == 4 * 16 * 16 * 8
+
+
+def test_decode_sweep_keeps_order_and_shares_the_weights():
+    configs = [(4, 8), (1, 8), (2, 16)]
+    rs = measure.decode_sweep(configs, d_model=32, n_layers=1, steps=1)
+    assert [(r.batch, r.context) for r in rs] == configs
+    assert len({r.cost.weight_bytes for r in rs}) == 1
+    assert [r.cost.kv_bytes for r in rs] == [measure.decode_loop_cost(b, s, 32, 1).kv_bytes for b, s in configs]
+
+
+def test_measured_rates_are_positive_and_finite():
+    for method in ("copy", "read"):
+        w = measure.memory_bandwidth(n_bytes=4e6, repeats=2, method=method)
+        assert math.isfinite(w) and w > 0
+    c = measure.matmul_flops(n=64, repeats=2)
+    assert math.isfinite(c) and c > 0
+    assert measure.matmul_flops(n=32, dtype=np.float64, repeats=1) > 0
+
+
+BAD = [
+    (lambda: measure.memory_bandwidth(n_bytes=0), "n_bytes"),
+    (lambda: measure.memory_bandwidth(n_bytes=-1e6), "n_bytes"),
+    (lambda: measure.memory_bandwidth(n_bytes=math.nan), "n_bytes"),
+    (lambda: measure.memory_bandwidth(n_bytes=1e6, repeats=0), "repeats"),
+    (lambda: measure.memory_bandwidth(n_bytes=1e6, repeats=2.5), "repeats"),
+    (lambda: measure.memory_bandwidth(n_bytes=1e6, method="stream"), "method"),
+    (lambda: measure.matmul_flops(n=0), "n"),
+    (lambda: measure.matmul_flops(n=10.5), "n"),
+    (lambda: measure.matmul_flops(n=16, dtype=np.int8), "dtype"),
+    (lambda: measure.matmul_flops(n=16, dtype="bogus"), "dtype"),
+    (lambda: measure.matmul_flops(n=16, repeats=-1), "repeats"),
+    (lambda: measure.decode_loop(batch=0, context=4), "batch"),
+    (lambda: measure.decode_loop(batch=1.5, context=4), "batch"),
+    (lambda: measure.decode_loop(batch=1, context=-4), "context"),
+    (lambda: measure.decode_loop(batch=1, context=4, d_model=0), "d_model"),
+    (lambda: measure.decode_loop(batch=1, context=4, n_layers=0), "n_layers"),
+    (lambda: measure.decode_loop(batch=1, context=4, d_model=16, steps=0), "steps"),
+    (lambda: measure.decode_loop(batch=1, context=4, d_model=16, dtype=np.int32), "dtype"),
+    (lambda: measure.decode_loop(batch=1, context=4, d_model=16, seed=-1), "seed"),
+    (lambda: measure.decode_loop_cost(batch=2, context=0), "context"),
+    (lambda: measure.decode_loop_cost(batch=2, context=4, bytes_per_elem=0), "bytes_per_elem"),
+    (lambda: measure.decode_sweep([]), "configs"),
+    (lambda: measure.decode_sweep([(1, 2, 3)]), "configs"),
+    (lambda: measure.decode_sweep(5), "configs"),
+    (lambda: measure.decode_sweep([(0, 4)], d_model=16), "batch"),
+]
+
+
+@pytest.mark.parametrize("call, name", BAD, ids=[f"{i}-{n}" for i, (_, n) in enumerate(BAD)])
+def test_bad_input_raises_value_error_naming_the_argument(call, name):
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call()
