@@ -27,6 +27,11 @@ def prefill_flops(
     Weights: ``2 * P * S`` per prompt. Attention: each token attends to the
     tokens before it, ``4 * L * h * d_h * S^2 / 2`` per prompt.
 
+    ``param_count`` should be the parameters every prompt token multiplies
+    by. A preset's ``param_count()`` also counts the input embedding (a
+    lookup, no FLOPs) and the LM head (needed for the last position only);
+    for a strict lower bound pass the count without them.
+
     Examples
     --------
     >>> prefill_flops(2048, 6.74e9, 32, 32, 128) / 1e12
