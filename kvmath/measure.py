@@ -227,9 +227,10 @@ def decode_loop_cost(batch: ArrayLike, context: ArrayLike, d_model: int = 2048, 
 
     Parameters
     ----------
-    batch : int or array
-        Sequences per step, B.
-    context : int or array
+    batch : float or array
+        Sequences per step, B. Fractional values are accepted, as in
+        :func:`kvmath.min_step`, so that a bound can be drawn as a smooth curve.
+    context : float or array
         Cached tokens per sequence, S.
     d_model : int
         Model width d.
@@ -245,8 +246,9 @@ def decode_loop_cost(batch: ArrayLike, context: ArrayLike, d_model: int = 2048, 
     Raises
     ------
     ValueError
-        If any argument is not a positive whole number (``bytes_per_elem``:
-        not positive), naming the argument.
+        If ``batch``, ``context`` or ``bytes_per_elem`` is not positive, or
+        ``d_model`` or ``n_layers`` is not a whole number >= 1, naming the
+        argument.
 
     Examples
     --------
@@ -256,8 +258,8 @@ def decode_loop_cost(batch: ArrayLike, context: ArrayLike, d_model: int = 2048, 
     >>> c.weight_flops, c.attention_flops
     (12288.0, 3072.0)
     """
-    batch = positive_int("batch", batch)
-    context = positive_int("context", context)
+    batch = positive("batch", batch)
+    context = positive("context", context)
     d = positive_int("d_model", d_model)
     layers = positive_int("n_layers", n_layers)
     b = positive("bytes_per_elem", bytes_per_elem)
