@@ -62,6 +62,17 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
+def _checked_default(values: list, default: Any, what: str) -> Any:
+    """``default`` (the first value when None), after checking that ``values`` do not repeat."""
+    if len(set(map(repr, values))) != len(values):
+        raise ValueError(f"{what} must not repeat, got {values!r}")
+    if default is None:
+        return values[0]
+    if default not in values:
+        raise ValueError(f"default must be one of {what} {values!r}, got {default!r}")
+    return default
+
+
 class Slider:
     """A slider over an explicit list of values (so log-spaced batches work).
 
@@ -99,14 +110,8 @@ class Slider:
         values = list(values)
         if len(values) < 2:
             raise ValueError(f"values must hold at least two entries, got {values!r}")
-        if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"values must not repeat, got {values!r}")
-        if default is None:
-            default = values[0]
-        if default not in values:
-            raise ValueError(f"default must be one of values {values!r}, got {default!r}")
         self.values = values
-        self.default = default
+        self.default = _checked_default(values, default, "values")
         self.label = label
         self.fmt = fmt or _format_value
 
@@ -175,14 +180,8 @@ class Choice(Slider):
             else:
                 pairs.append((str(opt), opt))
         values = [v for _, v in pairs]
-        if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"options must not repeat values, got {values!r}")
-        if default is None:
-            default = values[0]
-        if default not in values:
-            raise ValueError(f"default must be one of the options' values {values!r}, got {default!r}")
         self.values = values
-        self.default = default
+        self.default = _checked_default(values, default, "the options' values")
         self.label = label
         self._labels = {repr(v): lab for lab, v in pairs}
         self.fmt = lambda v: self._labels[repr(v)]
