@@ -4,8 +4,8 @@ Every quantity is in base units: bytes, seconds, FLOPs, FLOP/s, bytes/s.
 Cost functions broadcast over numpy arrays, so one call evaluates a whole
 grid of batch sizes and contexts. Plotting (:mod:`kvmath.plots`) and
 interactive figures (:mod:`kvmath.interactive`) need matplotlib and
-ipywidgets, and measuring this machine (:mod:`kvmath.measure`) allocates
-large arrays when used; all three are imported on first use, not here.
+ipywidgets, and the tools that time this machine (:mod:`kvmath.measure`)
+serve one chapter only; all three are imported on first use, not here.
 """
 
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
