@@ -18,7 +18,7 @@ from .decode import critical_batch, critical_batch_beta_alpha, step_breakdown, t
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
 from .hardware import chip_names, get_chip
 from .models import get_model, model_names
-from .parallel import KV_SHARDINGS, tensor_parallel_step
+from .parallel import KV_SHARDINGS, kv_bytes_per_chip, tensor_parallel_step
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import fraction, positive, positive_int
 
@@ -127,8 +127,12 @@ def _decode(args) -> dict:
     model, params, kv_per_token = _model_numbers(args, context)
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     kv_total = batch * context * kv_per_token
-    # With no model there are no KV heads to count; assume the cache splits evenly.
-    heads = model.n_kv_heads if model is not None and model.attention != "mla" else n_chips
+    # With no model there are no KV heads to count; assume the cache splits
+    # evenly. An MLA latent is shared by every head, so like MQA it is one head.
+    if model is None:
+        heads = n_chips
+    else:
+        heads = 1 if model.attention == "mla" else model.n_kv_heads
     effective_bw = bandwidth * efficiency
     # Weight reads count every stored parameter: at any useful batch an MoE
     # step routes tokens to (nearly) every expert, so all of them are read.
@@ -146,7 +150,7 @@ def _decode(args) -> dict:
         "param_count": params,
         "kv_bytes_per_token": kv_per_token,
         "kv_cache_bytes": kv_total,
-        "kv_bytes_per_chip": float(terms.kv_s * effective_bw),
+        "kv_bytes_per_chip": float(kv_bytes_per_chip(kv_total, n_chips, heads, batch=batch, shard=args.kv_shard)),
         "bandwidth_per_chip": effective_bw,
         "flops_per_chip": flops,
         "step_s": float(terms.step_s),

@@ -118,3 +118,15 @@ def test_closed_pipe_is_not_an_error():
     proc.stdout.close()
     assert proc.wait() == 0
     assert b"Traceback" not in proc.stderr.read()
+
+
+def test_mla_latent_cache_is_not_split_by_heads(capsys):
+    # DeepSeek-V3 caches one 576-element latent per token per layer, shared by all 128 heads:
+    # tensor parallelism over heads cannot split it, so every chip holds all of it.
+    common = ["decode", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8", "--batch", "8",
+              "--context", "4096", "--weight-dtype", "fp8"]
+    heads = run_json(capsys, *common)
+    batch = run_json(capsys, *common, "--kv-shard", "batch")
+    total = 8 * 4096 * 70_272
+    assert heads["kv_bytes_per_chip"] == total
+    assert batch["kv_bytes_per_chip"] == total / 8
