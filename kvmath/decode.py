@@ -1,14 +1,19 @@
-"""Decode cost: the min-step lower bound, throughput and the critical batch size.
+"""Decode cost: the bounds on one step, throughput and the critical batch size.
 
 One decode *step* produces one token for each of the ``batch`` sequences. It
-must at least read every sequence's KV cache and every weight once, and do
-``2 * P`` FLOPs per sequence for the weight matmuls, so
+must at least read every sequence's KV cache and the weights the step uses,
+and do the math: ``2 * P`` FLOPs per token for the weight matmuls and the
+attention FLOPs over the cache. Two forms of the bound follow.
 
-    step >= B * KV / W + max(P_bytes / W, 2 * P_count * B / C).
+- **Strict lower bound** (perfect overlap of memory and compute):
+  ``max(all bytes / W, all FLOPs / C)``. No real step is faster.
+- **No-overlap form**: ``max(KV / W, attention FLOPs / C) + max(P_bytes / W,
+  2 P B / C)``, attention and weights one after the other. Without attention
+  FLOPs it is the notes' ``B * KV / W + max(P_bytes / W, 2 * P_count * B / C)``
+  (:func:`min_step`); it is never below the strict form.
 
-Attention reads its cache once per sequence and does only a few FLOPs per
-byte, so it stays memory-bound; the weight term is memory-bound at small
-batch and compute-bound past the critical batch size.
+An optional fixed per-step overhead (kernel launches, scheduling) adds to
+both; it is an estimate to fit, never part of a bound, and is 0 by default.
 """
 
 from __future__ import annotations
@@ -20,24 +25,43 @@ import numpy as np
 from .validation import ArrayLike, non_negative, plain, positive, positive_int
 
 
+def _which(memory_s: ArrayLike, compute_s: ArrayLike) -> str | np.ndarray:
+    """"memory" where the memory time is at least the compute time, else "compute"."""
+    bound = np.where(np.asarray(memory_s >= compute_s), "memory", "compute")
+    return str(bound) if bound.ndim == 0 else bound
+
+
 @dataclass(frozen=True)
 class StepBreakdown:
-    """The terms of the min-step bound, in seconds (floats or arrays).
+    """The terms of a decode step's bounds, in seconds (floats or arrays).
 
     Attributes
     ----------
     kv_s : reading the KV cache, B * KV / W.
     weight_memory_s : reading the weights, P_bytes / W.
-    weight_compute_s : the weight matmuls, 2 * P_count * B / C.
-    step_s : kv_s + max(weight_memory_s, weight_compute_s).
-    bound : "memory" where reading weights takes longer than their math, else "compute".
+    weight_compute_s : the weight matmuls, 2 * P_count * B * tokens_per_seq / C.
+    attention_compute_s : attention's math over the cache, B * attention FLOPs / C.
+    overhead_s : the fixed per-step overhead passed in (0 unless given; an estimate).
+    step_s : the no-overlap form, overhead + max(kv_s, attention_compute_s)
+        + max(weight_memory_s, weight_compute_s): the notes' min-step when
+        attention FLOPs and overhead are 0.
+    strict_step_s : the strict lower bound, overhead + max(kv_s + weight_memory_s,
+        attention_compute_s + weight_compute_s).
+    bound : which weight term binds in the no-overlap form, "memory" or "compute".
+    attention_bound : which attention term binds in the no-overlap form.
+    strict_bound : which resource binds in the strict form.
     """
 
     kv_s: ArrayLike
     weight_memory_s: ArrayLike
     weight_compute_s: ArrayLike
+    attention_compute_s: ArrayLike
+    overhead_s: ArrayLike
     step_s: ArrayLike
+    strict_step_s: ArrayLike
     bound: str | np.ndarray
+    attention_bound: str | np.ndarray
+    strict_bound: str | np.ndarray
 
 
 def step_breakdown(
@@ -47,16 +71,36 @@ def step_breakdown(
     param_count: ArrayLike,
     bandwidth: ArrayLike,
     flops: ArrayLike,
+    attention_flops_per_seq: ArrayLike = 0,
+    overhead_s: ArrayLike = 0,
+    tokens_per_seq: ArrayLike = 1,
 ) -> StepBreakdown:
-    """Every term of the min-step bound and which weight term binds.
+    """Every term of both forms of the decode-step bound, and what binds in each.
 
-    Parameters are those of :func:`min_step`.
+    Parameters are those of :func:`min_step`, and:
+
+    attention_flops_per_seq : float or array
+        Attention FLOPs of one sequence in this step (e.g.
+        ``Model.attention_flops_per_token(S) * tokens_per_seq``); 0 leaves
+        attention as pure memory traffic, as the notes do.
+    overhead_s : float or array
+        Fixed time per step added to both forms (an estimate, default 0).
+    tokens_per_seq : float or array
+        Tokens each sequence pushes through the weights this step: 1 for
+        plain decoding, gamma + 1 for a speculative verify step. The KV cache
+        is still read once per sequence.
+
+    ``batch`` may be real-valued, for smooth bound curves.
 
     Examples
     --------
+    The notes' 30B model at B = 256: 20.86 ms without overlap, 18.27 ms strict.
+
     >>> t = step_breakdown(256, 8192 * 100e3, 30e9, 30e9, 16 * 8.2e11, 16 * 1.97e14)
     >>> round(t.kv_s * 1e3, 2), round(t.weight_compute_s * 1e3, 2), t.bound
     (15.98, 4.87, 'compute')
+    >>> round(t.step_s * 1e3, 2), round(t.strict_step_s * 1e3, 2), t.strict_bound
+    (20.86, 18.27, 'memory')
     """
     batch = positive("batch", batch)
     kv_bytes_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
@@ -64,18 +108,53 @@ def step_breakdown(
     param_count = positive("param_count", param_count)
     bandwidth = positive("bandwidth", bandwidth)
     flops = positive("flops", flops)
+    attention_flops_per_seq = non_negative("attention_flops_per_seq", attention_flops_per_seq)
+    overhead_s = non_negative("overhead_s", overhead_s)
+    tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     kv_s = batch * kv_bytes_per_seq / bandwidth
     weight_memory_s = param_bytes / bandwidth
-    weight_compute_s = 2 * param_count * batch / flops
-    memory_bound = np.asarray(weight_memory_s >= weight_compute_s)
-    bound = np.where(memory_bound, "memory", "compute")
+    weight_compute_s = 2 * param_count * batch * tokens_per_seq / flops
+    attention_compute_s = batch * attention_flops_per_seq / flops
+    memory_s = kv_s + weight_memory_s
+    compute_s = attention_compute_s + weight_compute_s
     return StepBreakdown(
-        kv_s=kv_s,
-        weight_memory_s=weight_memory_s,
-        weight_compute_s=weight_compute_s,
-        step_s=plain(kv_s + np.maximum(weight_memory_s, weight_compute_s)),
-        bound=str(bound) if bound.ndim == 0 else bound,
+        kv_s=plain(kv_s),
+        weight_memory_s=plain(weight_memory_s),
+        weight_compute_s=plain(weight_compute_s),
+        attention_compute_s=plain(attention_compute_s),
+        overhead_s=overhead_s,
+        step_s=plain(overhead_s + np.maximum(kv_s, attention_compute_s) + np.maximum(weight_memory_s, weight_compute_s)),
+        strict_step_s=plain(overhead_s + np.maximum(memory_s, compute_s)),
+        bound=_which(weight_memory_s, weight_compute_s),
+        attention_bound=_which(kv_s, attention_compute_s),
+        strict_bound=_which(memory_s, compute_s),
     )
+
+
+def strict_step(
+    batch: ArrayLike,
+    kv_bytes_per_seq: ArrayLike,
+    param_bytes: ArrayLike,
+    param_count: ArrayLike,
+    bandwidth: ArrayLike,
+    flops: ArrayLike,
+    attention_flops_per_seq: ArrayLike = 0,
+) -> ArrayLike:
+    """Strict lower bound on one decode step, in seconds: ``max(bytes / W, FLOPs / C)``.
+
+    ``max((B * KV + P_bytes) / W, (B * A + 2 * P_count * B) / C)`` with ``A``
+    the attention FLOPs of one sequence: memory and compute perfectly
+    overlapped. Parameters are those of :func:`step_breakdown`.
+
+    Examples
+    --------
+    >>> W, C = 16 * 8.2e11, 16 * 1.97e14
+    >>> round(strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3, 2)  # the notes' 20.86 ms case
+    18.27
+    """
+    return step_breakdown(
+        batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops, attention_flops_per_seq
+    ).strict_step_s
 
 
 def min_step(
@@ -86,9 +165,12 @@ def min_step(
     bandwidth: ArrayLike,
     flops: ArrayLike,
 ) -> ArrayLike:
-    """Lower bound on the time of one decode step, in seconds.
+    """The notes' min-step bound on one decode step, in seconds.
 
-    ``B * KV / W + max(P_bytes / W, 2 * P_count * B / C)``
+    ``B * KV / W + max(P_bytes / W, 2 * P_count * B / C)``: attention read
+    as pure memory traffic, not overlapped with the weights. It is a lower
+    bound only for a step that cannot overlap the two;
+    :func:`strict_step` gives the strict lower bound.
 
     Parameters
     ----------

@@ -10,12 +10,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .formats import get_format
 from .presets import lookup, optional_float, read_rows
 from .validation import positive
 
 #: Compute dtypes a chip may list, and the CSV column that holds each rate.
 #: fp16 runs at the bf16 rate on every chip here.
-_RATE_COLUMN = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8"}
+_RATE_COLUMN = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8", "fp4": "fp4"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Chip:
     bandwidth : float
         Memory bandwidth in bytes/s.
     flops_by_dtype : dict
-        Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``).
+        Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``, ``fp4``).
     display_name, source, note : str
         Where the numbers come from.
 
@@ -59,7 +60,7 @@ class Chip:
             positive(f"{dtype} FLOP/s of {self.name}", rate)
 
     def flops(self, dtype: str = "bf16") -> float:
-        """Dense FLOP/s when the math runs in ``dtype`` (bf16, fp16, fp8 or int8)."""
+        """Dense FLOP/s when the math runs in ``dtype`` (bf16, fp16, fp8, int8 or fp4)."""
         key = dtype.lower() if isinstance(dtype, str) else dtype
         if key not in _RATE_COLUMN:
             raise ValueError(
@@ -70,6 +71,23 @@ class Chip:
             have = ", ".join(sorted(self.flops_by_dtype))
             raise ValueError(f"chip {self.name!r} has no {key} rate (it has: {have})")
         return rate
+
+    def flops_for_format(self, weights: str) -> float:
+        """Dense FLOP/s the matmuls of weights stored in ``weights`` can reach on this chip.
+
+        The format's native compute rate (:class:`kvmath.formats.Format`'s
+        ``compute``) where the chip has it; otherwise the weights are
+        converted and multiply at the bf16 rate (fp8 on an A100, for one).
+
+        Examples
+        --------
+        >>> get_chip("h100-sxm").flops_for_format("fp8") / 1e12
+        1978.9
+        >>> get_chip("a100-80gb").flops_for_format("nvfp4") / 1e12
+        312.0
+        """
+        native = get_format(weights, argument="weights").compute
+        return self.flops(native if native in self.flops_by_dtype else "bf16")
 
     def ridge_point(self, dtype: str = "bf16") -> float:
         """FLOPs per byte at which compute time equals memory time: C / W."""
@@ -85,7 +103,7 @@ def _chips() -> dict[str, Chip]:
     chips = {}
     for row in read_rows("hardware.csv"):
         rates = {
-            dtype: optional_float(row[f"{dtype}_flops_per_s"]) for dtype in ("bf16", "fp8", "int8")
+            dtype: optional_float(row[f"{dtype}_flops_per_s"]) for dtype in ("bf16", "fp8", "int8", "fp4")
         }
         chips[row["name"]] = Chip(
             name=row["name"],

@@ -12,14 +12,44 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Mapping, Union
 
 import numpy as np
 
 from .kv_cache import kv_bytes_per_token
+from .moe import experts_touched
 from .presets import lookup, optional_int, read_rows
+from .units import dtype_bytes
 from .validation import ArrayLike, choice, plain, positive, positive_int
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
+
+#: Tensor groups of a model's weights. ``lm_head`` is the output projection
+#: (the shared table when embeddings are tied), ``embedding`` the input
+#: table, ``positions`` a learned position table.
+WEIGHT_GROUPS = ("attention", "mlp", "experts", "shared_experts", "router", "lm_head", "embedding", "positions", "norms")
+
+#: How weights are stored: one format name (``"bf16"``, ``"q4_0"``), bytes
+#: per weight, or a mapping from group to either with an optional
+#: ``"default"`` (e.g. ``{"default": "fp8", "lm_head": "bf16"}``).
+Precision = Union[str, float, Mapping[str, Union[str, float]]]
+
+
+def _group_bytes(weights: Precision) -> dict[str, float]:
+    """Bytes per weight of every group under ``weights``."""
+    def one(value, where: str) -> float:
+        return dtype_bytes(value, argument=where) if isinstance(value, str) else float(positive(where, value))
+
+    if not isinstance(weights, Mapping):
+        b = one(weights, "weights")
+        return dict.fromkeys(WEIGHT_GROUPS, b)
+    unknown = set(weights) - set(WEIGHT_GROUPS) - {"default"}
+    if unknown:
+        raise ValueError(f"weights has unknown group(s) {sorted(unknown)}; groups are {WEIGHT_GROUPS} and 'default'")
+    missing = [g for g in WEIGHT_GROUPS if g not in weights]
+    if missing and "default" not in weights:
+        raise ValueError(f"weights gives no format for {missing}: add them or a 'default'")
+    return {g: one(weights.get(g, weights.get("default")), f"weights[{g!r}]") for g in WEIGHT_GROUPS}
 
 
 @dataclass(frozen=True)
@@ -51,6 +81,12 @@ class Model:
         holds ``kv_lora_rank + qk_rope_dim`` elements per token per layer.
     published_params, published_active_params : float or None
         The totals the model's authors state, to check ours against.
+    supported_context : int or None
+        The context length the model's authors document as supported or
+        trained (not a config's ``max_position_embeddings``, which is a hint,
+        nor ``n_positions``). Longer contexts still compute.
+    context_source : str
+        Where ``supported_context`` comes from.
 
     Examples
     --------
@@ -86,6 +122,8 @@ class Model:
     v_head_dim: int | None = None
     published_params: float | None = None
     published_active_params: float | None = None
+    supported_context: int | None = None
+    context_source: str = ""
     display_name: str = ""
     source: str = ""
     note: str = ""
@@ -193,6 +231,151 @@ class Model:
         """Total parameters P computed from the configuration (a count, not bytes)."""
         return self._params(experts_per_token=None)
 
+    def param_groups(self) -> dict[str, int]:
+        """Parameters resident in memory, by tensor group (see :data:`WEIGHT_GROUPS`); they sum to P.
+
+        ``experts`` counts every routed expert of every MoE layer; with tied
+        embeddings the one table is counted under ``embedding`` and
+        ``lm_head`` is 0.
+
+        Examples
+        --------
+        >>> g = get_model("llama-3-8b").param_groups()
+        >>> g["embedding"], g["lm_head"], sum(g.values()) == get_model("llama-3-8b").param_count()
+        (525336576, 525336576, True)
+        """
+        dense_layers, moe_layers = self._layer_split()
+        expert = self._mlp_params(self.d_ff_expert) if moe_layers else 0
+        table = self.vocab * self.d_model
+        return {
+            "attention": self.n_layers * self._attention_params_per_layer(),
+            "mlp": dense_layers * self._mlp_params(self.d_ff),
+            "experts": moe_layers * (self.n_experts or 0) * expert,
+            "shared_experts": moe_layers * (self.n_shared_experts or 0) * expert,
+            "router": moe_layers * self.d_model * (self.n_experts or 0),
+            "lm_head": 0 if self.tied_embeddings else table,
+            "embedding": table,
+            "positions": self.n_positions * self.d_model,
+            "norms": (2 * self.n_layers + 1) * self.d_model,
+        }
+
+    def matmul_params_per_token(self) -> int:
+        """Parameters each token multiplies by: 2x this is its weight FLOPs.
+
+        The active parameters less what costs no FLOPs: the input embedding
+        and position tables are only looked up, and norms scale elementwise.
+        The LM head counts (tied or not), routed experts count ``top_k``.
+
+        Examples
+        --------
+        >>> m = get_model("llama-3-8b")
+        >>> m.matmul_params_per_token() == m.param_count() - m.param_groups()["embedding"] - m.param_groups()["norms"]
+        True
+        """
+        g = self.param_groups()
+        routed = g["experts"] * (self.top_k or 0) // (self.n_experts or 1)
+        return g["attention"] + g["mlp"] + routed + g["shared_experts"] + g["router"] + self.vocab * self.d_model
+
+    def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
+        """Bytes the weights occupy in memory: every group, every expert.
+
+        Examples
+        --------
+        >>> get_model("llama-2-7b").weight_bytes_resident("q4_0") / 1e9  # 4.5 bits per weight
+        3.79...
+        """
+        per_weight = _group_bytes(weights)
+        return sum(n * per_weight[g] for g, n in self.param_groups().items())
+
+    def weight_bytes_read_by_group(
+        self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
+    ) -> dict[str, ArrayLike]:
+        """Bytes of weights one decode step reads, by tensor group.
+
+        A step reads every weight matrix once, except that the input
+        embedding (and a learned position table) is only looked up: one row
+        per token, ``T = batch * tokens_per_seq`` rows. A tied LM head reads
+        the shared table once, which holds those rows too. MoE layers read
+        the routed experts the batch touches (:func:`kvmath.experts_touched`
+        with ``routing``: ``"floor"`` for a strict lower bound, ``"uniform"``
+        for the estimate, ``"ceiling"``), plus shared experts and the router.
+
+        ``batch`` and ``tokens_per_seq`` may be real-valued for smooth sweeps.
+
+        Examples
+        --------
+        >>> r = get_model("llama-3-8b").weight_bytes_read_by_group(batch=1)
+        >>> r["embedding"], r["lm_head"]  # one row of 4096 bf16, and the whole head
+        (8192.0, 1050673152.0)
+        """
+        tokens = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq)
+        per_weight = _group_bytes(weights)
+        g = self.param_groups()
+        read = {name: float(g[name] * per_weight[name])
+                for name in ("attention", "mlp", "shared_experts", "router", "norms")}
+        if self.n_experts:
+            per_expert = g["experts"] / self.n_experts
+            read["experts"] = plain(experts_touched(self.n_experts, self.top_k, tokens, routing) * per_expert
+                                    * per_weight["experts"])
+        else:
+            read["experts"] = 0.0
+        table = self.vocab * self.d_model
+        read["lm_head"] = float(table * per_weight["lm_head"])
+        rows = 0 if self.tied_embeddings else np.minimum(tokens, self.vocab)
+        read["embedding"] = plain(rows * self.d_model * per_weight["embedding"])
+        read["positions"] = plain(np.minimum(tokens, self.n_positions) * self.d_model * per_weight["positions"])
+        return {name: read[name] for name in WEIGHT_GROUPS}
+
+    def weight_bytes_read(
+        self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
+    ) -> ArrayLike:
+        """Bytes of weights one decode step reads: the sum of :meth:`weight_bytes_read_by_group`.
+
+        With ``routing="floor"`` (the default) this is what a strict lower
+        bound charges; it never exceeds :meth:`weight_bytes_resident`.
+
+        Examples
+        --------
+        >>> m = get_model("mixtral-8x7b")
+        >>> round(m.weight_bytes_read(1) / 1e9, 2), round(m.weight_bytes_resident() / 1e9, 2)
+        (25.5, 93.41)
+        """
+        by_group = self.weight_bytes_read_by_group(batch, weights, routing, tokens_per_seq)
+        return plain(sum(by_group.values()))
+
+    def attention_flops_per_token(self, context: ArrayLike) -> ArrayLike:
+        """FLOPs one new token spends attending to a cache of ``context`` tokens, all layers.
+
+        MHA, GQA and MQA: ``4 * h * d_h`` per cached token per layer (scores
+        and the weighted sum of values, over query heads: sharing KV heads
+        saves bytes, not FLOPs). A sliding-window layer attends to at most
+        ``sliding_window`` tokens. MLA in its absorbed form scores each query
+        head against the latent plus the rotary part and sums values over the
+        latent: ``2 * h * (r + r_rope) + 2 * h * r`` per cached token per layer.
+
+        ``context`` may be real-valued for smooth sweeps.
+
+        Examples
+        --------
+        >>> get_model("llama-2-7b").attention_flops_per_token(4096) / 1e9
+        2.147483648
+        >>> m = get_model("deepseek-v3")  # about 242 FLOPs per byte of bf16 latent
+        >>> round(m.attention_flops_per_token(1) / m.kv_bytes_per_token(2), 1)
+        241.8
+        """
+        context = positive("context", context)
+        if self.attention == "mla":
+            r, rope = self.kv_lora_rank, self.qk_rope_dim
+            per_cached = 2 * self.n_heads * (r + rope) + 2 * self.n_heads * r
+        else:
+            per_cached = 4 * self.n_heads * self.head_dim
+        if self.sliding_window is None:
+            attended = self.n_layers * context
+        else:
+            attended = (self.n_sliding_layers * np.minimum(context, self.sliding_window)
+                        + (self.n_layers - self.n_sliding_layers) * context)
+        return plain(per_cached * attended)
+
     def active_param_count(self) -> int:
         """Parameters each token uses: all of them for a dense model, top-k experts for MoE."""
         return self._params(experts_per_token=self.top_k)
@@ -255,6 +438,8 @@ def _model_from_row(row: dict[str, str]) -> Model:
     fields.update({k: optional_int(row[k]) for k in _OPTIONAL_INT_FIELDS})
     published_active = row["published_active_params"].strip()
     return Model(
+        supported_context=optional_int(row["supported_context"]),
+        context_source=row["context_source"],
         name=row["name"],
         tied_embeddings=row["tied_embeddings"] == "true",
         attention=row["attention"],

@@ -56,11 +56,18 @@ def tensor_parallel_step(
     bandwidth: ArrayLike,
     flops: ArrayLike,
     shard: str = "heads",
+    attention_flops_per_seq: ArrayLike = 0,
+    overhead_s: ArrayLike = 0,
+    tokens_per_seq: ArrayLike = 1,
 ) -> StepBreakdown:
-    """The min-step terms on one of ``n_chips`` chips running tensor parallel.
+    """The decode-step terms on one of ``n_chips`` chips running tensor parallel.
 
     Weights and their FLOPs split evenly; the KV cache splits as
-    :func:`kv_bytes_per_chip` says. ``bandwidth`` and ``flops`` are per chip.
+    :func:`kv_bytes_per_chip` says. Attention FLOPs split with the query
+    heads (evenly, N ways) under ``shard="heads"``, and with the sequences
+    under ``shard="batch"``. ``bandwidth`` and ``flops`` are per chip.
+    Communication between chips is not counted. The other arguments are
+    those of :func:`kvmath.step_breakdown`.
 
     Examples
     --------
@@ -73,10 +80,16 @@ def tensor_parallel_step(
     (18.5, 33.8)
     """
     n_chips = positive_int("n_chips", n_chips)
-    batch = positive_int("batch", batch)
+    batch = positive("batch", batch)
     kv_total = non_negative("kv_bytes_per_seq", kv_bytes_per_seq) * batch
-    kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=batch, shard=shard)
+    kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=np.ceil(batch), shard=shard)
+    attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
+    if choice("shard", shard, KV_SHARDINGS) == "heads":
+        attention_chip = attention / n_chips
+    else:
+        attention_chip = attention * np.ceil(np.ceil(batch) / n_chips) / np.ceil(batch)
     return step_breakdown(
         batch, kv_chip / batch, positive("param_bytes", param_bytes) / n_chips,
         positive("param_count", param_count) / n_chips, bandwidth, flops,
+        attention_flops_per_seq=attention_chip, overhead_s=overhead_s, tokens_per_seq=tokens_per_seq,
     )

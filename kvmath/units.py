@@ -7,7 +7,7 @@ FLOP/s, bytes/s). The constants here exist so that callers can write
 
 from __future__ import annotations
 
-from .presets import lookup
+from .formats import format_names, get_format
 
 KB = 1e3
 MB = 1e6
@@ -18,16 +18,10 @@ MiB = 2**20
 GiB = 2**30
 TiB = 2**40
 
-#: Bytes per element of each number format kvmath knows. int4 packs two
-#: weights in a byte; its scales and zero points are not counted.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4.0,
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-}
+#: Bytes per element of each number format in ``data/formats.csv``, scales
+#: included: fractional for block formats (``q4_0``: 0.5625). The bare
+#: ``int4`` row counts no scales, as the sources do.
+DTYPE_BYTES: dict[str, float] = {name: get_format(name).bytes_per_weight for name in format_names()}
 
 
 def dtype_bytes(dtype: str, *, argument: str = "dtype") -> float:
@@ -36,8 +30,8 @@ def dtype_bytes(dtype: str, *, argument: str = "dtype") -> float:
     Parameters
     ----------
     dtype : str
-        One of ``fp32``, ``bf16``, ``fp16``, ``fp8``, ``int8``, ``int4``
-        (case-insensitive).
+        A name from :data:`DTYPE_BYTES` (``bf16``, ``fp8``, ``int4-g128``,
+        ``q4_0``, ``nvfp4``, ...; case-insensitive).
     argument : str
         Name of the caller's argument, used in the error message.
 
@@ -52,5 +46,7 @@ def dtype_bytes(dtype: str, *, argument: str = "dtype") -> float:
     2.0
     >>> dtype_bytes("INT4")
     0.5
+    >>> dtype_bytes("q4_0")  # 32 four-bit weights and one fp16 scale in 18 bytes
+    0.5625
     """
-    return lookup(dtype, DTYPE_BYTES, argument)
+    return get_format(dtype, argument=argument).bytes_per_weight

@@ -1,0 +1,87 @@
+"""Mixture of experts: how many experts a batch touches, and the critical batch that follows.
+
+In one MoE layer each of ``T`` tokens picks ``k`` of ``E`` routed experts.
+A step reads only the experts some token picked, so its weight bytes grow
+with the batch until every expert is in use:
+
+- at least ``k`` (every token may pick the same experts: the floor a strict
+  lower bound must use);
+- about ``E * (1 - (1 - k/E)**T)`` when tokens route uniformly and
+  independently (an estimate: real routers are skewed, which touches fewer);
+- at most ``min(E, k * T)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .validation import ArrayLike, plain, positive, positive_int
+
+ROUTINGS = ("floor", "uniform", "ceiling")
+
+
+def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, routing: str = "uniform") -> ArrayLike:
+    """Distinct routed experts one MoE layer reads for ``tokens`` tokens.
+
+    Parameters
+    ----------
+    n_experts, top_k : int or array
+        Routed experts per layer E, and experts each token uses k (k <= E).
+    tokens : float or array
+        Tokens in the step, T (batch x tokens per sequence). Real-valued so
+        that bound curves can sweep it smoothly.
+    routing : str
+        ``"floor"`` (k: a lower bound), ``"uniform"`` (the estimate above) or
+        ``"ceiling"`` (min(E, k T): an upper bound).
+
+    Returns
+    -------
+    float or ndarray
+        Experts touched (not rounded: the uniform estimate is an expectation).
+
+    Examples
+    --------
+    Mixtral (8 experts, top-2):
+
+    >>> [round(experts_touched(8, 2, b), 3) for b in (1, 8, 64)]
+    [2.0, 7.199, 8.0]
+    >>> experts_touched(8, 2, 1, "floor"), experts_touched(8, 2, 3, "ceiling")
+    (2.0, 6.0)
+    """
+    n_experts = positive_int("n_experts", n_experts)
+    top_k = positive_int("top_k", top_k)
+    tokens = positive("tokens", tokens)
+    if np.any(np.asarray(top_k) > np.asarray(n_experts)):
+        raise ValueError(f"top_k ({top_k}) must not exceed n_experts ({n_experts})")
+    if routing == "floor":
+        return plain(top_k + 0 * tokens)
+    if routing == "ceiling":
+        return plain(np.minimum(n_experts, top_k * tokens))
+    if routing == "uniform":
+        expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
+        # below one token (fractional sweeps) the expectation would dip under the floor
+        return plain(np.maximum(expected, top_k))
+    raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+
+
+def saturated_critical_batch(
+    total_params: ArrayLike, active_params: ArrayLike, flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike
+) -> ArrayLike:
+    """Critical batch of an MoE model once every expert is touched: ``(P_total / P_active) * C * b_w / (2 W)``.
+
+    A saturated step reads all ``P_total`` weights but each token multiplies
+    by only ``P_active``, so the math catches up with the reads at a batch
+    ``P_total / P_active`` times the dense model's. A first-order figure:
+    :func:`kvmath.model_critical_batch` solves the model's own bytes and FLOPs.
+
+    Examples
+    --------
+    Mixtral 8x7B on an H100 in bf16, against 295 for a dense model:
+
+    >>> round(saturated_critical_batch(46.70e9, 12.88e9, 989.4e12, 3.35e12, 2))
+    1071
+    """
+    ratio = positive("total_params", total_params) / positive("active_params", active_params)
+    return ratio * positive("flops", flops) * positive("bytes_per_param", bytes_per_param) / (
+        2 * positive("bandwidth", bandwidth)
+    )

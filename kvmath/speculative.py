@@ -1,0 +1,112 @@
+"""Speculative and multi-token decoding: more tokens per step for more math per step.
+
+A draft proposes ``gamma`` tokens per sequence; one verify step of the
+target checks all ``gamma + 1`` positions at once. The verify step does
+``gamma + 1`` times the FLOPs of a plain step but reads the same weights
+(a dense model; an MoE model touches more experts with more tokens) and
+the same cache. With each draft token accepted with probability ``a``
+(independently), a step yields on average ``(1 - a**(gamma + 1)) / (1 - a)``
+tokens (Leviathan et al. 2023). While the target is memory-bound the extra
+math is nearly free; once the verify step turns compute-bound it is not, and
+speculation stops paying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import Chip
+from .models import Model
+from .step import decode_step
+from .validation import ArrayLike, non_negative, plain, positive, positive_int
+
+
+def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLike:
+    """Expected tokens one verify step yields per sequence: ``(1 - a**(gamma + 1)) / (1 - a)``.
+
+    ``gamma + 1`` at ``a = 1`` (every draft accepted, plus the target's own
+    token); 1 at ``a = 0``.
+
+    Examples
+    --------
+    >>> round(expected_tokens_per_step(0.8, 4), 4)
+    3.3616
+    >>> expected_tokens_per_step(1.0, 4), expected_tokens_per_step(0.0, 4)
+    (5.0, 1.0)
+    """
+    a = non_negative("acceptance", acceptance)
+    gamma = positive_int("gamma", gamma)
+    if np.any(np.asarray(a) > 1):
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
+    # a geometric sum 1 + a + ... + a**gamma, exact at a = 1 where the closed form is 0/0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        closed = (1 - np.power(a, gamma + 1)) / (1 - a)
+    return plain(np.where(np.asarray(a) == 1, gamma + 1, closed))
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding against plain decoding, at the strict bounds (seconds per step).
+
+    Attributes
+    ----------
+    expected_tokens : tokens per sequence per verify step.
+    plain_step_s : one plain decode step of the target.
+    verify_step_s : one verify step (gamma + 1 tokens per sequence).
+    draft_s : the draft's gamma steps (0 with no draft model).
+    speedup : plain_step_s * expected_tokens / (verify_step_s + draft_s);
+        below 1, speculation costs more than it gives.
+    """
+
+    expected_tokens: ArrayLike
+    plain_step_s: ArrayLike
+    verify_step_s: ArrayLike
+    draft_s: ArrayLike
+    speedup: ArrayLike
+
+
+def speculative_decode(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    context: ArrayLike,
+    gamma: int,
+    acceptance: ArrayLike,
+    draft: Model | None = None,
+    **step_options,
+) -> Speculation:
+    """Speed-up of speculative decoding over plain decoding, both at their strict lower bounds.
+
+    ``draft`` runs ``gamma`` plain steps on the same chip before each verify
+    step; ``None`` means a draft that costs nothing (n-gram lookup, or a
+    multi-token-prediction head whose cost is folded into the target). The
+    acceptance rate is an assumption about the data, so the speed-up is an
+    estimate built from bounds, not a bound. ``step_options`` go to
+    :func:`kvmath.decode_step` for both models (``weights``, ``n_chips``, ...).
+
+    Examples
+    --------
+    Llama 3 8B on one H100 with a free draft, gamma = 4, a = 0.8: memory-bound
+    at batch 1, so the verify step costs about one plain step; at batch 1,024
+    with short contexts the verify step is compute-bound and speculation loses.
+
+    >>> from kvmath import get_chip, get_model
+    >>> s = speculative_decode(get_model("llama-3-8b"), get_chip("h100-sxm"), [1, 1024], 128, 4, 0.8)
+    >>> [round(float(x), 2) for x in s.speedup]
+    [3.36, 0.67]
+    """
+    gamma = int(positive_int("gamma", gamma))
+    expected = expected_tokens_per_step(acceptance, gamma)
+    batch = positive("batch", batch)
+    plain_step = decode_step(model, chip, batch, context, **step_options).strict_step_s
+    verify = decode_step(model, chip, batch, context, tokens_per_seq=gamma + 1, **step_options).strict_step_s
+    draft_s = 0.0 if draft is None else gamma * decode_step(draft, chip, batch, context, **step_options).strict_step_s
+    return Speculation(
+        expected_tokens=expected,
+        plain_step_s=plain_step,
+        verify_step_s=verify,
+        draft_s=draft_s,
+        speedup=plain(plain_step * expected / (verify + draft_s)),
+    )

@@ -1,0 +1,238 @@
+"""One decode step of a real model on a real chip: what it reads, what it computes, how long at least.
+
+:func:`decode_step` puts the model's side (weight bytes read by group, MoE
+experts touched, attention FLOPs, KV bytes) together with the chip's side
+(bandwidth, the FLOP rate of the weights' format) and returns both forms of
+the bound of :mod:`kvmath.decode`. Every chapter and the command line use
+it, so there is one step model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .decode import StepBreakdown
+from .formats import get_format
+from .hardware import Chip
+from .models import Model, Precision
+from .parallel import tensor_parallel_step
+from .units import dtype_bytes
+from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step: its traffic and math for the whole step, and its bounds per chip.
+
+    Byte and FLOP figures are for the whole step over all chips; ``terms``
+    holds the times on one chip (equal to the whole for ``n_chips = 1``).
+
+    Attributes
+    ----------
+    weight_bytes_read : what the strict bound charges: every matrix once,
+        embedding rows looked up, MoE experts at the k-expert floor.
+    weight_bytes_read_uniform : the same with experts touched under uniform
+        routing (an estimate; equal to the floor for a dense model).
+    weight_bytes_read_ceiling : the same with min(E, k T) experts (an upper bound).
+    weight_bytes_resident : every weight, all experts: what memory must hold.
+    kv_bytes_read : the KV cache the step reads (all sequences; per chip in
+        ``kv_bytes_per_chip``, where a replicated cache counts once per chip).
+    weight_flops, attention_flops : FLOPs of the weight matmuls and of attention.
+    terms : :class:`kvmath.StepBreakdown` on one chip: ``strict_step_s`` is the
+        strict lower bound, ``step_s`` the no-overlap form.
+    is_lower_bound : False where an efficiency below 1 or an overhead was
+        given: the times are then estimates.
+    """
+
+    batch: ArrayLike
+    context: ArrayLike
+    n_chips: int
+    weight_bytes_read: ArrayLike
+    weight_bytes_read_uniform: ArrayLike
+    weight_bytes_read_ceiling: ArrayLike
+    weight_bytes_resident: float
+    kv_bytes_read: ArrayLike
+    kv_bytes_per_chip: ArrayLike
+    weight_flops: ArrayLike
+    attention_flops: ArrayLike
+    terms: StepBreakdown
+    is_lower_bound: bool
+
+    @property
+    def strict_step_s(self) -> ArrayLike:
+        """Strict lower bound on the step, seconds (an estimate if ``is_lower_bound`` is False)."""
+        return self.terms.strict_step_s
+
+    @property
+    def no_overlap_step_s(self) -> ArrayLike:
+        """The no-overlap form, seconds: attention, then the weights."""
+        return self.terms.step_s
+
+    @property
+    def tokens_per_s(self) -> ArrayLike:
+        """Tokens the batch produces per second at the strict bound: B / strict_step_s."""
+        return self.batch / self.strict_step_s
+
+
+def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None) -> float:
+    """FLOP/s of the weight matmuls: ``compute_dtype`` if given, else the weights' own format.
+
+    With a mapping of formats, the body's (``"mlp"``, else ``"default"``) decides.
+
+    Examples
+    --------
+    >>> from kvmath import get_chip
+    >>> compute_rate(get_chip("h100-sxm"), "fp8") / 1e12, compute_rate(get_chip("h100-sxm"), "fp8", "bf16") / 1e12
+    (1978.9, 989.4)
+    """
+    if compute_dtype is not None:
+        return chip.flops(compute_dtype)
+    if isinstance(weights, dict):
+        weights = weights.get("mlp", weights.get("default", "bf16"))
+    return chip.flops_for_format(weights) if isinstance(weights, str) else chip.flops("bf16")
+
+
+def decode_step(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    context: ArrayLike,
+    *,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    n_chips: int = 1,
+    shard: str = "heads",
+    tokens_per_seq: ArrayLike = 1,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> DecodeStep:
+    """Bounds on one decode step of ``model`` on ``n_chips`` of ``chip``.
+
+    Parameters
+    ----------
+    model, chip : Model, Chip
+        The presets (or your own).
+    batch : float or array
+        Sequences decoded together, B (real-valued for smooth sweeps).
+    context : float or array
+        Tokens in each sequence's cache, S (real-valued for smooth sweeps;
+        sliding windows applied).
+    weights : str, float or mapping
+        How the weights are stored (see :data:`kvmath.models.Precision`).
+    kv_dtype : str or float
+        Format (or bytes per element) of the cache.
+    compute_dtype : str, optional
+        Rate the weight matmuls run at; default the weights' format's own
+        (fp8 weights on an H100 at the fp8 rate; int4-g128 at bf16).
+        Attention math runs at the same rate.
+    n_chips, shard : int, str
+        Tensor parallelism and how the cache splits (see
+        :func:`kvmath.tensor_parallel_step`); an MLA latent is shared by all
+        heads, so sharding by heads replicates it on every chip.
+    tokens_per_seq : float or array
+        Tokens per sequence through the weights: gamma + 1 for a speculative
+        verify step (more FLOPs, more experts touched, the same cache read).
+    overhead_s : float or array
+        Fixed per-step overhead (an estimate to fit; default 0).
+    efficiency : float or array
+        Achieved fraction of peak bandwidth (default 1; below 1 the result
+        is an estimate, not a bound).
+
+    Returns
+    -------
+    DecodeStep
+
+    Examples
+    --------
+    Llama 3 8B in bf16 on an RTX 4090 at batch 1: the step reads 15.01 GB
+    of weights, not the 16.06 GB of the whole model (the input embedding is
+    only looked up), so the bound is 67.0 tokens/s at a 256-token context,
+    above the 65.21 tokens/s llama.cpp measured (PR #15131):
+
+    >>> from kvmath import get_chip, get_model
+    >>> s = decode_step(get_model("llama-3-8b"), get_chip("rtx-4090"), 1, 256)
+    >>> round(s.weight_bytes_read / 1e9, 2), round(float(s.tokens_per_s), 1)
+    (15.01, 67.0)
+    """
+    n_chips = int(positive_int("n_chips", n_chips))
+    batch = positive("batch", batch)
+    context = positive("context", context)
+    tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
+    efficiency = fraction("efficiency", efficiency)
+    overhead_s = non_negative("overhead_s", overhead_s)
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+
+    reads = {r: model.weight_bytes_read(batch, weights, r, tokens_per_seq) for r in ("floor", "uniform", "ceiling")}
+    matmul = model.matmul_params_per_token()
+    attention_per_seq = model.attention_flops_per_token(context) * tokens_per_seq
+    kv_per_seq = model.kv_bytes_per_seq(np.ceil(context), b_kv)
+    # An MLA latent serves every head: like MQA, it is one "head" to split.
+    kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
+    flops = compute_rate(chip, weights, compute_dtype)
+    terms = tensor_parallel_step(
+        batch, kv_per_seq, kv_heads, reads["floor"], matmul, n_chips, chip.bandwidth * efficiency, flops,
+        shard=shard, attention_flops_per_seq=attention_per_seq, overhead_s=overhead_s,
+        tokens_per_seq=tokens_per_seq,
+    )
+    return DecodeStep(
+        batch=batch,
+        context=context,
+        n_chips=n_chips,
+        weight_bytes_read=reads["floor"],
+        weight_bytes_read_uniform=reads["uniform"],
+        weight_bytes_read_ceiling=reads["ceiling"],
+        weight_bytes_resident=model.weight_bytes_resident(weights),
+        kv_bytes_read=plain(batch * kv_per_seq),
+        kv_bytes_per_chip=plain(terms.kv_s * chip.bandwidth * efficiency),
+        weight_flops=plain(2 * matmul * batch * tokens_per_seq),
+        attention_flops=plain(batch * attention_per_seq),
+        terms=terms,
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+    )
+
+
+def model_critical_batch(
+    model: Model,
+    chip: Chip,
+    weights: Precision = "bf16",
+    compute_dtype: str | None = None,
+    routing: str = "uniform",
+) -> float:
+    """Batch at which the weight matmuls take as long as reading the weights the batch touches.
+
+    Solves ``weight_bytes_read(B) / W = 2 * P_matmul * B / C``. For a dense
+    model this is about ``C * b_w / (2 W)``, a property of the chip and the
+    dtypes. For an MoE model the bytes read grow with B until every expert is
+    touched, so it depends on the model: about ``P_total / P_active`` times
+    the dense figure once saturated (uniform routing by default, an
+    estimate; ``routing="floor"`` gives the k-expert floor's batch).
+
+    Examples
+    --------
+    >>> from kvmath import get_chip, get_model
+    >>> h100 = get_chip("h100-sxm")
+    >>> round(model_critical_batch(get_model("llama-2-70b"), h100))  # C * b_w / (2 W) = 295.3
+    295
+    >>> round(model_critical_batch(get_model("mixtral-8x7b"), h100))
+    1079
+    """
+    bandwidth = chip.bandwidth
+    flops = compute_rate(chip, weights, compute_dtype)
+    matmul = model.matmul_params_per_token()
+
+    def excess(b: float) -> float:
+        return 2 * matmul * b / flops - model.weight_bytes_read(b, weights, routing) / bandwidth
+
+    lo, hi = 1e-6, 1e9
+    if excess(hi) < 0:
+        raise ValueError(f"{model.name}: the weight math never catches up with the reads below a batch of 1e9")
+    # Bisection on a log scale: the reads grow at most linearly in B, the math exactly so.
+    for _ in range(200):
+        mid = np.sqrt(lo * hi)
+        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+        if hi / lo < 1 + 1e-12:
+            break
+    return float(hi)
