@@ -33,7 +33,7 @@ from .moe import experts_touched, saturated_critical_batch
 from .parallel import kv_bytes_per_chip, tensor_parallel_step
 from .prefill import prefill_flops, prefill_time
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
-from .step import DecodeStep, compute_rate, decode_step, model_critical_batch
+from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
 __version__ = "0.1.0"
@@ -50,7 +50,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "MB", "MiB", "Model",
-    "Speculation", "StepBreakdown", "TB", "TiB", "WEIGHT_GROUPS",
+    "Speculation", "StepBreakdown", "StepWork", "TB", "TiB", "WEIGHT_GROUPS",
     "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
     "compute_rate", "critical_batch", "critical_batch_beta_alpha", "decode_step", "dtype_bytes",
     "expected_tokens_per_step", "experts_touched", "fmt_bandwidth", "fmt_bytes",
@@ -58,6 +58,6 @@ __all__ = [
     "get_model", "kv_budget_bytes", "kv_bytes_per_chip", "kv_bytes_per_seq", "kv_bytes_per_token",
     "kv_cache_bytes", "max_batch", "max_kv_tokens", "min_chips_for_weights", "min_step", "min_step_simple",
     "model_critical_batch", "model_names", "prefill_flops", "prefill_time", "saturated_critical_batch",
-    "speculative_decode", "step_breakdown", "strict_step", "tensor_parallel_step", "tokens_per_s",
+    "speculative_decode", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
     "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
 ]

@@ -8,21 +8,63 @@ message on stderr; it never shows a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from typing import Sequence
 
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
-from .decode import critical_batch, critical_batch_beta_alpha, step_breakdown, tokens_per_s, tokens_per_s_per_seq
+from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tokens_per_s_per_seq
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
+from .formats import get_format
 from .hardware import chip_names, get_chip
 from .models import get_model, model_names
-from .parallel import KV_SHARDINGS, kv_bytes_per_chip, tensor_parallel_step
+from .parallel import KV_SHARDINGS
+from .step import StepWork, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
-from .validation import fraction, positive, positive_int
+from .validation import fraction, non_negative, positive, positive_int
 
-COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8")
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
+
+#: Every key of ``kvmath decode --json``: its meaning, unit and which form
+#: of the bound it belongs to. ``--help`` prints this table.
+DECODE_KEYS = {
+    "model": "model preset name (null with --params alone)",
+    "hardware": "chip preset name (null with --bandwidth/--flops alone)",
+    "chips": "chips N the step runs on (tensor parallel)",
+    "batch": "sequences per step B",
+    "context": "tokens in each sequence's cache S",
+    "supported_context": "tokens the model's authors document as supported (null if unknown)",
+    "param_count": "parameters each token multiplies by (matmul parameters; active ones for MoE)",
+    "weight_bytes_read": "bytes of weights the step reads, all chips: what the strict bound charges (k-expert floor for MoE)",
+    "weight_bytes_read_uniform": "the same under uniform MoE routing (an estimate; equals weight_bytes_read for a dense model)",
+    "weight_bytes_read_ceiling": "the same with min(E, k B) experts (an upper bound)",
+    "weight_bytes_resident": "bytes of all weights held in memory, every expert",
+    "kv_bytes_per_token": "KV bytes per token (average over the context where layers use windows)",
+    "kv_cache_bytes": "KV cache of the whole batch, bytes",
+    "kv_bytes_per_chip": "KV bytes each chip reads (a cache replicated across chips counts in full)",
+    "weight_flops": "FLOPs of the weight matmuls, whole step",
+    "attention_flops": "FLOPs of attention over the cache, whole step (0 with --params and no --model)",
+    "bandwidth_per_chip": "bytes/s per chip used (peak x --efficiency)",
+    "flops_per_chip": "FLOP/s per chip used for weights and attention",
+    "kv_s": "seconds to read the KV cache on one chip",
+    "attention_compute_s": "seconds of attention math on one chip",
+    "weight_memory_s": "seconds to read the weights on one chip",
+    "weight_compute_s": "seconds of weight math on one chip",
+    "overhead_s": "fixed per-step overhead added to both forms (--overhead-s; an estimate)",
+    "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C)",
+    "bound": "what binds in the strict form: memory or compute",
+    "tokens_per_s_per_seq": "tokens/s each sequence gets at step_s",
+    "tokens_per_s": "tokens/s of the whole batch at step_s",
+    "no_overlap_step_s": "no-overlap form, seconds: overhead + max(kv_s, attention_compute_s) + max(weight_memory_s, weight_compute_s) (the notes' min-step)",
+    "no_overlap_tokens_per_s": "tokens/s of the whole batch at no_overlap_step_s",
+    "no_overlap_attention_bound": "which attention term binds in the no-overlap form: memory or compute",
+    "no_overlap_weights_bound": "which weight term binds in the no-overlap form: memory or compute",
+    "is_lower_bound": "true when the times are bounds; false when --efficiency < 1 or --overhead-s > 0 make them estimates",
+    "critical_batch": "C * b_w / (2 W) of the chip and dtypes (the dense-model B_crit)",
+    "model_critical_batch": "batch where this model's weight math equals its weight reads (uniform MoE routing; null with --params)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,8 +86,13 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model preset (see `kvmath models`)")
     p.add_argument("--params", type=_number, help="parameter count, instead of or overriding --model")
     p.add_argument("--kv-bytes-per-token", type=_number, help="KV bytes per token, overriding the model")
-    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="stored weights")
-    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="cached keys and values")
+    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES),
+                   help="format of the stored weights, scales included (default: bf16)")
+    p.add_argument("--lm-head-dtype", choices=sorted(DTYPE_BYTES),
+                   help="format of the LM head (default: --weight-dtype)")
+    p.add_argument("--embedding-dtype", choices=sorted(DTYPE_BYTES),
+                   help="format of the input embedding table (default: --weight-dtype)")
+    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="cached keys and values (default: bf16)")
 
 
 def _add_hardware_options(p: argparse.ArgumentParser) -> None:
@@ -53,7 +100,8 @@ def _add_hardware_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chips", type=_number, help="number of chips, N (decode: 1; capacity: the fewest that hold the weights)")
     p.add_argument("--bandwidth", type=_number, help="HBM bytes/s per chip, overriding --hardware")
     p.add_argument("--flops", type=_number, help="FLOP/s per chip in the compute dtype, overriding --hardware")
-    p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, help="dtype the matmuls run in")
+    p.add_argument("--compute-dtype", choices=COMPUTE_DTYPES,
+                   help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -61,13 +109,21 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvmath", description="The arithmetic of LLM inference.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    decode = sub.add_parser("decode", help="min-step bound on one decode step and tokens/s")
+    keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
+    decode = sub.add_parser(
+        "decode", help="bounds on one decode step and tokens/s",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"keys of --json (base units: bytes, seconds, FLOPs):\n{keys}",
+    )
     _add_model_options(decode)
     _add_hardware_options(decode)
     decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B")
     decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
     decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
-    decode.add_argument("--efficiency", type=_number, default=1.0, help="achieved fraction of peak bandwidth")
+    decode.add_argument("--efficiency", type=_number, default=1.0,
+                        help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)")
+    decode.add_argument("--overhead-s", type=_number, default=0.0,
+                        help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)")
 
     capacity = sub.add_parser("capacity", help="chips for the weights, KV budget, tokens and batch that fit")
     _add_model_options(capacity)
@@ -75,12 +131,14 @@ def _build_parser() -> argparse.ArgumentParser:
     capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes, overriding --hardware")
     capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S")
 
-    crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W)")
+    crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
     crit.add_argument("--hardware", help="chip preset")
+    crit.add_argument("--model", help="model preset: also solve its own B_crit (MoE models differ)")
     crit.add_argument("--bandwidth", type=_number, help="bytes/s, overriding --hardware")
     crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype, overriding --hardware")
     crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    crit.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES)
+    crit.add_argument("--compute-dtype", choices=COMPUTE_DTYPES,
+                      help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)")
     crit.add_argument("--json", action="store_true")
 
     models = sub.add_parser("models", help="list model presets")
@@ -96,8 +154,20 @@ def _chip_rates(args) -> tuple[float, float]:
     if chip is None and (args.bandwidth is None or args.flops is None):
         raise ValueError("give --hardware, or both --bandwidth and --flops")
     bandwidth = args.bandwidth if args.bandwidth is not None else chip.bandwidth
-    flops = args.flops if args.flops is not None else chip.flops(args.compute_dtype)
+    if args.flops is not None:
+        flops = args.flops
+    elif args.compute_dtype is not None:
+        flops = chip.flops(args.compute_dtype)
+    else:
+        flops = chip.flops_for_format(args.weight_dtype)
     return positive("--bandwidth", bandwidth), positive("--flops", flops)
+
+
+def _precision(args) -> dict:
+    """Format of each weight group from --weight-dtype, --lm-head-dtype and --embedding-dtype."""
+    return {"default": args.weight_dtype,
+            "lm_head": getattr(args, "lm_head_dtype", None) or args.weight_dtype,
+            "embedding": getattr(args, "embedding_dtype", None) or args.weight_dtype}
 
 
 def _model_numbers(args, context: float | None) -> tuple[object, float, float]:
@@ -118,62 +188,110 @@ def _stored_params(args, model, params_per_token: float) -> float:
     return model.param_count() if model is not None and args.params is None else params_per_token
 
 
+def _work(args, model, batch: float, context: float) -> StepWork:
+    """The step's bytes and FLOPs from the model, with --params / --kv-bytes-per-token overriding."""
+    if model is not None:
+        work = step_work(model, batch, context, weights=_precision(args), kv_dtype=args.kv_dtype)
+    if args.params is not None:
+        b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
+        read = weight_bytes(positive("--params", args.params), b_w)
+        counts = dict(weight_bytes_read=read, weight_bytes_read_uniform=read, weight_bytes_read_ceiling=read,
+                      weight_bytes_resident=read, matmul_params=args.params)
+        if model is None:
+            # No model: no attention FLOPs to count, no heads; the cache splits evenly.
+            return StepWork(batch=batch, context=context, tokens_per_seq=1,
+                            kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token),
+                            attention_flops_per_seq=0.0, kv_heads=int(positive_int("--chips", args.chips or 1)),
+                            **counts)
+        work = dataclasses.replace(work, **counts)
+    if args.kv_bytes_per_token is not None:
+        work = dataclasses.replace(work, kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token))
+    return work
+
+
+def _warn_past_supported_context(args, model, context: float) -> None:
+    if model is not None and model.supported_context and context > model.supported_context:
+        print(f"kvmath {args.command}: warning: --context {context:,.0f} is beyond the {model.supported_context:,} "
+              f"tokens {model.name} is documented to support; computing anyway",
+              file=sys.stderr)
+
+
 def _decode(args) -> dict:
     n_chips = positive_int("--chips", 1 if args.chips is None else args.chips)
     batch = positive_int("--batch", args.batch)
     context = positive_int("--context", args.context)
     efficiency = fraction("--efficiency", args.efficiency)
+    overhead_s = non_negative("--overhead-s", args.overhead_s)
     bandwidth, flops = _chip_rates(args)
-    model, params, kv_per_token = _model_numbers(args, context)
+    model = get_model(args.model) if args.model else None
+    if model is None and (args.params is None or args.kv_bytes_per_token is None):
+        raise ValueError("give --model, or both --params and --kv-bytes-per-token")
+    _warn_past_supported_context(args, model, context)
+    work = _work(args, model, batch, context)
+    step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
+                     overhead_s=overhead_s, efficiency=efficiency)
+    t = step.terms
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
-    kv_total = batch * context * kv_per_token
-    # With no model there are no KV heads to count; assume the cache splits
-    # evenly. An MLA latent is shared by every head, so like MQA it is one head.
-    if model is None:
-        heads = n_chips
-    else:
-        heads = 1 if model.attention == "mla" else model.n_kv_heads
-    effective_bw = bandwidth * efficiency
-    # Weight reads count every stored parameter: at any useful batch an MoE
-    # step routes tokens to (nearly) every expert, so all of them are read.
-    stored = _stored_params(args, model, params)
-    terms = tensor_parallel_step(
-        batch, kv_total / batch, heads, weight_bytes(stored, b_w), params, n_chips, effective_bw, flops,
-        shard=args.kv_shard,
-    )
-    return {
+    own_b_crit = None
+    if model is not None and args.params is None:
+        own_b_crit = model_critical_batch(model, get_chip(args.hardware), _precision(args), args.compute_dtype) \
+            if args.hardware and args.bandwidth is None and args.flops is None else None
+    result = {
         "model": model.name if model else None,
         "hardware": args.hardware,
         "chips": int(n_chips),
         "batch": int(batch),
         "context": int(context),
-        "param_count": params,
-        "kv_bytes_per_token": kv_per_token,
-        "kv_cache_bytes": kv_total,
-        "kv_bytes_per_chip": float(kv_bytes_per_chip(kv_total, n_chips, heads, batch=batch, shard=args.kv_shard)),
-        "bandwidth_per_chip": effective_bw,
-        "flops_per_chip": flops,
-        "step_s": float(terms.step_s),
-        "kv_s": float(terms.kv_s),
-        "weight_memory_s": float(terms.weight_memory_s),
-        "weight_compute_s": float(terms.weight_compute_s),
-        "bound": terms.bound,
-        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(terms.step_s)),
-        "tokens_per_s": float(tokens_per_s(terms.step_s, batch)),
-        "critical_batch": float(critical_batch(flops, effective_bw, b_w)),
+        "supported_context": model.supported_context if model else None,
+        "param_count": float(work.matmul_params),
+        "weight_bytes_read": float(work.weight_bytes_read),
+        "weight_bytes_read_uniform": float(work.weight_bytes_read_uniform),
+        "weight_bytes_read_ceiling": float(work.weight_bytes_read_ceiling),
+        "weight_bytes_resident": float(work.weight_bytes_resident),
+        "kv_bytes_per_token": float(work.kv_bytes_per_seq / context),
+        "kv_cache_bytes": float(work.kv_bytes_read),
+        "kv_bytes_per_chip": float(step.kv_bytes_per_chip),
+        "weight_flops": float(work.weight_flops),
+        "attention_flops": float(work.attention_flops),
+        "bandwidth_per_chip": float(bandwidth * efficiency),
+        "flops_per_chip": float(flops),
+        "kv_s": float(t.kv_s),
+        "attention_compute_s": float(t.attention_compute_s),
+        "weight_memory_s": float(t.weight_memory_s),
+        "weight_compute_s": float(t.weight_compute_s),
+        "overhead_s": float(t.overhead_s),
+        "step_s": float(t.strict_step_s),
+        "bound": t.strict_bound,
+        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(t.strict_step_s)),
+        "tokens_per_s": float(tokens_per_s(t.strict_step_s, batch)),
+        "no_overlap_step_s": float(t.step_s),
+        "no_overlap_tokens_per_s": float(tokens_per_s(t.step_s, batch)),
+        "no_overlap_attention_bound": t.attention_bound,
+        "no_overlap_weights_bound": t.bound,
+        "is_lower_bound": step.is_lower_bound,
+        "critical_batch": float(critical_batch(flops, bandwidth * efficiency, b_w)),
+        "model_critical_batch": own_b_crit,
     }
+    return result
 
 
 def _print_decode(r: dict) -> None:
     print(f"decode step, B = {r['batch']}, S = {r['context']}, N = {r['chips']} chip(s)")
     print(f"  KV cache (whole batch)   {fmt_bytes(r['kv_cache_bytes'])}; per chip {fmt_bytes(r['kv_bytes_per_chip'])}")
+    print(f"  weights read             {fmt_bytes(r['weight_bytes_read'])} of {fmt_bytes(r['weight_bytes_resident'])} resident")
     print(f"  KV read                  {fmt_seconds(r['kv_s'])}")
+    print(f"  attention, compute       {fmt_seconds(r['attention_compute_s'])}")
     print(f"  weights, memory          {fmt_seconds(r['weight_memory_s'])}")
     print(f"  weights, compute         {fmt_seconds(r['weight_compute_s'])}")
-    print(f"  min-step                 {fmt_seconds(r['step_s'])}  (weights {r['bound']}-bound)")
+    kind = "lower bound" if r["is_lower_bound"] else "estimate"
+    print(f"  step, strict {kind:<11} {fmt_seconds(r['step_s'])}  ({r['bound']}-bound)")
+    print(f"  step, no overlap         {fmt_seconds(r['no_overlap_step_s'])}  "
+          f"(attention {r['no_overlap_attention_bound']}-bound, weights {r['no_overlap_weights_bound']}-bound)")
     print(f"  tokens/s per sequence    {r['tokens_per_s_per_seq']:.2f}")
     print(f"  tokens/s for the batch   {r['tokens_per_s']:.2f}")
     print(f"  critical batch B_crit    {r['critical_batch']:.1f}")
+    if r["model_critical_batch"] is not None:
+        print(f"  this model's B_crit      {r['model_critical_batch']:.1f}")
 
 
 def _capacity(args) -> dict:
@@ -238,7 +356,7 @@ def _models() -> list[dict]:
         rows.append({
             "name": name, "attention": m.attention, "param_count": m.param_count(),
             "active_param_count": m.active_param_count(), "kv_bytes_per_token_bf16": m.kv_bytes_per_token(),
-            "source": m.source,
+            "supported_context": m.supported_context, "source": m.source, "context_source": m.context_source,
         })
     return rows
 

@@ -56,7 +56,8 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     if routing == "floor":
         return plain(top_k + 0 * tokens)
     if routing == "ceiling":
-        return plain(np.minimum(n_experts, top_k * tokens))
+        # below one token (fractional sweeps) k T would dip under the floor
+        return plain(np.minimum(n_experts, np.maximum(top_k, top_k * tokens)))
     if routing == "uniform":
         expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
         # below one token (fractional sweeps) the expectation would dip under the floor

@@ -23,40 +23,112 @@ from .validation import ArrayLike, fraction, non_negative, plain, positive, posi
 
 
 @dataclass(frozen=True)
-class DecodeStep:
-    """One decode step: its traffic and math for the whole step, and its bounds per chip.
-
-    Byte and FLOP figures are for the whole step over all chips; ``terms``
-    holds the times on one chip (equal to the whole for ``n_chips = 1``).
+class StepWork:
+    """What one decode step must move and compute, for the whole step over all chips.
 
     Attributes
     ----------
+    batch, context, tokens_per_seq : the step's shape (sequences, cached
+        tokens each, tokens each through the weights).
     weight_bytes_read : what the strict bound charges: every matrix once,
         embedding rows looked up, MoE experts at the k-expert floor.
     weight_bytes_read_uniform : the same with experts touched under uniform
         routing (an estimate; equal to the floor for a dense model).
     weight_bytes_read_ceiling : the same with min(E, k T) experts (an upper bound).
     weight_bytes_resident : every weight, all experts: what memory must hold.
-    kv_bytes_read : the KV cache the step reads (all sequences; per chip in
-        ``kv_bytes_per_chip``, where a replicated cache counts once per chip).
-    weight_flops, attention_flops : FLOPs of the weight matmuls and of attention.
+    matmul_params : parameters each token multiplies by (2x: its weight FLOPs).
+    kv_bytes_per_seq : the cache one sequence reads.
+    attention_flops_per_seq : attention's FLOPs for one sequence.
+    kv_heads : heads the cache splits into under tensor parallelism (1 for
+        MQA and for an MLA latent, which every head shares).
+    """
+
+    batch: ArrayLike
+    context: ArrayLike
+    tokens_per_seq: ArrayLike
+    weight_bytes_read: ArrayLike
+    weight_bytes_read_uniform: ArrayLike
+    weight_bytes_read_ceiling: ArrayLike
+    weight_bytes_resident: ArrayLike
+    matmul_params: ArrayLike
+    kv_bytes_per_seq: ArrayLike
+    attention_flops_per_seq: ArrayLike
+    kv_heads: int
+
+    @property
+    def kv_bytes_read(self) -> ArrayLike:
+        """The KV cache the whole batch reads, bytes."""
+        return plain(self.batch * self.kv_bytes_per_seq)
+
+    @property
+    def weight_flops(self) -> ArrayLike:
+        """FLOPs of the weight matmuls: 2 * P_matmul * B * tokens_per_seq."""
+        return plain(2 * self.matmul_params * self.batch * self.tokens_per_seq)
+
+    @property
+    def attention_flops(self) -> ArrayLike:
+        """FLOPs of attention over the cache for the whole batch."""
+        return plain(self.batch * self.attention_flops_per_seq)
+
+
+def step_work(
+    model: Model,
+    batch: ArrayLike,
+    context: ArrayLike,
+    *,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    tokens_per_seq: ArrayLike = 1,
+) -> StepWork:
+    """The bytes and FLOPs of one decode step of ``model`` (arguments as in :func:`decode_step`).
+
+    Examples
+    --------
+    >>> from kvmath import get_model
+    >>> w = step_work(get_model("mixtral-8x7b"), 8, 4096)
+    >>> [round(x / 1e9, 2) for x in (w.weight_bytes_read, w.weight_bytes_read_uniform, w.weight_bytes_resident)]
+    [25.5, 84.11, 93.41]
+    """
+    batch = positive("batch", batch)
+    context = positive("context", context)
+    tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    reads = {r: model.weight_bytes_read(batch, weights, r, tokens_per_seq) for r in ("floor", "uniform", "ceiling")}
+    return StepWork(
+        batch=batch,
+        context=context,
+        tokens_per_seq=tokens_per_seq,
+        weight_bytes_read=reads["floor"],
+        weight_bytes_read_uniform=reads["uniform"],
+        weight_bytes_read_ceiling=reads["ceiling"],
+        weight_bytes_resident=model.weight_bytes_resident(weights),
+        matmul_params=model.matmul_params_per_token(),
+        kv_bytes_per_seq=model.kv_bytes_per_seq(np.ceil(context), b_kv),
+        attention_flops_per_seq=plain(model.attention_flops_per_token(context) * tokens_per_seq),
+        kv_heads=1 if model.attention == "mla" else model.n_kv_heads,
+    )
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step: its work (:class:`StepWork`) and its bounds on one chip.
+
+    Attributes
+    ----------
+    work : StepWork
+        Bytes and FLOPs of the whole step over all chips.
+    n_chips : int
+    kv_bytes_per_chip : the cache each chip reads (a replicated cache counts
+        in full on every chip).
     terms : :class:`kvmath.StepBreakdown` on one chip: ``strict_step_s`` is the
         strict lower bound, ``step_s`` the no-overlap form.
     is_lower_bound : False where an efficiency below 1 or an overhead was
         given: the times are then estimates.
     """
 
-    batch: ArrayLike
-    context: ArrayLike
+    work: StepWork
     n_chips: int
-    weight_bytes_read: ArrayLike
-    weight_bytes_read_uniform: ArrayLike
-    weight_bytes_read_ceiling: ArrayLike
-    weight_bytes_resident: float
-    kv_bytes_read: ArrayLike
     kv_bytes_per_chip: ArrayLike
-    weight_flops: ArrayLike
-    attention_flops: ArrayLike
     terms: StepBreakdown
     is_lower_bound: bool
 
@@ -73,7 +145,7 @@ class DecodeStep:
     @property
     def tokens_per_s(self) -> ArrayLike:
         """Tokens the batch produces per second at the strict bound: B / strict_step_s."""
-        return self.batch / self.strict_step_s
+        return self.work.batch / self.strict_step_s
 
 
 def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None) -> float:
@@ -92,6 +164,38 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     if isinstance(weights, dict):
         weights = weights.get("mlp", weights.get("default", "bf16"))
     return chip.flops_for_format(weights) if isinstance(weights, str) else chip.flops("bf16")
+
+
+def step_time(
+    work: StepWork,
+    bandwidth: ArrayLike,
+    flops: ArrayLike,
+    *,
+    n_chips: int = 1,
+    shard: str = "heads",
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> DecodeStep:
+    """Bounds on a step's ``work`` on ``n_chips`` chips of ``bandwidth`` bytes/s and ``flops`` FLOP/s each.
+
+    See :func:`decode_step` for the arguments.
+    """
+    n_chips = int(positive_int("n_chips", n_chips))
+    efficiency = fraction("efficiency", efficiency)
+    overhead_s = non_negative("overhead_s", overhead_s)
+    effective_bw = positive("bandwidth", bandwidth) * efficiency
+    terms = tensor_parallel_step(
+        work.batch, work.kv_bytes_per_seq, work.kv_heads, work.weight_bytes_read, work.matmul_params, n_chips,
+        effective_bw, flops, shard=shard, attention_flops_per_seq=work.attention_flops_per_seq,
+        overhead_s=overhead_s, tokens_per_seq=work.tokens_per_seq,
+    )
+    return DecodeStep(
+        work=work,
+        n_chips=n_chips,
+        kv_bytes_per_chip=plain(terms.kv_s * effective_bw),
+        terms=terms,
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+    )
 
 
 def decode_step(
@@ -154,43 +258,13 @@ def decode_step(
 
     >>> from kvmath import get_chip, get_model
     >>> s = decode_step(get_model("llama-3-8b"), get_chip("rtx-4090"), 1, 256)
-    >>> round(s.weight_bytes_read / 1e9, 2), round(float(s.tokens_per_s), 1)
+    >>> round(s.work.weight_bytes_read / 1e9, 2), round(float(s.tokens_per_s), 1)
     (15.01, 67.0)
     """
-    n_chips = int(positive_int("n_chips", n_chips))
-    batch = positive("batch", batch)
-    context = positive("context", context)
-    tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
-    efficiency = fraction("efficiency", efficiency)
-    overhead_s = non_negative("overhead_s", overhead_s)
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-
-    reads = {r: model.weight_bytes_read(batch, weights, r, tokens_per_seq) for r in ("floor", "uniform", "ceiling")}
-    matmul = model.matmul_params_per_token()
-    attention_per_seq = model.attention_flops_per_token(context) * tokens_per_seq
-    kv_per_seq = model.kv_bytes_per_seq(np.ceil(context), b_kv)
-    # An MLA latent serves every head: like MQA, it is one "head" to split.
-    kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
-    flops = compute_rate(chip, weights, compute_dtype)
-    terms = tensor_parallel_step(
-        batch, kv_per_seq, kv_heads, reads["floor"], matmul, n_chips, chip.bandwidth * efficiency, flops,
-        shard=shard, attention_flops_per_seq=attention_per_seq, overhead_s=overhead_s,
-        tokens_per_seq=tokens_per_seq,
-    )
-    return DecodeStep(
-        batch=batch,
-        context=context,
-        n_chips=n_chips,
-        weight_bytes_read=reads["floor"],
-        weight_bytes_read_uniform=reads["uniform"],
-        weight_bytes_read_ceiling=reads["ceiling"],
-        weight_bytes_resident=model.weight_bytes_resident(weights),
-        kv_bytes_read=plain(batch * kv_per_seq),
-        kv_bytes_per_chip=plain(terms.kv_s * chip.bandwidth * efficiency),
-        weight_flops=plain(2 * matmul * batch * tokens_per_seq),
-        attention_flops=plain(batch * attention_per_seq),
-        terms=terms,
-        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+    work = step_work(model, batch, context, weights=weights, kv_dtype=kv_dtype, tokens_per_seq=tokens_per_seq)
+    return step_time(
+        work, chip.bandwidth, compute_rate(chip, weights, compute_dtype),
+        n_chips=n_chips, shard=shard, overhead_s=overhead_s, efficiency=efficiency,
     )
 
 

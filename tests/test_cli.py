@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import kvmath as km
 from kvmath.cli import main
 
 JSON_KEYS = {"step_s", "kv_s", "weight_memory_s", "weight_compute_s", "bound", "tokens_per_s_per_seq", "tokens_per_s", "critical_batch"}
+NEW_KEYS = {"no_overlap_step_s", "no_overlap_tokens_per_s", "weight_bytes_read", "weight_bytes_read_uniform",
+            "weight_bytes_resident", "attention_flops", "no_overlap_attention_bound", "no_overlap_weights_bound"}
 
 
 def run_json(capsys, *argv):
@@ -21,13 +24,24 @@ def test_notes_30b_example_from_the_command_line(capsys):
     common = ["decode", "--params", "30e9", "--weight-dtype", "int8", "--kv-bytes-per-token", "100e3",
               "--bandwidth", "8.2e11", "--flops", "1.97e14", "--chips", "16", "--context", "8192"]
     small = run_json(capsys, *common, "--batch", "4")
-    assert JSON_KEYS <= set(small)
+    assert JSON_KEYS | NEW_KEYS <= set(small)
+    # the notes' 2.536 ms: memory-bound, so both forms agree
+    assert small["no_overlap_step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
     assert small["step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
     assert small["bound"] == "memory"
     big = run_json(capsys, *common, "--batch", "256")
-    assert big["step_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
-    assert big["bound"] == "compute"
+    # the notes' 20.86 ms is the no-overlap form: 15.98 ms of KV + 4.87 ms of weight math
+    assert big["no_overlap_step_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
+    assert big["no_overlap_weights_bound"] == "compute"
+    assert big["no_overlap_tokens_per_s"] == pytest.approx(256 / 20.86e-3, rel=1e-3)
+    # strict: (256 * 8192 * 100e3 + 30e9) B / (16 * 8.2e11 B/s) = 18.271 ms, memory-bound
+    assert big["step_s"] * 1e3 == pytest.approx((256 * 8192 * 100e3 + 30e9) / (16 * 8.2e11) * 1e3, rel=1e-12)
+    assert big["step_s"] * 1e3 == pytest.approx(18.27, abs=5e-3)
+    assert big["bound"] == "memory"
+    assert big["tokens_per_s"] == pytest.approx(256 / big["step_s"], rel=1e-12)
     assert big["critical_batch"] == pytest.approx(120.1, abs=0.05)
+    assert big["attention_flops"] == 0  # no model: no heads to count
+    assert big["is_lower_bound"] is True
 
 
 def test_thread_example_mha_vs_mqa_with_tp2(capsys):
@@ -46,10 +60,63 @@ def test_thread_example_mha_vs_mqa_with_tp2(capsys):
 def test_llama_70b_on_8_h100(capsys):
     r = run_json(capsys, "decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8",
                  "--batch", "64", "--context", "4096")
-    # KV: 64 * 4096 * 327680 B over 8 chips; weights 2 * 68.98e9 B over 8 chips; all at 3.35e12 B/s
+    # KV: 64 * 4096 * 327680 B over 8 chips. Weights read: the 68,976,648,192 parameters less the
+    # 32,000 x 8,192 input table, plus the 64 rows looked up, at 2 B each over 8 chips; all at 3.35e12 B/s
     assert r["kv_s"] == pytest.approx(64 * 4096 * 327_680 / 8 / 3.35e12, rel=1e-9)
-    assert r["weight_memory_s"] == pytest.approx(2 * 68.98e9 / 8 / 3.35e12, rel=1e-3)
+    read = (68_976_648_192 - 32_000 * 8192 + 64 * 8192) * 2
+    assert r["weight_bytes_read"] == read
+    assert r["weight_bytes_resident"] == 68_976_648_192 * 2
+    assert r["weight_memory_s"] == pytest.approx(read / 8 / 3.35e12, rel=1e-12)
+    # attention: 4 * B * S * L * h * d_h FLOPs, split 8 ways
+    assert r["attention_flops"] == 4 * 64 * 4096 * 80 * 64 * 128
     assert r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+
+
+def test_llama_3_8b_bound_is_not_beaten_by_llama_cpp(capsys):
+    # llama.cpp PR #15131: Llama 3 8B in bf16 on an RTX 4090, pp512 at micro-batch 1 (each step a full
+    # pass over the weights): 65.21 tokens/s. The bound must be at least that, even at S = 512.
+    r = run_json(capsys, "decode", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--batch", "1", "--context", "512")
+    # hand: (8,030,261,248 - 128,256 x 4,096 + 4,096) x 2 B of weights, 512 x 131,072 B of KV, at 1.008e12 B/s
+    weights = (8_030_261_248 - 128_256 * 4096 + 4096) * 2
+    assert r["step_s"] == pytest.approx((weights + 512 * 131_072) / 1.008e12, rel=1e-12)
+    assert r["tokens_per_s"] > 65.21
+
+
+def test_moe_weight_bytes_floor_estimate_and_resident(capsys):
+    r = run_json(capsys, "decode", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--batch", "8", "--context", "1024")
+    m = km.get_model("mixtral-8x7b")
+    expert = 3 * 4096 * 14336  # one expert's gated MLP
+    resident = m.param_count() * 2
+    # floor: 2 of 8 experts per layer; uniform: 8 (1 - (3/4)^8) = 7.1992 experts; resident: all 8
+    assert r["weight_bytes_resident"] == resident
+    assert r["weight_bytes_read"] == pytest.approx(resident - 32 * 6 * expert * 2 - (32000 - 8) * 4096 * 2, rel=1e-12)
+    assert r["weight_bytes_read_uniform"] == pytest.approx(
+        r["weight_bytes_read"] + 32 * (8 * (1 - 0.75**8) - 2) * expert * 2, rel=1e-12)
+    assert r["weight_bytes_read"] < r["weight_bytes_read_uniform"] < r["weight_bytes_resident"]
+    # the step bound charges the floor; capacity holds every expert
+    assert r["weight_memory_s"] == pytest.approx(r["weight_bytes_read"] / 3.35e12, rel=1e-12)
+    # Mixtral's own B_crit is about P_total / P_active times the dense 295
+    assert 1000 < r["model_critical_batch"] < 1100 and r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+
+
+def test_every_decode_key_is_documented(capsys):
+    from kvmath.cli import DECODE_KEYS
+    r = run_json(capsys, "decode", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8", "--batch", "4",
+                 "--context", "4096")
+    assert list(r) == list(DECODE_KEYS)
+    with pytest.raises(SystemExit):
+        main(["decode", "--help"])
+    help_text = capsys.readouterr().out
+    for key in DECODE_KEYS:
+        assert key in help_text
+
+
+def test_context_beyond_supported_warns_on_stderr(capsys):
+    assert main(["decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "8192"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "4,096" in captured.err
+    assert main(["decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "4096"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_text_output_has_units(capsys):

@@ -1,0 +1,256 @@
+"""The step model: bytes read by tensor group, formats, MoE, attention FLOPs, both bounds, speculation.
+
+Expected values are hand computations written out in each test (exact
+integers where the arithmetic is exact; tolerances stated otherwise).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvmath as km
+
+settings.register_profile("kvmath", deadline=None, derandomize=True)
+settings.load_profile("kvmath")
+
+
+# ----- bytes read per step, by group ------------------------------------------------------------
+
+def test_llama_3_8b_reads_one_embedding_row_and_the_whole_head():
+    m = km.get_model("llama-3-8b")
+    r = m.weight_bytes_read_by_group(batch=4)
+    # L = 32, d = 4096, h = 32, h_kv = 8, d_h = 128, d_ff = 14336, vocab = 128256, bf16
+    attention = 32 * (4096 * 32 * 128 + 2 * 4096 * 8 * 128 + 32 * 128 * 4096)
+    mlp = 32 * 3 * 4096 * 14336
+    assert r["attention"] == attention * 2
+    assert r["mlp"] == mlp * 2
+    assert r["lm_head"] == 128256 * 4096 * 2
+    assert r["embedding"] == 4 * 4096 * 2  # four tokens, four rows
+    assert r["norms"] == (2 * 32 + 1) * 4096 * 2
+    assert r["experts"] == r["router"] == r["positions"] == 0
+    assert m.weight_bytes_read(4) == sum(r.values())
+    assert m.weight_bytes_resident() == m.param_count() * 2 == (attention + mlp + 2 * 128256 * 4096 + 65 * 4096) * 2
+
+
+def test_tied_embeddings_read_the_shared_table_once():
+    m = km.get_model("falcon-7b")  # tied, vocab 65024, d 4544
+    r = m.weight_bytes_read_by_group(batch=16)
+    assert r["lm_head"] == 65024 * 4544 * 2
+    assert r["embedding"] == 0  # the looked-up rows are inside the table the head reads
+    assert m.param_groups()["lm_head"] == 0 and m.param_groups()["embedding"] == 65024 * 4544
+    assert m.weight_bytes_read(16) == pytest.approx(m.weight_bytes_resident(), rel=1e-15)
+
+
+def test_learned_positions_are_looked_up_too():
+    m = km.get_model("starcoder")  # 8192 learned positions of d = 6144
+    assert m.weight_bytes_read_by_group(batch=3)["positions"] == 3 * 6144 * 2
+    assert m.param_groups()["positions"] == 8192 * 6144
+
+
+def test_a_precision_per_group():
+    m = km.get_model("llama-3-8b")
+    mixed = m.weight_bytes_read(1, {"default": "fp8", "lm_head": "bf16"})
+    g = m.param_groups()
+    body = g["attention"] + g["mlp"] + g["norms"]
+    assert mixed == body * 1 + g["lm_head"] * 2 + 4096 * 1
+    with pytest.raises(ValueError, match="unknown group"):
+        m.weight_bytes_read(1, {"default": "fp8", "head": "bf16"})
+    with pytest.raises(ValueError, match="default"):
+        m.weight_bytes_read(1, {"lm_head": "bf16"})
+
+
+# ----- number formats ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, bits", [
+    ("q8_0", (32 * 8 + 16) / 32),              # 32 int8 + one fp16 scale
+    ("q4_0", (32 * 4 + 16) / 32),              # 32 nibbles + one fp16 scale
+    ("q4_k", (256 * 4 + 12 * 8 + 2 * 16) / 256),  # 4-bit + 12 B of 6-bit scales/mins + fp16 d, dmin
+    ("q5_k", (256 * 5 + 12 * 8 + 2 * 16) / 256),
+    ("q6_k", (256 * 6 + 16 * 8 + 16) / 256),   # 6-bit + 16 int8 scales + fp16 d
+    ("mxfp4", 4 + 8 / 32),                     # E8M0 scale per 32
+    ("nvfp4", 4 + 8 / 16),                     # E4M3 scale per 16
+    ("int4-g128", 4 + 16 / 128),               # fp16 scale per 128
+    ("fp8-e4m3", 8), ("fp8-e5m2", 8), ("int8", 8), ("bf16", 16),
+])
+def test_bits_per_weight_include_scales(name, bits):
+    assert km.get_format(name).bits_per_weight == bits
+    assert km.dtype_bytes(name) == bits / 8
+
+
+def test_q4_0_llama_2_7b():
+    # 6,738,415,616 parameters x 4.5 bits / 8 = 3,790,358,784 bytes
+    assert km.get_model("llama-2-7b").weight_bytes_resident("q4_0") == 6_738_415_616 * 4.5 / 8 == 3_790_358_784
+
+
+def test_every_format_has_a_source_and_a_known_rate():
+    for name in km.format_names():
+        f = km.get_format(name)
+        assert f.source and f.compute in ("bf16", "fp8", "int8", "fp4")
+
+
+def test_format_rates_fall_back_to_bf16_where_the_chip_lacks_them():
+    b200, a100 = km.get_chip("b200"), km.get_chip("a100-80gb")
+    assert b200.flops_for_format("nvfp4") == 9e15 and b200.flops_for_format("mxfp4") == 9e15
+    assert a100.flops_for_format("nvfp4") == a100.flops_for_format("fp8") == 312e12
+    assert a100.flops_for_format("q4_0") == 624e12  # llama.cpp's MMQ: int8 dot products
+
+
+# ----- mixture of experts -----------------------------------------------------------------------
+
+def test_mixtral_expected_experts():
+    # E = 8, k = 2: 8 * (1 - (6/8)^B)
+    assert km.experts_touched(8, 2, 1) == 2.0
+    assert km.experts_touched(8, 2, 8) == pytest.approx(8 * (1 - 0.75**8), rel=1e-12)  # 7.1992
+    assert km.experts_touched(8, 2, 64) == pytest.approx(8 * (1 - 0.75**64), rel=1e-12)  # 8 - 8e-8
+    assert km.experts_touched(8, 2, 64, "floor") == 2 and km.experts_touched(8, 2, 3, "ceiling") == 6
+
+
+def test_mixtral_batch_1_reads_2_of_8_experts():
+    m = km.get_model("mixtral-8x7b")
+    r = m.weight_bytes_read_by_group(1)
+    assert r["experts"] == 32 * 2 * 3 * 4096 * 14336 * 2
+    assert m.param_groups()["experts"] == 32 * 8 * 3 * 4096 * 14336
+
+
+def test_moe_critical_batch():
+    h100 = km.get_chip("h100-sxm")
+    # (46.70 / 12.88) * 989.4e12 * 2 / (2 * 3.35e12) = 1070.9
+    assert km.saturated_critical_batch(46.70e9, 12.88e9, 989.4e12, 3.35e12, 2) == pytest.approx(1070.9, abs=0.1)
+    own = km.model_critical_batch(km.get_model("mixtral-8x7b"), h100)
+    assert own == pytest.approx(1070.9, rel=0.02)
+    dense = km.model_critical_batch(km.get_model("llama-2-70b"), h100)
+    assert dense == pytest.approx(989.4e12 * 2 / (2 * 3.35e12), rel=0.002)  # 295.3: the chip's figure
+
+
+# ----- attention FLOPs --------------------------------------------------------------------------
+
+def test_mla_absorbed_attention_flops_deepseek_v3():
+    m = km.get_model("deepseek-v3")
+    # per cached token per layer: 2 h (r + r_rope) for scores + 2 h r for values, h = 128, r = 512, r_rope = 64
+    per = 2 * 128 * (512 + 64) + 2 * 128 * 512
+    assert per == 278_528
+    assert m.attention_flops_per_token(1000) == 61 * 1000 * per
+    intensity = per / ((512 + 64) * 2)  # FLOPs per byte of bf16 latent: 241.8
+    assert intensity == pytest.approx(241.8, abs=0.05)
+    # above an H200's bf16 ridge (989e12 / 4.8e12 = 206), on one chip
+    assert intensity > km.get_chip("h200").ridge_point("bf16")
+    step = km.decode_step(m, km.get_chip("h200"), 64, 32768, weights="fp8", compute_dtype="bf16")
+    assert step.terms.attention_bound == "compute"
+    # tensor parallel by heads: every chip reads the whole latent for 1/8 of the heads
+    tp = km.decode_step(m, km.get_chip("h200"), 64, 32768, weights="fp8", compute_dtype="bf16", n_chips=8)
+    assert tp.terms.attention_bound == "memory"
+    assert tp.terms.attention_compute_s / tp.terms.kv_s == pytest.approx(
+        step.terms.attention_compute_s / step.terms.kv_s / 8, rel=1e-12)
+
+
+def test_gqa_attention_flops_count_query_heads_and_windows():
+    assert km.get_model("llama-2-70b").attention_flops_per_token(4096) == 4 * 80 * 64 * 128 * 4096
+    g = km.get_model("gemma-2-9b")  # 21 of 42 layers attend over a 4096-token window
+    assert g.attention_flops_per_token(10000) == 4 * 16 * 256 * (21 * 4096 + 21 * 10000)
+
+
+# ----- the two forms of the bound ---------------------------------------------------------------
+
+def test_strict_bound_of_the_notes_example():
+    W, C = 16 * 8.2e11, 16 * 1.97e14
+    # max((256 * 8192 * 100e3 + 30e9) / W, 2 * 30e9 * 256 / C) = 239.7e9 / 1.312e13 = 18.271 ms
+    assert km.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) == pytest.approx(
+        (256 * 8192 * 100e3 + 30e9) / W, rel=1e-15)
+    assert km.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(18.27, abs=5e-3)
+    assert km.min_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(20.86, abs=5e-3)
+
+
+def test_overhead_adds_to_both_forms_and_makes_an_estimate():
+    m, chip = km.get_model("llama-2-7b"), km.get_chip("a100-80gb")
+    base = km.decode_step(m, chip, 1, 512)
+    slow = km.decode_step(m, chip, 1, 512, overhead_s=1e-3)
+    assert slow.strict_step_s - base.strict_step_s == pytest.approx(1e-3, rel=1e-9)
+    assert slow.no_overlap_step_s - base.no_overlap_step_s == pytest.approx(1e-3, rel=1e-9)
+    assert base.is_lower_bound and not slow.is_lower_bound
+    assert not km.decode_step(m, chip, 1, 512, efficiency=0.8).is_lower_bound
+
+
+# ----- speculative decoding ---------------------------------------------------------------------
+
+def test_expected_tokens_per_step():
+    # (1 - 0.8^5) / (1 - 0.8) = 0.67232 / 0.2 = 3.3616
+    assert km.expected_tokens_per_step(0.8, 4) == pytest.approx(3.3616, rel=1e-12)
+    assert km.expected_tokens_per_step(1.0, 4) == 5.0
+    with pytest.raises(ValueError, match="acceptance"):
+        km.expected_tokens_per_step(1.2, 4)
+
+
+def test_verify_step_reads_the_same_bytes_for_a_dense_model_more_for_moe():
+    chip = km.get_chip("h100-sxm")
+    dense = km.get_model("llama-3-8b")
+    one, five = km.step_work(dense, 8, 1024), km.step_work(dense, 8, 1024, tokens_per_seq=5)
+    assert five.weight_flops == 5 * one.weight_flops and five.attention_flops == 5 * one.attention_flops
+    assert five.kv_bytes_read == one.kv_bytes_read
+    assert five.weight_bytes_read - one.weight_bytes_read == (40 - 8) * 4096 * 2  # only embedding rows
+    moe = km.get_model("mixtral-8x7b")
+    assert km.step_work(moe, 1, 1024, tokens_per_seq=5).weight_bytes_read_uniform > \
+        km.step_work(moe, 1, 1024).weight_bytes_read_uniform
+    s = km.speculative_decode(dense, chip, np.array([1, 4096]), 128, 4, 0.8)
+    assert s.speedup[0] == pytest.approx(3.3616, rel=0.01)  # memory-bound: verify costs about one step
+    assert s.speedup[1] < 1  # compute-bound: speculation stops paying
+    with_draft = km.speculative_decode(km.get_model("llama-2-70b"), chip, 1, 1024, 4, 0.8, draft=km.get_model("llama-2-7b"))
+    # the 7B draft's four steps cost about 4 x 13.5 / 138 of the target's step
+    assert 2.2 < with_draft.speedup < 2.6
+
+
+# ----- properties -------------------------------------------------------------------------------
+
+presets = st.sampled_from(km.model_names())
+chips = st.sampled_from(km.chip_names())
+batch = st.floats(0.5, 4096)
+context = st.floats(1, 1_000_000)
+
+
+@given(presets, chips, batch, context, st.sampled_from([1, 2, 8]), st.sampled_from(["heads", "batch"]))
+def test_strict_bound_never_exceeds_the_no_overlap_form(name, chip, b, s, n, shard):
+    step = km.decode_step(km.get_model(name), km.get_chip(chip), b, s, n_chips=n, shard=shard)
+    assert step.strict_step_s <= step.no_overlap_step_s * (1 + 1e-12)
+    assert step.strict_step_s >= max(step.terms.kv_s, step.terms.weight_memory_s, step.terms.weight_compute_s,
+                                     step.terms.attention_compute_s)
+
+
+@given(presets, chips, batch, batch, context, context)
+def test_both_forms_are_monotone_in_batch_and_context(name, chip, b1, b2, s1, s2):
+    m, c = km.get_model(name), km.get_chip(chip)
+    (b_lo, b_hi), (s_lo, s_hi) = sorted((b1, b2)), sorted((s1, s2))
+    lo, hi = km.decode_step(m, c, b_lo, s_lo), km.decode_step(m, c, b_hi, s_hi)
+    assert lo.strict_step_s <= hi.strict_step_s * (1 + 1e-12)
+    assert lo.no_overlap_step_s <= hi.no_overlap_step_s * (1 + 1e-12)
+
+
+@given(st.sampled_from(["mixtral-8x7b", "deepseek-v3"]), batch, batch, st.sampled_from(["floor", "uniform", "ceiling"]))
+def test_moe_bytes_read_grow_with_batch_between_floor_and_resident(name, b1, b2, routing):
+    m = km.get_model(name)
+    lo, hi = sorted((b1, b2))
+    read_lo, read_hi = m.weight_bytes_read(lo, routing=routing), m.weight_bytes_read(hi, routing=routing)
+    assert read_lo <= read_hi * (1 + 1e-12)
+    assert m.weight_bytes_read(lo) <= read_lo * (1 + 1e-12)  # the floor is the least
+    assert read_hi <= m.weight_bytes_resident()
+
+
+@given(presets, st.floats(1, 1e7), st.sampled_from(["floor", "uniform", "ceiling"]),
+       st.sampled_from(["bf16", "fp8", "q4_k", "nvfp4"]))
+def test_bytes_read_never_exceed_bytes_resident(name, b, routing, fmt):
+    m = km.get_model(name)
+    assert m.weight_bytes_read(b, fmt, routing) <= m.weight_bytes_resident(fmt)
+
+
+def test_param_groups_sum_to_the_count_for_every_preset():
+    for name in km.model_names():
+        m = km.get_model(name)
+        assert sum(m.param_groups().values()) == m.param_count(), name
+        assert m.matmul_params_per_token() <= m.active_param_count(), name
+
+
+def test_every_preset_has_a_sourced_supported_context_or_says_why_not():
+    for name in km.model_names():
+        m = km.get_model(name)
+        assert m.context_source, name
+        assert m.supported_context is None or m.supported_context >= 2048, name
+    assert km.get_model("mistral-7b-v0.1").supported_context == 8192  # not the config's 32,768
