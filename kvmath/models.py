@@ -35,21 +35,43 @@ WEIGHT_GROUPS = ("attention", "mlp", "experts", "shared_experts", "router", "lm_
 Precision = Union[str, float, Mapping[str, Union[str, float]]]
 
 
-def _group_bytes(weights: Precision) -> dict[str, float]:
+def group_formats(weights: Precision, tied_embeddings: bool = False) -> dict[str, Union[str, float]]:
+    """The format (name, or bytes per weight) of every group under ``weights``.
+
+    With ``tied_embeddings`` the input table *is* the LM head, stored once:
+    it takes the ``lm_head`` format in both roles.
+
+    Examples
+    --------
+    >>> group_formats({"default": "q4_0", "lm_head": "q6_k"}, tied_embeddings=True)["embedding"]
+    'q6_k'
+    """
+    if isinstance(weights, Mapping):
+        unknown = set(weights) - set(WEIGHT_GROUPS) - {"default"}
+        if unknown:
+            raise ValueError(f"weights has unknown group(s) {sorted(unknown)}; groups are {WEIGHT_GROUPS} and 'default'")
+        missing = [g for g in WEIGHT_GROUPS if g not in weights]
+        if missing and "default" not in weights:
+            raise ValueError(f"weights gives no format for {missing}: add them or a 'default'")
+        formats = {g: weights.get(g, weights.get("default")) for g in WEIGHT_GROUPS}
+    else:
+        formats = dict.fromkeys(WEIGHT_GROUPS, weights)
+    if tied_embeddings:
+        formats["embedding"] = formats["lm_head"]
+    return formats
+
+
+def _group_bytes(weights: Precision, tied_embeddings: bool) -> dict[str, float]:
     """Bytes per weight of every group under ``weights``."""
     def one(value, where: str) -> float:
-        return dtype_bytes(value, argument=where) if isinstance(value, str) else float(positive(where, value))
+        if isinstance(value, str):
+            return dtype_bytes(value, argument=where)
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+            raise ValueError(f"{where} must be a format name or bytes per weight, got {value!r}")
+        return float(positive(where, value))
 
-    if not isinstance(weights, Mapping):
-        b = one(weights, "weights")
-        return dict.fromkeys(WEIGHT_GROUPS, b)
-    unknown = set(weights) - set(WEIGHT_GROUPS) - {"default"}
-    if unknown:
-        raise ValueError(f"weights has unknown group(s) {sorted(unknown)}; groups are {WEIGHT_GROUPS} and 'default'")
-    missing = [g for g in WEIGHT_GROUPS if g not in weights]
-    if missing and "default" not in weights:
-        raise ValueError(f"weights gives no format for {missing}: add them or a 'default'")
-    return {g: one(weights.get(g, weights.get("default")), f"weights[{g!r}]") for g in WEIGHT_GROUPS}
+    where = "weights" if not isinstance(weights, Mapping) else "weights[{!r}]"
+    return {g: one(f, where.format(g)) for g, f in group_formats(weights, tied_embeddings).items()}
 
 
 @dataclass(frozen=True)
@@ -259,12 +281,25 @@ class Model:
             "norms": (2 * self.n_layers + 1) * self.d_model,
         }
 
-    def matmul_params_per_token(self) -> int:
-        """Parameters each token multiplies by: 2x this is its weight FLOPs.
+    def matmul_params_by_group(self) -> dict[str, int]:
+        """Parameters each token multiplies by, by group: 2x each is that group's FLOPs per token.
 
         The active parameters less what costs no FLOPs: the input embedding
         and position tables are only looked up, and norms scale elementwise.
         The LM head counts (tied or not), routed experts count ``top_k``.
+        """
+        g = self.param_groups()
+        return {
+            "attention": g["attention"],
+            "mlp": g["mlp"],
+            "experts": g["experts"] * (self.top_k or 0) // (self.n_experts or 1),
+            "shared_experts": g["shared_experts"],
+            "router": g["router"],
+            "lm_head": self.vocab * self.d_model,
+        }
+
+    def matmul_params_per_token(self) -> int:
+        """Parameters each token multiplies by: the sum of :meth:`matmul_params_by_group`.
 
         Examples
         --------
@@ -272,9 +307,7 @@ class Model:
         >>> m.matmul_params_per_token() == m.param_count() - m.param_groups()["embedding"] - m.param_groups()["norms"]
         True
         """
-        g = self.param_groups()
-        routed = g["experts"] * (self.top_k or 0) // (self.n_experts or 1)
-        return g["attention"] + g["mlp"] + routed + g["shared_experts"] + g["router"] + self.vocab * self.d_model
+        return sum(self.matmul_params_by_group().values())
 
     def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
         """Bytes the weights occupy in memory: every group, every expert.
@@ -284,7 +317,7 @@ class Model:
         >>> get_model("llama-2-7b").weight_bytes_resident("q4_0") / 1e9  # 4.5 bits per weight
         3.79...
         """
-        per_weight = _group_bytes(weights)
+        per_weight = _group_bytes(weights, self.tied_embeddings)
         return sum(n * per_weight[g] for g, n in self.param_groups().items())
 
     def weight_bytes_read_by_group(
@@ -309,7 +342,7 @@ class Model:
         (8192.0, 1050673152.0)
         """
         tokens = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq)
-        per_weight = _group_bytes(weights)
+        per_weight = _group_bytes(weights, self.tied_embeddings)
         g = self.param_groups()
         read = {name: float(g[name] * per_weight[name])
                 for name in ("attention", "mlp", "shared_experts", "router", "norms")}
@@ -332,7 +365,9 @@ class Model:
         """Bytes of weights one decode step reads: the sum of :meth:`weight_bytes_read_by_group`.
 
         With ``routing="floor"`` (the default) this is what a strict lower
-        bound charges; it never exceeds :meth:`weight_bytes_resident`.
+        bound charges; it never exceeds :meth:`weight_bytes_resident`. With
+        tied embeddings the one table is stored, and read, in the ``lm_head``
+        format.
 
         Examples
         --------

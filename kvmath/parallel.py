@@ -81,13 +81,18 @@ def tensor_parallel_step(
     """
     n_chips = positive_int("n_chips", n_chips)
     batch = positive("batch", batch)
-    kv_total = non_negative("kv_bytes_per_seq", kv_bytes_per_seq) * batch
-    kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=np.ceil(batch), shard=shard)
+    kv_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     if choice("shard", shard, KV_SHARDINGS) == "heads":
+        kv_chip = kv_bytes_per_chip(kv_seq * batch, n_chips, n_kv_heads)
         attention_chip = attention / n_chips
     else:
-        attention_chip = attention * np.ceil(np.ceil(batch) / n_chips) / np.ceil(batch)
+        # Each chip keeps ceil(B / N) whole sequences; min with B keeps a
+        # fractional batch below one sequence per chip continuous (and
+        # monotone) for bound curves. Whole B gives kv_bytes_per_chip's figure.
+        seqs_per_chip = np.minimum(batch, np.ceil(batch / n_chips))
+        kv_chip = kv_seq * seqs_per_chip
+        attention_chip = attention * seqs_per_chip / batch
     return step_breakdown(
         batch, kv_chip / batch, positive("param_bytes", param_bytes) / n_chips,
         positive("param_count", param_count) / n_chips, bandwidth, flops,

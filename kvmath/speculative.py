@@ -75,6 +75,7 @@ def speculative_decode(
     gamma: int,
     acceptance: ArrayLike,
     draft: Model | None = None,
+    routing: str = "uniform",
     **step_options,
 ) -> Speculation:
     """Speed-up of speculative decoding over plain decoding, both at their strict lower bounds.
@@ -83,7 +84,10 @@ def speculative_decode(
     step; ``None`` means a draft that costs nothing (n-gram lookup, or a
     multi-token-prediction head whose cost is folded into the target). The
     acceptance rate is an assumption about the data, so the speed-up is an
-    estimate built from bounds, not a bound. ``step_options`` go to
+    estimate built from bounds, not a bound. An MoE target's verify step
+    touches more experts than a plain step; both are charged the experts
+    ``routing`` gives (uniform by default: the k-expert floor would make
+    the verify step as cheap as a plain one). ``step_options`` go to
     :func:`kvmath.decode_step` for both models (``weights``, ``n_chips``, ...).
 
     Examples
@@ -100,9 +104,11 @@ def speculative_decode(
     gamma = int(positive_int("gamma", gamma))
     expected = expected_tokens_per_step(acceptance, gamma)
     batch = positive("batch", batch)
-    plain_step = decode_step(model, chip, batch, context, **step_options).strict_step_s
-    verify = decode_step(model, chip, batch, context, tokens_per_seq=gamma + 1, **step_options).strict_step_s
-    draft_s = 0.0 if draft is None else gamma * decode_step(draft, chip, batch, context, **step_options).strict_step_s
+    def step_s(m: Model, tokens: int) -> ArrayLike:
+        return decode_step(m, chip, batch, context, tokens_per_seq=tokens, routing=routing, **step_options).strict_step_s
+
+    plain_step, verify = step_s(model, 1), step_s(model, gamma + 1)
+    draft_s = 0.0 if draft is None else gamma * step_s(draft, 1)
     return Speculation(
         expected_tokens=expected,
         plain_step_s=plain_step,

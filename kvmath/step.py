@@ -10,13 +10,13 @@ it, so there is one step model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
 from .decode import StepBreakdown
-from .formats import get_format
 from .hardware import Chip
-from .models import Model, Precision
+from .models import Model, Precision, group_formats
 from .parallel import tensor_parallel_step
 from .units import dtype_bytes
 from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
@@ -148,22 +148,40 @@ class DecodeStep:
         return self.work.batch / self.strict_step_s
 
 
-def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None) -> float:
-    """FLOP/s of the weight matmuls: ``compute_dtype`` if given, else the weights' own format.
+def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None, model: Model | None = None) -> float:
+    """FLOP/s of a step's matmuls: ``compute_dtype`` if given, else each weight group's own format's rate.
 
-    With a mapping of formats, the body's (``"mlp"``, else ``"default"``) decides.
+    A format runs at its native rate where the chip has it, else at bf16
+    (:meth:`kvmath.Chip.flops_for_format`); bytes per weight given as a
+    number run at bf16. With a ``model`` and a mapping of formats, groups
+    at different rates combine into the one rate that gives the same total
+    time, ``sum(P_g) / sum(P_g / C_g)`` over the model's matmul parameters;
+    attention's own math runs at that rate too.
 
     Examples
     --------
-    >>> from kvmath import get_chip
-    >>> compute_rate(get_chip("h100-sxm"), "fp8") / 1e12, compute_rate(get_chip("h100-sxm"), "fp8", "bf16") / 1e12
+    >>> from kvmath import get_chip, get_model
+    >>> h100 = get_chip("h100-sxm")
+    >>> compute_rate(h100, "fp8") / 1e12, compute_rate(h100, "fp8", "bf16") / 1e12
     (1978.9, 989.4)
+    >>> mixed = {"default": "bf16", "experts": "fp8"}  # Mixtral: most matmul parameters are experts
+    >>> round(compute_rate(h100, mixed, model=get_model("mixtral-8x7b")) / 1e12)
+    1774
     """
     if compute_dtype is not None:
         return chip.flops(compute_dtype)
-    if isinstance(weights, dict):
-        weights = weights.get("mlp", weights.get("default", "bf16"))
-    return chip.flops_for_format(weights) if isinstance(weights, str) else chip.flops("bf16")
+
+    def rate(fmt) -> float:
+        return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
+
+    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
+    if model is None:
+        if isinstance(weights, Mapping) and len({rate(f) for f in formats.values()}) > 1:
+            raise ValueError("weights mixes formats of different compute rates: pass the model to combine them")
+        return rate(formats["mlp"])
+    params = model.matmul_params_by_group()
+    time_per_flop = sum(n / rate(formats[g]) for g, n in params.items())
+    return sum(params.values()) / time_per_flop
 
 
 def step_time(
@@ -175,17 +193,22 @@ def step_time(
     shard: str = "heads",
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
+    routing: str = "floor",
 ) -> DecodeStep:
     """Bounds on a step's ``work`` on ``n_chips`` chips of ``bandwidth`` bytes/s and ``flops`` FLOP/s each.
 
     See :func:`decode_step` for the arguments.
     """
+    charged = {"floor": work.weight_bytes_read, "uniform": work.weight_bytes_read_uniform,
+               "ceiling": work.weight_bytes_read_ceiling}
+    if routing not in charged:
+        raise ValueError(f"routing must be one of {sorted(charged)}, got {routing!r}")
     n_chips = int(positive_int("n_chips", n_chips))
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     effective_bw = positive("bandwidth", bandwidth) * efficiency
     terms = tensor_parallel_step(
-        work.batch, work.kv_bytes_per_seq, work.kv_heads, work.weight_bytes_read, work.matmul_params, n_chips,
+        work.batch, work.kv_bytes_per_seq, work.kv_heads, charged[routing], work.matmul_params, n_chips,
         effective_bw, flops, shard=shard, attention_flops_per_seq=work.attention_flops_per_seq,
         overhead_s=overhead_s, tokens_per_seq=work.tokens_per_seq,
     )
@@ -194,7 +217,7 @@ def step_time(
         n_chips=n_chips,
         kv_bytes_per_chip=plain(terms.kv_s * effective_bw),
         terms=terms,
-        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0) and routing == "floor"),
     )
 
 
@@ -212,6 +235,7 @@ def decode_step(
     tokens_per_seq: ArrayLike = 1,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
+    routing: str = "floor",
 ) -> DecodeStep:
     """Bounds on one decode step of ``model`` on ``n_chips`` of ``chip``.
 
@@ -244,6 +268,10 @@ def decode_step(
     efficiency : float or array
         Achieved fraction of peak bandwidth (default 1; below 1 the result
         is an estimate, not a bound).
+    routing : str
+        Which MoE weight reads the times charge: ``"floor"`` (k experts per
+        layer: the strict bound, the default), ``"uniform"`` (an estimate)
+        or ``"ceiling"``.
 
     Returns
     -------
@@ -263,8 +291,8 @@ def decode_step(
     """
     work = step_work(model, batch, context, weights=weights, kv_dtype=kv_dtype, tokens_per_seq=tokens_per_seq)
     return step_time(
-        work, chip.bandwidth, compute_rate(chip, weights, compute_dtype),
-        n_chips=n_chips, shard=shard, overhead_s=overhead_s, efficiency=efficiency,
+        work, chip.bandwidth, compute_rate(chip, weights, compute_dtype, model),
+        n_chips=n_chips, shard=shard, overhead_s=overhead_s, efficiency=efficiency, routing=routing,
     )
 
 
@@ -294,7 +322,7 @@ def model_critical_batch(
     1079
     """
     bandwidth = chip.bandwidth
-    flops = compute_rate(chip, weights, compute_dtype)
+    flops = compute_rate(chip, weights, compute_dtype, model)
     matmul = model.matmul_params_per_token()
 
     def excess(b: float) -> float:

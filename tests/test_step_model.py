@@ -254,3 +254,42 @@ def test_every_preset_has_a_sourced_supported_context_or_says_why_not():
         assert m.context_source, name
         assert m.supported_context is None or m.supported_context >= 2048, name
     assert km.get_model("mistral-7b-v0.1").supported_context == 8192  # not the config's 32,768
+
+
+# ----- found by review ----------------------------------------------------------------------------
+
+def test_a_tied_table_is_stored_and_read_in_the_lm_head_format():
+    m = km.get_model("falcon-7b")
+    mixed = {"default": "q4_0", "lm_head": "bf16"}
+    table = 65024 * 4544
+    assert m.weight_bytes_resident(mixed) == pytest.approx(
+        (m.param_count() - table) * 4.5 / 8 + table * 2, rel=1e-15)
+    assert m.weight_bytes_read(1, mixed) <= m.weight_bytes_resident(mixed)
+
+
+def test_groups_at_different_rates_combine_into_one_time():
+    m, h100 = km.get_model("mixtral-8x7b"), km.get_chip("h100-sxm")
+    p = m.matmul_params_by_group()
+    rate = km.compute_rate(h100, {"default": "bf16", "experts": "fp8"}, model=m)
+    # the same time as each group at its own rate: fp8 experts at 1978.9e12, the rest at 989.4e12
+    seconds_per_token = 2 * p["experts"] / 1978.9e12 + 2 * (sum(p.values()) - p["experts"]) / 989.4e12
+    assert 2 * sum(p.values()) / rate == pytest.approx(seconds_per_token, rel=1e-12)
+    with pytest.raises(ValueError, match="pass the model"):
+        km.compute_rate(h100, {"default": "bf16", "experts": "fp8"})
+
+
+def test_speculation_on_moe_pays_for_the_experts_its_drafts_touch():
+    chip, m = km.get_chip("h100-sxm"), km.get_model("mixtral-8x7b")
+    s = km.speculative_decode(m, chip, 1, 1024, 4, 0.8)
+    # five tokens touch 8 (1 - (3/4)^5) = 6.10 experts per layer against 2: the verify step is dearer
+    assert s.verify_step_s > 2 * s.plain_step_s and s.speedup < 2
+    floor = km.speculative_decode(m, chip, 1, 1024, 4, 0.8, routing="floor")
+    assert floor.speedup == pytest.approx(3.3616, rel=0.01)
+
+
+@given(batch, batch, st.sampled_from([2, 4, 8]))
+def test_batch_sharding_is_monotone_in_a_fractional_batch(b1, b2, n):
+    m, c = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
+    lo, hi = sorted((b1, b2))
+    assert km.decode_step(m, c, lo, 4096, n_chips=n, shard="batch").strict_step_s <= \
+        km.decode_step(m, c, hi, 4096, n_chips=n, shard="batch").strict_step_s * (1 + 1e-12)
