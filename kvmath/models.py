@@ -232,6 +232,16 @@ class Model:
             published_active_params=None,
         )
 
+    @classmethod
+    def from_hf_config(cls, config) -> "Model":
+        """The model a Hugging Face ``config.json`` describes (a path, its directory, or a dict).
+
+        See :func:`kvmath.hf_config.model_from_hf_config` for the families read and the rules.
+        """
+        from .hf_config import model_from_hf_config
+
+        return model_from_hf_config(config)
+
     def replace(self, **changes) -> "Model":
         """A copy with some fields changed (validated like a preset)."""
         return dataclasses.replace(self, **changes)
