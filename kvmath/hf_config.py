@@ -310,7 +310,7 @@ def model_from_hf_config(config: PathOrDict):
     ...     "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256,
     ...     "max_position_embeddings": 131072})
     >>> m.kv_bytes_per_token(), m.param_count(), m.supported_context
-    (131072, 8030261248, None)
+    (131072.0, 8030261248, None)
     >>> model_from_hf_config({"model_type": "llama", "hidden_size": 4096})
     Traceback (most recent call last):
     ...
@@ -342,7 +342,7 @@ def model_from_hf_config(config: PathOrDict):
     fields.update(_moe(c, model_type, d_ff))
     kinds = _layer_kinds(c, model_type, n_layers)
     notes = []
-    if c.has("max_position_embeddings"):
+    if c.raw("max_position_embeddings", None) is not None:
         notes.append(f"config max_position_embeddings {c.raw('max_position_embeddings')} (a hint, not a "
                      "documented supported context)")
     if model_type == "gpt_oss":
