@@ -515,6 +515,7 @@ def _model_from_row(row: dict[str, str]) -> Model:
         display_name=row["display_name"],
         source=row["source"],
         note=row["note"],
+        family=row["family"],
         **fields,
     )
 
