@@ -28,6 +28,7 @@ from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_
 from .formats import Format, format_names, get_format
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
+from .layers import LAYER_KINDS, LayerSpec
 from .models import WEIGHT_GROUPS, Model, get_model, model_names
 from .moe import experts_touched, saturated_critical_batch
 from .parallel import kv_bytes_per_chip, tensor_parallel_step
@@ -49,7 +50,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "MB", "MiB", "Model",
+    "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "LAYER_KINDS", "LayerSpec", "MB", "MiB", "Model",
     "Speculation", "StepBreakdown", "StepWork", "TB", "TiB", "WEIGHT_GROUPS",
     "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
     "compute_rate", "critical_batch", "critical_batch_beta_alpha", "decode_step", "dtype_bytes",

@@ -19,7 +19,7 @@ from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tok
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
 from .formats import get_format
 from .hardware import chip_names, get_chip
-from .models import get_model, model_names
+from .models import Model, get_model, model_names
 from .parallel import KV_SHARDINGS
 from .step import StepWork, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
@@ -82,8 +82,22 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def _add_model_choice(p: argparse.ArgumentParser, help_model: str) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", help=help_model)
+    which.add_argument("--config", metavar="PATH",
+                       help="a Hugging Face config.json (or its directory) instead of --model")
+
+
+def _model(args) -> Model | None:
+    """The model from --model (a preset) or --config (a config.json), or None."""
+    if getattr(args, "config", None):
+        return Model.from_hf_config(args.config)
+    return get_model(args.model) if args.model else None
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model preset (see `kvmath models`)")
+    _add_model_choice(p, "model preset (see `kvmath models`)")
     p.add_argument("--params", type=_number, help="parameter count, instead of or overriding --model")
     p.add_argument("--kv-bytes-per-token", type=_number, help="KV bytes per token, overriding the model")
     p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES),
@@ -133,7 +147,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
     crit.add_argument("--hardware", help="chip preset")
-    crit.add_argument("--model", help="model preset: also solve its own B_crit (MoE models differ)")
+    _add_model_choice(crit, "model preset: also solve its own B_crit (MoE models differ)")
     crit.add_argument("--bandwidth", type=_number, help="bytes/s, overriding --hardware")
     crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype, overriding --hardware")
     crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES))
@@ -142,8 +156,12 @@ def _build_parser() -> argparse.ArgumentParser:
     crit.add_argument("--json", action="store_true")
 
     models = sub.add_parser("models", help="list model presets")
+    models.add_argument("--family", help="only this family (llama, qwen, gemma, ...)")
+    models.add_argument("--attention", help="only models with this attention (mha, gqa, mqa, mla) or layer kind "
+                                            "(full, sliding, chunked, linear)")
     models.add_argument("--json", action="store_true")
     hardware = sub.add_parser("hardware", help="list chip presets")
+    hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple)")
     hardware.add_argument("--json", action="store_true")
     return parser
 
@@ -172,9 +190,9 @@ def _precision(args) -> dict:
 
 def _model_numbers(args, context: float | None) -> tuple[object, float, float]:
     """(model or None, parameter count used per token, KV bytes per token)."""
-    model = get_model(args.model) if args.model else None
+    model = _model(args)
     if model is None and (args.params is None or args.kv_bytes_per_token is None):
-        raise ValueError("give --model, or both --params and --kv-bytes-per-token")
+        raise ValueError("give --model or --config, or both --params and --kv-bytes-per-token")
     params = args.params if args.params is not None else model.active_param_count()
     if args.kv_bytes_per_token is not None:
         kv_per_token = args.kv_bytes_per_token
@@ -223,9 +241,9 @@ def _decode(args) -> dict:
     efficiency = fraction("--efficiency", args.efficiency)
     overhead_s = non_negative("--overhead-s", args.overhead_s)
     bandwidth, flops = _chip_rates(args)
-    model = get_model(args.model) if args.model else None
+    model = _model(args)
     if model is None and (args.params is None or args.kv_bytes_per_token is None):
-        raise ValueError("give --model, or both --params and --kv-bytes-per-token")
+        raise ValueError("give --model or --config, or both --params and --kv-bytes-per-token")
     _warn_past_supported_context(args, model, context)
     work = _work(args, model, batch, context)
     step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
@@ -334,6 +352,7 @@ def _print_capacity(r: dict) -> None:
 
 
 def _critical(args) -> dict:
+    _model(args)  # a bad --model or --config fails here, as in the other commands
     bandwidth, flops = _chip_rates(args)
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     result = {"critical_batch": float(critical_batch(flops, bandwidth, b_w)), "flops": flops, "bandwidth": bandwidth}
@@ -349,12 +368,19 @@ def _print_critical(r: dict) -> None:
         print(f"the notes' beta * alpha (bf16 alpha, 2-byte activations) = {r['beta_alpha']:.1f}")
 
 
-def _models() -> list[dict]:
+def _models(args) -> list[dict]:
     rows = []
+    family = args.family.strip().lower() if args.family else None
+    attention = args.attention.strip().lower() if args.attention else None
     for name in model_names():
         m = get_model(name)
+        if family is not None and m.family != family:
+            continue
+        if attention is not None and attention != m.attention and attention not in m.layer_kinds:
+            continue
         rows.append({
-            "name": name, "attention": m.attention, "param_count": m.param_count(),
+            "name": name, "family": m.family, "attention": m.attention, "layer_kinds": list(m.layer_kinds),
+            "param_count": m.param_count(),
             "active_param_count": m.active_param_count(), "kv_bytes_per_token_bf16": m.kv_bytes_per_token(),
             "supported_context": m.supported_context, "source": m.source, "context_source": m.context_source,
         })
@@ -362,17 +388,20 @@ def _models() -> list[dict]:
 
 
 def _print_models(rows: list[dict]) -> None:
-    print(f"{'model':<17}{'attn':<6}{'params':>9}{'active':>9}{'KV B/token (bf16)':>19}")
+    print(f"{'model':<17}{'family':<10}{'attn':<6}{'params':>9}{'active':>9}{'KV B/token (bf16)':>19}")
     for r in rows:
-        print(f"{r['name']:<17}{r['attention']:<6}{fmt_count(r['param_count']):>9}"
+        print(f"{r['name']:<17}{r['family']:<10}{r['attention']:<6}{fmt_count(r['param_count']):>9}"
               f"{fmt_count(r['active_param_count']):>9}{r['kv_bytes_per_token_bf16']:>19,.0f}")
 
 
-def _hardware() -> list[dict]:
+def _hardware(args) -> list[dict]:
     rows = []
+    vendor = args.vendor.strip().lower() if args.vendor else None
     for name in chip_names():
         c = get_chip(name)
-        rows.append({"name": name, "hbm_bytes": c.hbm_bytes, "bandwidth": c.bandwidth,
+        if vendor is not None and c.vendor != vendor:
+            continue
+        rows.append({"name": name, "vendor": c.vendor, "hbm_bytes": c.hbm_bytes, "bandwidth": c.bandwidth,
                      "flops_by_dtype": dict(c.flops_by_dtype), "ridge_bf16": c.ridge_point(), "source": c.source})
     return rows
 
@@ -388,8 +417,8 @@ _COMMANDS = {
     "decode": (_decode, _print_decode),
     "capacity": (_capacity, _print_capacity),
     "critical-batch": (_critical, _print_critical),
-    "models": (lambda args: _models(), _print_models),
-    "hardware": (lambda args: _hardware(), _print_hardware),
+    "models": (_models, _print_models),
+    "hardware": (_hardware, _print_hardware),
 }
 
 

@@ -59,6 +59,17 @@ class Chip:
         for dtype, rate in self.flops_by_dtype.items():
             positive(f"{dtype} FLOP/s of {self.name}", rate)
 
+    @property
+    def vendor(self) -> str:
+        """The maker, lower case: the first word of ``display_name`` (``"nvidia"``, ``"amd"``, ``"google"``, ``"apple"``).
+
+        Examples
+        --------
+        >>> get_chip("mi300x").vendor
+        'amd'
+        """
+        return (self.display_name or self.name).split()[0].lower()
+
     def flops(self, dtype: str = "bf16") -> float:
         """Dense FLOP/s when the math runs in ``dtype`` (bf16, fp16, fp8, int8 or fp4)."""
         key = dtype.lower() if isinstance(dtype, str) else dtype

@@ -16,7 +16,9 @@ from typing import Mapping, Union
 
 import numpy as np
 
+from . import layers as _layers
 from .kv_cache import kv_bytes_per_token
+from .layers import LayerSpec
 from .moe import experts_touched
 from .presets import lookup, optional_int, read_rows
 from .units import dtype_bytes
@@ -109,6 +111,13 @@ class Model:
         nor ``n_positions``). Longer contexts still compute.
     context_source : str
         Where ``supported_context`` comes from.
+    family : str
+        Model family, e.g. ``"llama"``, ``"qwen"`` (for filtering presets).
+    layers : tuple of LayerSpec or None
+        Attention of each layer (:mod:`kvmath.layers`) where layers differ
+        in kind, KV heads or head_dim (a model read from a ``config.json``).
+        None: every layer is alike, except the ``n_sliding_layers`` that use
+        ``sliding_window``; :meth:`layer_specs` derives them.
 
     Examples
     --------
@@ -149,6 +158,8 @@ class Model:
     display_name: str = ""
     source: str = ""
     note: str = ""
+    family: str = ""
+    layers: tuple[LayerSpec, ...] | None = None
 
     def __post_init__(self) -> None:
         for attr in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab"):
@@ -171,6 +182,11 @@ class Model:
             raise ValueError("sliding_window and n_sliding_layers go together")
         if self.n_sliding_layers is not None and not 0 < self.n_sliding_layers <= self.n_layers:
             raise ValueError(f"n_sliding_layers must be in 1..n_layers, got {self.n_sliding_layers}")
+        if self.layers is not None:
+            if len(self.layers) != self.n_layers or not all(isinstance(x, LayerSpec) for x in self.layers):
+                raise ValueError(f"layers must be {self.n_layers} LayerSpec (one per layer), got {len(self.layers)} items")
+            if self.sliding_window is not None:
+                raise ValueError("give windows either in layers or in sliding_window/n_sliding_layers, not both")
 
     # ----- shape -------------------------------------------------------------
 
@@ -178,6 +194,34 @@ class Model:
     def group_size(self) -> int:
         """g = h / h_kv: query heads that share one KV head (1 for MHA, h for MQA)."""
         return self.n_heads // self.n_kv_heads
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Every layer's attention (:class:`kvmath.layers.LayerSpec`), derived from the fields where ``layers`` is None.
+
+        Examples
+        --------
+        >>> specs = get_model("gemma-2-9b").layer_specs()
+        >>> len(specs), sorted({(s.kind, s.window) for s in specs}, key=str)
+        (42, [('full', None), ('sliding', 4096)])
+        """
+        if self.layers is not None:
+            return self.layers
+        params = self._attention_params_per_layer()
+        if self.attention == "mla":
+            spec = LayerSpec("mla", n_heads=self.n_heads, latent_dim=self.kv_lora_rank + self.qk_rope_dim,
+                             score_dim=self.kv_lora_rank, params=params)
+            return (spec,) * self.n_layers
+        full = LayerSpec("full", self.n_heads, self.n_kv_heads, self.head_dim, params=params)
+        if self.sliding_window is None:
+            return (full,) * self.n_layers
+        local = LayerSpec("sliding", self.n_heads, self.n_kv_heads, self.head_dim, window=self.sliding_window,
+                          params=params)
+        return (local,) * self.n_sliding_layers + (full,) * (self.n_layers - self.n_sliding_layers)
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Kinds of attention layer the model has (``"full"``, ``"sliding"``, ``"linear"``, ...)."""
+        return _layers.kinds(self.layer_specs())
 
     def with_kv_heads(self, n_kv_heads: int) -> "Model":
         """The same model with ``n_kv_heads`` KV heads (MHA, GQA or MQA by the count).
@@ -192,6 +236,8 @@ class Model:
         """
         if self.attention == "mla":
             raise ValueError(f"{self.name} uses MLA; its cache has no KV heads to change")
+        if self.layers is not None:
+            raise ValueError(f"{self.name} lists its layers; change n_kv_heads in each LayerSpec instead")
         n_kv_heads = int(positive_int("n_kv_heads", n_kv_heads))
         kind = "mha" if n_kv_heads == self.n_heads else "mqa" if n_kv_heads == 1 else "gqa"
         if n_kv_heads == self.n_kv_heads:
@@ -207,6 +253,16 @@ class Model:
             published_params=None,
             published_active_params=None,
         )
+
+    @classmethod
+    def from_hf_config(cls, config) -> "Model":
+        """The model a Hugging Face ``config.json`` describes (a path, its directory, or a dict).
+
+        See :func:`kvmath.hf_config.model_from_hf_config` for the families read and the rules.
+        """
+        from .hf_config import model_from_hf_config
+
+        return model_from_hf_config(config)
 
     def replace(self, **changes) -> "Model":
         """A copy with some fields changed (validated like a preset)."""
@@ -224,6 +280,11 @@ class Model:
             return q + kv_down + kv_up + h * self.v_head_dim * d
         return d * h * d_h + 2 * d * self.n_kv_heads * d_h + h * d_h * d
 
+    def _attention_params(self) -> int:
+        if self.layers is None:
+            return self.n_layers * self._attention_params_per_layer()
+        return sum(spec.params for spec in self.layers)
+
     def _mlp_params(self, width: int) -> int:
         return self.mlp_matrices * self.d_model * width
 
@@ -240,7 +301,7 @@ class Model:
 
     def _params(self, experts_per_token: int | None) -> int:
         dense_layers, moe_layers = self._layer_split()
-        total = self.n_layers * self._attention_params_per_layer()
+        total = self._attention_params()
         total += dense_layers * self._mlp_params(self.d_ff)
         if moe_layers:
             experts = (experts_per_token or self.n_experts) + (self.n_shared_experts or 0)
@@ -270,7 +331,7 @@ class Model:
         expert = self._mlp_params(self.d_ff_expert) if moe_layers else 0
         table = self.vocab * self.d_model
         return {
-            "attention": self.n_layers * self._attention_params_per_layer(),
+            "attention": self._attention_params(),
             "mlp": dense_layers * self._mlp_params(self.d_ff),
             "experts": moe_layers * (self.n_experts or 0) * expert,
             "shared_experts": moe_layers * (self.n_shared_experts or 0) * expert,
@@ -387,6 +448,8 @@ class Model:
         ``sliding_window`` tokens. MLA in its absorbed form scores each query
         head against the latent plus the rotary part and sums values over the
         latent: ``2 * h * (r + r_rope) + 2 * h * r`` per cached token per layer.
+        Each layer counts by its own kind (:func:`kvmath.layers.attention_flops_per_token`):
+        a linear-attention layer spends a fixed count per token.
 
         ``context`` may be real-valued for smooth sweeps.
 
@@ -398,18 +461,7 @@ class Model:
         >>> round(m.attention_flops_per_token(1) / m.kv_bytes_per_token(2), 1)
         241.8
         """
-        context = positive("context", context)
-        if self.attention == "mla":
-            r, rope = self.kv_lora_rank, self.qk_rope_dim
-            per_cached = 2 * self.n_heads * (r + rope) + 2 * self.n_heads * r
-        else:
-            per_cached = 4 * self.n_heads * self.head_dim
-        if self.sliding_window is None:
-            attended = self.n_layers * context
-        else:
-            attended = (self.n_sliding_layers * np.minimum(context, self.sliding_window)
-                        + (self.n_layers - self.n_sliding_layers) * context)
-        return plain(per_cached * attended)
+        return _layers.attention_flops_per_token(self.layer_specs(), positive("context", context))
 
     def active_param_count(self) -> int:
         """Parameters each token uses: all of them for a dense model, top-k experts for MoE."""
@@ -418,7 +470,7 @@ class Model:
     # ----- KV cache ----------------------------------------------------------
 
     def kv_elems_per_token_per_layer(self) -> int:
-        """Elements one token adds to one layer's cache (K and V, or the MLA latent)."""
+        """Elements one token adds to one layer's cache (K and V, or the MLA latent), from the model-wide fields."""
         if self.attention == "mla":
             return self.kv_lora_rank + self.qk_rope_dim
         return 2 * self.n_kv_heads * self.head_dim
@@ -426,10 +478,12 @@ class Model:
     def kv_bytes_per_token(self, bytes_per_elem: ArrayLike = 2, context: ArrayLike | None = None):
         """KV bytes per token, in bytes.
 
-        Without ``context``: what one token adds to a full cache. With it:
-        the average per token of a ``context``-token sequence, which is less
-        where sliding-window layers keep only their last ``sliding_window``
-        tokens.
+        Without ``context``: what an engine reserves per token, i.e. what one
+        token adds to the cache of every attention layer (windows not freed,
+        linear layers' fixed states left out: they are per sequence). With
+        it: what one sequence needs, averaged per token,
+        ``kv_bytes_per_seq(context) / context``, which is less where
+        sliding-window layers keep only their last ``sliding_window`` tokens.
 
         Examples
         --------
@@ -439,19 +493,32 @@ class Model:
         65536.0
         """
         if context is None:
+            if self.layers is not None:
+                return _layers.kv_bytes_per_token(self.layers, positive("bytes_per_elem", bytes_per_elem))
             per_layer = self.kv_elems_per_token_per_layer() * positive("bytes_per_elem", bytes_per_elem)
             return self.n_layers * per_layer
         return self.kv_bytes_per_seq(context, bytes_per_elem) / positive_int("context", context)
 
     def kv_bytes_per_seq(self, context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> ArrayLike:
-        """Bytes of cache one sequence of ``context`` tokens holds (windows applied)."""
-        context = positive_int("context", context)
-        per_layer_token = self.kv_bytes_per_token(bytes_per_elem) / self.n_layers
-        if self.sliding_window is None:
-            return self.n_layers * per_layer_token * context
-        local = self.n_sliding_layers * np.minimum(context, self.sliding_window)
-        full = (self.n_layers - self.n_sliding_layers) * context
-        return plain(per_layer_token * (local + full))
+        """Bytes of cache one sequence of ``context`` tokens needs: each layer's held tokens
+        (windows applied) plus the fixed state of any linear-attention layer.
+
+        Examples
+        --------
+        >>> get_model("mistral-7b-v0.1").kv_bytes_per_seq(8192) == 4096 * 131072
+        True
+        """
+        return _layers.kv_bytes_per_seq(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
+
+    def kv_bytes_by_kind(self, context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> dict:
+        """:meth:`kv_bytes_per_seq` split by layer kind (``"full"``, ``"sliding"``, ``"linear"``, ...).
+
+        Examples
+        --------
+        >>> get_model("gemma-2-9b").kv_bytes_by_kind(32768)
+        {'sliding': 704643072.0, 'full': 5637144576.0}
+        """
+        return _layers.kv_bytes_by_kind(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
     def standard_kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         """``kvmath.kv_bytes_per_token`` of this model's L, h_kv and d_h (ignores MLA and windows)."""
@@ -483,6 +550,7 @@ def _model_from_row(row: dict[str, str]) -> Model:
         display_name=row["display_name"],
         source=row["source"],
         note=row["note"],
+        family=row["family"],
         **fields,
     )
 

@@ -1,0 +1,381 @@
+"""Read a Hugging Face ``config.json`` into a :class:`kvmath.Model`, offline.
+
+Families read: Llama 1/2/3/3.1/3.2, Mistral, Mixtral, Qwen2/2.5/3 dense and
+MoE, Qwen3-Next (linear-attention layers), Gemma 2 and Gemma 3 (its text
+config, nested under ``text_config`` or not), gpt-oss, DeepSeek-V2/V3 and
+Kimi K2 (MLA), Falcon (old ``RefinedWebModel`` keys and new ``falcon``
+keys) and Phi-3/4.
+
+Rules:
+
+* An explicit ``head_dim`` always wins over ``hidden_size / num_attention_heads``.
+* Layer kinds come from ``layer_types`` where the config lists them, else
+  from the family's own rule (Gemma 2 alternates, Gemma 3 follows
+  ``sliding_window_pattern``, Qwen3-Next ``full_attention_interval``,
+  Qwen2/3 ``use_sliding_window`` from ``max_window_layers`` on).
+* Where a config leaves a value out, the default is the one the family's
+  ``transformers`` configuration class documents (named at each use); where
+  there is none, the key is required.
+* A config kvmath cannot read raises ``ValueError`` naming the key.
+* ``max_position_embeddings`` is what the checkpoint's position code is set
+  up for, a hint, not the context its authors document as supported: it
+  is kept in the note and ``supported_context`` is left None (no
+  ``config.json`` field is authoritative for it; presets carry it with a
+  source).
+* Parameters count the matrices as :mod:`kvmath.models` does (attention,
+  MLP or experts, router, embeddings, two norms per layer); biases,
+  attention sinks, q/k norms and vision towers are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Union
+
+from .layers import LayerSpec
+
+PathOrDict = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+
+_MISSING = object()
+
+#: Bytes per element of a config's ``torch_dtype`` / ``dtype`` (linear-attention states are kept in it).
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+#: ``tie_word_embeddings`` where a config leaves it out: the default of the
+#: family's transformers configuration class (``PretrainedConfig`` defaults
+#: to True; LlamaConfig, MistralConfig, MixtralConfig, Qwen2/3 configs,
+#: Phi3Config, GptOssConfig, DeepseekV2/V3Config and Qwen3NextConfig set
+#: False; Gemma2Config, Gemma3TextConfig and FalconConfig keep True).
+_TIED_DEFAULT = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
+    "qwen3_moe": False, "qwen3_next": False, "phi3": False, "gpt_oss": False, "deepseek_v2": False,
+    "deepseek_v3": False, "kimi_k2": False, "gemma2": True, "gemma3_text": True, "falcon": True,
+}
+
+_FAMILY = {
+    "llama": "llama", "mistral": "mistral", "mixtral": "mistral", "qwen2": "qwen", "qwen2_moe": "qwen",
+    "qwen3": "qwen", "qwen3_moe": "qwen", "qwen3_next": "qwen", "phi3": "phi", "gpt_oss": "gpt-oss",
+    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "kimi", "gemma2": "gemma",
+    "gemma3_text": "gemma", "falcon": "falcon",
+}
+
+#: model_type spellings that mean the same reader.
+_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon", "gemma3": "gemma3_text"}
+
+#: Gemma3TextConfig defaults for keys a Gemma 3 config.json may leave out:
+#: transformers src/transformers/models/gemma3/configuration_gemma3.py,
+#: ``Gemma3TextConfig.__init__`` (huggingface/transformers @ 008f5c8c):
+#: vocab_size=262_208, head_dim=256, num_key_value_heads=4 (the class's
+#: own default, not num_attention_heads), sliding_window=4096,
+#: sliding_window_pattern=6 ("5:1 attention pattern": layer i is local
+#: unless (i + 1) % 6 == 0), tie_word_embeddings=True,
+#: max_position_embeddings=131_072, hidden_size=2304,
+#: intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8.
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+    "sliding_window_pattern": 6, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
+}
+
+
+class _Config:
+    """A config mapping whose reads name the key (with its ``text_config.`` prefix) when they fail."""
+
+    def __init__(self, data: Mapping[str, Any], prefix: str = "", defaults: Mapping[str, Any] | None = None):
+        self.data, self.prefix, self.defaults = data, prefix, defaults or {}
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        value = self.data.get(key)
+        if value is not None:
+            return value
+        if key in self.defaults:
+            return self.defaults[key]
+        if default is _MISSING:
+            raise ValueError(f"config.json has no {self.prefix}{key!r}")
+        return default
+
+    def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"config.json {self.prefix}{key!r} must be a whole number >= {minimum}, got {value!r}")
+        return value
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise ValueError(f"config.json {self.prefix}{key!r} must be true or false, got {value!r}")
+        return value
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+
+def _load(config: PathOrDict) -> tuple[dict, str, str]:
+    """(the config dict, its name, its source path) from a path, a directory or a dict."""
+    if isinstance(config, Mapping):
+        data = dict(config)
+        return data, str(data.get("_name_or_path") or "config"), "dict"
+    path = os.fspath(config)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as err:
+        raise ValueError(f"cannot read config file {path!r}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"config file {path!r} is not JSON: {err.msg} at line {err.lineno}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path!r} holds a JSON {type(data).__name__}, not an object")
+    name = data.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return data, str(name), path
+
+
+def _text_config(data: dict) -> tuple[_Config, str]:
+    """The language model's config (``text_config`` of a multimodal one) and its model_type."""
+    outer_type = data.get("model_type")
+    if isinstance(data.get("text_config"), Mapping):
+        inner = data["text_config"]
+        model_type = inner.get("model_type") or outer_type
+        prefix = "text_config."
+    else:
+        inner, model_type, prefix = data, outer_type, ""
+    if model_type is None:
+        raise ValueError(f"config.json has no {prefix}'model_type'")
+    model_type = _ALIASES.get(model_type, model_type)
+    if model_type not in _FAMILY:
+        raise ValueError(f"config.json {prefix}'model_type' {model_type!r} is not one kvmath reads; "
+                         f"it reads {sorted(_FAMILY)}")
+    if model_type == "gemma3_text":
+        # torch_dtype of a multimodal Gemma 3 sits in the outer config.
+        merged = dict(inner)
+        merged.setdefault("torch_dtype", data.get("torch_dtype"))
+        return _Config(merged, prefix, GEMMA3_TEXT_DEFAULTS), model_type
+    return _Config(inner, prefix), model_type
+
+
+def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
+    """(d_model, query heads, KV heads, head_dim); an explicit head_dim wins."""
+    if model_type == "falcon":
+        d = c.int("hidden_size")
+        h = c.int("num_attention_heads") if c.has("num_attention_heads") else c.int("n_head")
+        if c.bool("new_decoder_architecture", False):
+            # FalconConfig: num_kv_heads (old RW configs: n_head_kv) counts the KV groups.
+            kv = c.int("num_kv_heads") if c.has("num_kv_heads") else c.int("n_head_kv")
+        else:
+            # FalconConfig default multi_query=True: one KV head.
+            kv = 1 if c.bool("multi_query", True) else h
+    else:
+        d = c.int("hidden_size")
+        h = c.int("num_attention_heads")
+        if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+            kv = h  # MLA: every query head has its own keys and values, rebuilt from the latent
+        else:
+            # LlamaConfig and its descendants: num_key_value_heads defaults to
+            # num_attention_heads when left out (Gemma3TextConfig: 4, via its defaults).
+            kv = c.int("num_key_value_heads", h)
+    if h % kv:
+        raise ValueError(f"config.json {c.name('num_attention_heads')} ({h}) must be divisible by "
+                         f"the KV heads ({kv})")
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        return d, h, kv, c.int("qk_nope_head_dim")
+    if c.has("head_dim") or "head_dim" in c.defaults:
+        return d, h, kv, c.int("head_dim")
+    if d % h:
+        raise ValueError(f"config.json has no {c.name('head_dim')!r} and {c.name('hidden_size')} ({d}) is not "
+                         f"divisible by {c.name('num_attention_heads')} ({h})")
+    return d, h, kv, d // h
+
+
+_LAYER_TYPE_KINDS = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+                     "linear_attention": "linear"}
+
+
+def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
+    """The kind of each layer: from ``layer_types`` where listed, else the family's rule."""
+    if c.has("layer_types"):
+        types = c.raw("layer_types")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise ValueError(f"config.json {c.name('layer_types')} must list {n_layers} layers "
+                             f"(num_hidden_layers), got {len(types) if isinstance(types, list) else types!r}")
+        unknown = sorted({t for t in types if t not in _LAYER_TYPE_KINDS}, key=str)
+        if unknown:
+            raise ValueError(f"config.json {c.name('layer_types')} has unknown type(s) {unknown}; "
+                             f"kvmath reads {sorted(_LAYER_TYPE_KINDS)}")
+        return [_LAYER_TYPE_KINDS[t] for t in types]
+    if model_type == "qwen3_next":
+        interval = c.int("full_attention_interval")
+        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(n_layers)]
+    if model_type == "gemma2":
+        # Gemma2: layers alternate, local first (modeling_gemma2: is_sliding = not bool(layer_idx % 2)).
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    if model_type == "gemma3_text":
+        pattern = c.int("sliding_window_pattern")
+        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        # Qwen2/3: sliding window only when use_sliding_window, from layer max_window_layers on.
+        if c.bool("use_sliding_window", False):
+            first = c.int("max_window_layers", minimum=0)
+            return ["sliding" if i >= first else "full" for i in range(n_layers)]
+        return ["full"] * n_layers
+    if model_type in ("mistral", "mixtral", "phi3") and c.has("sliding_window"):
+        return ["sliding"] * n_layers  # every layer attends over the window
+    return ["full"] * n_layers
+
+
+def _moe(c: _Config, model_type: str, d_ff: int) -> dict:
+    """Mixture-of-experts fields of :class:`kvmath.Model` (empty for a dense model)."""
+    if model_type in ("mixtral", "gpt_oss"):
+        experts_key = "num_local_experts"
+    elif model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
+        experts_key = "num_experts"
+    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        experts_key = "n_routed_experts"
+    else:
+        return {}
+    if not c.has(experts_key):
+        return {}
+    n_experts = c.int(experts_key)
+    if not c.has("num_experts_per_tok"):
+        raise ValueError(f"config.json has {c.name(experts_key)} but no {c.name('num_experts_per_tok')!r} "
+                         "(experts each token uses)")
+    top_k = c.int("num_experts_per_tok")
+    if top_k > n_experts:
+        raise ValueError(f"config.json {c.name('num_experts_per_tok')} ({top_k}) exceeds {c.name(experts_key)} ({n_experts})")
+    fields = dict(n_experts=n_experts, top_k=top_k, n_shared_experts=0, n_dense_layers=0)
+    if model_type in ("mixtral", "gpt_oss"):
+        fields["d_ff_expert"] = d_ff
+        return fields
+    width = c.int("moe_intermediate_size")
+    fields["d_ff_expert"] = width
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        if c.raw("moe_layer_freq", 1) != 1:
+            raise ValueError(f"config.json {c.name('moe_layer_freq')} must be 1 (kvmath reads MoE on every "
+                             f"layer after the dense ones), got {c.raw('moe_layer_freq')!r}")
+        fields["n_shared_experts"] = c.int("n_shared_experts", 0, minimum=0)
+        fields["n_dense_layers"] = c.int("first_k_dense_replace", 0, minimum=0)
+        return fields
+    if c.raw("decoder_sparse_step", 1) != 1 or c.raw("mlp_only_layers", []):
+        raise ValueError(f"config.json {c.name('decoder_sparse_step')}/{c.name('mlp_only_layers')}: kvmath reads "
+                         "MoE on every layer only (decoder_sparse_step 1, mlp_only_layers [])")
+    shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
+    if shared % width:
+        raise ValueError(f"config.json {c.name('shared_expert_intermediate_size')} ({shared}) must be a multiple "
+                         f"of {c.name('moe_intermediate_size')} ({width})")
+    fields["n_shared_experts"] = shared // width
+    return fields
+
+
+def _gated_deltanet(c: _Config, d: int) -> LayerSpec:
+    """A Qwen3-Next linear-attention (Gated DeltaNet) layer: its fixed state, FLOPs and parameters.
+
+    State per sequence: the recurrent state, ``n_v`` heads of ``d_k x d_v``,
+    plus the causal convolution's last ``kernel - 1`` inputs over
+    ``conv_dim = 2 n_k d_k + n_v d_v`` channels, in the config's dtype.
+    FLOPs per token: 2 per state element for each of ``k^T S``, the rank-1
+    update and ``q^T S`` (a count of the state matmuls; gates left out).
+    Parameters: ``in_proj_qkvz``, ``in_proj_ba``, the convolution, ``A_log``,
+    ``dt_bias``, the gated norm and ``out_proj`` (transformers
+    modeling_qwen3_next ``Qwen3NextGatedDeltaNet``).
+    """
+    n_k, n_v = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
+    d_k, d_v = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
+    kernel = c.int("linear_conv_kernel_dim")
+    dtype = c.raw("torch_dtype", None) or c.raw("dtype")
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"config.json {c.name('torch_dtype')} must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
+    key_dim, value_dim = n_k * d_k, n_v * d_v
+    conv_dim = 2 * key_dim + value_dim
+    state_elems = n_v * d_k * d_v + conv_dim * (kernel - 1)
+    params = (d * (2 * key_dim + 2 * value_dim) + d * 2 * n_v + conv_dim * kernel + 2 * n_v + d_v
+              + value_dim * d)
+    return LayerSpec("linear", state_bytes=float(state_elems * _DTYPE_BYTES[dtype]),
+                     state_flops=float(6 * n_v * d_k * d_v), params=params)
+
+
+def model_from_hf_config(config: PathOrDict):
+    """A :class:`kvmath.Model` from a Hugging Face ``config.json`` (a path, its directory, or a dict).
+
+    See the module docstring for the families read and the rules. The
+    model's name is the config's ``_name_or_path``, else its directory's
+    name; its source is the path read.
+
+    Examples
+    --------
+    >>> m = model_from_hf_config({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+    ...     "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256,
+    ...     "max_position_embeddings": 131072})
+    >>> m.kv_bytes_per_token(), m.param_count(), m.supported_context
+    (131072.0, 8030261248, None)
+    >>> model_from_hf_config({"model_type": "llama", "hidden_size": 4096})
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json has no 'num_attention_heads'
+    """
+    from .models import Model
+
+    data, name, source = _load(config)
+    c, model_type = _text_config(data)
+    d, h, kv, head_dim = _heads(c, model_type)
+    n_layers = c.int("num_hidden_layers") if c.has("num_hidden_layers") or model_type != "falcon" else c.int("n_layer")
+    if model_type == "falcon":
+        d_ff = c.int("ffn_hidden_size", 4 * d)  # FalconConfig: ffn_hidden_size defaults to 4 * hidden_size
+    else:
+        d_ff = c.int("intermediate_size")
+    vocab = c.int("vocab_size")
+    tied = c.bool("tie_word_embeddings", _TIED_DEFAULT[model_type])
+    fields: dict[str, Any] = {}
+    mla = model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2")
+    if mla:
+        q_lora = c.raw("q_lora_rank", None)
+        if q_lora is not None:
+            q_lora = c.int("q_lora_rank")
+        fields.update(q_lora_rank=q_lora, kv_lora_rank=c.int("kv_lora_rank"),
+                      qk_rope_dim=c.int("qk_rope_head_dim"), v_head_dim=c.int("v_head_dim"))
+        attention = "mla"
+    else:
+        attention = "mha" if kv == h else "mqa" if kv == 1 else "gqa"
+    fields.update(_moe(c, model_type, d_ff))
+    kinds = _layer_kinds(c, model_type, n_layers)
+    notes = []
+    if c.raw("max_position_embeddings", None) is not None:
+        notes.append(f"config max_position_embeddings {c.raw('max_position_embeddings')} (a hint, not a "
+                     "documented supported context)")
+    if model_type == "gpt_oss":
+        notes.append("attention sinks (one learned logit per head per layer) and biases not counted")
+    if model_type == "gemma3_text" and "vision_config" in data:
+        notes.append("text model only: the vision tower is not counted")
+    base = Model(name=name, n_layers=n_layers, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=head_dim,
+                 d_ff=d_ff, vocab=vocab, tied_embeddings=tied, mlp_matrices=2 if model_type == "falcon" else 3,
+                 attention=attention, family=_FAMILY[model_type], source=source, display_name=name,
+                 note="; ".join(notes), **fields)
+    if set(kinds) == {"full"} and not mla:
+        return base
+    if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
+        # Layers alike but for the window: the preset fields say it (as the presets do).
+        return base.replace(sliding_window=c.int("sliding_window"), n_sliding_layers=kinds.count("sliding"))
+    attn_params = base._attention_params_per_layer()
+    specs = []
+    window = None
+    if {"sliding", "chunked"} & set(kinds):
+        window = c.int("sliding_window") if "sliding" in kinds else c.int("attention_chunk_size")
+    linear = _gated_deltanet(c, d) if "linear" in kinds else None
+    for kind in kinds:
+        if mla:
+            if kind != "full":
+                raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
+            specs.append(base.layer_specs()[0])
+        elif kind == "linear":
+            specs.append(linear)
+        else:
+            params = attn_params
+            if model_type == "qwen3_next" and c.bool("attn_output_gate", True):
+                params += d * h * head_dim  # q_proj doubles for the output gate (Qwen3NextConfig default True)
+            specs.append(LayerSpec(kind, h, kv, head_dim, window=window if kind != "full" else None, params=params))
+    if mla:
+        return base
+    return base.replace(layers=tuple(specs))

@@ -1,0 +1,79 @@
+"""Attention per layer: windows, chunks, linear states, per-layer heads (kvmath/layers.py)."""
+
+import numpy as np
+import pytest
+
+import kvmath as km
+from kvmath.layers import LayerSpec, attention_flops_per_token, kv_bytes_per_seq, kv_bytes_per_token
+
+FULL = LayerSpec("full", n_heads=16, n_kv_heads=2, head_dim=256, params=1)
+LINEAR = LayerSpec("linear", state_bytes=1_097_728, state_flops=3_145_728.0, params=1)
+
+
+def test_a_linear_layer_holds_a_fixed_state_and_reserves_nothing_per_token():
+    # 1 full layer (2 * 2 * 256 = 1024 elems/token) + 3 linear layers of fixed state
+    layers = (LINEAR, LINEAR, LINEAR, FULL)
+    assert kv_bytes_per_token(layers, 2) == 2048
+    for s in (1, 1024, 131072):
+        assert kv_bytes_per_seq(layers, s, 2) == 2048 * s + 3 * 1_097_728
+    # the state does not follow the KV dtype (kept in the model's dtype)
+    assert kv_bytes_per_seq(layers, 1024, 1) == 1024 * 1024 + 3 * 1_097_728
+    # attention FLOPs: 4 h d_h per cached token for the full layer, fixed for the linear ones
+    assert attention_flops_per_token(layers, 1000) == 4 * 16 * 256 * 1000 + 3 * 3_145_728
+
+
+def test_chunked_and_sliding_hold_at_most_their_window():
+    chunk = LayerSpec("chunked", n_heads=8, n_kv_heads=8, head_dim=128, window=8192)
+    got = kv_bytes_per_seq((chunk,), np.array([100, 8192, 100000]), 2)
+    assert list(got) == [100 * 4096, 8192 * 4096, 8192 * 4096]
+
+
+def test_layers_with_different_heads_and_head_dims_sum():
+    # two layer shapes in one model (as in models whose local and global layers differ)
+    a = LayerSpec("sliding", n_heads=8, n_kv_heads=4, head_dim=128, window=512)
+    b = LayerSpec("full", n_heads=8, n_kv_heads=1, head_dim=512)
+    layers = (a, a, b)
+    # a: 2*4*128 = 1024 elems; b: 2*1*512 = 1024 elems per token
+    assert kv_bytes_per_token(layers, 2) == 3 * 2048
+    assert kv_bytes_per_seq(layers, 4096, 2) == 2 * 2048 * 512 + 2048 * 4096
+
+
+def test_a_model_listing_its_layers_honours_them_everywhere():
+    base = km.get_model("llama-3-8b")
+    layers = (LayerSpec("sliding", 32, 8, 128, window=1024, params=1),) * 16 + (LayerSpec("full", 32, 8, 128, params=1),) * 16
+    m = base.replace(layers=layers, name="half-local")
+    assert m.kv_bytes_per_token() == base.kv_bytes_per_token()  # reserved per token: unchanged
+    assert m.kv_bytes_per_seq(8192) == 16 * 131072 / 32 * (1024 + 8192)
+    assert m.param_groups()["attention"] == 32
+    w = km.step_work(m, 4, 8192)
+    assert w.kv_bytes_per_seq == m.kv_bytes_per_seq(8192)
+    assert m.layer_kinds == ("full", "sliding")
+
+
+@pytest.mark.parametrize("name", km.model_names())
+def test_derived_layers_give_the_preset_numbers(name):
+    m = km.get_model(name)
+    listed = m.replace(layers=m.layer_specs(), sliding_window=None, n_sliding_layers=None)
+    for s in (1, 4096, 100_000):
+        assert listed.kv_bytes_per_seq(s) == m.kv_bytes_per_seq(s)
+        assert listed.attention_flops_per_token(s) == m.attention_flops_per_token(s)
+    assert listed.kv_bytes_per_token() == m.kv_bytes_per_token()
+    assert listed.param_count() == m.param_count()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kind="sliding", n_heads=8, n_kv_heads=8, head_dim=64), "window"),
+    (dict(kind="full", n_heads=8, n_kv_heads=3, head_dim=64), "divisible"),
+    (dict(kind="full", n_heads=0, n_kv_heads=1, head_dim=64), "n_heads"),
+    (dict(kind="ssm"), "kind"),
+    (dict(kind="mla", n_heads=8), "latent_dim"),
+    (dict(kind="linear", state_bytes=-1), "state_bytes"),
+])
+def test_bad_layer_specs_name_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LayerSpec(**kwargs)
+
+
+def test_a_model_needs_one_spec_per_layer():
+    with pytest.raises(ValueError, match="layers"):
+        km.get_model("llama-3-8b").replace(layers=(FULL,))
