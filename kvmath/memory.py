@@ -507,7 +507,8 @@ def vllm_engine(
     then :func:`vllm_kv_cache`. Give the figures a vLLM log prints to
     reproduce it; the defaults are estimates:
 
-    - total: :func:`runtime_total_bytes` of the chip (a number is a reported total);
+    - total: :func:`runtime_total_bytes` of the chip; a number is the
+      runtime total itself (what vLLM prints as ``total_gpu_memory``);
     - weights: ``model.weight_bytes_resident(weights) / tensor_parallel``
       (vocabulary-parallel embeddings, sharded layers; replicated norms
       ignored);
@@ -532,7 +533,7 @@ def vllm_engine(
     engine = choice("engine", engine, VLLM_ENGINES)
     tp = int(positive_int("tensor_parallel", tensor_parallel))
     mml = positive_int("max_model_len", max_model_len)
-    total = runtime_total_bytes(chip)
+    total = runtime_total_bytes(chip) if isinstance(chip, Chip) else positive("total_bytes", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     _check_free_at_start(total, util, non_torch)
