@@ -337,3 +337,69 @@ def test_engine_broadcasts_over_utilization():
     assert e.num_blocks[-1] == vllm_engine(get_model("llama-3-8b"), get_chip("h100-sxm"), 8192,
                                            gpu_memory_utilization=0.95).num_blocks
     assert NON_TORCH_BYTES == 0.35 * GiB and BUDGETS[0] == "device"
+
+
+# ----- command line -----------------------------------------------------------
+
+
+def _json(capsys, *argv):
+    import json
+
+    from kvmath.cli import main
+
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_engine_vllm_matches_the_library(capsys):
+    r = _json(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "4096",
+              "--engine", "vllm", "--gpu-memory-utilization", "0.9", "--block-size", "16", "--max-model-len", "8192")
+    e = vllm_engine(get_model("llama-3-8b"), get_chip("h100-sxm"), 8192)
+    eng = r["engine"]
+    assert (eng["num_blocks"], eng["tokens"], eng["kv_bytes"]) == (e.num_blocks, e.tokens, e.available_kv_bytes)
+    assert eng["max_concurrency"] == e.max_concurrency
+    assert eng["max_concurrency_at_context"] == e.num_blocks / 256  # 4096-token requests take 256 blocks
+    # the plain capacity keys are still there, with their default-budget values
+    plain_r = _json(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "4096")
+    assert {k: r[k] for k in plain_r} == plain_r and plain_r["budget"] == "device"
+
+
+def test_cli_budget_and_tensor_parallel(capsys):
+    base = ["capacity", "--model", "llama-3-70b", "--hardware", "h100-sxm", "--context", "8192", "--chips", "2"]
+    device, reported, reserve = (_json(capsys, *base, "--budget", b) for b in ("device", "reported", "reserve"))
+    assert device["kv_budget_bytes"] < reserve["kv_budget_bytes"] < reported["kv_budget_bytes"]
+    assert reported["kv_budget_bytes"] == pytest.approx(2 * 81559 * 2**20 - device["weight_bytes"])
+    tp = _json(capsys, *base, "--engine", "vllm")["engine"]
+    assert tp["tensor_parallel"] == 2 and tp["page_bytes"] == 16 * 2 * 4 * 128 * 2  # 4 of 8 KV heads per rank
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--engine", "vllm", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--engine", "vllm", "--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
+        (["--engine", "vllm", "--block-size", "0"], "--block-size"),
+        (["--engine", "vllm", "--block-size", "2.5"], "--block-size"),
+        (["--engine", "vllm", "--max-model-len", "-1"], "--max-model-len"),
+        (["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization"),
+        (["--engine", "sglang"], "--engine"),
+        (["--budget", "free"], "--budget"),
+        (["--engine", "vllm", "--gpu-memory-utilization", "1.0"], "gpu_memory_utilization"),
+    ],
+)
+def test_cli_bad_engine_input_exits_2_with_one_line(capsys, extra, words):
+    from kvmath.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "8192", *extra]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_reported_budget_of_an_unknown_chip_exits_2(capsys):
+    from kvmath.cli import main
+
+    assert main(["capacity", "--model", "llama-3-8b", "--hardware", "tpu-v5e", "--context", "8192", "--budget", "reported"]) == 2
+    err = capsys.readouterr().err
+    assert "--budget reported" in err and err.count("\n") == 1
