@@ -438,7 +438,8 @@ def _hardware() -> list[dict]:
     rows = []
     for name in chip_names():
         c = get_chip(name)
-        rows.append({"name": name, "hbm_bytes": c.hbm_bytes, "bandwidth": c.bandwidth,
+        rows.append({"name": name, "hbm_bytes": c.hbm_bytes, "device_bytes": c.device_bytes,
+                     "runtime_bytes": c.runtime_bytes, "bandwidth": c.bandwidth,
                      "flops_by_dtype": dict(c.flops_by_dtype), "ridge_bf16": c.ridge_point(), "source": c.source})
     return rows
 
