@@ -365,7 +365,7 @@ def _vllm_capacity(args, model, memory, context: int) -> dict:
                                tensor_parallel=tp, max_num_batched_tokens=e.max_num_batched_tokens, engine=version)
     return {
         "engine": "vllm", "vllm_version": version, "gpu_memory_utilization": util, "block_size": block,
-        "max_model_len": max_len, "tensor_parallel": tp,
+        "max_model_len": max_len, "tensor_parallel": tp, "max_num_batched_tokens": e.max_num_batched_tokens,
         "total_bytes": e.total_bytes, "requested_bytes": e.requested_bytes, "weight_bytes": e.weight_bytes,
         "activation_peak_bytes": e.activation_peak_bytes, "non_torch_bytes": e.non_torch_bytes,
         "kv_bytes": e.available_kv_bytes, "page_bytes": e.page_bytes, "num_groups": e.num_groups,

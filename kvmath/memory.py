@@ -48,7 +48,8 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: (``CacheConfig.DEFAULT_BLOCK_SIZE = 16``, ``vllm/config/cache.py``).
 BLOCK_SIZE = 16
 
-#: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``).
+#: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
+#: API server uses 1024 on GPUs of 70 GiB or more other than the A100).
 MAX_NUM_SEQS = 256
 
 #: Estimate of one process's GPU memory outside PyTorch's allocator (CUDA
@@ -253,24 +254,34 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     return size, int(_cdiv(full, size)), int(_cdiv(sliding, size))
 
 
-def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1") -> ArrayLike:
-    """vLLM's default tokens per forward pass (what the profile run and sliding windows see).
+def _large_gpu(chip: Chip | ArrayLike, total: ArrayLike) -> bool:
+    """vLLM's test for its larger V1 defaults: 70 GiB or more, and not an A100."""
+    name = chip.name if isinstance(chip, Chip) else ""
+    return bool(np.all(np.asarray(total) >= 70 * GiB)) and "a100" not in name
 
-    V1 always chunks prefills; its scheduler default was 2048 through v0.10
-    (newer versions choose 8192 or more by GPU and entry point: pass the
-    value the log shows). V0 (``SchedulerConfig.__post_init__``,
-    ``vllm/config.py``): ``max(max_model_len, 2048)``, or 2048 where chunked
-    prefill is on, which ``EngineArgs`` turns on by default above
-    ``max_model_len`` 32K.
+
+def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", large_gpu: bool = False) -> ArrayLike:
+    """vLLM's default tokens per forward pass for ``vllm serve`` (what the profile run and windows see).
+
+    V1 always chunks prefills. ``EngineArgs.get_batch_defaults``
+    (``vllm/engine/arg_utils.py``) gives the API server 8192 tokens (and
+    ``max_num_seqs`` 1024) on a GPU of 70 GiB or more that is not an A100,
+    2048 (and 256) elsewhere; the ``LLM`` class doubles the tokens, and
+    early V1 used 2048 everywhere: pass the value a log shows. V0
+    (``SchedulerConfig.__post_init__``, ``vllm/config.py``):
+    ``max(max_model_len, 2048)``, or 2048 where chunked prefill is on, which
+    ``EngineArgs`` turns on by default above ``max_model_len`` 32K.
 
     Examples
     --------
     >>> vllm_max_num_batched_tokens(20000, "v0"), vllm_max_num_batched_tokens(131072, "v0")
     (20000, 2048)
+    >>> vllm_max_num_batched_tokens(8192), vllm_max_num_batched_tokens(8192, large_gpu=True)
+    (2048, 8192)
     """
     mml = positive_int("max_model_len", max_model_len)
     if choice("engine", engine, VLLM_ENGINES) == "v1":
-        return _whole(np.full_like(np.asarray(mml), 2048))
+        return _whole(np.full_like(np.asarray(mml), 8192 if large_gpu else 2048))
     return _whole(np.where(mml > 32768, 2048, np.maximum(mml, 2048)))
 
 
@@ -493,7 +504,7 @@ def vllm_engine(
     kv_dtype: str | float = "bf16",
     tensor_parallel: int = 1,
     max_num_batched_tokens: ArrayLike | None = None,
-    max_num_seqs: ArrayLike = MAX_NUM_SEQS,
+    max_num_seqs: ArrayLike | None = None,
     weight_bytes: ArrayLike | None = None,
     activation_peak_bytes: ArrayLike | None = None,
     non_torch_bytes: ArrayLike = NON_TORCH_BYTES,
@@ -513,7 +524,8 @@ def vllm_engine(
       (vocabulary-parallel embeddings, sharded layers; replicated norms
       ignored);
     - activation peak: :func:`vllm_activation_peak_bytes` at
-      ``max_num_batched_tokens``;
+      ``max_num_batched_tokens`` and ``max_num_seqs`` (``vllm serve``'s
+      defaults for the chip, :func:`vllm_max_num_batched_tokens`);
     - non-torch: :data:`NON_TORCH_BYTES` (NCCL buffers at TP > 1 not included).
 
     CUDA graphs are captured after the budget is fixed, so their memory is
@@ -537,8 +549,11 @@ def vllm_engine(
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     _check_free_at_start(total, util, non_torch)
-    mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
+    large = engine == "v1" and _large_gpu(chip, total)
+    mnbt = vllm_max_num_batched_tokens(mml, engine, large) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    if max_num_seqs is None:
+        max_num_seqs = 1024 if large else MAX_NUM_SEQS
     w = model.weight_bytes_resident(weights) / tp if weight_bytes is None else non_negative("weight_bytes", weight_bytes)
     act = vllm_activation_peak_bytes(model, mnbt, max_num_seqs, tensor_parallel=tp) \
         if activation_peak_bytes is None else non_negative("activation_peak_bytes", activation_peak_bytes)
