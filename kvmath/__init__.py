@@ -29,6 +29,19 @@ from .formats import Format, format_names, get_format
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
 from .layers import LAYER_KINDS, LayerSpec
+from .memory import (
+    BUDGETS,
+    EngineBudget,
+    memory_budget,
+    runtime_total_bytes,
+    vllm_activation_peak_bytes,
+    vllm_available_kv_bytes,
+    vllm_engine,
+    vllm_kv_cache,
+    vllm_kv_groups,
+    vllm_max_num_batched_tokens,
+    vllm_page_bytes,
+)
 from .models import WEIGHT_GROUPS, Model, get_model, model_names
 from .moe import experts_touched, saturated_critical_batch
 from .parallel import kv_bytes_per_chip, tensor_parallel_step
@@ -61,4 +74,7 @@ __all__ = [
     "model_critical_batch", "model_names", "prefill_flops", "prefill_time", "saturated_critical_batch",
     "speculative_decode", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
     "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
+    "BUDGETS", "EngineBudget", "memory_budget", "runtime_total_bytes", "vllm_activation_peak_bytes",
+    "vllm_available_kv_bytes", "vllm_engine", "vllm_kv_cache", "vllm_kv_groups", "vllm_max_num_batched_tokens",
+    "vllm_page_bytes",
 ]

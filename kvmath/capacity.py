@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .memory import memory_budget
 from .validation import ArrayLike, fraction, non_negative, positive, positive_int
 
 
@@ -18,33 +19,53 @@ def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLik
     return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
 
 
-def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0):
-    """Fewest chips whose memory holds the weights: ``ceil(weights / (HBM * usable))``.
+def min_chips_for_weights(
+    weight_bytes: ArrayLike, hbm_bytes, usable_fraction: ArrayLike = 1.0, budget: str = "device"
+):
+    """Fewest chips whose memory holds the weights: ``ceil(weights / (memory * usable))``.
+
+    ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`; ``budget``
+    names which of the chip's figures counts (:func:`kvmath.memory_budget`:
+    ``"device"``, the marketed size and the default, ``"reported"``,
+    ``"reserve"`` or ``"engine"``).
 
     Examples
     --------
     >>> min_chips_for_weights(104e9, 40e9)
     3
+    >>> from kvmath import get_chip
+    >>> min_chips_for_weights(160e9, get_chip("h100-sxm")), min_chips_for_weights(160e9, get_chip("h100-sxm"), budget="reported")
+    (2, 2)
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
-    usable = positive("hbm_bytes", hbm_bytes) * fraction("usable_fraction", usable_fraction)
+    usable = memory_budget(hbm_bytes, budget) * fraction("usable_fraction", usable_fraction)
     chips = np.ceil(weight_bytes / usable)
     return int(chips) if np.ndim(chips) == 0 else chips.astype(int)
 
 
 def kv_budget_bytes(
-    n_chips: ArrayLike, hbm_bytes: ArrayLike, weight_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0
+    n_chips: ArrayLike, hbm_bytes, weight_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0,
+    budget: str = "device",
 ) -> ArrayLike:
     """Bytes left for the KV cache once the weights are loaded, in bytes.
 
-    Raises ``ValueError`` where the weights do not fit at all.
+    ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`, and
+    ``budget`` names which memory figure counts (:func:`kvmath.memory_budget`;
+    default ``"device"``, the marketed size). The ``"engine"`` budget here
+    leaves out vLLM's activation peak: :func:`kvmath.vllm_engine` sizes
+    vLLM's cache in full. Raises ``ValueError`` where the weights do not fit
+    at all.
 
     Examples
     --------
     >>> kv_budget_bytes(3, 40e9, 104e9) / 1e9
     16.0
+    >>> from kvmath import get_chip
+    >>> h100 = get_chip("h100-sxm")
+    >>> [round(kv_budget_bytes(2, h100, 141e9, budget=b) / 1e9, 2) for b in ("device", "reported", "reserve")]
+    [19.0, 30.04, 28.37]
     """
-    total = positive_int("n_chips", n_chips) * positive("hbm_bytes", hbm_bytes)
+    total = positive_int("n_chips", n_chips) * memory_budget(hbm_bytes, budget)
     total = total * fraction("usable_fraction", usable_fraction)
     left = total - positive("weight_bytes", weight_bytes)
     if np.any(left < 0):

@@ -19,6 +19,7 @@ from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tok
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
 from .formats import get_format
 from .hardware import chip_names, get_chip
+from .memory import GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, memory_budget, vllm_engine, vllm_kv_cache
 from .models import Model, get_model, model_names
 from .parallel import KV_SHARDINGS
 from .step import StepWork, model_critical_batch, step_time, step_work
@@ -144,6 +145,18 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_hardware_options(capacity)
     capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes, overriding --hardware")
     capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S")
+    capacity.add_argument("--budget", default="device", choices=("device", "reported", "reserve"),
+                          help="memory per chip: the marketed size (default), the total the device reports "
+                               "(nvidia-smi), or the CUDA runtime's total less the process's non-torch memory; "
+                               "a --hbm-bytes number is taken as the reported total")
+    capacity.add_argument("--engine", choices=("vllm",),
+                          help="also size the KV cache as this serving engine does (--chips is its tensor-parallel size)")
+    capacity.add_argument("--gpu-memory-utilization", type=_number,
+                          help=f"vLLM's fraction of the device total (default: {GPU_MEMORY_UTILIZATION})")
+    capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})")
+    capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)")
+    capacity.add_argument("--vllm-version", choices=VLLM_ENGINES,
+                          help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)")
 
     crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
     crit.add_argument("--hardware", help="chip preset")
@@ -319,7 +332,11 @@ def _capacity(args) -> dict:
     chip = get_chip(args.hardware) if args.hardware else None
     if chip is None and args.hbm_bytes is None:
         raise ValueError("give --hardware or --hbm-bytes")
-    hbm = positive("--hbm-bytes", args.hbm_bytes if args.hbm_bytes is not None else chip.hbm_bytes)
+    memory = chip if args.hbm_bytes is None else positive("--hbm-bytes", args.hbm_bytes)
+    try:
+        hbm = memory_budget(memory, args.budget)
+    except ValueError as err:
+        raise ValueError(f"--budget {args.budget}: {err}") from None
     weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
     n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
@@ -334,14 +351,50 @@ def _capacity(args) -> dict:
         "max_tokens": max_kv_tokens(budget, kv_per_token),
         "context": int(context),
         "max_batch": max_batch(budget, kv_per_token * context),
+        "budget": args.budget,
+        "memory_per_chip_bytes": float(hbm),
     }
     if chip is not None or args.bandwidth is not None:
         bandwidth, flops = _chip_rates(args)
         result["critical_batch"] = float(critical_batch(flops, bandwidth, dtype_bytes(args.weight_dtype)))
+    engine_options = ("gpu_memory_utilization", "block_size", "max_model_len", "vllm_version")
+    if args.engine is None:
+        given = [f"--{o.replace('_', '-')}" for o in engine_options if getattr(args, o) is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs --engine vllm")
+    else:
+        result["engine"] = _vllm_capacity(args, model, memory, int(context))
     return result
 
 
+def _vllm_capacity(args, model, memory, context: int) -> dict:
+    """vLLM's KV cache on each of --chips tensor-parallel ranks (kvmath.vllm_engine)."""
+    if model is None:
+        raise ValueError("--engine vllm needs --model (the cache layout depends on heads and layers)")
+    util = fraction("--gpu-memory-utilization",
+                    GPU_MEMORY_UTILIZATION if args.gpu_memory_utilization is None else args.gpu_memory_utilization)
+    block = int(positive_int("--block-size", BLOCK_SIZE if args.block_size is None else args.block_size))
+    max_len = int(positive_int("--max-model-len", context if args.max_model_len is None else args.max_model_len))
+    tp = 1 if args.chips is None else int(positive_int("--chips", args.chips))
+    version = args.vllm_version or "v1"
+    e = vllm_engine(model, memory, max_len, gpu_memory_utilization=util, block_size=block, weights=_precision(args),
+                    kv_dtype=args.kv_dtype, tensor_parallel=tp, engine=version)
+    at_context = vllm_kv_cache(model, e.available_kv_bytes, context, block_size=block, kv_dtype=args.kv_dtype,
+                               tensor_parallel=tp, max_num_batched_tokens=e.max_num_batched_tokens, engine=version)
+    return {
+        "engine": "vllm", "vllm_version": version, "gpu_memory_utilization": util, "block_size": block,
+        "max_model_len": max_len, "tensor_parallel": tp, "max_num_batched_tokens": e.max_num_batched_tokens,
+        "total_bytes": e.total_bytes, "requested_bytes": e.requested_bytes, "weight_bytes": e.weight_bytes,
+        "activation_peak_bytes": e.activation_peak_bytes, "non_torch_bytes": e.non_torch_bytes,
+        "kv_bytes": e.available_kv_bytes, "page_bytes": e.page_bytes, "num_groups": e.num_groups,
+        "num_blocks": e.num_blocks, "tokens": e.tokens, "max_concurrency": e.max_concurrency,
+        "context": context, "max_concurrency_at_context": at_context.max_concurrency, "is_estimate": True,
+    }
+
+
 def _print_capacity(r: dict) -> None:
+    if r["budget"] != "device":
+        print(f"memory per chip        {fmt_bytes(r['memory_per_chip_bytes'])}  (budget: {r['budget']})")
     print(f"weights                {fmt_bytes(r['weight_bytes'])}  (fewest chips: {r['min_chips']})")
     print(f"KV budget on {r['chips']} chip(s) {fmt_bytes(r['kv_budget_bytes'])}")
     print(f"KV per token           {r['kv_bytes_per_token']:,.0f} B")
@@ -349,6 +402,19 @@ def _print_capacity(r: dict) -> None:
     print(f"batch at S = {r['context']:,}  {r['max_batch']:,}")
     if "critical_batch" in r:
         print(f"critical batch B_crit  {r['critical_batch']:.1f}")
+    if "engine" in r:
+        e = r["engine"]
+        print(f"vLLM ({e['vllm_version']}, TP={e['tensor_parallel']}, gpu_memory_utilization {e['gpu_memory_utilization']:.2f}; "
+              "overheads are estimates), per rank:")
+        print(f"  device total           {fmt_bytes(e['total_bytes'])}")
+        print(f"  weights                {fmt_bytes(e['weight_bytes'])}")
+        print(f"  activation peak        {fmt_bytes(e['activation_peak_bytes'])}")
+        print(f"  non-torch memory       {fmt_bytes(e['non_torch_bytes'])}")
+        print(f"  KV cache               {fmt_bytes(e['kv_bytes'])}")
+        print(f"  blocks of {e['block_size']} tokens     {e['num_blocks']:,}")
+        print(f"  KV cache size          {e['tokens']:,} tokens")
+        print(f"  max concurrency        {e['max_concurrency']:.2f}x at {e['max_model_len']:,} tokens, "
+              f"{e['max_concurrency_at_context']:.2f}x at {e['context']:,}")
 
 
 def _critical(args) -> dict:
@@ -401,7 +467,8 @@ def _hardware(args) -> list[dict]:
         c = get_chip(name)
         if vendor is not None and c.vendor != vendor:
             continue
-        rows.append({"name": name, "vendor": c.vendor, "hbm_bytes": c.hbm_bytes, "bandwidth": c.bandwidth,
+        rows.append({"name": name, "vendor": c.vendor, "hbm_bytes": c.hbm_bytes, "device_bytes": c.device_bytes,
+                     "runtime_bytes": c.runtime_bytes, "bandwidth": c.bandwidth,
                      "flops_by_dtype": dict(c.flops_by_dtype), "ridge_bf16": c.ridge_point(), "source": c.source})
     return rows
 

@@ -28,13 +28,23 @@ class Chip:
     name : str
         Preset name, e.g. ``"h100-sxm"``.
     hbm_bytes : float
-        Memory capacity in bytes.
+        Memory capacity in bytes as marketed ("80 GB"): the figure every
+        chapter uses unless it names another budget (:mod:`kvmath.memory`).
     bandwidth : float
         Memory bandwidth in bytes/s.
     flops_by_dtype : dict
         Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``, ``fp4``).
     display_name, source, note : str
         Where the numbers come from.
+    device_bytes : float or None
+        Total memory as the device reports it, in bytes, and ``device_report``
+        says which report (``nvidia-smi memory.total`` for NVIDIA, the rocminfo
+        pool size for AMD); ``device_source`` cites it. None where unknown.
+    runtime_bytes : float or None
+        Total memory the CUDA runtime gives a process
+        (``torch.cuda.mem_get_info()[1]``, what vLLM sizes its cache from),
+        in bytes, with ``runtime_source``. Smaller than ``device_bytes``: the
+        driver keeps part. Sources print it to 0.01 GiB. None where unknown.
 
     Examples
     --------
@@ -50,9 +60,21 @@ class Chip:
     display_name: str = ""
     source: str = ""
     note: str = ""
+    device_bytes: float | None = None
+    device_report: str = ""
+    device_source: str = ""
+    runtime_bytes: float | None = None
+    runtime_source: str = ""
 
     def __post_init__(self) -> None:
         positive("hbm_bytes", self.hbm_bytes)
+        for attr in ("device_bytes", "runtime_bytes"):
+            if getattr(self, attr) is not None:
+                positive(attr, getattr(self, attr))
+        if self.device_bytes is not None and self.runtime_bytes is not None and self.runtime_bytes > self.device_bytes:
+            raise ValueError(
+                f"runtime_bytes ({self.runtime_bytes:.0f}) of {self.name!r} cannot exceed device_bytes ({self.device_bytes:.0f})"
+            )
         positive("bandwidth", self.bandwidth)
         if "bf16" not in self.flops_by_dtype:
             raise ValueError(f"chip {self.name!r} needs a bf16 FLOP/s rate")
@@ -124,6 +146,11 @@ def _chips() -> dict[str, Chip]:
             display_name=row["display_name"],
             source=row["source"],
             note=row["note"],
+            device_bytes=optional_float(row["device_bytes"]),
+            device_report=row["device_report"],
+            device_source=row["device_source"],
+            runtime_bytes=optional_float(row["runtime_bytes"]),
+            runtime_source=row["runtime_source"],
         )
     return chips
 
