@@ -28,9 +28,27 @@ from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_
 from .formats import Format, format_names, get_format
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
+from .links import (
+    Link,
+    all_to_all_time,
+    allreduce_estimate,
+    allreduce_time,
+    get_link,
+    link_names,
+    p2p_time,
+    ring_allreduce_bytes,
+)
 from .models import WEIGHT_GROUPS, Model, get_model, model_names
 from .moe import experts_touched, saturated_critical_batch
-from .parallel import kv_bytes_per_chip, tensor_parallel_step
+from .parallel import (
+    ChipStep,
+    ParallelLayout,
+    chip_step,
+    kv_bytes_per_chip,
+    parse_layout,
+    tensor_parallel_comm_s,
+    tensor_parallel_step,
+)
 from .prefill import prefill_flops, prefill_time
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
 from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
@@ -60,4 +78,7 @@ __all__ = [
     "model_critical_batch", "model_names", "prefill_flops", "prefill_time", "saturated_critical_batch",
     "speculative_decode", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
     "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
+    # parallelism and links
+    "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
+    "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
 ]

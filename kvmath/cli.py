@@ -20,7 +20,8 @@ from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_
 from .formats import get_format
 from .hardware import chip_names, get_chip
 from .models import get_model, model_names
-from .parallel import KV_SHARDINGS
+from .links import get_link
+from .parallel import KV_SHARDINGS, tensor_parallel_comm_s
 from .step import StepWork, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import fraction, non_negative, positive, positive_int
@@ -53,11 +54,12 @@ DECODE_KEYS = {
     "weight_memory_s": "seconds to read the weights on one chip",
     "weight_compute_s": "seconds of weight math on one chip",
     "overhead_s": "fixed per-step overhead added to both forms (--overhead-s; an estimate)",
-    "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C)",
-    "bound": "what binds in the strict form: memory or compute",
+    "comm_s": "lower bound on tensor parallelism's 2 all-reduces per layer over --link, seconds (0 without --link or on 1 chip)",
+    "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C, comm_s)",
+    "bound": "what binds in the strict form: memory, compute or communication",
     "tokens_per_s_per_seq": "tokens/s each sequence gets at step_s",
     "tokens_per_s": "tokens/s of the whole batch at step_s",
-    "no_overlap_step_s": "no-overlap form, seconds: overhead + max(kv_s, attention_compute_s) + max(weight_memory_s, weight_compute_s) (the notes' min-step)",
+    "no_overlap_step_s": "no-overlap form, seconds: overhead + max(kv_s, attention_compute_s) + max(weight_memory_s, weight_compute_s) + comm_s (the notes' min-step without comm)",
     "no_overlap_tokens_per_s": "tokens/s of the whole batch at no_overlap_step_s",
     "no_overlap_attention_bound": "which attention term binds in the no-overlap form: memory or compute",
     "no_overlap_weights_bound": "which weight term binds in the no-overlap form: memory or compute",
@@ -120,6 +122,7 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B")
     decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
     decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
+    decode.add_argument("--link", help="link between the chips (see `kvmath links`): adds comm_s")
     decode.add_argument("--efficiency", type=_number, default=1.0,
                         help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)")
     decode.add_argument("--overhead-s", type=_number, default=0.0,
@@ -230,6 +233,10 @@ def _decode(args) -> dict:
     work = _work(args, model, batch, context)
     step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
                      overhead_s=overhead_s, efficiency=efficiency)
+    if args.link is not None:
+        if model is None:
+            raise ValueError("--link needs --model (the layers and width the all-reduces move)")
+        step = dataclasses.replace(step, comm_s=tensor_parallel_comm_s(model, batch, n_chips, get_link(args.link)))
     t = step.terms
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     own_b_crit = None
@@ -260,12 +267,13 @@ def _decode(args) -> dict:
         "weight_memory_s": float(t.weight_memory_s),
         "weight_compute_s": float(t.weight_compute_s),
         "overhead_s": float(t.overhead_s),
-        "step_s": float(t.strict_step_s),
-        "bound": t.strict_bound,
-        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(t.strict_step_s)),
-        "tokens_per_s": float(tokens_per_s(t.strict_step_s, batch)),
-        "no_overlap_step_s": float(t.step_s),
-        "no_overlap_tokens_per_s": float(tokens_per_s(t.step_s, batch)),
+        "comm_s": float(step.comm_s),
+        "step_s": float(step.strict_step_s),
+        "bound": "communication" if step.strict_step_s > t.strict_step_s else t.strict_bound,
+        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(step.strict_step_s)),
+        "tokens_per_s": float(tokens_per_s(step.strict_step_s, batch)),
+        "no_overlap_step_s": float(step.no_overlap_step_s),
+        "no_overlap_tokens_per_s": float(tokens_per_s(step.no_overlap_step_s, batch)),
         "no_overlap_attention_bound": t.attention_bound,
         "no_overlap_weights_bound": t.bound,
         "is_lower_bound": step.is_lower_bound,
@@ -283,6 +291,8 @@ def _print_decode(r: dict) -> None:
     print(f"  attention, compute       {fmt_seconds(r['attention_compute_s'])}")
     print(f"  weights, memory          {fmt_seconds(r['weight_memory_s'])}")
     print(f"  weights, compute         {fmt_seconds(r['weight_compute_s'])}")
+    if r["comm_s"]:
+        print(f"  communication            {fmt_seconds(r['comm_s'])}")
     kind = "lower bound" if r["is_lower_bound"] else "estimate"
     print(f"  step, strict {kind:<11} {fmt_seconds(r['step_s'])}  ({r['bound']}-bound)")
     print(f"  step, no overlap         {fmt_seconds(r['no_overlap_step_s'])}  "
