@@ -285,6 +285,7 @@ def chip_step(
     activation_bytes: ArrayLike = 2,
     overhead_s: ArrayLike = 0,
     routing: str = "floor",
+    lm_head_tokens_per_seq: ArrayLike | None = None,
 ) -> ChipStep:
     """Bytes, FLOPs, memory and communication of one decode step on each chip of ``layout``.
 
@@ -306,6 +307,9 @@ def chip_step(
       all-to-all of ``b T k d b_act / g`` over ep chips); one log-sum-exp
       combine per layer over cp chips; ``pp - 1`` point-to-point sends of
       ``b T d b_act``. All are on one chain, so their latencies add.
+
+    ``lm_head_tokens_per_seq`` (default ``tokens_per_seq``): tokens per
+    sequence that need logits; a prefill needs them for its last token only.
 
     Memory: weights of the largest stage (``ceil(L / pp)`` layers, plus the
     larger of the embedding and the LM head when ``pp > 1``) and the
@@ -351,6 +355,9 @@ def chip_step(
     routed_flops = (2 * tokens * layout.dp * routed_active / layout.ep if layout.ep > 1
                     else 2 * tokens * routed_active / g)
     weight_flops = 2 * tokens * dense_active / g + routed_flops
+    if lm_head_tokens_per_seq is not None:
+        skipped = tokens_per_seq - non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
+        weight_flops = weight_flops - 2 * micro * skipped * model.vocab * model.d_model / g
     d_v = model.v_head_dim or model.head_dim
     heads = model.n_heads / layout.tp
     combine = (layout.cp * (2 * d_v + 4) * heads * L * tokens) if layout.cp > 1 else 0.0

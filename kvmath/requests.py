@@ -1,0 +1,359 @@
+"""Whole requests: the prefill, then decode steps over a growing context, and the serving frontier.
+
+A batch of ``B`` requests, each with ``S_in`` prompt tokens and ``S_out``
+output tokens, runs as benchmarks run it:
+
+- **time to first token** (TTFT): one prefill of the ``B`` prompts, which
+  also yields the first output token. Its bound is the step bound of
+  :func:`kvmath.chip_step` with ``S_in`` tokens per sequence: weights read
+  once, the new cache written, ``2 P S_in`` weight FLOPs (the LM head for the
+  last token only) and causal attention, ``sum_{t=1}^{S_in} A(t)`` FLOPs
+  with ``A(t)`` the attention FLOPs of a token that attends to ``t`` tokens
+  (:meth:`kvmath.Model.attention_flops_per_token`). Chunked prefill
+  (``chunk_tokens``) runs the prompt in chunks, each re-reading the
+  weights and the cache written so far.
+- **decode**: ``S_out - 1`` steps, the ``j``-th over a cache of ``S_in + j``
+  tokens (``j = 1 .. S_out - 1``), each bounded by :func:`kvmath.decode_step`'s
+  strict form. Within a stretch of contexts where no sliding window fills
+  up, every term of a step is affine in the context, so the sum of the
+  step bounds is a sum of the upper envelope of a few lines over a range of
+  integers, done in closed form (no loop over steps).
+- ``time_per_output_token_s = decode_s / (S_out - 1)`` (0 for one output
+  token), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
+  benchmarks' convention: prefill included), and the cost per million
+  output tokens from a price per chip-hour.
+
+Every argument broadcasts, so the frontier over batch sizes and request
+shapes is one call (:func:`serving_frontier`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capacity import kv_budget_bytes
+from .hardware import Chip
+from .links import Link
+from .models import Model, Precision
+from .parallel import ChipStep, ParallelLayout, chip_step
+from .step import compute_rate
+from .units import dtype_bytes
+from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+
+
+def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
+    """Causal attention FLOPs of one prompt: ``sum_{t=1}^{S} A(t)``, all layers.
+
+    ``A(t) = model.attention_flops_per_token(t)`` is ``alpha t + beta min(t, w)``
+    (``w`` a sliding window), so the sum is ``alpha S (S + 1) / 2 + beta M(S)``
+    with ``M(S) = sum_t min(t, w)``; ``alpha`` and ``beta`` are read off
+    ``A`` itself.
+
+    Examples
+    --------
+    Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
+
+    >>> from kvmath import get_model
+    >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
+    1.100...
+    """
+    s = positive_int("input_tokens", input_tokens)
+    if model.sliding_window is None:
+        alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
+    else:
+        w = model.sliding_window
+        alpha = model.attention_flops_per_token(w + 1) - model.attention_flops_per_token(w)
+        beta = model.attention_flops_per_token(1) - alpha
+    windowed = np.where(s <= w, s * (s + 1) / 2, w * (w + 1) / 2 + (s - w) * w) if beta else 0.0
+    return plain(alpha * s * (s + 1) / 2 + beta * windowed)
+
+
+def _sum_of_max_lines(a: np.ndarray, b: np.ndarray, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
+    """``sum_{S=lo}^{hi} max_i (a_i + b_i S)`` over integers S (0 where hi < lo); lines on the last axis.
+
+    The upper envelope of lines is convex: its breakpoints are among the
+    pairwise crossings. Between consecutive breakpoints one line is the
+    maximum (found at the midpoint), and its sum over the integers there is
+    closed-form. Every integer falls in exactly one piece.
+    """
+    lo = np.asarray(lo, dtype=float)[..., None]
+    hi1 = np.asarray(hi, dtype=float)[..., None] + 1
+    k = a.shape[-1]
+    crossings = []
+    for i in range(k):  # k <= 3 lines: a loop over lines, not over configurations
+        for j in range(i + 1, k):
+            db = b[..., i] - b[..., j]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                x = np.where(db != 0, (a[..., j] - a[..., i]) / np.where(db != 0, db, 1), -np.inf)
+            crossings.append(x)
+    shape = np.broadcast_shapes(a.shape[:-1], lo.shape[:-1], hi1.shape[:-1])
+    points = [np.broadcast_to(lo[..., 0], shape)]
+    points += [np.clip(np.broadcast_to(x, shape), lo[..., 0], np.maximum(hi1[..., 0], lo[..., 0])) for x in crossings]
+    points.append(np.broadcast_to(np.maximum(hi1[..., 0], lo[..., 0]), shape))
+    p = np.sort(np.stack(points, axis=-1), axis=-1)
+    start, stop = np.ceil(p[..., :-1]), np.ceil(p[..., 1:])
+    count = stop - start
+    sum_s = count * (start + stop - 1) / 2
+    mid = (p[..., :-1] + p[..., 1:]) / 2
+    values = a[..., None, :] + b[..., None, :] * mid[..., None]
+    best = np.argmax(values, axis=-1)[..., None]
+    a_best = np.take_along_axis(np.broadcast_to(a[..., None, :], values.shape), best, -1)[..., 0]
+    b_best = np.take_along_axis(np.broadcast_to(b[..., None, :], values.shape), best, -1)[..., 0]
+    return np.sum(count * a_best + b_best * sum_s, axis=-1)
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
+
+    Attributes
+    ----------
+    batch, input_tokens, output_tokens : the request shape.
+    n_chips : chips serving the batch.
+    ttft_s : time to first token (the prefill).
+    decode_s : the ``output_tokens - 1`` decode steps, strict bound summed.
+    decode_no_overlap_s : the same in the no-overlap form.
+    memory_bytes_per_chip : what the busiest chip holds at the last step.
+    is_lower_bound : False where an efficiency below 1 or an overhead made
+        the times estimates.
+    price_per_chip_hour : the price given (None for no cost).
+    """
+
+    batch: ArrayLike
+    input_tokens: ArrayLike
+    output_tokens: ArrayLike
+    n_chips: int
+    ttft_s: ArrayLike
+    decode_s: ArrayLike
+    decode_no_overlap_s: ArrayLike
+    memory_bytes_per_chip: ArrayLike
+    is_lower_bound: bool
+    price_per_chip_hour: float | None = None
+
+    @property
+    def total_s(self) -> ArrayLike:
+        """End-to-end latency of the batch: TTFT + decode, seconds."""
+        return plain(self.ttft_s + self.decode_s)
+
+    @property
+    def time_per_output_token_s(self) -> ArrayLike:
+        """Decode time per output token after the first, ``decode_s / (S_out - 1)`` (0 for one token)."""
+        return plain(self.decode_s / np.maximum(self.output_tokens - 1, 1))
+
+    @property
+    def tokens_per_s_per_user(self) -> ArrayLike:
+        """What each request sees while decoding: ``1 / time_per_output_token_s`` (inf for one token)."""
+        with np.errstate(divide="ignore"):
+            return plain(1.0 / np.asarray(self.time_per_output_token_s, dtype=float))
+
+    @property
+    def output_tokens_per_s(self) -> ArrayLike:
+        """Output tokens of the batch over the total time, prefill included (benchmarks' convention)."""
+        return plain(self.batch * self.output_tokens / self.total_s)
+
+    @property
+    def output_tokens_per_s_per_chip(self) -> ArrayLike:
+        """``output_tokens_per_s / n_chips``."""
+        return plain(self.output_tokens_per_s / self.n_chips)
+
+    @property
+    def cost_per_million_tokens(self) -> ArrayLike | None:
+        """Price of a million output tokens: ``price x chips x total / 3600 / (B S_out) x 1e6`` (None without a price)."""
+        if self.price_per_chip_hour is None:
+            return None
+        return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
+
+
+def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
+               overhead_s, efficiency, tokens_per_seq=1, prefill=False, kv_bytes_per_seq=None) -> ChipStep:
+    """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    if kv_bytes_per_seq is None:
+        kv_bytes_per_seq = model.kv_bytes_per_seq(context, b_kv)
+    attention = (prefill_attention_flops(model, context) if prefill
+                 else model.attention_flops_per_token(context) * tokens_per_seq)
+    return chip_step(
+        model, batch, context, layout, chip.bandwidth * efficiency, compute_rate(chip, weights, compute_dtype),
+        weights=weights, kv_bytes_per_seq=kv_bytes_per_seq, attention_flops_per_seq=attention,
+        tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
+        lm_head_tokens_per_seq=1 if prefill else None,
+    )
+
+
+def _strict(step: ChipStep) -> ArrayLike:
+    """The strict bound of a chip step: overhead + max(bytes / W, FLOPs / C, comm)."""
+    return np.maximum(step.terms.strict_step_s, step.terms.overhead_s + step.comm_s)
+
+
+def prefill_bound(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> ArrayLike:
+    """Strict lower bound on the prefill of ``batch`` prompts of ``input_tokens`` (TTFT), seconds.
+
+    ``overhead + max(bytes / W, FLOPs / C, comm_s)`` per chip (see the module
+    text). With ``chunk_tokens`` the prompt runs in chunks of that many
+    tokens, each a step of its own that re-reads the weights and reads the
+    cache of the chunks before it; the bound is the sum over chunks.
+
+    Examples
+    --------
+    Llama 2 7B, one 2,048-token prompt on an A100-80GB: compute-bound.
+
+    >>> from kvmath import get_chip, get_model
+    >>> m, a100 = get_model("llama-2-7b"), get_chip("a100-80gb")
+    >>> round(prefill_bound(m, a100, 1, 2048) * 1e3, 2)
+    88.54
+    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
+    88.54
+    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
+    216.09
+    """
+    layout = ParallelLayout() if layout is None else layout
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
+                overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
+    s_in = positive_int("input_tokens", input_tokens)
+    if chunk_tokens is None:
+        return plain(_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True, **opts)))
+    c = int(positive_int("chunk_tokens", chunk_tokens))
+    # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
+    k = np.arange(int(np.ceil(np.max(s_in) / c)))
+    s = np.asarray(s_in, dtype=float)[..., None]
+    done = np.minimum(k * c, s)                  # tokens cached before chunk k
+    size = np.minimum(s, done + c) - done        # tokens in chunk k (0 past the prompt)
+    live = size > 0
+    end = np.maximum(done + size, 1)
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    # The chunk reads the cache of the chunks before it and writes its own: the cache up to its end.
+    first = np.maximum(done, 1)
+    attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
+    batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
+    step = chip_step(
+        model, batch, end, layout, chip.bandwidth * opts["efficiency"], compute_rate(chip, weights, compute_dtype),
+        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
+        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
+        lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
+    )
+    return plain(np.sum(np.where(live, _strict(step), 0.0), axis=-1))
+
+
+def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, np.ndarray]:
+    """Strict and no-overlap bounds summed over decode steps with caches of ``lo .. hi`` tokens."""
+    w = model.sliding_window
+    # Stretches of context where every term is affine: before a window fills, and after.
+    stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
+    strict = no_overlap = 0.0
+    for s1, s2, first, last in stretches:
+        t1, t2 = (_chip_step(model, chip, batch, s, layout, **opts) for s in (s1, s2))
+
+        def line(f):
+            slope = f(t2) - f(t1)
+            return f(t1) - slope * s1, slope
+
+        mem = line(lambda t: t.terms.kv_s + t.terms.weight_memory_s)
+        comp = line(lambda t: t.terms.attention_compute_s + t.terms.weight_compute_s)
+        kv, att = line(lambda t: t.terms.kv_s), line(lambda t: t.terms.attention_compute_s)
+        comm = np.broadcast_to(t1.comm_s, np.shape(mem[0]))
+        steps = np.maximum(np.asarray(last, dtype=float) - first + 1, 0)
+        fixed = t1.terms.overhead_s
+        strict = strict + _sum_of_max_lines(np.stack([mem[0], comp[0], comm], -1),
+                                            np.stack([mem[1], comp[1], 0 * comm], -1), first, last) + fixed * steps
+        weights_s = np.maximum(t1.terms.weight_memory_s, t1.terms.weight_compute_s)
+        no_overlap = no_overlap + _sum_of_max_lines(np.stack([kv[0], att[0]], -1), np.stack([kv[1], att[1]], -1),
+                                                    first, last) + (fixed + weights_s + t1.comm_s) * steps
+    return strict, no_overlap
+
+
+def request_times(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    price_per_chip_hour: float | None = None,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> RequestTimes:
+    """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
+
+    Parameters
+    ----------
+    model, chip : Model, Chip
+    batch, input_tokens, output_tokens : int or array
+        Requests served together, and their prompt and output lengths
+        (whole numbers; broadcast against each other).
+    layout, link : ParallelLayout, Link, optional
+        How the model spreads over chips and what connects them (default:
+        one chip). Without a link, communication is not counted.
+    weights, kv_dtype, compute_dtype, activation_dtype :
+        As in :func:`kvmath.decode_step`.
+    chunk_tokens : int, optional
+        Chunked prefill (see :func:`prefill_bound`).
+    price_per_chip_hour : float, optional
+        For ``cost_per_million_tokens`` (currency per chip-hour).
+    overhead_s, efficiency :
+        Per-step overhead and fraction of peak bandwidth (estimates; the
+        defaults keep the times lower bounds).
+
+    Returns
+    -------
+    RequestTimes
+
+    Examples
+    --------
+    Llama 3 8B on one H100: 16 requests of 1,000 tokens in, 500 out.
+
+    >>> from kvmath import get_chip, get_model
+    >>> r = request_times(get_model("llama-3-8b"), get_chip("h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
+    >>> round(r.ttft_s * 1e3, 1), round(r.time_per_output_token_s * 1e3, 3), round(float(r.output_tokens_per_s))
+    (230.0, 5.263, 2801)
+    >>> round(r.cost_per_million_tokens, 3)
+    0.198
+    """
+    layout = ParallelLayout() if layout is None else layout
+    batch = positive_int("batch", batch)
+    s_in = positive_int("input_tokens", input_tokens)
+    s_out = positive_int("output_tokens", output_tokens)
+    if price_per_chip_hour is not None:
+        price_per_chip_hour = non_negative("price_per_chip_hour", price_per_chip_hour)
+    efficiency = fraction("efficiency", efficiency)
+    overhead_s = non_negative("overhead_s", overhead_s)
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
+                overhead_s=overhead_s, efficiency=efficiency)
+    ttft = prefill_bound(model, chip, batch, s_in, layout=layout, link=link, weights=weights, kv_dtype=kv_dtype,
+                         compute_dtype=compute_dtype, activation_dtype=activation_dtype, chunk_tokens=chunk_tokens,
+                         overhead_s=overhead_s, efficiency=efficiency)
+    decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
+                                             layout, opts)
+    last = _chip_step(model, chip, batch, np.asarray(s_in) + s_out - 1, layout, **opts)
+    return RequestTimes(
+        batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
+        ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
+        memory_bytes_per_chip=last.memory_bytes,
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+        price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
+    )
