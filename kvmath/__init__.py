@@ -50,6 +50,7 @@ from .parallel import (
     tensor_parallel_step,
 )
 from .prefill import prefill_flops, prefill_time
+from .requests import Frontier, RequestTimes, prefill_attention_flops, prefill_bound, request_times, serving_frontier
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
 from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
@@ -81,4 +82,6 @@ __all__ = [
     # parallelism and links
     "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
     "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
+    # whole requests and the serving frontier
+    "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
 ]

@@ -249,7 +249,7 @@ class ChipStep:
         the log-sum-exp combine under context parallelism).
     weight_bytes_resident, kv_bytes_resident : what the chip must hold.
     comm_s : lower bound on the chip's communication (links), seconds.
-    terms : :class:`kvmath.StepBreakdown` of the chip's bytes and FLOPs.
+    bandwidth, flops, overhead_s : the chip's rates and the per-step overhead.
     """
 
     layout: ParallelLayout
@@ -261,7 +261,15 @@ class ChipStep:
     weight_bytes_resident: ArrayLike
     kv_bytes_resident: ArrayLike
     comm_s: ArrayLike
-    terms: StepBreakdown
+    bandwidth: ArrayLike
+    flops: ArrayLike
+    overhead_s: ArrayLike = 0.0
+
+    @property
+    def terms(self) -> StepBreakdown:
+        """:class:`kvmath.StepBreakdown` of the chip's bytes and FLOPs (without communication)."""
+        return step_breakdown(1, self.kv_bytes_read, self.weight_bytes_read, self.weight_flops / 2, self.bandwidth,
+                              self.flops, attention_flops_per_seq=self.attention_flops, overhead_s=self.overhead_s)
 
     @property
     def memory_bytes(self) -> ArrayLike:
@@ -375,12 +383,11 @@ def chip_step(
     kv_resident = kv_bytes_per_chip(seqs_held * kv_per_seq, layout.tp, kv_heads) / layout.cp * stage
 
     comm = _layout_comm_s(model, layout, tokens, b_act, link)
-    terms = step_breakdown(1, kv_read, weight_read, weight_flops / 2, bandwidth, flops,
-                           attention_flops_per_seq=attention_flops, overhead_s=overhead_s)
     return ChipStep(layout=layout, micro_batch=plain(micro), weight_bytes_read=plain(weight_read),
                     kv_bytes_read=plain(kv_read), weight_flops=plain(weight_flops),
                     attention_flops=plain(attention_flops), weight_bytes_resident=plain(weight_resident),
-                    kv_bytes_resident=plain(kv_resident), comm_s=comm, terms=terms)
+                    kv_bytes_resident=plain(kv_resident), comm_s=comm, bandwidth=positive("bandwidth", bandwidth),
+                    flops=positive("flops", flops), overhead_s=non_negative("overhead_s", overhead_s))
 
 
 def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_act: float, link: Link | None):

@@ -16,8 +16,9 @@ output tokens, runs as benchmarks run it:
   tokens (``j = 1 .. S_out - 1``), each bounded by :func:`kvmath.decode_step`'s
   strict form. Within a stretch of contexts where no sliding window fills
   up, every term of a step is affine in the context, so the sum of the
-  step bounds is a sum of the upper envelope of a few lines over a range of
-  integers, done in closed form (no loop over steps).
+  step bounds is a sum of the upper envelope of two lines and a constant
+  (the communication) over a range of integers, done in closed form (no
+  loop over steps).
 - ``time_per_output_token_s = decode_s / (S_out - 1)`` (0 for one output
   token), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
   benchmarks' convention: prefill included), and the cost per million
@@ -38,6 +39,7 @@ from .hardware import Chip
 from .links import Link
 from .models import Model, Precision
 from .parallel import ChipStep, ParallelLayout, chip_step
+from .prefill import prefill_time
 from .step import compute_rate
 from .units import dtype_bytes
 from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
@@ -70,38 +72,56 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     return plain(alpha * s * (s + 1) / 2 + beta * windowed)
 
 
-def _sum_of_max_lines(a: np.ndarray, b: np.ndarray, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
-    """``sum_{S=lo}^{hi} max_i (a_i + b_i S)`` over integers S (0 where hi < lo); lines on the last axis.
+_BIG = 1e300  # a finite stand-in for an unbounded end of a range, so that 0 steps times it stays 0
 
-    The upper envelope of lines is convex: its breakpoints are among the
-    pairwise crossings. Between consecutive breakpoints one line is the
-    maximum (found at the midpoint), and its sum over the integers there is
-    closed-form. Every integer falls in exactly one piece.
+
+def _sum_on(p, q, first, last, lo, hi) -> np.ndarray:
+    """``sum of (p + q S)`` over the integers S in ``[max(lo, first), min(hi, last)]`` (0 if empty).
+
+    ``p, q, first, last`` describe a line and where it applies (shape of the
+    batch); ``lo, hi`` the range of steps (shape of the requests). Only the
+    last few operations run on the broadcast shape of the two.
     """
-    lo = np.asarray(lo, dtype=float)[..., None]
-    hi1 = np.asarray(hi, dtype=float)[..., None] + 1
-    k = a.shape[-1]
-    crossings = []
-    for i in range(k):  # k <= 3 lines: a loop over lines, not over configurations
-        for j in range(i + 1, k):
-            db = b[..., i] - b[..., j]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                x = np.where(db != 0, (a[..., j] - a[..., i]) / np.where(db != 0, db, 1), -np.inf)
-            crossings.append(x)
-    shape = np.broadcast_shapes(a.shape[:-1], lo.shape[:-1], hi1.shape[:-1])
-    points = [np.broadcast_to(lo[..., 0], shape)]
-    points += [np.clip(np.broadcast_to(x, shape), lo[..., 0], np.maximum(hi1[..., 0], lo[..., 0])) for x in crossings]
-    points.append(np.broadcast_to(np.maximum(hi1[..., 0], lo[..., 0]), shape))
-    p = np.sort(np.stack(points, axis=-1), axis=-1)
-    start, stop = np.ceil(p[..., :-1]), np.ceil(p[..., 1:])
-    count = stop - start
-    sum_s = count * (start + stop - 1) / 2
-    mid = (p[..., :-1] + p[..., 1:]) / 2
-    values = a[..., None, :] + b[..., None, :] * mid[..., None]
-    best = np.argmax(values, axis=-1)[..., None]
-    a_best = np.take_along_axis(np.broadcast_to(a[..., None, :], values.shape), best, -1)[..., 0]
-    b_best = np.take_along_axis(np.broadcast_to(b[..., None, :], values.shape), best, -1)[..., 0]
-    return np.sum(count * a_best + b_best * sum_s, axis=-1)
+    start = np.maximum(lo, first)
+    stop = np.minimum(hi, last)
+    n = np.maximum(stop - start + 1, 0)
+    total = start + stop  # then, in place on the broadcast shape: n (p + q (start + stop) / 2)
+    total *= 0.5 * np.asarray(q, dtype=float)
+    total += p
+    total *= n
+    return total
+
+
+def _pieces_of_max(f: tuple, g: tuple) -> list[tuple]:
+    """``max(f, g)`` of two lines ``(p, q)`` as pieces ``(p, q, first, last)`` over integer S."""
+    steep = f[1] >= g[1]
+    up = [np.where(steep, x, y) for x, y in zip(f, g)]      # the steeper line: the max right of the crossing
+    down = [np.where(steep, y, x) for x, y in zip(f, g)]
+    dq = up[1] - down[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.where(dq > 0, (down[0] - up[0]) / np.where(dq > 0, dq, 1),
+                         np.where(up[0] >= down[0], -_BIG, _BIG))
+    edge = np.clip(np.floor(cross), -_BIG, _BIG)  # down rules S <= edge, up rules S > edge
+    return [(down[0], down[1], -_BIG, edge), (up[0], up[1], edge + 1, _BIG)]
+
+
+def _sum_max2(f: tuple, g: tuple, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
+    """``sum_{S=lo}^{hi} max(f(S), g(S))`` over integers S for two lines ``(p, q)``, in closed form."""
+    (p1, q1, a1, b1), (p2, q2, a2, b2) = _pieces_of_max(f, g)
+    return _sum_on(p1, q1, a1, b1, lo, hi) + _sum_on(p2, q2, a2, b2, lo, hi)
+
+
+def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
+    """``sum_{S=lo}^{hi} max(f(S), g(S), k)``: ``k`` per step plus, on each piece of max(f, g), its excess over k."""
+    total = np.maximum(np.asarray(hi, dtype=float) - lo + 1, 0) * k
+    for p, q, first, last in _pieces_of_max(f, g):
+        excess = p - k                               # the piece's line less k is positive on one side of its root
+        with np.errstate(divide="ignore", invalid="ignore"):
+            root = -excess / np.where(q != 0, q, 1)
+        above_lo = np.where(q > 0, np.floor(root) + 1, np.where((q < 0) | (excess > 0), -_BIG, _BIG))
+        above_hi = np.where(q < 0, np.ceil(root) - 1, np.where((q > 0) | (excess > 0), _BIG, -_BIG))
+        total += _sum_on(excess, q, np.maximum(first, above_lo), np.minimum(last, above_hi), lo, hi)
+    return total
 
 
 @dataclass(frozen=True)
@@ -115,7 +135,6 @@ class RequestTimes:
     ttft_s : time to first token (the prefill).
     decode_s : the ``output_tokens - 1`` decode steps, strict bound summed.
     decode_no_overlap_s : the same in the no-overlap form.
-    memory_bytes_per_chip : what the busiest chip holds at the last step.
     is_lower_bound : False where an efficiency below 1 or an overhead made
         the times estimates.
     price_per_chip_hour : the price given (None for no cost).
@@ -128,7 +147,6 @@ class RequestTimes:
     ttft_s: ArrayLike
     decode_s: ArrayLike
     decode_no_overlap_s: ArrayLike
-    memory_bytes_per_chip: ArrayLike
     is_lower_bound: bool
     price_per_chip_hour: float | None = None
 
@@ -182,9 +200,11 @@ def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, comput
     )
 
 
-def _strict(step: ChipStep) -> ArrayLike:
-    """The strict bound of a chip step: overhead + max(bytes / W, FLOPs / C, comm)."""
-    return np.maximum(step.terms.strict_step_s, step.terms.overhead_s + step.comm_s)
+def _prefill_strict(step: ChipStep) -> ArrayLike:
+    """The strict bound of a prefill on a chip: overhead + max(:func:`kvmath.prefill_time`, comm)."""
+    memory_or_math = prefill_time(step.weight_flops + step.attention_flops, step.flops, step.weight_bytes_read,
+                                  step.kv_bytes_read, step.bandwidth)
+    return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
 
 
 def prefill_bound(
@@ -229,7 +249,8 @@ def prefill_bound(
                 overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
     s_in = positive_int("input_tokens", input_tokens)
     if chunk_tokens is None:
-        return plain(_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True, **opts)))
+        return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
+                                                **opts)))
     c = int(positive_int("chunk_tokens", chunk_tokens))
     # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
     k = np.arange(int(np.ceil(np.max(s_in) / c)))
@@ -249,7 +270,7 @@ def prefill_bound(
         tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
     )
-    return plain(np.sum(np.where(live, _strict(step), 0.0), axis=-1))
+    return plain(np.sum(np.where(live, _prefill_strict(step), 0.0), axis=-1))
 
 
 def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, np.ndarray]:
@@ -268,14 +289,12 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
         mem = line(lambda t: t.terms.kv_s + t.terms.weight_memory_s)
         comp = line(lambda t: t.terms.attention_compute_s + t.terms.weight_compute_s)
         kv, att = line(lambda t: t.terms.kv_s), line(lambda t: t.terms.attention_compute_s)
-        comm = np.broadcast_to(t1.comm_s, np.shape(mem[0]))
-        steps = np.maximum(np.asarray(last, dtype=float) - first + 1, 0)
+        first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+        steps = np.maximum(last - first + 1, 0)
         fixed = t1.terms.overhead_s
-        strict = strict + _sum_of_max_lines(np.stack([mem[0], comp[0], comm], -1),
-                                            np.stack([mem[1], comp[1], 0 * comm], -1), first, last) + fixed * steps
+        strict = strict + _sum_max2_and_constant(mem, comp, t1.comm_s, first, last) + fixed * steps
         weights_s = np.maximum(t1.terms.weight_memory_s, t1.terms.weight_compute_s)
-        no_overlap = no_overlap + _sum_of_max_lines(np.stack([kv[0], att[0]], -1), np.stack([kv[1], att[1]], -1),
-                                                    first, last) + (fixed + weights_s + t1.comm_s) * steps
+        no_overlap = no_overlap + _sum_max2(kv, att, first, last) + (fixed + weights_s + t1.comm_s) * steps
     return strict, no_overlap
 
 
@@ -349,11 +368,104 @@ def request_times(
                          overhead_s=overhead_s, efficiency=efficiency)
     decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
                                              layout, opts)
-    last = _chip_step(model, chip, batch, np.asarray(s_in) + s_out - 1, layout, **opts)
     return RequestTimes(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
-        memory_bytes_per_chip=last.memory_bytes,
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
         price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
+    )
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
+
+    Arrays are ``(batch, shape)``: one row per batch size, one column per
+    request shape.
+
+    Attributes
+    ----------
+    requests : RequestTimes over the whole grid.
+    max_batch : per shape, the most requests whose caches fit beside the
+        weights (:func:`kvmath.kv_budget_bytes` on each chip).
+    fits : where ``batch <= max_batch``.
+    throughput_per_chip : output tokens/s per chip, prefill included (NaN
+        where the batch does not fit).
+    tokens_per_s_per_user : 1 / time per output token (NaN where it does not fit).
+    best_batch : per shape, the batch of highest throughput per chip that
+        fits and meets ``tpot_limit_s`` (0 where none does).
+    best_throughput_per_chip : its throughput per chip (NaN where none).
+    """
+
+    requests: RequestTimes
+    max_batch: np.ndarray
+    fits: np.ndarray
+    throughput_per_chip: np.ndarray
+    tokens_per_s_per_user: np.ndarray
+    best_batch: np.ndarray
+    best_throughput_per_chip: np.ndarray
+
+
+def serving_frontier(
+    model: Model,
+    chip: Chip,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    *,
+    batch: ArrayLike | None = None,
+    tpot_limit_s: float | None = None,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    hbm_bytes: float | None = None,
+    price_per_chip_hour: float | None = None,
+) -> Frontier:
+    """The serving frontier of ``model`` on ``layout`` for request shapes ``input_tokens`` x ``output_tokens``.
+
+    Every batch in ``batch`` (default 1 .. 4096) against every shape (the
+    two length arrays broadcast to one axis of shapes), in one call. The
+    memory cap: each chip's ``hbm_bytes`` (default the preset's) less its
+    weights must hold its share of every cache at the last step.
+
+    Examples
+    --------
+    Llama 3 70B on 8 H100s by heads, 1,000 tokens in and 1,000 out: memory
+    holds 761 such requests; at most 15 ms per output token (66.7 tokens/s
+    per user) allows 535, for 2,749 output tokens/s per chip:
+
+    >>> from kvmath import ParallelLayout, get_chip, get_link, get_model
+    >>> f = serving_frontier(get_model("llama-3-70b"), get_chip("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
+    ...                      layout=ParallelLayout(tp=8), link=get_link("nvlink4"))
+    >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0]))
+    (761, 535, 2749)
+    """
+    layout = ParallelLayout() if layout is None else layout
+    s_in = np.atleast_1d(positive_int("input_tokens", input_tokens)).astype(float)
+    s_out = np.atleast_1d(positive_int("output_tokens", output_tokens)).astype(float)
+    s_in, s_out = (x.ravel() for x in np.broadcast_arrays(s_in, s_out))
+    batch = np.arange(1, 4097, dtype=float) if batch is None else np.atleast_1d(positive_int("batch", batch)).astype(float)
+    hbm = positive("hbm_bytes", chip.hbm_bytes if hbm_bytes is None else hbm_bytes)
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    one = _chip_step(model, chip, 1, s_in + s_out - 1, layout, weights=weights, kv_dtype=kv_dtype,
+                     compute_dtype=compute_dtype, link=link, b_act=b_act, overhead_s=0.0, efficiency=1.0)
+    budget = kv_budget_bytes(1, hbm, one.weight_bytes_resident)
+    most = np.floor(budget / one.kv_bytes_resident) * layout.dp
+    requests = request_times(model, chip, batch[:, None], s_in, s_out, layout=layout, link=link, weights=weights,
+                             kv_dtype=kv_dtype, compute_dtype=compute_dtype, activation_dtype=activation_dtype,
+                             chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour)
+    fits = batch[:, None] <= most
+    throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
+    per_user = np.where(fits, requests.tokens_per_s_per_user, np.nan)
+    allowed = fits if tpot_limit_s is None else fits & (requests.time_per_output_token_s <= positive("tpot_limit_s", tpot_limit_s))
+    score = np.where(allowed, throughput, -np.inf)
+    pick = np.argmax(score, axis=0)
+    found = np.any(allowed, axis=0)
+    return Frontier(
+        requests=requests, max_batch=most, fits=fits, throughput_per_chip=throughput, tokens_per_s_per_user=per_user,
+        best_batch=np.where(found, batch[pick], 0), best_throughput_per_chip=np.where(
+            found, np.take_along_axis(throughput, pick[None, :], 0)[0], np.nan),
     )
