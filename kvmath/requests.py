@@ -207,6 +207,34 @@ def _prefill_strict(step: ChipStep) -> ArrayLike:
     return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
 
 
+def prefill_chip_step(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+) -> ChipStep:
+    """One prefill pass of ``batch`` prompts on each chip of ``layout`` (bytes, FLOPs, comm): see :func:`prefill_bound`.
+
+    Examples
+    --------
+    >>> from kvmath import get_chip, get_model
+    >>> p = prefill_chip_step(get_model("llama-2-7b"), get_chip("a100-80gb"), 1, 2048)
+    >>> round((p.weight_flops + p.attention_flops) / 1e12, 2)  # 2 P S (LM head once) + causal attention
+    27.63
+    """
+    return _chip_step(model, chip, batch, positive_int("input_tokens", input_tokens),
+                      ParallelLayout() if layout is None else layout, weights=weights, kv_dtype=kv_dtype,
+                      compute_dtype=compute_dtype, link=link, b_act=dtype_bytes(activation_dtype, argument="activation_dtype"),
+                      overhead_s=0.0, efficiency=1.0, tokens_per_seq=positive_int("input_tokens", input_tokens), prefill=True)
+
+
 def prefill_bound(
     model: Model,
     chip: Chip,
