@@ -391,9 +391,14 @@ def request_times(
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
                 overhead_s=overhead_s, efficiency=efficiency)
-    ttft = prefill_bound(model, chip, batch, s_in, layout=layout, link=link, weights=weights, kv_dtype=kv_dtype,
+    prompts, back = s_in, None
+    if np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
+        prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
+    ttft = prefill_bound(model, chip, batch, prompts, layout=layout, link=link, weights=weights, kv_dtype=kv_dtype,
                          compute_dtype=compute_dtype, activation_dtype=activation_dtype, chunk_tokens=chunk_tokens,
                          overhead_s=overhead_s, efficiency=efficiency)
+    if back is not None:
+        ttft = np.asarray(ttft)[..., back]
     decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
                                              layout, opts)
     return RequestTimes(
@@ -487,8 +492,10 @@ def serving_frontier(
                              chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour)
     fits = batch[:, None] <= most
     throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
-    per_user = np.where(fits, requests.tokens_per_s_per_user, np.nan)
-    allowed = fits if tpot_limit_s is None else fits & (requests.time_per_output_token_s <= positive("tpot_limit_s", tpot_limit_s))
+    tpot = requests.time_per_output_token_s
+    with np.errstate(divide="ignore"):
+        per_user = np.where(fits, 1.0 / tpot, np.nan)
+    allowed = fits if tpot_limit_s is None else fits & (tpot <= positive("tpot_limit_s", tpot_limit_s))
     score = np.where(allowed, throughput, -np.inf)
     pick = np.argmax(score, axis=0)
     found = np.any(allowed, axis=0)
