@@ -52,7 +52,16 @@ from .parallel import (
 from .prefill import prefill_flops, prefill_time
 from .requests import Frontier, RequestTimes, prefill_attention_flops, prefill_bound, request_times, serving_frontier
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
-from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
+from .step import (
+    DecodeStep,
+    StepWork,
+    compute_rate,
+    decode_step,
+    layout_step_time,
+    model_critical_batch,
+    step_time,
+    step_work,
+)
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
 __version__ = "0.1.0"
@@ -83,5 +92,5 @@ __all__ = [
     "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
     "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
     # whole requests and the serving frontier
-    "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
+    "layout_step_time", "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
 ]

@@ -23,7 +23,7 @@ from .models import get_model, model_names
 from .links import get_link, link_names
 from .parallel import KV_SHARDINGS, ParallelLayout, parse_layout, tensor_parallel_comm_s
 from .requests import prefill_bound, prefill_chip_step, request_times
-from .step import StepWork, decode_step, model_critical_batch, step_time, step_work
+from .step import StepWork, decode_step, layout_step_time, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import fraction, non_negative, positive, positive_int
 
@@ -55,7 +55,7 @@ DECODE_KEYS = {
     "weight_memory_s": "seconds to read the weights on one chip",
     "weight_compute_s": "seconds of weight math on one chip",
     "overhead_s": "fixed per-step overhead added to both forms (--overhead-s; an estimate)",
-    "comm_s": "lower bound on tensor parallelism's 2 all-reduces per layer over --link, seconds (0 without --link or on 1 chip)",
+    "comm_s": "lower bound on the chips' communication over --link, seconds: tensor parallelism's 2 all-reduces per layer, and with --parallel its other collectives (0 without --link or on 1 chip)",
     "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C, comm_s)",
     "bound": "what binds in the strict form: memory, compute or communication",
     "tokens_per_s_per_seq": "tokens/s each sequence gets at step_s",
@@ -124,6 +124,8 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
     decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
     decode.add_argument("--link", help="link between the chips (see `kvmath links`): adds comm_s")
+    decode.add_argument("--parallel", help="layout over the chips instead of --chips/--kv-shard, e.g. 'tp=4,pp=2' "
+                                           "(fields tp, cp, dp, pp, ep; needs --model)")
     decode.add_argument("--efficiency", type=_number, default=1.0,
                         help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)")
     decode.add_argument("--overhead-s", type=_number, default=0.0,
@@ -233,12 +235,18 @@ def _decode(args) -> dict:
         raise ValueError("give --model, or both --params and --kv-bytes-per-token")
     _warn_past_supported_context(args, model, context)
     work = _work(args, model, batch, context)
-    step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
-                     overhead_s=overhead_s, efficiency=efficiency)
-    if args.link is not None:
+    link = _link_option(args)
+    if args.parallel:
+        step = layout_step_time(model, work, bandwidth, flops, _layout_option(args, model), weights=_precision(args),
+                                link=link, overhead_s=overhead_s, efficiency=efficiency)
+        n_chips = step.n_chips
+    else:
+        step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
+                         overhead_s=overhead_s, efficiency=efficiency)
+    if link is not None and not args.parallel:
         if model is None:
             raise ValueError("--link needs --model (the layers and width the all-reduces move)")
-        step = dataclasses.replace(step, comm_s=tensor_parallel_comm_s(model, batch, n_chips, get_link(args.link)))
+        step = dataclasses.replace(step, comm_s=tensor_parallel_comm_s(model, batch, n_chips, link))
     t = step.terms
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     own_b_crit = None
@@ -478,6 +486,22 @@ def _request_setup(args):
     bandwidth, flops = _chip_rates(args)
     if args.bandwidth is not None or args.flops is not None:
         chip = chip.replace(bandwidth=bandwidth, flops_by_dtype={k: flops for k in chip.flops_by_dtype})
+    layout = _layout_option(args, model)
+    link = _link_option(args)
+    options = dict(layout=layout, link=link, weights=_precision(args), kv_dtype=args.kv_dtype,
+                   compute_dtype=args.compute_dtype,
+                   chunk_tokens=None if args.chunk_tokens is None else int(positive_int("--chunk-tokens", args.chunk_tokens)))
+    return model, chip, layout, link, options
+
+
+def _layout_option(args, model) -> ParallelLayout:
+    """--parallel (or --chips as tensor parallelism), checked against the model; errors name the option."""
+    if args.parallel and model is None:
+        raise ValueError("--parallel needs --model (its heads, layers and experts decide the layout)")
+    if args.parallel and (args.params is not None or args.kv_bytes_per_token is not None):
+        raise ValueError("--parallel takes the model's own --params and --kv-bytes-per-token; drop them")
+    if args.parallel and getattr(args, "kv_shard", "heads") != "heads":
+        raise ValueError("--kv-shard does not combine with --parallel: write dp= in the layout")
     try:
         layout = parse_layout(args.parallel) if args.parallel else ParallelLayout(
             tp=int(positive_int("--chips", 1 if args.chips is None else args.chips)))
@@ -486,14 +510,15 @@ def _request_setup(args):
         raise ValueError(f"{'--parallel' if args.parallel else '--chips'}: {err}") from None
     if args.parallel and args.chips is not None and int(positive_int("--chips", args.chips)) != layout.n_chips:
         raise ValueError(f"--chips ({args.chips:g}) must equal the {layout.n_chips} chips of --parallel {args.parallel}")
+    return layout
+
+
+def _link_option(args):
+    """The --link preset (None without one); an unknown name names the option."""
     try:
-        link = get_link(args.link) if args.link else None
+        return get_link(args.link) if args.link else None
     except ValueError as err:
         raise ValueError(f"--link: {err}") from None
-    options = dict(layout=layout, link=link, weights=_precision(args), kv_dtype=args.kv_dtype,
-                   compute_dtype=args.compute_dtype,
-                   chunk_tokens=None if args.chunk_tokens is None else int(positive_int("--chunk-tokens", args.chunk_tokens)))
-    return model, chip, layout, link, options
 
 
 def _shape_fields(args, model, chip, layout, link) -> dict:

@@ -307,12 +307,34 @@ def decode_step(
         return dataclasses.replace(step, comm_s=comm)
     if int(positive_int("n_chips", n_chips)) not in (1, layout.n_chips):
         raise ValueError(f"n_chips ({n_chips}) must be 1 or the layout's {layout.n_chips} chips")
+    return layout_step_time(model, work, chip.bandwidth, flops, layout, weights=weights, link=link,
+                            activation_bytes=b_act, overhead_s=overhead_s, efficiency=efficiency)
+
+
+def layout_step_time(
+    model: Model,
+    work: StepWork,
+    bandwidth: ArrayLike,
+    flops: ArrayLike,
+    layout: ParallelLayout,
+    *,
+    weights: Precision = "bf16",
+    link: Link | None = None,
+    activation_bytes: ArrayLike = 2,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> DecodeStep:
+    """Bounds on a step's ``work`` spread over ``layout`` (:func:`kvmath.chip_step`), per-chip rates given.
+
+    The layout form of :func:`step_time`; :func:`decode_step` with
+    ``layout=`` calls it.
+    """
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     per_chip = chip_step(
-        model, work.batch, work.context, layout, positive("bandwidth", chip.bandwidth) * efficiency, flops,
+        model, work.batch, work.context, layout, positive("bandwidth", bandwidth) * efficiency, flops,
         weights=weights, kv_bytes_per_seq=work.kv_bytes_per_seq, attention_flops_per_seq=work.attention_flops_per_seq,
-        tokens_per_seq=work.tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
+        tokens_per_seq=work.tokens_per_seq, link=link, activation_bytes=activation_bytes, overhead_s=overhead_s,
     )
     return DecodeStep(work=work, n_chips=layout.n_chips, kv_bytes_per_chip=per_chip.kv_bytes_read, terms=per_chip.terms,
                       is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),

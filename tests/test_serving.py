@@ -345,3 +345,14 @@ def test_bad_request_input_exits_2_with_one_line(capsys, argv, words):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_decode_with_a_layout_from_the_command_line(capsys):
+    common = ["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "4096", "--link", "nvlink4"]
+    by_chips = run_json(capsys, *common, "--chips", "8")
+    by_layout = run_json(capsys, *common, "--parallel", "tp=8")
+    for key in ("step_s", "no_overlap_step_s", "comm_s", "kv_bytes_per_chip"):
+        assert by_layout[key] == pytest.approx(by_chips[key], rel=1e-12)
+    assert by_layout["chips"] == 8
+    pipelined = run_json(capsys, *common, "--parallel", "tp=4,pp=2")
+    assert pipelined["chips"] == 8 and pipelined["step_s"] > by_layout["step_s"]  # a pipeline does not cut batch-1 reads
