@@ -16,6 +16,7 @@ sequences).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -265,7 +266,7 @@ class ChipStep:
     flops: ArrayLike
     overhead_s: ArrayLike = 0.0
 
-    @property
+    @cached_property
     def terms(self) -> StepBreakdown:
         """:class:`kvmath.StepBreakdown` of the chip's bytes and FLOPs (without communication)."""
         return step_breakdown(1, self.kv_bytes_read, self.weight_bytes_read, self.weight_flops / 2, self.bandwidth,

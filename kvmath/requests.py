@@ -84,8 +84,14 @@ def _sum_on(p, q, first, last, lo, hi) -> np.ndarray:
     """
     start = np.maximum(lo, first)
     stop = np.minimum(hi, last)
-    n = np.maximum(stop - start + 1, 0)
-    total = start + stop  # then, in place on the broadcast shape: n (p + q (start + stop) / 2)
+    n = np.subtract(stop, start)
+    if np.ndim(n) == 0:
+        n = max(n + 1, 0)
+        return n * (p + 0.5 * q * (start + stop))
+    # n (p + q (start + stop) / 2), in place: fresh arrays of the broadcast shape are the cost here
+    n += 1
+    np.maximum(n, 0, out=n)
+    total = np.add(start, stop)
     total *= 0.5 * np.asarray(q, dtype=float)
     total += p
     total *= n
@@ -185,16 +191,14 @@ class RequestTimes:
 
 
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
-               overhead_s, efficiency, tokens_per_seq=1, prefill=False, kv_bytes_per_seq=None) -> ChipStep:
+               overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> ChipStep:
     """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
     b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-    if kv_bytes_per_seq is None:
-        kv_bytes_per_seq = model.kv_bytes_per_seq(context, b_kv)
     attention = (prefill_attention_flops(model, context) if prefill
                  else model.attention_flops_per_token(context) * tokens_per_seq)
     return chip_step(
         model, batch, context, layout, chip.bandwidth * efficiency, compute_rate(chip, weights, compute_dtype),
-        weights=weights, kv_bytes_per_seq=kv_bytes_per_seq, attention_flops_per_seq=attention,
+        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=1 if prefill else None,
     )
