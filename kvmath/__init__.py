@@ -42,12 +42,40 @@ from .memory import (
     vllm_max_num_batched_tokens,
     vllm_page_bytes,
 )
+from .links import (
+    Link,
+    all_to_all_time,
+    allreduce_estimate,
+    allreduce_time,
+    get_link,
+    link_names,
+    p2p_time,
+    ring_allreduce_bytes,
+)
 from .models import WEIGHT_GROUPS, Model, get_model, model_names
 from .moe import experts_touched, saturated_critical_batch
-from .parallel import kv_bytes_per_chip, tensor_parallel_step
+from .parallel import (
+    ChipStep,
+    ParallelLayout,
+    chip_step,
+    kv_bytes_per_chip,
+    parse_layout,
+    tensor_parallel_comm_s,
+    tensor_parallel_step,
+)
 from .prefill import prefill_flops, prefill_time
+from .requests import Frontier, RequestTimes, prefill_attention_flops, prefill_bound, request_times, serving_frontier
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
-from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
+from .step import (
+    DecodeStep,
+    StepWork,
+    compute_rate,
+    decode_step,
+    layout_step_time,
+    model_critical_batch,
+    step_time,
+    step_work,
+)
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
 __version__ = "0.1.0"
@@ -77,4 +105,9 @@ __all__ = [
     "BUDGETS", "EngineBudget", "memory_budget", "runtime_total_bytes", "vllm_activation_peak_bytes",
     "vllm_available_kv_bytes", "vllm_engine", "vllm_kv_cache", "vllm_kv_groups", "vllm_max_num_batched_tokens",
     "vllm_page_bytes",
+    # parallelism and links
+    "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
+    "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
+    # whole requests and the serving frontier
+    "layout_step_time", "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
 ]

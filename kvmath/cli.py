@@ -1,4 +1,4 @@
-"""The ``kvmath`` command line: decode, capacity, critical-batch, models, hardware.
+"""The ``kvmath`` command line: decode, capacity, critical-batch, prefill, run, models, hardware, links.
 
 Every subcommand prints base-unit results formatted at the edge, or one
 JSON object with ``--json``. Bad input exits with status 2 and a one-line
@@ -16,13 +16,15 @@ from typing import Sequence
 
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
 from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tokens_per_s_per_seq
-from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_seconds
+from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
 from .formats import get_format
 from .hardware import chip_names, get_chip
+from .links import get_link, link_names
 from .memory import GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, memory_budget, vllm_engine, vllm_kv_cache
 from .models import Model, get_model, model_names
-from .parallel import KV_SHARDINGS
-from .step import StepWork, model_critical_batch, step_time, step_work
+from .parallel import KV_SHARDINGS, ParallelLayout, parse_layout, tensor_parallel_comm_s
+from .requests import prefill_bound, prefill_chip_step, request_times
+from .step import StepWork, decode_step, layout_step_time, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import fraction, non_negative, positive, positive_int
 
@@ -54,11 +56,12 @@ DECODE_KEYS = {
     "weight_memory_s": "seconds to read the weights on one chip",
     "weight_compute_s": "seconds of weight math on one chip",
     "overhead_s": "fixed per-step overhead added to both forms (--overhead-s; an estimate)",
-    "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C)",
-    "bound": "what binds in the strict form: memory or compute",
+    "comm_s": "lower bound on the chips' communication over --link, seconds: tensor parallelism's 2 all-reduces per layer, and with --parallel its other collectives (0 without --link or on 1 chip)",
+    "step_s": "strict lower bound on the step, seconds: overhead + max(all bytes / W, all FLOPs / C, comm_s)",
+    "bound": "what binds in the strict form: memory, compute or communication",
     "tokens_per_s_per_seq": "tokens/s each sequence gets at step_s",
     "tokens_per_s": "tokens/s of the whole batch at step_s",
-    "no_overlap_step_s": "no-overlap form, seconds: overhead + max(kv_s, attention_compute_s) + max(weight_memory_s, weight_compute_s) (the notes' min-step)",
+    "no_overlap_step_s": "no-overlap form, seconds: overhead + max(kv_s, attention_compute_s) + max(weight_memory_s, weight_compute_s) + comm_s (the notes' min-step without comm)",
     "no_overlap_tokens_per_s": "tokens/s of the whole batch at no_overlap_step_s",
     "no_overlap_attention_bound": "which attention term binds in the no-overlap form: memory or compute",
     "no_overlap_weights_bound": "which weight term binds in the no-overlap form: memory or compute",
@@ -135,6 +138,9 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B")
     decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
     decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
+    decode.add_argument("--link", help="link between the chips (see `kvmath links`): adds comm_s")
+    decode.add_argument("--parallel", help="layout over the chips instead of --chips/--kv-shard, e.g. 'tp=4,pp=2' "
+                                           "(fields tp, cp, dp, pp, ep; needs --model)")
     decode.add_argument("--efficiency", type=_number, default=1.0,
                         help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)")
     decode.add_argument("--overhead-s", type=_number, default=0.0,
@@ -176,6 +182,7 @@ def _build_parser() -> argparse.ArgumentParser:
     hardware = sub.add_parser("hardware", help="list chip presets")
     hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple)")
     hardware.add_argument("--json", action="store_true")
+    _add_request_parsers(sub)
     return parser
 
 
@@ -259,8 +266,18 @@ def _decode(args) -> dict:
         raise ValueError("give --model or --config, or both --params and --kv-bytes-per-token")
     _warn_past_supported_context(args, model, context)
     work = _work(args, model, batch, context)
-    step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
-                     overhead_s=overhead_s, efficiency=efficiency)
+    link = _link_option(args)
+    if args.parallel:
+        step = layout_step_time(model, work, bandwidth, flops, _layout_option(args, model), weights=_precision(args),
+                                link=link, overhead_s=overhead_s, efficiency=efficiency)
+        n_chips = step.n_chips
+    else:
+        step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
+                         overhead_s=overhead_s, efficiency=efficiency)
+    if link is not None and not args.parallel:
+        if model is None:
+            raise ValueError("--link needs --model (the layers and width the all-reduces move)")
+        step = dataclasses.replace(step, comm_s=tensor_parallel_comm_s(model, batch, n_chips, link))
     t = step.terms
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     own_b_crit = None
@@ -291,12 +308,13 @@ def _decode(args) -> dict:
         "weight_memory_s": float(t.weight_memory_s),
         "weight_compute_s": float(t.weight_compute_s),
         "overhead_s": float(t.overhead_s),
-        "step_s": float(t.strict_step_s),
-        "bound": t.strict_bound,
-        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(t.strict_step_s)),
-        "tokens_per_s": float(tokens_per_s(t.strict_step_s, batch)),
-        "no_overlap_step_s": float(t.step_s),
-        "no_overlap_tokens_per_s": float(tokens_per_s(t.step_s, batch)),
+        "comm_s": float(step.comm_s),
+        "step_s": float(step.strict_step_s),
+        "bound": "communication" if step.strict_step_s > t.strict_step_s else t.strict_bound,
+        "tokens_per_s_per_seq": float(tokens_per_s_per_seq(step.strict_step_s)),
+        "tokens_per_s": float(tokens_per_s(step.strict_step_s, batch)),
+        "no_overlap_step_s": float(step.no_overlap_step_s),
+        "no_overlap_tokens_per_s": float(tokens_per_s(step.no_overlap_step_s, batch)),
         "no_overlap_attention_bound": t.attention_bound,
         "no_overlap_weights_bound": t.bound,
         "is_lower_bound": step.is_lower_bound,
@@ -314,6 +332,8 @@ def _print_decode(r: dict) -> None:
     print(f"  attention, compute       {fmt_seconds(r['attention_compute_s'])}")
     print(f"  weights, memory          {fmt_seconds(r['weight_memory_s'])}")
     print(f"  weights, compute         {fmt_seconds(r['weight_compute_s'])}")
+    if r["comm_s"]:
+        print(f"  communication            {fmt_seconds(r['comm_s'])}")
     kind = "lower bound" if r["is_lower_bound"] else "estimate"
     print(f"  step, strict {kind:<11} {fmt_seconds(r['step_s'])}  ({r['bound']}-bound)")
     print(f"  step, no overlap         {fmt_seconds(r['no_overlap_step_s'])}  "
@@ -480,12 +500,217 @@ def _print_hardware(rows: list[dict]) -> None:
               f"{fmt_flop_rate(r['flops_by_dtype']['bf16']):>16}{r['ridge_bf16']:>7.0f}")
 
 
+# ----- whole requests: prefill, run, links ------------------------------------------------
+
+#: Every key of ``kvmath run --json``.
+RUN_KEYS = {
+    "model": "model preset name",
+    "hardware": "chip preset name",
+    "chips": "chips serving the batch (the layout's tp * cp * dp * pp)",
+    "layout": "parallel layout: tp, cp, dp, pp, ep",
+    "link": "link preset between the chips (null: communication not counted)",
+    "batch": "requests served together B",
+    "input_tokens": "prompt tokens per request",
+    "output_tokens": "output tokens per request (the first comes from the prefill)",
+    "ttft_s": "time to first token: the prefill bound, seconds",
+    "decode_s": "the output_tokens - 1 decode steps, strict bounds summed, seconds",
+    "decode_no_overlap_s": "the same in the no-overlap form, seconds",
+    "total_s": "ttft_s + decode_s, seconds",
+    "time_per_output_token_s": "decode_s / (output_tokens - 1), seconds (0 for one output token)",
+    "tokens_per_s_per_user": "1 / time_per_output_token_s",
+    "output_tokens_per_s": "batch * output_tokens / total_s (prefill included, as benchmarks count)",
+    "output_tokens_per_s_per_chip": "output_tokens_per_s / chips",
+    "memory_bytes_per_chip": "weights and cache the busiest chip holds at the last step, bytes",
+    "fits_in_memory": "memory_bytes_per_chip <= the chip's hbm_bytes",
+    "price_per_chip_hour": "--price-per-hour (null if not given)",
+    "cost_per_million_tokens": "price per million output tokens: price x chips x total_s / 3600 / (batch x output_tokens) x 1e6 (null without a price)",
+    "is_lower_bound": "true: every time is a lower bound (assumed 0.5 us per link hop, see `kvmath links`)",
+}
+
+#: Every key of ``kvmath prefill --json``.
+PREFILL_KEYS = {
+    "model": RUN_KEYS["model"], "hardware": RUN_KEYS["hardware"], "chips": RUN_KEYS["chips"],
+    "layout": RUN_KEYS["layout"], "link": RUN_KEYS["link"], "batch": "prompts prefilled together B",
+    "input_tokens": RUN_KEYS["input_tokens"], "chunk_tokens": "chunk size of chunked prefill (null: one pass)",
+    "ttft_s": "strict lower bound on the prefill (time to first token), seconds",
+    "weight_bytes_read_per_chip": "weight bytes one chip reads in one pass (chunked: per chunk, once)",
+    "kv_bytes_written_per_chip": "cache bytes one chip writes",
+    "flops_per_chip": "weight and attention FLOPs of one chip",
+    "comm_s": "lower bound on the pass's communication, seconds",
+    "bound": "what binds: compute, memory or communication (one pass)",
+    "prompt_tokens_per_s": "batch * input_tokens / ttft_s",
+}
+
+
+def _add_request_parsers(sub) -> None:
+    """The parsers of `kvmath prefill`, `kvmath run` and `kvmath links`."""
+    def common(p):
+        _add_model_options(p)
+        _add_hardware_options(p)
+        p.add_argument("--batch", type=_number, default=1, help="requests served together, B (default: 1)")
+        p.add_argument("--input", type=_number, required=True, help="prompt tokens per request")
+        p.add_argument("--parallel", help="layout over the chips, e.g. 'tp=8' or 'tp=2,pp=4' (fields tp, cp, dp, pp, ep); "
+                                          "default: tp = --chips")
+        p.add_argument("--link", help="link between the chips (see `kvmath links`); without it communication is not counted")
+        p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk")
+
+    def keys(table):
+        return "keys of --json (base units: bytes, seconds, FLOPs):\n" + "\n".join(f"  {k:<30} {v}" for k, v in table.items())
+
+    prefill = sub.add_parser("prefill", help="bound on the prefill (time to first token)",
+                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=keys(PREFILL_KEYS))
+    common(prefill)
+    run = sub.add_parser("run", help="whole requests: TTFT, decode, tokens/s, cost",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=keys(RUN_KEYS))
+    common(run)
+    run.add_argument("--output", type=_number, required=True, help="output tokens per request")
+    run.add_argument("--price-per-hour", type=_number, help="price of one chip-hour, for cost_per_million_tokens")
+    links = sub.add_parser("links", help="list link presets")
+    links.add_argument("--json", action="store_true")
+
+
+def _request_setup(args):
+    """(model, chip, layout, link, options) for `prefill` and `run`, each bad value naming its option."""
+    if not args.model:
+        raise ValueError(f"kvmath {args.command} needs --model (--params alone has no layers or heads)")
+    if args.params is not None or args.kv_bytes_per_token is not None:
+        raise ValueError(f"kvmath {args.command} takes the model's own --params and --kv-bytes-per-token; drop them")
+    model = get_model(args.model)
+    if not args.hardware:
+        raise ValueError("give --hardware (--bandwidth and --flops may override its rates)")
+    chip = get_chip(args.hardware)
+    bandwidth, flops = _chip_rates(args)
+    if args.bandwidth is not None or args.flops is not None:
+        chip = chip.replace(bandwidth=bandwidth, flops_by_dtype={k: flops for k in chip.flops_by_dtype})
+    layout = _layout_option(args, model)
+    link = _link_option(args)
+    options = dict(layout=layout, link=link, weights=_precision(args), kv_dtype=args.kv_dtype,
+                   compute_dtype=args.compute_dtype,
+                   chunk_tokens=None if args.chunk_tokens is None else int(positive_int("--chunk-tokens", args.chunk_tokens)))
+    return model, chip, layout, link, options
+
+
+def _layout_option(args, model) -> ParallelLayout:
+    """--parallel (or --chips as tensor parallelism), checked against the model; errors name the option."""
+    if args.parallel and model is None:
+        raise ValueError("--parallel needs --model (its heads, layers and experts decide the layout)")
+    if args.parallel and (args.params is not None or args.kv_bytes_per_token is not None):
+        raise ValueError("--parallel takes the model's own --params and --kv-bytes-per-token; drop them")
+    if args.parallel and getattr(args, "kv_shard", "heads") != "heads":
+        raise ValueError("--kv-shard does not combine with --parallel: write dp= in the layout")
+    try:
+        layout = parse_layout(args.parallel) if args.parallel else ParallelLayout(
+            tp=int(positive_int("--chips", 1 if args.chips is None else args.chips)))
+        layout.check(model)
+    except ValueError as err:
+        raise ValueError(f"{'--parallel' if args.parallel else '--chips'}: {err}") from None
+    if args.parallel and args.chips is not None and int(positive_int("--chips", args.chips)) != layout.n_chips:
+        raise ValueError(f"--chips ({args.chips:g}) must equal the {layout.n_chips} chips of --parallel {args.parallel}")
+    return layout
+
+
+def _link_option(args):
+    """The --link preset (None without one); an unknown name names the option."""
+    try:
+        return get_link(args.link) if args.link else None
+    except ValueError as err:
+        raise ValueError(f"--link: {err}") from None
+
+
+def _shape_fields(args, model, chip, layout, link) -> dict:
+    return {"model": model.name, "hardware": chip.name, "chips": layout.n_chips, "layout": dataclasses.asdict(layout),
+            "link": link.name if link else None}
+
+
+def _prefill(args) -> dict:
+    model, chip, layout, link, options = _request_setup(args)
+    batch = int(positive_int("--batch", args.batch))
+    s_in = int(positive_int("--input", args.input))
+    ttft = prefill_bound(model, chip, batch, s_in, **options)
+    one_pass = prefill_chip_step(model, chip, batch, s_in, layout=layout, link=link, weights=options["weights"],
+                                 kv_dtype=args.kv_dtype, compute_dtype=args.compute_dtype)
+    memory_s = (one_pass.weight_bytes_read + one_pass.kv_bytes_read) / one_pass.bandwidth
+    compute_s = (one_pass.weight_flops + one_pass.attention_flops) / one_pass.flops
+    bound = max((compute_s, "compute"), (memory_s, "memory"), (one_pass.comm_s, "communication"))[1]
+    return {**_shape_fields(args, model, chip, layout, link), "batch": batch, "input_tokens": s_in,
+            "chunk_tokens": options["chunk_tokens"], "ttft_s": float(ttft),
+            "weight_bytes_read_per_chip": float(one_pass.weight_bytes_read),
+            "kv_bytes_written_per_chip": float(one_pass.kv_bytes_read),
+            "flops_per_chip": float(one_pass.weight_flops + one_pass.attention_flops),
+            "comm_s": float(one_pass.comm_s), "bound": bound, "prompt_tokens_per_s": batch * s_in / float(ttft)}
+
+
+def _print_prefill(r: dict) -> None:
+    print(f"prefill, B = {r['batch']}, {r['input_tokens']:,} tokens each, {r['chips']} chip(s)")
+    print(f"  weights read per chip    {fmt_bytes(r['weight_bytes_read_per_chip'])}")
+    print(f"  cache written per chip   {fmt_bytes(r['kv_bytes_written_per_chip'])}")
+    print(f"  FLOPs per chip           {fmt_flops(r['flops_per_chip'])}")
+    print(f"  communication            {fmt_seconds(r['comm_s'])}")
+    print(f"  TTFT, lower bound        {fmt_seconds(r['ttft_s'])}  ({r['bound']}-bound)")
+    print(f"  prompt tokens/s          {r['prompt_tokens_per_s']:,.0f}")
+
+
+def _run(args) -> dict:
+    model, chip, layout, link, options = _request_setup(args)
+    batch = int(positive_int("--batch", args.batch))
+    s_in = int(positive_int("--input", args.input))
+    s_out = int(positive_int("--output", args.output))
+    price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
+    r = request_times(model, chip, batch, s_in, s_out, price_per_chip_hour=price, **options)
+    last = decode_step(model, chip, batch, s_in + s_out - 1, layout=layout, link=link, weights=options["weights"],
+                       kv_dtype=args.kv_dtype, compute_dtype=args.compute_dtype).chip
+    result = {
+        **_shape_fields(args, model, chip, layout, link), "batch": batch, "input_tokens": s_in, "output_tokens": s_out,
+        "ttft_s": float(r.ttft_s), "decode_s": float(r.decode_s), "decode_no_overlap_s": float(r.decode_no_overlap_s),
+        "total_s": float(r.total_s), "time_per_output_token_s": float(r.time_per_output_token_s),
+        "tokens_per_s_per_user": float(r.tokens_per_s_per_user) if s_out > 1 else None,
+        "output_tokens_per_s": float(r.output_tokens_per_s), "output_tokens_per_s_per_chip": float(r.output_tokens_per_s_per_chip),
+        "memory_bytes_per_chip": float(last.memory_bytes), "fits_in_memory": bool(last.memory_bytes <= chip.hbm_bytes),
+        "price_per_chip_hour": price,
+        "cost_per_million_tokens": None if price is None else float(r.cost_per_million_tokens),
+        "is_lower_bound": r.is_lower_bound,
+    }
+    return result
+
+
+def _print_run(r: dict) -> None:
+    print(f"{r['batch']} request(s) of {r['input_tokens']:,} in, {r['output_tokens']:,} out, on {r['chips']} chip(s)")
+    print(f"  time to first token      {fmt_seconds(r['ttft_s'])}")
+    print(f"  decode                   {fmt_seconds(r['decode_s'])}  (no overlap: {fmt_seconds(r['decode_no_overlap_s'])})")
+    print(f"  total                    {fmt_seconds(r['total_s'])}")
+    print(f"  time per output token    {fmt_seconds(r['time_per_output_token_s'])}")
+    print(f"  output tokens/s          {r['output_tokens_per_s']:,.1f}  ({r['output_tokens_per_s_per_chip']:,.1f} per chip)")
+    fits = "fits" if r["fits_in_memory"] else "does NOT fit"
+    print(f"  memory per chip          {fmt_bytes(r['memory_bytes_per_chip'])}  ({fits})")
+    if r["cost_per_million_tokens"] is not None:
+        print(f"  cost per 1M output tokens {r['cost_per_million_tokens']:.4f} (at {r['price_per_chip_hour']:g} per chip-hour)")
+    if not r["fits_in_memory"]:
+        print("  warning: the batch's caches do not fit beside the weights", file=sys.stderr)
+
+
+def _links() -> list[dict]:
+    return [dataclasses.asdict(get_link(name)) for name in link_names()]
+
+
+def _print_links(rows: list[dict]) -> None:
+    print(f"{'link':<15}{'per direction':>15}{'source states':>26}{'hop latency':>15}  in-switch")
+    for r in rows:
+        stated = f"{fmt_bandwidth(r['stated_bandwidth'])} {'both' if r['stated_as'] == 'bidirectional' else 'one way'}"
+        latency = fmt_seconds(r["latency_s"]) + ("*" if r["latency_is_assumption"] else " ")
+        print(f"{r['name']:<15}{fmt_bandwidth(r['bandwidth']):>15}{stated:>26}{latency:>15}"
+              f"  {'yes' if r['in_switch_reduction'] else 'no'}")
+    print("* assumed: no vendor publishes a per-hop latency (see each preset's latency_source)")
+
+
 _COMMANDS = {
     "decode": (_decode, _print_decode),
     "capacity": (_capacity, _print_capacity),
     "critical-batch": (_critical, _print_critical),
     "models": (_models, _print_models),
     "hardware": (_hardware, _print_hardware),
+    "prefill": (_prefill, _print_prefill),
+    "run": (_run, _print_run),
+    "links": (lambda args: _links(), _print_links),
 }
 
 

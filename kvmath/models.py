@@ -378,8 +378,19 @@ class Model:
         >>> get_model("llama-2-7b").weight_bytes_resident("q4_0") / 1e9  # 4.5 bits per weight
         3.79...
         """
+        return sum(self.weight_bytes_resident_by_group(weights).values())
+
+    def weight_bytes_resident_by_group(self, weights: Precision = "bf16") -> dict[str, float]:
+        """Bytes each tensor group (:data:`WEIGHT_GROUPS`) occupies in memory, every expert.
+
+        Examples
+        --------
+        >>> r = get_model("mixtral-8x7b").weight_bytes_resident_by_group()
+        >>> round(r["experts"] / 1e9, 2), round(r["attention"] / 1e9, 2)
+        (90.19, 2.68)
+        """
         per_weight = _group_bytes(weights, self.tied_embeddings)
-        return sum(n * per_weight[g] for g, n in self.param_groups().items())
+        return {g: n * per_weight[g] for g, n in self.param_groups().items()}
 
     def weight_bytes_read_by_group(
         self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1

@@ -1,4 +1,9 @@
-"""Tensor parallelism over N chips: what each chip holds and reads per step.
+"""Parallelism over N chips: what each chip holds, reads, computes and sends per step.
+
+:class:`ParallelLayout` and :func:`chip_step` are the one parallelism model
+(tensor by heads, context by sequence, data-parallel attention, pipeline by
+layers, experts); :func:`kv_bytes_per_chip` and :func:`tensor_parallel_step`
+are the tensor-parallel special case the step model started with.
 
 Bandwidth and FLOP/s add up across chips, and the weights split N ways.
 The KV cache splits by heads only while there are heads to go round: a
@@ -10,9 +15,14 @@ sequences).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
+
 import numpy as np
 
 from .decode import StepBreakdown, step_breakdown
+from .links import Link, all_to_all_time, allreduce_time, p2p_time
+from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
 from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
 
 KV_SHARDINGS = ("heads", "batch")
@@ -98,3 +108,309 @@ def tensor_parallel_step(
         positive("param_count", param_count) / n_chips, bandwidth, flops,
         attention_flops_per_seq=attention_chip, overhead_s=overhead_s, tokens_per_seq=tokens_per_seq,
     )
+
+
+# ----- one parallelism model: a layout, what each chip holds, reads, computes and sends ---------
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How a model is spread over ``tp * cp * dp * pp`` chips.
+
+    Attributes
+    ----------
+    tp : int
+        Tensor parallelism by heads: query heads, and the weights, split
+        ``tp`` ways; each chip holds ``ceil(h_kv / tp)`` KV heads (a cache
+        with fewer KV heads than ``tp`` is replicated; an MLA latent, shared
+        by all heads, is replicated on every chip).
+    cp : int
+        Context parallelism: each sequence's cache is split by position
+        ``cp`` ways; every chip attends to its slice and the partial outputs
+        are combined by their log-sum-exp. The ``cp`` chips also split the
+        weight matmuls (the weights shard ``tp * cp`` ways).
+    dp : int
+        Data-parallel attention: the sequences split ``dp`` ways; attention,
+        dense MLPs and shared experts are replicated on every group.
+    pp : int
+        Pipeline stages, by layers (``ceil(L / pp)`` on the largest).
+    ep : int
+        Expert parallelism: routed experts split by expert over ``ep``
+        chips, which must be every chip of a stage (``ep = tp * cp * dp``);
+        ``ep = 1`` splits them like the other weights.
+
+    Examples
+    --------
+    >>> ParallelLayout(tp=4, pp=2).n_chips
+    8
+    >>> ParallelLayout(tp=3).check(get_model("kipply-52b"))  # 64 heads do not split 3 ways
+    Traceback (most recent call last):
+    ...
+    ValueError: tp (3) must divide the 64 heads of kipply-52b; try pp=3 (pipeline by layers)
+    >>> ParallelLayout(pp=3).check(get_model("kipply-52b")).n_chips
+    3
+    """
+
+    tp: int = 1
+    cp: int = 1
+    dp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "cp", "dp", "pp", "ep"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+            positive_int(name, value)
+
+    @property
+    def n_chips(self) -> int:
+        """Chips the layout uses: tp * cp * dp * pp."""
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def weight_shards(self) -> int:
+        """Ways the (non-routed) weights split within one data-parallel group: tp * cp."""
+        return self.tp * self.cp
+
+    def check(self, model: Model) -> "ParallelLayout":
+        """This layout, if ``model`` can run on it; else ``ValueError`` naming the field."""
+        if model.n_heads % self.tp:
+            raise ValueError(f"tp ({self.tp}) must divide the {model.n_heads} heads of {model.name}; "
+                             f"try pp={self.tp} (pipeline by layers)")
+        if self.pp > model.n_layers:
+            raise ValueError(f"pp ({self.pp}) must not exceed the {model.n_layers} layers of {model.name}")
+        if self.ep > 1:
+            if not model.n_experts:
+                raise ValueError(f"ep ({self.ep}) needs a mixture-of-experts model; {model.name} is dense")
+            if self.ep != self.tp * self.cp * self.dp:
+                raise ValueError(f"ep ({self.ep}) must equal tp * cp * dp ({self.tp * self.cp * self.dp}): "
+                                 "routed experts split over every chip of a stage")
+            if model.n_experts % self.ep:
+                raise ValueError(f"ep ({self.ep}) must divide the {model.n_experts} experts of {model.name}")
+        return self
+
+
+def parse_layout(text: str) -> ParallelLayout:
+    """A layout from ``"tp=2,pp=4"`` (fields tp, cp, dp, pp, ep; omitted ones are 1).
+
+    Examples
+    --------
+    >>> parse_layout("tp=8")
+    ParallelLayout(tp=8, cp=1, dp=1, pp=1, ep=1)
+    """
+    fields = {}
+    for part in str(text).replace(" ", "").split(","):
+        key, _, value = part.partition("=")
+        if key not in ("tp", "cp", "dp", "pp", "ep") or not value.isdigit() or key in fields:
+            raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep), got {text!r}")
+        fields[key] = int(value)
+    return ParallelLayout(**fields)
+
+
+def tensor_parallel_comm_s(
+    model: Model, batch: ArrayLike, n_chips: ArrayLike, link: Link | None,
+    tokens_per_seq: ArrayLike = 1, activation_bytes: ArrayLike = 2,
+) -> ArrayLike:
+    """Lower bound on tensor parallelism's communication in one decode step, seconds.
+
+    Two all-reduces per layer (after attention, after the MLP), each of
+    ``B * tokens_per_seq * d * b_act`` bytes on ``n_chips`` chips
+    (:func:`kvmath.allreduce_time`, the fastest algorithm the link allows).
+    They run one after the other (each layer needs the previous result), so
+    their latencies add up: ``2 L`` of them per step. 0 without a link or on
+    one chip.
+
+    Examples
+    --------
+    Llama 2 70B at batch 1 on 8 H100s: 160 all-reduces of 16 KB,
+
+    >>> from kvmath.links import get_link
+    >>> round(tensor_parallel_comm_s(get_model("llama-2-70b"), 1, 8, get_link("nvlink4")) * 1e6, 1)
+    120.8
+    """
+    if link is None:
+        return plain(0.0 * positive("batch", batch))
+    message = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq) * model.d_model
+    message = message * positive("activation_bytes", activation_bytes)
+    return plain(2 * model.n_layers * allreduce_time(message, n_chips, link))
+
+
+@dataclass(frozen=True)
+class ChipStep:
+    """One decode step on the busiest chip of a :class:`ParallelLayout`.
+
+    Under pipeline parallelism a step is one round: every stage passes
+    ``pp`` micro-batches of ``ceil(ceil(B / dp) / pp)`` sequences, so the
+    bytes, FLOPs and communication below are per chip per round, in which
+    every sequence gains one token.
+
+    Attributes
+    ----------
+    layout : ParallelLayout
+    micro_batch : sequences a chip's weights see per pass, ceil(ceil(B / dp) / pp).
+    weight_bytes_read, kv_bytes_read : bytes the chip reads in the step.
+    weight_flops, attention_flops : FLOPs the chip does (attention includes
+        the log-sum-exp combine under context parallelism).
+    weight_bytes_resident, kv_bytes_resident : what the chip must hold.
+    comm_s : lower bound on the chip's communication (links), seconds.
+    bandwidth, flops, overhead_s : the chip's rates and the per-step overhead.
+    """
+
+    layout: ParallelLayout
+    micro_batch: ArrayLike
+    weight_bytes_read: ArrayLike
+    kv_bytes_read: ArrayLike
+    weight_flops: ArrayLike
+    attention_flops: ArrayLike
+    weight_bytes_resident: ArrayLike
+    kv_bytes_resident: ArrayLike
+    comm_s: ArrayLike
+    bandwidth: ArrayLike
+    flops: ArrayLike
+    overhead_s: ArrayLike = 0.0
+
+    @cached_property
+    def terms(self) -> StepBreakdown:
+        """:class:`kvmath.StepBreakdown` of the chip's bytes and FLOPs (without communication)."""
+        return step_breakdown(1, self.kv_bytes_read, self.weight_bytes_read, self.weight_flops / 2, self.bandwidth,
+                              self.flops, attention_flops_per_seq=self.attention_flops, overhead_s=self.overhead_s)
+
+    @property
+    def memory_bytes(self) -> ArrayLike:
+        """Bytes the chip holds: its weights and its share of the cache."""
+        return plain(self.weight_bytes_resident + self.kv_bytes_resident)
+
+
+def chip_step(
+    model: Model,
+    batch: ArrayLike,
+    context: ArrayLike,
+    layout: ParallelLayout,
+    bandwidth: ArrayLike,
+    flops: ArrayLike,
+    *,
+    weights: Precision = "bf16",
+    kv_bytes_per_seq: ArrayLike,
+    attention_flops_per_seq: ArrayLike,
+    tokens_per_seq: ArrayLike = 1,
+    link: Link | None = None,
+    activation_bytes: ArrayLike = 2,
+    overhead_s: ArrayLike = 0,
+    routing: str = "floor",
+    lm_head_tokens_per_seq: ArrayLike | None = None,
+) -> ChipStep:
+    """Bytes, FLOPs, memory and communication of one decode step on each chip of ``layout``.
+
+    ``kv_bytes_per_seq`` and ``attention_flops_per_seq`` are one sequence's
+    (all layers, as :func:`kvmath.step_work` gives them). Per chip, with
+    ``b = ceil(ceil(B / dp) / pp)`` sequences per pass and ``g = tp * cp``:
+
+    - weights read: non-routed groups / g; routed experts / g (``ep = 1``)
+      or, with ``ep > 1``, the experts the stage's ``b * dp`` tokens touch / ep;
+    - cache read: ``b * KV * ceil(h_kv / tp) / h_kv / cp`` (an MLA latent
+      counts as one KV head: replicated over tp);
+    - weight FLOPs: ``2 b T (P_matmul - P_routed) / g`` plus the routed
+      experts' ``2 b T P_routed / g`` (or ``2 b dp T P_routed / ep``);
+    - attention FLOPs: ``b A / g`` plus the combine, ``cp (2 d_v + 4)`` per
+      head, layer and sequence;
+    - communication (lower bound; not counted, 0, without a ``link``):
+      2 all-reduces per layer of ``b T d b_act`` over g chips
+      (with ``ep > 1`` an MoE layer's second one is a dispatch and a combine
+      all-to-all of ``b T k d b_act / g`` over ep chips); one log-sum-exp
+      combine per layer over cp chips; ``pp - 1`` point-to-point sends of
+      ``b T d b_act``. All are on one chain, so their latencies add.
+
+    ``lm_head_tokens_per_seq`` (default ``tokens_per_seq``): tokens per
+    sequence that need logits; a prefill needs them for its last token only.
+
+    Memory: weights of the largest stage (``ceil(L / pp)`` layers, plus the
+    larger of the embedding and the LM head when ``pp > 1``) and the
+    chip's share of the cache. The strict bound is ``overhead + max(all
+    bytes / W, all FLOPs / C, comm_s)``: communication uses the links, its
+    own resource, and may overlap with reads and math that do not wait for
+    it; what depends on it (the next layer) is kept in ``comm_s`` as its
+    chain of latencies. The no-overlap form adds ``comm_s``.
+
+    Examples
+    --------
+    Llama 2 70B on 8 H100s by heads (8 KV heads, one each), batch 1, 4,096 tokens:
+
+    >>> m = get_model("llama-2-70b")
+    >>> kv, att = m.kv_bytes_per_seq(4096), m.attention_flops_per_token(4096)
+    >>> from kvmath.links import get_link
+    >>> s = chip_step(m, 1, 4096, ParallelLayout(tp=8), 3.35e12, 989.4e12,
+    ...               kv_bytes_per_seq=kv, attention_flops_per_seq=att, link=get_link("nvlink4"))
+    >>> round(s.weight_bytes_read / 1e9, 3), round(s.kv_bytes_read / 1e6, 2), round(s.comm_s * 1e6, 1)
+    (17.179, 167.77, 120.8)
+    """
+    layout = layout.check(model)
+    batch = positive("batch", batch)
+    tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
+    b_act = positive("activation_bytes", activation_bytes)
+    kv_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
+    attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
+    g, L = layout.weight_shards, model.n_layers
+    micro = np.ceil(np.ceil(batch / layout.dp) / layout.pp) if (layout.dp > 1 or layout.pp > 1) else batch
+    tokens = micro * tokens_per_seq
+
+    read = model.weight_bytes_read_by_group(micro, weights, routing, tokens_per_seq)
+    routed_read = (model.weight_bytes_read_by_group(micro * layout.dp, weights, routing, tokens_per_seq)["experts"]
+                   / layout.ep if layout.ep > 1 else read["experts"] / g)
+    weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
+
+    kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
+    kv_read = kv_bytes_per_chip(micro * kv_per_seq, layout.tp, kv_heads) / layout.cp
+
+    groups = model.param_groups()
+    routed_active = groups["experts"] * (model.top_k or 0) / (model.n_experts or 1)
+    dense_active = model.matmul_params_per_token() - routed_active
+    routed_flops = (2 * tokens * layout.dp * routed_active / layout.ep if layout.ep > 1
+                    else 2 * tokens * routed_active / g)
+    weight_flops = 2 * tokens * dense_active / g + routed_flops
+    if lm_head_tokens_per_seq is not None:
+        skipped = tokens_per_seq - non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
+        weight_flops = weight_flops - 2 * micro * skipped * model.vocab * model.d_model / g
+    d_v = model.v_head_dim or model.head_dim
+    heads = model.n_heads / layout.tp
+    combine = (layout.cp * (2 * d_v + 4) * heads * L * tokens) if layout.cp > 1 else 0.0
+    attention_flops = micro * attention / g + combine
+
+    resident = model.weight_bytes_resident_by_group(weights)
+    stage = np.ceil(L / layout.pp) / L
+    tables = resident["embedding"] + resident["lm_head"] + resident["positions"]
+    if layout.pp > 1:
+        tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
+    layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
+    routed_resident = resident["experts"] * stage / (layout.ep if layout.ep > 1 else g)
+    weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
+    seqs_held = np.ceil(batch / layout.dp) if layout.dp > 1 else batch
+    kv_resident = kv_bytes_per_chip(seqs_held * kv_per_seq, layout.tp, kv_heads) / layout.cp * stage
+
+    comm = _layout_comm_s(model, layout, tokens, b_act, link)
+    return ChipStep(layout=layout, micro_batch=plain(micro), weight_bytes_read=plain(weight_read),
+                    kv_bytes_read=plain(kv_read), weight_flops=plain(weight_flops),
+                    attention_flops=plain(attention_flops), weight_bytes_resident=plain(weight_resident),
+                    kv_bytes_resident=plain(kv_resident), comm_s=comm, bandwidth=positive("bandwidth", bandwidth),
+                    flops=positive("flops", flops), overhead_s=non_negative("overhead_s", overhead_s))
+
+
+def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_act: float, link: Link | None):
+    """The communication chain of one chip per step (see :func:`chip_step`), seconds."""
+    g, L = layout.weight_shards, model.n_layers
+    if link is None or (g == 1 and layout.pp == 1 and layout.ep == 1):
+        return plain(0.0 * tokens)
+    activation = tokens * model.d_model * b_act
+    moe_layers = (L - (model.n_dense_layers or 0)) if (model.n_experts and layout.ep > 1) else 0
+    all_reduces = 2 * L - moe_layers
+    comm = all_reduces * allreduce_time(activation, g, link)
+    if moe_layers:
+        comm = comm + 2 * moe_layers * all_to_all_time(activation * model.top_k / g, layout.ep, link)
+    if layout.cp > 1:
+        d_v = model.v_head_dim or model.head_dim
+        partial = tokens * model.n_heads / layout.tp * (d_v + 1) * b_act
+        comm = comm + L * allreduce_time(partial, layout.cp, link)
+    if layout.pp > 1:
+        comm = comm + (layout.pp - 1) * p2p_time(activation, link)
+    return plain(comm)

@@ -1,0 +1,510 @@
+"""Whole requests: the prefill, then decode steps over a growing context, and the serving frontier.
+
+A batch of ``B`` requests, each with ``S_in`` prompt tokens and ``S_out``
+output tokens, runs as benchmarks run it:
+
+- **time to first token** (TTFT): one prefill of the ``B`` prompts, which
+  also yields the first output token. Its bound is the step bound of
+  :func:`kvmath.chip_step` with ``S_in`` tokens per sequence: weights read
+  once, the new cache written, ``2 P S_in`` weight FLOPs (the LM head for the
+  last token only) and causal attention, ``sum_{t=1}^{S_in} A(t)`` FLOPs
+  with ``A(t)`` the attention FLOPs of a token that attends to ``t`` tokens
+  (:meth:`kvmath.Model.attention_flops_per_token`). Chunked prefill
+  (``chunk_tokens``) runs the prompt in chunks, each re-reading the
+  weights and the cache written so far.
+- **decode**: ``S_out - 1`` steps, the ``j``-th over a cache of ``S_in + j``
+  tokens (``j = 1 .. S_out - 1``), each bounded by :func:`kvmath.decode_step`'s
+  strict form. Within a stretch of contexts where no sliding window fills
+  up, every term of a step is affine in the context, so the sum of the
+  step bounds is a sum of the upper envelope of two lines and a constant
+  (the communication) over a range of integers, done in closed form (no
+  loop over steps).
+- ``time_per_output_token_s = decode_s / (S_out - 1)`` (0 for one output
+  token), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
+  benchmarks' convention: prefill included), and the cost per million
+  output tokens from a price per chip-hour.
+
+Every argument broadcasts, so the frontier over batch sizes and request
+shapes is one call (:func:`serving_frontier`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capacity import kv_budget_bytes
+from .hardware import Chip
+from .links import Link
+from .models import Model, Precision
+from .parallel import ChipStep, ParallelLayout, chip_step
+from .prefill import prefill_time
+from .step import compute_rate
+from .units import dtype_bytes
+from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+
+
+def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
+    """Causal attention FLOPs of one prompt: ``sum_{t=1}^{S} A(t)``, all layers.
+
+    ``A(t) = model.attention_flops_per_token(t)`` is ``alpha t + beta min(t, w)``
+    (``w`` a sliding window), so the sum is ``alpha S (S + 1) / 2 + beta M(S)``
+    with ``M(S) = sum_t min(t, w)``; ``alpha`` and ``beta`` are read off
+    ``A`` itself.
+
+    Examples
+    --------
+    Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
+
+    >>> from kvmath import get_model
+    >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
+    1.100...
+    """
+    s = positive_int("input_tokens", input_tokens)
+    if model.sliding_window is None:
+        alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
+    else:
+        w = model.sliding_window
+        alpha = model.attention_flops_per_token(w + 1) - model.attention_flops_per_token(w)
+        beta = model.attention_flops_per_token(1) - alpha
+    windowed = np.where(s <= w, s * (s + 1) / 2, w * (w + 1) / 2 + (s - w) * w) if beta else 0.0
+    return plain(alpha * s * (s + 1) / 2 + beta * windowed)
+
+
+_BIG = 1e300  # a finite stand-in for an unbounded end of a range, so that 0 steps times it stays 0
+
+
+def _sum_on(p, q, first, last, lo, hi) -> np.ndarray:
+    """``sum of (p + q S)`` over the integers S in ``[max(lo, first), min(hi, last)]`` (0 if empty).
+
+    ``p, q, first, last`` describe a line and where it applies (shape of the
+    batch); ``lo, hi`` the range of steps (shape of the requests). Only the
+    last few operations run on the broadcast shape of the two.
+    """
+    start = np.maximum(lo, first)
+    stop = np.minimum(hi, last)
+    n = np.subtract(stop, start)
+    if np.ndim(n) == 0:
+        n = max(n + 1, 0)
+        return n * (p + 0.5 * q * (start + stop))
+    # n (p + q (start + stop) / 2), in place: fresh arrays of the broadcast shape are the cost here
+    n += 1
+    np.maximum(n, 0, out=n)
+    total = np.add(start, stop)
+    total *= 0.5 * np.asarray(q, dtype=float)
+    total += p
+    total *= n
+    return total
+
+
+def _pieces_of_max(f: tuple, g: tuple) -> list[tuple]:
+    """``max(f, g)`` of two lines ``(p, q)`` as pieces ``(p, q, first, last)`` over integer S."""
+    steep = f[1] >= g[1]
+    up = [np.where(steep, x, y) for x, y in zip(f, g)]      # the steeper line: the max right of the crossing
+    down = [np.where(steep, y, x) for x, y in zip(f, g)]
+    dq = up[1] - down[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.where(dq > 0, (down[0] - up[0]) / np.where(dq > 0, dq, 1),
+                         np.where(up[0] >= down[0], -_BIG, _BIG))
+    edge = np.clip(np.floor(cross), -_BIG, _BIG)  # down rules S <= edge, up rules S > edge
+    return [(down[0], down[1], -_BIG, edge), (up[0], up[1], edge + 1, _BIG)]
+
+
+def _sum_max2(f: tuple, g: tuple, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
+    """``sum_{S=lo}^{hi} max(f(S), g(S))`` over integers S for two lines ``(p, q)``, in closed form."""
+    (p1, q1, a1, b1), (p2, q2, a2, b2) = _pieces_of_max(f, g)
+    return _sum_on(p1, q1, a1, b1, lo, hi) + _sum_on(p2, q2, a2, b2, lo, hi)
+
+
+def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
+    """``sum_{S=lo}^{hi} max(f(S), g(S), k)``: ``k`` per step plus, on each piece of max(f, g), its excess over k."""
+    total = np.maximum(np.asarray(hi, dtype=float) - lo + 1, 0) * k
+    for p, q, first, last in _pieces_of_max(f, g):
+        excess = p - k                               # the piece's line less k is positive on one side of its root
+        with np.errstate(divide="ignore", invalid="ignore"):
+            root = -excess / np.where(q != 0, q, 1)
+        above_lo = np.where(q > 0, np.floor(root) + 1, np.where((q < 0) | (excess > 0), -_BIG, _BIG))
+        above_hi = np.where(q < 0, np.ceil(root) - 1, np.where((q > 0) | (excess > 0), _BIG, -_BIG))
+        total += _sum_on(excess, q, np.maximum(first, above_lo), np.minimum(last, above_hi), lo, hi)
+    return total
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
+
+    Attributes
+    ----------
+    batch, input_tokens, output_tokens : the request shape.
+    n_chips : chips serving the batch.
+    ttft_s : time to first token (the prefill).
+    decode_s : the ``output_tokens - 1`` decode steps, strict bound summed.
+    decode_no_overlap_s : the same in the no-overlap form.
+    is_lower_bound : False where an efficiency below 1 or an overhead made
+        the times estimates.
+    price_per_chip_hour : the price given (None for no cost).
+    """
+
+    batch: ArrayLike
+    input_tokens: ArrayLike
+    output_tokens: ArrayLike
+    n_chips: int
+    ttft_s: ArrayLike
+    decode_s: ArrayLike
+    decode_no_overlap_s: ArrayLike
+    is_lower_bound: bool
+    price_per_chip_hour: float | None = None
+
+    @property
+    def total_s(self) -> ArrayLike:
+        """End-to-end latency of the batch: TTFT + decode, seconds."""
+        return plain(self.ttft_s + self.decode_s)
+
+    @property
+    def time_per_output_token_s(self) -> ArrayLike:
+        """Decode time per output token after the first, ``decode_s / (S_out - 1)`` (0 for one token)."""
+        return plain(self.decode_s / np.maximum(self.output_tokens - 1, 1))
+
+    @property
+    def tokens_per_s_per_user(self) -> ArrayLike:
+        """What each request sees while decoding: ``1 / time_per_output_token_s`` (inf for one token)."""
+        with np.errstate(divide="ignore"):
+            return plain(1.0 / np.asarray(self.time_per_output_token_s, dtype=float))
+
+    @property
+    def output_tokens_per_s(self) -> ArrayLike:
+        """Output tokens of the batch over the total time, prefill included (benchmarks' convention)."""
+        return plain(self.batch * self.output_tokens / self.total_s)
+
+    @property
+    def output_tokens_per_s_per_chip(self) -> ArrayLike:
+        """``output_tokens_per_s / n_chips``."""
+        return plain(self.output_tokens_per_s / self.n_chips)
+
+    @property
+    def cost_per_million_tokens(self) -> ArrayLike | None:
+        """Price of a million output tokens: ``price x chips x total / 3600 / (B S_out) x 1e6`` (None without a price)."""
+        if self.price_per_chip_hour is None:
+            return None
+        return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
+
+
+def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
+               overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> ChipStep:
+    """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    attention = (prefill_attention_flops(model, context) if prefill
+                 else model.attention_flops_per_token(context) * tokens_per_seq)
+    return chip_step(
+        model, batch, context, layout, chip.bandwidth * efficiency, compute_rate(chip, weights, compute_dtype),
+        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
+        tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
+        lm_head_tokens_per_seq=1 if prefill else None,
+    )
+
+
+def _prefill_strict(step: ChipStep) -> ArrayLike:
+    """The strict bound of a prefill on a chip: overhead + max(:func:`kvmath.prefill_time`, comm)."""
+    memory_or_math = prefill_time(step.weight_flops + step.attention_flops, step.flops, step.weight_bytes_read,
+                                  step.kv_bytes_read, step.bandwidth)
+    return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
+
+
+def prefill_chip_step(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+) -> ChipStep:
+    """One prefill pass of ``batch`` prompts on each chip of ``layout`` (bytes, FLOPs, comm): see :func:`prefill_bound`.
+
+    Examples
+    --------
+    >>> from kvmath import get_chip, get_model
+    >>> p = prefill_chip_step(get_model("llama-2-7b"), get_chip("a100-80gb"), 1, 2048)
+    >>> round((p.weight_flops + p.attention_flops) / 1e12, 2)  # 2 P S (LM head once) + causal attention
+    27.63
+    """
+    return _chip_step(model, chip, batch, positive_int("input_tokens", input_tokens),
+                      ParallelLayout() if layout is None else layout, weights=weights, kv_dtype=kv_dtype,
+                      compute_dtype=compute_dtype, link=link, b_act=dtype_bytes(activation_dtype, argument="activation_dtype"),
+                      overhead_s=0.0, efficiency=1.0, tokens_per_seq=positive_int("input_tokens", input_tokens), prefill=True)
+
+
+def prefill_bound(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> ArrayLike:
+    """Strict lower bound on the prefill of ``batch`` prompts of ``input_tokens`` (TTFT), seconds.
+
+    ``overhead + max(bytes / W, FLOPs / C, comm_s)`` per chip (see the module
+    text). With ``chunk_tokens`` the prompt runs in chunks of that many
+    tokens, each a step of its own that re-reads the weights and reads the
+    cache of the chunks before it; the bound is the sum over chunks.
+
+    Examples
+    --------
+    Llama 2 7B, one 2,048-token prompt on an A100-80GB: compute-bound.
+
+    >>> from kvmath import get_chip, get_model
+    >>> m, a100 = get_model("llama-2-7b"), get_chip("a100-80gb")
+    >>> round(prefill_bound(m, a100, 1, 2048) * 1e3, 2)
+    88.54
+    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
+    88.54
+    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
+    216.09
+    """
+    layout = ParallelLayout() if layout is None else layout
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
+                overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
+    s_in = positive_int("input_tokens", input_tokens)
+    if chunk_tokens is None:
+        return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
+                                                **opts)))
+    c = int(positive_int("chunk_tokens", chunk_tokens))
+    # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
+    k = np.arange(int(np.ceil(np.max(s_in) / c)))
+    s = np.asarray(s_in, dtype=float)[..., None]
+    done = np.minimum(k * c, s)                  # tokens cached before chunk k
+    size = np.minimum(s, done + c) - done        # tokens in chunk k (0 past the prompt)
+    live = size > 0
+    end = np.maximum(done + size, 1)
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    # The chunk reads the cache of the chunks before it and writes its own: the cache up to its end.
+    first = np.maximum(done, 1)
+    attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
+    batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
+    step = chip_step(
+        model, batch, end, layout, chip.bandwidth * opts["efficiency"], compute_rate(chip, weights, compute_dtype),
+        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
+        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
+        lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
+    )
+    return plain(np.sum(np.where(live, _prefill_strict(step), 0.0), axis=-1))
+
+
+def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, np.ndarray]:
+    """Strict and no-overlap bounds summed over decode steps with caches of ``lo .. hi`` tokens."""
+    w = model.sliding_window
+    # Stretches of context where every term is affine: before a window fills, and after.
+    stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
+    strict = no_overlap = 0.0
+    for s1, s2, first, last in stretches:
+        t1, t2 = (_chip_step(model, chip, batch, s, layout, **opts) for s in (s1, s2))
+
+        def line(f):
+            slope = f(t2) - f(t1)
+            return f(t1) - slope * s1, slope
+
+        mem = line(lambda t: t.terms.kv_s + t.terms.weight_memory_s)
+        comp = line(lambda t: t.terms.attention_compute_s + t.terms.weight_compute_s)
+        kv, att = line(lambda t: t.terms.kv_s), line(lambda t: t.terms.attention_compute_s)
+        first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+        steps = np.maximum(last - first + 1, 0)
+        fixed = t1.terms.overhead_s
+        strict = strict + _sum_max2_and_constant(mem, comp, t1.comm_s, first, last) + fixed * steps
+        weights_s = np.maximum(t1.terms.weight_memory_s, t1.terms.weight_compute_s)
+        no_overlap = no_overlap + _sum_max2(kv, att, first, last) + (fixed + weights_s + t1.comm_s) * steps
+    return strict, no_overlap
+
+
+def request_times(
+    model: Model,
+    chip: Chip,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    price_per_chip_hour: float | None = None,
+    overhead_s: ArrayLike = 0.0,
+    efficiency: ArrayLike = 1.0,
+) -> RequestTimes:
+    """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
+
+    Parameters
+    ----------
+    model, chip : Model, Chip
+    batch, input_tokens, output_tokens : int or array
+        Requests served together, and their prompt and output lengths
+        (whole numbers; broadcast against each other).
+    layout, link : ParallelLayout, Link, optional
+        How the model spreads over chips and what connects them (default:
+        one chip). Without a link, communication is not counted.
+    weights, kv_dtype, compute_dtype, activation_dtype :
+        As in :func:`kvmath.decode_step`.
+    chunk_tokens : int, optional
+        Chunked prefill (see :func:`prefill_bound`).
+    price_per_chip_hour : float, optional
+        For ``cost_per_million_tokens`` (currency per chip-hour).
+    overhead_s, efficiency :
+        Per-step overhead and fraction of peak bandwidth (estimates; the
+        defaults keep the times lower bounds).
+
+    Returns
+    -------
+    RequestTimes
+
+    Examples
+    --------
+    Llama 3 8B on one H100: 16 requests of 1,000 tokens in, 500 out.
+
+    >>> from kvmath import get_chip, get_model
+    >>> r = request_times(get_model("llama-3-8b"), get_chip("h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
+    >>> round(r.ttft_s * 1e3, 1), round(r.time_per_output_token_s * 1e3, 3), round(float(r.output_tokens_per_s))
+    (230.0, 5.263, 2801)
+    >>> round(r.cost_per_million_tokens, 3)
+    0.198
+    """
+    layout = ParallelLayout() if layout is None else layout
+    batch = positive_int("batch", batch)
+    s_in = positive_int("input_tokens", input_tokens)
+    s_out = positive_int("output_tokens", output_tokens)
+    if price_per_chip_hour is not None:
+        price_per_chip_hour = non_negative("price_per_chip_hour", price_per_chip_hour)
+    efficiency = fraction("efficiency", efficiency)
+    overhead_s = non_negative("overhead_s", overhead_s)
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
+                overhead_s=overhead_s, efficiency=efficiency)
+    prompts, back = s_in, None
+    if np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
+        prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
+    ttft = prefill_bound(model, chip, batch, prompts, layout=layout, link=link, weights=weights, kv_dtype=kv_dtype,
+                         compute_dtype=compute_dtype, activation_dtype=activation_dtype, chunk_tokens=chunk_tokens,
+                         overhead_s=overhead_s, efficiency=efficiency)
+    if back is not None:
+        ttft = np.asarray(ttft)[..., back]
+    decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
+                                             layout, opts)
+    return RequestTimes(
+        batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
+        ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+        price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
+    )
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
+
+    Arrays are ``(batch, shape)``: one row per batch size, one column per
+    request shape.
+
+    Attributes
+    ----------
+    requests : RequestTimes over the whole grid.
+    max_batch : per shape, the most requests whose caches fit beside the
+        weights (:func:`kvmath.kv_budget_bytes` on each chip).
+    fits : where ``batch <= max_batch``.
+    throughput_per_chip : output tokens/s per chip, prefill included (NaN
+        where the batch does not fit).
+    tokens_per_s_per_user : 1 / time per output token (NaN where it does not fit).
+    best_batch : per shape, the batch of highest throughput per chip that
+        fits and meets ``tpot_limit_s`` (0 where none does).
+    best_throughput_per_chip : its throughput per chip (NaN where none).
+    """
+
+    requests: RequestTimes
+    max_batch: np.ndarray
+    fits: np.ndarray
+    throughput_per_chip: np.ndarray
+    tokens_per_s_per_user: np.ndarray
+    best_batch: np.ndarray
+    best_throughput_per_chip: np.ndarray
+
+
+def serving_frontier(
+    model: Model,
+    chip: Chip,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    *,
+    batch: ArrayLike | None = None,
+    tpot_limit_s: float | None = None,
+    layout: ParallelLayout | None = None,
+    link: Link | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    chunk_tokens: int | None = None,
+    hbm_bytes: float | None = None,
+    price_per_chip_hour: float | None = None,
+) -> Frontier:
+    """The serving frontier of ``model`` on ``layout`` for request shapes ``input_tokens`` x ``output_tokens``.
+
+    Every batch in ``batch`` (default 1 .. 4096) against every shape (the
+    two length arrays broadcast to one axis of shapes), in one call. The
+    memory cap: each chip's ``hbm_bytes`` (default the preset's) less its
+    weights must hold its share of every cache at the last step.
+
+    Examples
+    --------
+    Llama 3 70B on 8 H100s by heads, 1,000 tokens in and 1,000 out: memory
+    holds 761 such requests; at most 15 ms per output token (66.7 tokens/s
+    per user) allows 535, for 2,749 output tokens/s per chip:
+
+    >>> from kvmath import ParallelLayout, get_chip, get_link, get_model
+    >>> f = serving_frontier(get_model("llama-3-70b"), get_chip("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
+    ...                      layout=ParallelLayout(tp=8), link=get_link("nvlink4"))
+    >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0]))
+    (761, 535, 2749)
+    """
+    layout = ParallelLayout() if layout is None else layout
+    s_in = np.atleast_1d(positive_int("input_tokens", input_tokens)).astype(float)
+    s_out = np.atleast_1d(positive_int("output_tokens", output_tokens)).astype(float)
+    s_in, s_out = (x.ravel() for x in np.broadcast_arrays(s_in, s_out))
+    batch = np.arange(1, 4097, dtype=float) if batch is None else np.atleast_1d(positive_int("batch", batch)).astype(float)
+    hbm = positive("hbm_bytes", chip.hbm_bytes if hbm_bytes is None else hbm_bytes)
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    one = _chip_step(model, chip, 1, s_in + s_out - 1, layout, weights=weights, kv_dtype=kv_dtype,
+                     compute_dtype=compute_dtype, link=link, b_act=b_act, overhead_s=0.0, efficiency=1.0)
+    budget = kv_budget_bytes(1, hbm, one.weight_bytes_resident)
+    most = np.floor(budget / one.kv_bytes_resident) * layout.dp
+    requests = request_times(model, chip, batch[:, None], s_in, s_out, layout=layout, link=link, weights=weights,
+                             kv_dtype=kv_dtype, compute_dtype=compute_dtype, activation_dtype=activation_dtype,
+                             chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour)
+    fits = batch[:, None] <= most
+    throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
+    tpot = requests.time_per_output_token_s
+    with np.errstate(divide="ignore"):
+        per_user = np.where(fits, 1.0 / tpot, np.nan)
+    allowed = fits if tpot_limit_s is None else fits & (tpot <= positive("tpot_limit_s", tpot_limit_s))
+    score = np.where(allowed, throughput, -np.inf)
+    pick = np.argmax(score, axis=0)
+    found = np.any(allowed, axis=0)
+    return Frontier(
+        requests=requests, max_batch=most, fits=fits, throughput_per_chip=throughput, tokens_per_s_per_user=per_user,
+        best_batch=np.where(found, batch[pick], 0), best_throughput_per_chip=np.where(
+            found, np.take_along_axis(throughput, pick[None, :], 0)[0], np.nan),
+    )
