@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, fraction, non_negative, positive, positive_int
+from .validation import ArrayLike, checked, fraction, non_negative, positive, positive_int
 
 
+@checked
 def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLike:
     """Bytes of weights: count x bytes per weight.
 
@@ -18,6 +19,7 @@ def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLik
     return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
 
 
+@checked
 def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0):
     """Fewest chips whose memory holds the weights: ``ceil(weights / (HBM * usable))``.
 
@@ -32,6 +34,7 @@ def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_
     return int(chips) if np.ndim(chips) == 0 else chips.astype(int)
 
 
+@checked
 def kv_budget_bytes(
     n_chips: ArrayLike, hbm_bytes: ArrayLike, weight_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0
 ) -> ArrayLike:
@@ -54,6 +57,7 @@ def kv_budget_bytes(
     return left
 
 
+@checked
 def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     """Whole tokens of KV cache that fit in ``kv_budget_bytes``.
 
@@ -66,6 +70,7 @@ def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     return int(tokens) if np.ndim(tokens) == 0 else tokens.astype(np.int64)
 
 
+@checked
 def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     """Whole sequences whose caches fit in ``kv_budget_bytes``.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import ArrayLike, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class StepBreakdown:
     bound: str | np.ndarray
 
 
+@checked
 def step_breakdown(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -78,6 +79,7 @@ def step_breakdown(
     )
 
 
+@checked
 def min_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -123,6 +125,7 @@ def min_step(
     return step_breakdown(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops).step_s
 
 
+@checked
 def min_step_simple(
     batch: ArrayLike, kv_bytes_per_seq: ArrayLike, param_bytes: ArrayLike, bandwidth: ArrayLike
 ) -> ArrayLike:
@@ -142,6 +145,7 @@ def min_step_simple(
     return (batch * kv_bytes_per_seq + param_bytes) / bandwidth
 
 
+@checked
 def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
     """Tokens each sequence gets per second: one per step, 1 / step_s.
 
@@ -153,6 +157,7 @@ def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
     return 1.0 / positive("step_s", step_s)
 
 
+@checked
 def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
     """Tokens the whole batch produces per second: B / step_s.
 
@@ -164,6 +169,7 @@ def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
     return positive("batch", batch) / positive("step_s", step_s)
 
 
+@checked
 def critical_batch(flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLike:
     """Batch size at which the weight matmuls take as long as reading the weights.
 
@@ -202,6 +208,7 @@ def critical_batch(flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: Arra
     return flops * bytes_per_param / (2 * bandwidth)
 
 
+@checked
 def critical_batch_beta_alpha(
     bf16_flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike, bytes_per_activation: ArrayLike
 ) -> ArrayLike:
@@ -216,6 +223,7 @@ def critical_batch_beta_alpha(
     return beta * positive("bf16_flops", bf16_flops) / positive("bandwidth", bandwidth)
 
 
+@checked
 def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike:
     """FLOPs of the weight matmuls in one step: 2 * P * B.
 
@@ -227,6 +235,7 @@ def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike
     return 2 * positive("param_count", param_count) * positive("batch", batch)
 
 
+@checked
 def attention_flops_per_step(
     batch: ArrayLike, context: ArrayLike, n_layers: ArrayLike, n_heads: ArrayLike, head_dim: ArrayLike
 ) -> ArrayLike:
@@ -251,6 +260,7 @@ def attention_flops_per_step(
     )
 
 
+@checked
 def compute_ceiling_steps_per_s(flops_per_step: ArrayLike, flops: ArrayLike) -> ArrayLike:
     """Steps per second if compute were the only limit: C / FLOPs per step.
 
@@ -262,6 +272,7 @@ def compute_ceiling_steps_per_s(flops_per_step: ArrayLike, flops: ArrayLike) -> 
     return positive("flops", flops) / positive("flops_per_step", flops_per_step)
 
 
+@checked
 def arithmetic_intensity(flops: ArrayLike, bytes_moved: ArrayLike) -> ArrayLike:
     """FLOPs per byte moved; compare with a chip's ridge point C / W.
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from .decode import StepBreakdown, step_breakdown
-from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
 
 KV_SHARDINGS = ("heads", "batch")
 
 
+@checked
 def kv_bytes_per_chip(
     kv_cache_bytes: ArrayLike,
     n_chips: ArrayLike,
@@ -46,6 +47,7 @@ def kv_bytes_per_chip(
     return plain(total * np.ceil(share / n_chips) / share)
 
 
+@checked
 def tensor_parallel_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
