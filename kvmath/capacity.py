@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, checked, fraction, non_negative, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, checked, fraction, non_negative, plain, positive, positive_int
 
 
 @checked
@@ -19,19 +19,51 @@ def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLik
     return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
 
 
+def _usable_bytes(n_chips, hbm_bytes, usable_fraction):
+    """Memory of ``n_chips`` chips that may hold weights and cache; one expression for both
+    :func:`min_chips_for_weights` and :func:`kv_budget_bytes`, so they agree to the last bit."""
+    return n_chips * hbm_bytes * usable_fraction
+
+
+def _as_count(name: str, values) -> int | np.ndarray:
+    """Whole numbers as a Python int, or an int64 array where every element fits (no wrap-around)."""
+    if np.ndim(values) == 0:
+        return int(values)
+    if np.any(values >= 2.0**63):
+        raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
+    return values.astype(np.int64)
+
+
 @checked
 def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0):
     """Fewest chips whose memory holds the weights: ``ceil(weights / (HBM * usable))``.
+
+    Exact: the count returned is the smallest ``N`` for which
+    :func:`kv_budget_bytes` ``(N, hbm_bytes, weight_bytes, usable_fraction)``
+    does not raise, even for fractional byte counts where the float
+    quotient rounds across a whole number.
 
     Examples
     --------
     >>> min_chips_for_weights(104e9, 40e9)
     3
+    >>> min_chips_for_weights(104e9, 40e9, usable_fraction=0.5)
+    6
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
-    usable = positive("hbm_bytes", hbm_bytes) * fraction("usable_fraction", usable_fraction)
-    chips = np.ceil(weight_bytes / usable)
-    return int(chips) if np.ndim(chips) == 0 else chips.astype(int)
+    hbm_bytes = positive("hbm_bytes", hbm_bytes)
+    usable_fraction = fraction("usable_fraction", usable_fraction)
+    chips = np.maximum(np.ceil(weight_bytes / (hbm_bytes * usable_fraction)), 1.0)
+    if not np.all(np.isfinite(chips)):
+        raise ResultOverflow(
+            f"min_chips_for_weights: weight_bytes / hbm_bytes overflows float64 "
+            f"(weight_bytes={weight_bytes!r}, hbm_bytes={hbm_bytes!r})"
+        )
+    # The quotient is rounded; step to the exact smallest count that holds the weights.
+    chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
+    fewer = np.maximum(chips - 1, 1.0)
+    chips = np.where((chips > 1) & (_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes), fewer, chips)
+    return _as_count("min_chips_for_weights", chips)
 
 
 @checked
@@ -40,21 +72,27 @@ def kv_budget_bytes(
 ) -> ArrayLike:
     """Bytes left for the KV cache once the weights are loaded, in bytes.
 
-    Raises ``ValueError`` where the weights do not fit at all.
+    ``n_chips * hbm_bytes * usable_fraction - weight_bytes``. Raises
+    ``ValueError`` where the weights do not fit at all (not even by a byte).
 
     Examples
     --------
     >>> kv_budget_bytes(3, 40e9, 104e9) / 1e9
     16.0
+    >>> kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) / 1e9
+    10.0
     """
-    total = positive_int("n_chips", n_chips) * positive("hbm_bytes", hbm_bytes)
-    total = total * fraction("usable_fraction", usable_fraction)
-    left = total - positive("weight_bytes", weight_bytes)
+    n_chips = positive_int("n_chips", n_chips)
+    hbm_bytes = positive("hbm_bytes", hbm_bytes)
+    usable_fraction = fraction("usable_fraction", usable_fraction)
+    weight_bytes = positive("weight_bytes", weight_bytes)
+    left = _usable_bytes(n_chips, hbm_bytes, usable_fraction) - weight_bytes
     if np.any(left < 0):
         raise ValueError(
-            "weight_bytes exceed the memory of n_chips x hbm_bytes; add chips or use a smaller dtype"
+            "weight_bytes exceed the memory of n_chips x hbm_bytes x usable_fraction; "
+            "add chips or use a smaller dtype"
         )
-    return left
+    return plain(left)
 
 
 @checked
@@ -67,7 +105,9 @@ def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     7629
     """
     tokens = np.floor(non_negative("kv_budget_bytes", kv_budget_bytes) / positive("kv_bytes_per_token", kv_bytes_per_token))
-    return int(tokens) if np.ndim(tokens) == 0 else tokens.astype(np.int64)
+    if not np.all(np.isfinite(tokens)):
+        raise ResultOverflow("max_kv_tokens: kv_budget_bytes / kv_bytes_per_token overflows float64")
+    return _as_count("max_kv_tokens", tokens)
 
 
 @checked
@@ -81,4 +121,5 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     >>> max_batch(16e9, 2048 * 2 * 2**20)       # but only three in 16 GB
     3
     """
-    return max_kv_tokens(kv_budget_bytes, kv_bytes_per_seq)
+    budget = non_negative("kv_budget_bytes", kv_budget_bytes)
+    return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
