@@ -8,8 +8,12 @@ message on stderr; it never shows a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -20,7 +24,7 @@ from .hardware import chip_names, get_chip
 from .models import get_model, model_names
 from .parallel import KV_SHARDINGS, kv_bytes_per_chip, tensor_parallel_step
 from .units import DTYPE_BYTES, dtype_bytes
-from .validation import fraction, positive, positive_int
+from .validation import ResultOverflow, fraction, positive, positive_int
 
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8")
 
@@ -32,6 +36,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"kvmath: error: {message}\n")
 
 
+def _remember(parser, namespace, action, option_string) -> None:
+    """Record that the user typed ``option_string``; refuse it the second time."""
+    given = getattr(namespace, "_given", None)
+    if given is None:
+        given = {}
+        setattr(namespace, "_given", given)
+    if action.dest in given:
+        first = given[action.dest]
+        spelled = f" (as {first} and {option_string})" if first != option_string else ""
+        parser.error(f"{option_string} given twice{spelled}; give it once")
+    given[action.dest] = option_string
+
+
+class _Once(argparse.Action):
+    """Store a value, but refuse the option when it is repeated (argparse keeps the last silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _remember(parser, namespace, self, option_string)
+        setattr(namespace, self.dest, values)
+
+
+class _OnceFlag(argparse.Action):
+    """``store_true`` that refuses a repeat."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _remember(parser, namespace, self, option_string)
+        setattr(namespace, self.dest, True)
+
+
+def _given(args, dest: str) -> bool:
+    """Whether the user typed the option stored in ``dest``."""
+    return dest in (getattr(args, "_given", None) or {})
+
+
+def _option(args, dest: str) -> str:
+    return (getattr(args, "_given", None) or {}).get(dest, "--" + dest.replace("_", "-"))
+
+
 def _number(text: str) -> float:
     """Parse '30e9' or '8.2e11'; argparse turns the ValueError into a usage error."""
     try:
@@ -41,20 +86,34 @@ def _number(text: str) -> float:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model preset (see `kvmath models`)")
-    p.add_argument("--params", type=_number, help="parameter count, instead of or overriding --model")
-    p.add_argument("--kv-bytes-per-token", type=_number, help="KV bytes per token, overriding the model")
-    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="stored weights")
-    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="cached keys and values")
+    p.add_argument("--model", action=_Once, help="model preset (see `kvmath models`); default: none, "
+                   "then --params and --kv-bytes-per-token are both needed")
+    p.add_argument("--params", type=_number, action=_Once,
+                   help="parameters each token uses (a count); overrides the --model preset's "
+                        "(default: the preset's active parameters)")
+    p.add_argument("--kv-bytes-per-token", type=_number, action=_Once,
+                   help="KV cache bytes per token; overrides the --model preset's, which --kv-dtype "
+                        "otherwise sets (default: from the preset)")
+    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+                   help="number format of the stored weights (default: %(default)s)")
+    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+                   help="number format of the cached keys and values, used with --model "
+                        "(default: %(default)s; not with --kv-bytes-per-token)")
 
 
-def _add_hardware_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hardware", help="chip preset (see `kvmath hardware`)")
-    p.add_argument("--chips", type=_number, help="number of chips, N (decode: 1; capacity: the fewest that hold the weights)")
-    p.add_argument("--bandwidth", type=_number, help="HBM bytes/s per chip, overriding --hardware")
-    p.add_argument("--flops", type=_number, help="FLOP/s per chip in the compute dtype, overriding --hardware")
-    p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, help="dtype the matmuls run in")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+def _add_hardware_options(p: argparse.ArgumentParser, chips_help: str) -> None:
+    p.add_argument("--hardware", action=_Once, help="chip preset (see `kvmath hardware`); default: none, "
+                   "then --bandwidth and --flops are both needed")
+    p.add_argument("--chips", type=_number, action=_Once, help=chips_help)
+    p.add_argument("--bandwidth", type=_number, action=_Once,
+                   help="HBM bytes/s per chip; overrides the --hardware preset's (default: from the preset)")
+    p.add_argument("--flops", type=_number, action=_Once,
+                   help="dense FLOP/s per chip in the compute dtype; overrides the --hardware preset's "
+                        "rate for --compute-dtype (default: from the preset)")
+    p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, action=_Once,
+                   help="dtype the matmuls run in; picks the --hardware preset's FLOP/s rate "
+                        "(default: %(default)s; not with --flops)")
+    p.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -63,31 +122,75 @@ def _build_parser() -> argparse.ArgumentParser:
 
     decode = sub.add_parser("decode", help="min-step bound on one decode step and tokens/s")
     _add_model_options(decode)
-    _add_hardware_options(decode)
-    decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B")
-    decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
-    decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
-    decode.add_argument("--efficiency", type=_number, default=1.0, help="achieved fraction of peak bandwidth")
+    _add_hardware_options(decode, "number of chips N running tensor parallel (default: 1)")
+    decode.add_argument("--batch", type=_number, required=True, action=_Once, help="sequences per step, B (required)")
+    decode.add_argument("--context", type=_number, required=True, action=_Once,
+                        help="tokens in each sequence's cache, S (required)")
+    decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, action=_Once,
+                        help="split the cache across chips by heads or by batch (default: %(default)s; "
+                             "needs --chips above 1)")
+    decode.add_argument("--efficiency", type=_number, default=1.0, action=_Once,
+                        help="achieved fraction of peak bandwidth, in (0, 1] (default: %(default)s)")
 
     capacity = sub.add_parser("capacity", help="chips for the weights, KV budget, tokens and batch that fit")
     _add_model_options(capacity)
-    _add_hardware_options(capacity)
-    capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes, overriding --hardware")
-    capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S")
+    _add_hardware_options(capacity, "number of chips N (default: the fewest that hold the weights)")
+    capacity.add_argument("--hbm-bytes", type=_number, action=_Once,
+                          help="memory per chip in bytes; overrides the --hardware preset's (default: from the preset)")
+    capacity.add_argument("--context", type=_number, required=True, action=_Once,
+                          help="tokens per sequence, S (required)")
 
     crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W)")
-    crit.add_argument("--hardware", help="chip preset")
-    crit.add_argument("--bandwidth", type=_number, help="bytes/s, overriding --hardware")
-    crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype, overriding --hardware")
-    crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    crit.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES)
-    crit.add_argument("--json", action="store_true")
+    crit.add_argument("--hardware", action=_Once, help="chip preset; default: none, then --bandwidth and "
+                      "--flops are both needed")
+    crit.add_argument("--bandwidth", type=_number, action=_Once,
+                      help="bytes/s; overrides the --hardware preset's (default: from the preset)")
+    crit.add_argument("--flops", type=_number, action=_Once,
+                      help="FLOP/s in the compute dtype; overrides the --hardware preset's (default: from the preset)")
+    crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+                      help="number format of the stored weights, b_w (default: %(default)s)")
+    crit.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, action=_Once,
+                      help="dtype the matmuls run in; picks the --hardware preset's rate "
+                           "(default: %(default)s; not with --flops)")
+    crit.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
 
     models = sub.add_parser("models", help="list model presets")
-    models.add_argument("--json", action="store_true")
+    models.add_argument("--json", action=_OnceFlag, help="print JSON instead of a table (default: table)")
     hardware = sub.add_parser("hardware", help="list chip presets")
-    hardware.add_argument("--json", action="store_true")
+    hardware.add_argument("--json", action=_OnceFlag, help="print JSON instead of a table (default: table)")
     return parser
+
+
+def _refuse_ignored(args) -> None:
+    """An option that cannot change any number the command prints is an error, not silently dropped."""
+    cmd = args.command
+    if cmd not in ("decode", "capacity", "critical-batch"):
+        return
+
+    def clash(dest, why):
+        raise ValueError(f"{_option(args, dest)} {why}")
+
+    if _given(args, "compute_dtype") and _given(args, "flops"):
+        clash("compute_dtype", "has no effect with --flops (it only picks the --hardware preset's rate); drop one")
+    if cmd == "critical-batch":
+        return
+    if _given(args, "kv_dtype") and _given(args, "kv_bytes_per_token"):
+        clash("kv_dtype", "has no effect with --kv-bytes-per-token (which already fixes the bytes); drop one")
+    if cmd == "decode":
+        if _given(args, "hardware") and _given(args, "bandwidth") and _given(args, "flops"):
+            clash("hardware", "has no effect when --bandwidth and --flops are both given; drop one")
+        if _given(args, "kv_shard") and (args.chips is None or args.chips == 1):
+            clash("kv_shard", "has no effect on one chip; give --chips above 1 or drop it")
+    if cmd == "capacity":
+        if _given(args, "model") and _given(args, "params") and _given(args, "kv_bytes_per_token"):
+            clash("model", "has no effect when --params and --kv-bytes-per-token are both given; drop one")
+        if args.hardware is None and args.bandwidth is None:
+            for dest in ("flops", "compute_dtype"):
+                if _given(args, dest):
+                    clash(dest, "is only used for B_crit, which needs --bandwidth or --hardware as well")
+        if (_given(args, "hardware") and _given(args, "hbm_bytes") and _given(args, "bandwidth")
+                and _given(args, "flops")):
+            clash("hardware", "has no effect when --hbm-bytes, --bandwidth and --flops are all given; drop one")
 
 
 def _chip_rates(args) -> tuple[float, float]:
@@ -187,6 +290,11 @@ def _capacity(args) -> dict:
     weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
     n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
+    if n_chips < fewest:
+        raise ValueError(
+            f"the weights ({fmt_bytes(weights)}) need at least {fewest} chips of {fmt_bytes(hbm)}; "
+            f"--chips {n_chips} is too few"
+        )
     budget = kv_budget_bytes(n_chips, hbm, weights)
     result = {
         "model": model.name if model else None,
@@ -275,20 +383,82 @@ _COMMANDS = {
 }
 
 
+#: Library argument names, and what a user of the command line typed for them.
+_OPTION_WORDS = {
+    "n_chips": "--chips", "hbm_bytes": "--hbm-bytes", "param_count": "--params",
+    "kv_bytes_per_token": "--kv-bytes-per-token", "kv_bytes_per_seq": "--kv-bytes-per-token x --context",
+    "kv_cache_bytes": "--batch x --context x --kv-bytes-per-token", "param_bytes": "--params x --weight-dtype",
+    "weight_bytes": "the weights (--params x --weight-dtype)", "bytes_per_param": "--weight-dtype",
+    "kv_budget_bytes": "the KV budget", "step_s": "the step time",
+}
+
+
+def _typed(args) -> str:
+    """The numeric options the user typed, as they would retype them."""
+    given = getattr(args, "_given", None) or {}
+    def short(x: float) -> str:
+        return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+
+    shown = [f"{opt} {short(getattr(args, dest))}" for dest, opt in given.items()
+             if isinstance(getattr(args, dest), float)]
+    return ", ".join(shown) or "the presets"
+
+
+def _user_message(args, err: Exception) -> str:
+    """``err`` worded for the command line: option names, and overflow blamed on what was typed."""
+    text = str(err)
+    if isinstance(err, (ResultOverflow, ArithmeticError)) or ("must be finite" in text and "--" not in text):
+        return f"the result overflows a float64 (it would be inf or nan) for {_typed(args)}; use smaller numbers"
+    for word, option in _OPTION_WORDS.items():
+        text = re.sub(rf"(?<![\w-]){word}(?![\w-])", option, text)
+    return text
+
+
+def _non_finite(value) -> bool:
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _render(args, result) -> str:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        if args.json:
+            print(json.dumps(result, indent=2, allow_nan=False))
+        else:
+            _COMMANDS[args.command][1](result)
+    return buffer.getvalue()
+
+
+def _encodable(text: str, stream) -> str:
+    """``text`` as ``stream`` can write it: "µs" becomes "us" on an ASCII-only terminal."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        text = text.replace("µ", "u")
+        return text.encode(encoding, errors="replace").decode(encoding, errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvmath`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
     compute, show = _COMMANDS[args.command]
     try:
+        _refuse_ignored(args)
         result = compute(args)
-    except ValueError as err:
-        print(f"kvmath {args.command}: error: {err}", file=sys.stderr)
+        if _non_finite(result):
+            raise ResultOverflow("non-finite result")
+        text = _render(args, result)
+    except (ValueError, ArithmeticError) as err:
+        message = _encodable(f"kvmath {args.command}: error: {_user_message(args, err)}\n", sys.stderr)
+        sys.stderr.write(message)
         return 2
     try:
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            show(result)
+        sys.stdout.write(_encodable(text, sys.stdout))
         sys.stdout.flush()
     except BrokenPipeError:
         # `kvmath models | head` closes the pipe early: that is not an error.
