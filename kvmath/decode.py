@@ -30,7 +30,8 @@ class StepBreakdown:
     weight_memory_s : reading the weights, P_bytes / W.
     weight_compute_s : the weight matmuls, 2 * P_count * B / C.
     step_s : kv_s + max(weight_memory_s, weight_compute_s).
-    bound : "memory" where reading weights takes longer than their math, else "compute".
+    bound : "memory" where reading weights takes at least as long as their math
+        (equality counts as memory-bound), else "compute".
     """
 
     kv_s: ArrayLike
@@ -51,7 +52,7 @@ def step_breakdown(
 ) -> StepBreakdown:
     """Every term of the min-step bound and which weight term binds.
 
-    Parameters are those of :func:`min_step`.
+    Parameters are those of :func:`min_step` (``batch`` may be fractional).
 
     Examples
     --------
@@ -95,7 +96,9 @@ def min_step(
     Parameters
     ----------
     batch : float or array
-        Sequences decoded together, B.
+        Sequences decoded together, B. Real-valued on purpose: a fractional
+        batch is accepted for continuous sweeps and bound curves (B_crit is
+        rarely a whole number); it must be > 0 and finite.
     kv_bytes_per_seq : float or array
         KV cache bytes of one sequence at its current context (bytes).
     param_bytes : float or array
@@ -132,6 +135,7 @@ def min_step_simple(
     """The all-memory form of the bound, ``(B * KV + P_bytes) / W``, in seconds.
 
     It equals :func:`min_step` whenever the batch is below the critical batch size.
+    ``batch`` may be fractional, as in :func:`min_step`.
 
     Examples
     --------
@@ -159,7 +163,7 @@ def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
 
 @checked
 def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
-    """Tokens the whole batch produces per second: B / step_s.
+    """Tokens the whole batch produces per second: B / step_s (B may be fractional).
 
     Examples
     --------
@@ -225,7 +229,7 @@ def critical_batch_beta_alpha(
 
 @checked
 def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike:
-    """FLOPs of the weight matmuls in one step: 2 * P * B.
+    """FLOPs of the weight matmuls in one step: 2 * P * B (B may be fractional, for sweeps).
 
     Examples
     --------
@@ -243,7 +247,8 @@ def attention_flops_per_step(
 
     Each query head does ``q K^T`` (2 * S * d_h FLOPs) and ``a V`` (another
     2 * S * d_h). It counts query heads h, not KV heads: sharing KV heads
-    saves bytes, not FLOPs.
+    saves bytes, not FLOPs. ``batch`` and ``context`` may be fractional (continuous
+    sweeps); the structural counts L, h and d_h must be whole numbers.
 
     Examples
     --------

@@ -63,6 +63,8 @@ def kv_bytes_per_seq(kv_bytes_per_token: ArrayLike, context: ArrayLike) -> Array
 def kv_cache_bytes(kv_bytes_per_token: ArrayLike, context: ArrayLike, batch: ArrayLike) -> ArrayLike:
     """Bytes of KV cache for ``batch`` sequences of ``context`` tokens each.
 
+    Both are counts of whole sequences and tokens (4.0 is fine, 4.5 is not).
+
     Examples
     --------
     >>> kv_cache_bytes(524288, 8192, 16) / 1e9  # the thread's "67 GB"
