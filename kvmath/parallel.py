@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decode import StepBreakdown, step_breakdown
-from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, checked, choice, non_negative, plain, positive, positive_int
 
 KV_SHARDINGS = ("heads", "batch")
 
@@ -77,6 +77,8 @@ def tensor_parallel_step(
     n_chips = positive_int("n_chips", n_chips)
     batch = positive_int("batch", batch)
     kv_total = non_negative("kv_bytes_per_seq", kv_bytes_per_seq) * batch
+    if not np.all(np.isfinite(kv_total)):
+        raise ResultOverflow("batch x kv_bytes_per_seq overflows float64")
     kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=batch, shard=shard)
     return step_breakdown(
         batch, kv_chip / batch, positive("param_bytes", param_bytes) / n_chips,

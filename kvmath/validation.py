@@ -236,8 +236,9 @@ def checked(func):
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 result = func(*args, **kwargs)
-        except ResultOverflow:
-            raise overflow() from None  # an inner call overflowed: name this caller's inputs
+        except (ResultOverflow, OverflowError):
+            # an inner call overflowed, or Python's float ** did: name this caller's inputs
+            raise overflow() from None
         for part in _numeric_parts(result):
             if isinstance(part, (str, bytes)) or part is None:
                 continue
