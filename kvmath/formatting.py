@@ -109,7 +109,8 @@ def fmt_count(count: float, digits: int = 2) -> str:
     if count == 0:
         return "0"
     exponent = math.floor(math.log10(abs(count)))
-    mantissa = count / 10**exponent
+    # below 1e-300, 10.0**exponent is subnormal or 0: scale up first
+    mantissa = count / 10.0**exponent if exponent > -300 else count * 1e300 / 10.0 ** (exponent + 300)
     if round(mantissa, digits) >= 10:  # 9.999e9 rounds up to 10.00e9
         mantissa, exponent = mantissa / 10, exponent + 1
     return f"{mantissa:.{digits}f}e{exponent}"

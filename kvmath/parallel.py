@@ -43,7 +43,8 @@ def kv_bytes_per_chip(
     total = non_negative("kv_cache_bytes", kv_cache_bytes)
     n_chips = positive_int("n_chips", n_chips)
     shard = choice("shard", shard, KV_SHARDINGS)
-    share = positive_int("n_kv_heads", n_kv_heads) if shard == "heads" else positive_int("batch", batch)
+    heads, batch = positive_int("n_kv_heads", n_kv_heads), positive_int("batch", batch)  # both, whichever is used
+    share = heads if shard == "heads" else batch
     return plain(total * np.ceil(share / n_chips) / share)
 
 
@@ -76,11 +77,19 @@ def tensor_parallel_step(
     """
     n_chips = positive_int("n_chips", n_chips)
     batch = positive_int("batch", batch)
-    kv_total = non_negative("kv_bytes_per_seq", kv_bytes_per_seq) * batch
+    kv_bytes_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
+    positive_int("n_kv_heads", n_kv_heads)
+    choice("shard", shard, KV_SHARDINGS)
+    param_bytes = positive("param_bytes", param_bytes)
+    param_count = positive("param_count", param_count)
+    bandwidth = positive("bandwidth", bandwidth)
+    flops = positive("flops", flops)
+    kv_total = kv_bytes_per_seq * batch
     if not np.all(np.isfinite(kv_total)):
         raise ResultOverflow("batch x kv_bytes_per_seq overflows float64")
+    # each chip's share; one too small for a float64 would be refused as zero below
+    for name, share in (("param_bytes", param_bytes / n_chips), ("param_count", param_count / n_chips)):
+        if np.any(np.asarray(share) == 0):
+            raise ValueError(f"{name} / n_chips underflows float64 to 0; use a larger {name} or fewer n_chips")
     kv_chip = kv_bytes_per_chip(kv_total, n_chips, n_kv_heads, batch=batch, shard=shard)
-    return step_breakdown(
-        batch, kv_chip / batch, positive("param_bytes", param_bytes) / n_chips,
-        positive("param_count", param_count) / n_chips, bandwidth, flops,
-    )
+    return step_breakdown(batch, kv_chip / batch, param_bytes / n_chips, param_count / n_chips, bandwidth, flops)

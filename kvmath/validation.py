@@ -144,8 +144,8 @@ def whole(name: str, value, minimum: int = 1) -> int:
     ...
     ValueError: n_layers must be a whole number (int), got 80.0
     """
+    as_number(name, value)  # the specific complaint about strings, None, timedelta64, ... if there is one
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        as_number(name, value)  # the specific complaint about strings, None, ... if there is one
         raise ValueError(f"{name} must be a whole number (int), got {value!r}")
     out = int(value)
     if out < minimum:
@@ -236,8 +236,9 @@ def checked(func):
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 result = func(*args, **kwargs)
-        except (ResultOverflow, OverflowError):
-            # an inner call overflowed, or Python's float ** did: name this caller's inputs
+        except (ResultOverflow, ArithmeticError):
+            # an inner call overflowed, Python's float ** did, or a product underflowed to a
+            # zero divisor: name this caller's inputs
             raise overflow() from None
         for part in _numeric_parts(result):
             if isinstance(part, (str, bytes)) or part is None:
