@@ -135,11 +135,18 @@ def _copy_tree(dest: Path) -> None:
     shutil.copy(ROOT / "pytest.ini", dest / "pytest.ini")
 
 
-def run_tests(workdir: Path, timeout: float) -> tuple[bool, str]:
-    """(killed, first failing test) for the copy in ``workdir``."""
-    env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
+#: Tests that start a new Python process: slow, and they test the install, not the formulas.
+SLOW = "not python_dash_m and not closed_pipe and not real_process"
+
+
+def run_tests(workdir: Path, timeout: float, module: str | None = None) -> tuple[bool, str]:
+    """(killed, first failing test) for the copy in ``workdir``: the fast tests and the
+    doctests of ``module`` (of every formula module when None)."""
+    env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # nbval and the Jupyter plugins take a second to load
+    doctests = [f"kvmath/{module}"] if module else [f"kvmath/{m}" for m in MODULES]
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-o", "addopts=--doctest-modules -p no:cacheprovider",
-           "-p", "no:randomly", *FAST_TESTS, "kvmath"]
+           "-k", SLOW, *FAST_TESTS, *doctests]
     try:
         proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -185,7 +192,7 @@ def main() -> int:
             target = slot / "kvmath" / m.module
             try:
                 target.write_text(mutate(m))
-                return m, *run_tests(slot, args.timeout)
+                return m, *run_tests(slot, args.timeout, m.module)
             finally:
                 shutil.copy(ROOT / "kvmath" / m.module, target)
                 with lock:
