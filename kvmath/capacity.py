@@ -53,16 +53,17 @@ def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_
     weight_bytes = positive("weight_bytes", weight_bytes)
     hbm_bytes = positive("hbm_bytes", hbm_bytes)
     usable_fraction = fraction("usable_fraction", usable_fraction)
-    chips = np.maximum(np.ceil(weight_bytes / (hbm_bytes * usable_fraction)), 1.0)
+    chips = np.ceil(weight_bytes / (hbm_bytes * usable_fraction))
     if not np.all(np.isfinite(chips)):
         raise ResultOverflow(
             f"min_chips_for_weights: weight_bytes / hbm_bytes overflows float64 "
             f"(weight_bytes={weight_bytes!r}, hbm_bytes={hbm_bytes!r})"
         )
-    # The quotient is rounded; step to the exact smallest count that holds the weights.
+    # The quotient is rounded (and may underflow to 0); step to the exact smallest count that
+    # holds the weights. Zero chips never do, as weight_bytes > 0.
     chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
-    fewer = np.maximum(chips - 1, 1.0)
-    chips = np.where((chips > 1) & (_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes), fewer, chips)
+    fewer = chips - 1
+    chips = np.where(_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes, fewer, chips)
     return _as_count("min_chips_for_weights", chips)
 
 

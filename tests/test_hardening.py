@@ -202,6 +202,22 @@ def test_min_chips_is_exact_where_the_float_quotient_rounds_down():
         km.kv_budget_bytes(n - 1, hbm, w, usable)
 
 
+def test_min_chips_is_exact_where_the_float_quotient_rounds_up():
+    # weights exactly what 379 chips hold, but the rounded quotient is a hair above 379
+    w, hbm, usable = 10638760196753.982, 47592925419.14031, 0.5898063027663567
+    assert np.ceil(w / (hbm * usable)) == 380
+    assert km.min_chips_for_weights(w, hbm, usable) == 379
+    assert km.kv_budget_bytes(379, hbm, w, usable) == 0.0
+    assert km.min_chips_for_weights(1e-300, 1e300) == 1  # the quotient underflows to 0
+
+
+def test_counts_that_do_not_fit_an_int64_array_are_refused_not_wrapped():
+    assert km.max_kv_tokens(np.array([2.0**63 - 1024]), 1.0)[0] == 2**63 - 1024
+    with pytest.raises(ResultOverflow, match="overflows"):
+        km.max_kv_tokens(np.array([2.0**63]), 1.0)
+    assert km.max_kv_tokens(2.0**63, 1.0) == 2**63  # a scalar is a Python int: exact
+
+
 def test_min_chips_and_budget_agree_on_many_configurations():
     rng = np.random.default_rng(0)
     w = rng.uniform(1e9, 1e13, 2000)
