@@ -94,9 +94,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-bytes-per-token", type=_number, action=_Once,
                    help="KV cache bytes per token; overrides the --model preset's, which --kv-dtype "
                         "otherwise sets (default: from the preset)")
-    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), type=str.lower, action=_Once,
                    help="number format of the stored weights (default: %(default)s)")
-    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), type=str.lower, action=_Once,
                    help="number format of the cached keys and values, used with --model "
                         "(default: %(default)s; not with --kv-bytes-per-token)")
 
@@ -110,7 +110,7 @@ def _add_hardware_options(p: argparse.ArgumentParser, chips_help: str) -> None:
     p.add_argument("--flops", type=_number, action=_Once,
                    help="dense FLOP/s per chip in the compute dtype; overrides the --hardware preset's "
                         "rate for --compute-dtype (default: from the preset)")
-    p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, action=_Once,
+    p.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, type=str.lower, action=_Once,
                    help="dtype the matmuls run in; picks the --hardware preset's FLOP/s rate "
                         "(default: %(default)s; not with --flops)")
     p.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
@@ -126,7 +126,7 @@ def _build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--batch", type=_number, required=True, action=_Once, help="sequences per step, B (required)")
     decode.add_argument("--context", type=_number, required=True, action=_Once,
                         help="tokens in each sequence's cache, S (required)")
-    decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, action=_Once,
+    decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, type=str.lower, action=_Once,
                         help="split the cache across chips by heads or by batch (default: %(default)s; "
                              "needs --chips above 1)")
     decode.add_argument("--efficiency", type=_number, default=1.0, action=_Once,
@@ -147,9 +147,9 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="bytes/s; overrides the --hardware preset's (default: from the preset)")
     crit.add_argument("--flops", type=_number, action=_Once,
                       help="FLOP/s in the compute dtype; overrides the --hardware preset's (default: from the preset)")
-    crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), action=_Once,
+    crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES), type=str.lower, action=_Once,
                       help="number format of the stored weights, b_w (default: %(default)s)")
-    crit.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, action=_Once,
+    crit.add_argument("--compute-dtype", default="bf16", choices=COMPUTE_DTYPES, type=str.lower, action=_Once,
                       help="dtype the matmuls run in; picks the --hardware preset's rate "
                            "(default: %(default)s; not with --flops)")
     crit.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")

@@ -364,3 +364,8 @@ def test_every_cli_option_has_help_with_its_default():
                 continue
             assert action.help, f"{name} {action.option_strings} has no help"
             assert "default" in action.help or "required" in action.help, f"{name} {action.option_strings}"
+
+
+def test_cli_names_are_case_insensitive(capsys):
+    code, out, _ = run(capsys, "critical-batch", "--hardware", "H100-SXM", "--weight-dtype", "INT8", "--json")
+    assert code == 0 and json.loads(out)["critical_batch"] == pytest.approx(989.4e12 * 1 / (2 * 3.35e12))
