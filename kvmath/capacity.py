@@ -59,11 +59,11 @@ def min_chips_for_weights(weight_bytes: ArrayLike, hbm_bytes: ArrayLike, usable_
             f"min_chips_for_weights: weight_bytes / hbm_bytes overflows float64 "
             f"(weight_bytes={weight_bytes!r}, hbm_bytes={hbm_bytes!r})"
         )
-    # The quotient is rounded (and may underflow to 0); step to the exact smallest count that
-    # holds the weights. Zero chips never do, as weight_bytes > 0.
-    chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
+    # The quotient is rounded (and may underflow to 0): one fewer chip may already hold the
+    # weights, or this many may fall short by a rounding error. Step to the exact count.
     fewer = chips - 1
     chips = np.where(_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes, fewer, chips)
+    chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
     return _as_count("min_chips_for_weights", chips)
 
 
