@@ -369,3 +369,36 @@ def test_every_cli_option_has_help_with_its_default():
 def test_cli_names_are_case_insensitive(capsys):
     code, out, _ = run(capsys, "critical-batch", "--hardware", "H100-SXM", "--weight-dtype", "INT8", "--json")
     assert code == 0 and json.loads(out)["critical_batch"] == pytest.approx(989.4e12 * 1 / (2 * 3.35e12))
+
+
+# ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
+
+def test_fmt_si_prefix_switches_at_exactly_the_scale_and_digits_go_to_15():
+    assert km.fmt_flops(1e9) == "1.00 GFLOP"
+    assert km.fmt_bandwidth(1e12) == "1.00 TB/s"
+    assert km.fmt_flop_rate(999.0) == "999.00 FLOP/s"
+    assert km.fmt_seconds(1.5, digits=15) == "1.500000000000000 s"
+    with pytest.raises(ValueError, match="digits"):
+        km.fmt_seconds(1.5, digits=16)
+
+
+def test_fmt_count_of_subnormal_counts():
+    assert km.fmt_count(5e-324) == "4.94e-324"
+    assert km.fmt_count(1.5e-310) == "1.50e-310"
+    assert km.fmt_count(2.5e-300) == "2.50e-300"
+
+
+def test_tensor_parallel_share_that_underflows_is_named():
+    with pytest.raises(ValueError, match="param_count / n_chips underflows"):
+        km.tensor_parallel_step(1, 0, 8, 1e9, 5e-324, 2, W, C)
+    with pytest.raises(ValueError, match="param_bytes / n_chips underflows"):
+        km.tensor_parallel_step(1, 0, 8, 5e-324, 1e9, 2, W, C)
+
+
+def test_prefill_counts_the_batch_and_both_memory_terms():
+    one = km.prefill_flops(2048, 6.74e9, 32, 32, 128)
+    assert km.prefill_flops(2048, 6.74e9, 32, 32, 128, batch=4) == 4 * one
+    assert one == 2 * 6.74e9 * 2048 + 2 * 32 * 32 * 128 * 2048**2
+    # memory-bound: read 13.48 GB of weights and write 1 GB of cache at 2 TB/s
+    assert km.prefill_time(1e9, 1e15, 13.48e9, 1e9, 2e12) == pytest.approx(14.48e9 / 2e12, rel=1e-15)
+    assert km.prefill_time(1e15, 1e15, 13.48e9, 1e9, 2e12) == 1.0  # compute-bound: 1 s
