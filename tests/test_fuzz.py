@@ -31,7 +31,9 @@ from kvmath.validation import ResultOverflow
 
 settings.register_profile("kvmath", deadline=None, derandomize=True)
 settings.load_profile("kvmath")
-FUZZ = settings(max_examples=3000, deadline=None, derandomize=True,
+# 1500 examples a test: about 10 s on an idle 2-core machine, under 30 s on a loaded one (the
+# bound is 2 minutes in CI); the hunts that found the bugs here used 3000 and random seeds.
+FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 # ----- kinds of argument -------------------------------------------------------
