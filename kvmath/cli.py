@@ -8,9 +8,13 @@ message on stderr; it never shows a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
+import math
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -26,7 +30,7 @@ from .parallel import KV_SHARDINGS, ParallelLayout, parse_layout, tensor_paralle
 from .requests import prefill_bound, prefill_chip_step, request_times
 from .step import StepWork, decode_step, layout_step_time, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
-from .validation import fraction, non_negative, positive, positive_int
+from .validation import ResultOverflow, fraction, non_negative, positive, positive_int
 
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 
@@ -78,6 +82,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"kvmath: error: {message}\n")
 
 
+def _remember(parser, namespace, action, option_string) -> None:
+    """Record that the user typed ``option_string``; refuse it the second time."""
+    given = getattr(namespace, "_given", None)
+    if given is None:
+        given = {}
+        setattr(namespace, "_given", given)
+    if action.dest in given:
+        first = given[action.dest]
+        spelled = f" (as {first} and {option_string})" if first != option_string else ""
+        parser.error(f"{option_string} given twice{spelled}; give it once")
+    given[action.dest] = option_string
+
+
+class _Once(argparse.Action):
+    """Store a value, but refuse the option when it is repeated (argparse keeps the last silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _remember(parser, namespace, self, option_string)
+        setattr(namespace, self.dest, values)
+
+
+class _OnceFlag(argparse.Action):
+    """``store_true`` that refuses a repeat."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _remember(parser, namespace, self, option_string)
+        setattr(namespace, self.dest, True)
+
+
+def _given(args, dest: str) -> bool:
+    """Whether the user typed the option stored in ``dest``."""
+    return dest in (getattr(args, "_given", None) or {})
+
+
+def _option(args, dest: str) -> str:
+    return (getattr(args, "_given", None) or {}).get(dest, "--" + dest.replace("_", "-"))
+
+
 def _number(text: str) -> float:
     """Parse '30e9' or '8.2e11'; argparse turns the ValueError into a usage error."""
     try:
@@ -88,9 +133,9 @@ def _number(text: str) -> float:
 
 def _add_model_choice(p: argparse.ArgumentParser, help_model: str) -> None:
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--model", help=help_model)
+    which.add_argument("--model", help=help_model, action=_Once)
     which.add_argument("--config", metavar="PATH",
-                       help="a Hugging Face config.json (or its directory) instead of --model")
+                       help="a Hugging Face config.json (or its directory) instead of --model (default: none)", action=_Once)
 
 
 def _model(args) -> Model | None:
@@ -101,26 +146,26 @@ def _model(args) -> Model | None:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    _add_model_choice(p, "model preset (see `kvmath models`)")
-    p.add_argument("--params", type=_number, help="parameter count, instead of or overriding --model")
-    p.add_argument("--kv-bytes-per-token", type=_number, help="KV bytes per token, overriding the model")
-    p.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES),
-                   help="format of the stored weights, scales included (default: bf16)")
-    p.add_argument("--lm-head-dtype", choices=sorted(DTYPE_BYTES),
-                   help="format of the LM head (default: --weight-dtype)")
-    p.add_argument("--embedding-dtype", choices=sorted(DTYPE_BYTES),
-                   help="format of the input embedding table (default: --weight-dtype)")
-    p.add_argument("--kv-dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="cached keys and values (default: bf16)")
+    _add_model_choice(p, "model preset (see `kvmath models`); default: none, then --params and --kv-bytes-per-token are both needed")
+    p.add_argument("--params", type=_number, help="parameters each token multiplies by (a count); overrides the --model preset's (default: from the preset)", action=_Once)
+    p.add_argument("--kv-bytes-per-token", type=_number, help="KV cache bytes per token; overrides the --model preset's, which --kv-dtype otherwise sets (default: from the preset)", action=_Once)
+    p.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES),
+                   help="format of the stored weights, scales included (default: bf16)", action=_Once)
+    p.add_argument("--lm-head-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
+                   help="format of the LM head (default: --weight-dtype)", action=_Once)
+    p.add_argument("--embedding-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
+                   help="format of the input embedding table (default: --weight-dtype)", action=_Once)
+    p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), help="cached keys and values (default: bf16)", action=_Once)
 
 
 def _add_hardware_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hardware", help="chip preset (see `kvmath hardware`)")
-    p.add_argument("--chips", type=_number, help="number of chips, N (decode: 1; capacity: the fewest that hold the weights)")
-    p.add_argument("--bandwidth", type=_number, help="HBM bytes/s per chip, overriding --hardware")
-    p.add_argument("--flops", type=_number, help="FLOP/s per chip in the compute dtype, overriding --hardware")
-    p.add_argument("--compute-dtype", choices=COMPUTE_DTYPES,
-                   help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--hardware", help="chip preset (see `kvmath hardware`); default: none, then --bandwidth and --flops are both needed", action=_Once)
+    p.add_argument("--chips", type=_number, help="number of chips N (default: 1 for decode, prefill and run; for capacity, the fewest that hold the weights)", action=_Once)
+    p.add_argument("--bandwidth", type=_number, help="HBM bytes/s per chip; overrides the --hardware preset's (default: from the preset)", action=_Once)
+    p.add_argument("--flops", type=_number, help="dense FLOP/s per chip; overrides the --hardware preset's rate (default: from the preset and the compute dtype)", action=_Once)
+    p.add_argument("--compute-dtype", type=str.lower, choices=COMPUTE_DTYPES,
+                   help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)", action=_Once)
+    p.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -135,55 +180,88 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_model_options(decode)
     _add_hardware_options(decode)
-    decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B")
-    decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S")
-    decode.add_argument("--kv-shard", default="heads", choices=KV_SHARDINGS, help="split the cache across chips by")
-    decode.add_argument("--link", help="link between the chips (see `kvmath links`): adds comm_s")
+    decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B (required)", action=_Once)
+    decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S (required)", action=_Once)
+    decode.add_argument("--kv-shard", default="heads", type=str.lower, choices=KV_SHARDINGS, help="split the cache across chips by heads or by batch (default: heads)", action=_Once)
+    decode.add_argument("--link", help="link between the chips (see `kvmath links`): adds comm_s (default: none, communication not counted)", action=_Once)
     decode.add_argument("--parallel", help="layout over the chips instead of --chips/--kv-shard, e.g. 'tp=4,pp=2' "
-                                           "(fields tp, cp, dp, pp, ep; needs --model)")
+                                           "(fields tp, cp, dp, pp, ep; needs --model; default: none)", action=_Once)
     decode.add_argument("--efficiency", type=_number, default=1.0,
-                        help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)")
+                        help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)", action=_Once)
     decode.add_argument("--overhead-s", type=_number, default=0.0,
-                        help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)")
+                        help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)", action=_Once)
 
     capacity = sub.add_parser("capacity", help="chips for the weights, KV budget, tokens and batch that fit")
     _add_model_options(capacity)
     _add_hardware_options(capacity)
-    capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes, overriding --hardware")
-    capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S")
-    capacity.add_argument("--budget", default="device", choices=("device", "reported", "reserve"),
+    capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes; overrides the --hardware preset's (default: from the preset)", action=_Once)
+    capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S (required)", action=_Once)
+    capacity.add_argument("--budget", default="device", type=str.lower, choices=("device", "reported", "reserve"),
                           help="memory per chip: the marketed size (default), the total the device reports "
                                "(nvidia-smi), or the CUDA runtime's total less the process's non-torch memory; "
-                               "a --hbm-bytes number is taken as the reported total")
-    capacity.add_argument("--engine", choices=("vllm",),
-                          help="also size the KV cache as this serving engine does (--chips is its tensor-parallel size)")
+                               "a --hbm-bytes number is taken as the reported total", action=_Once)
+    capacity.add_argument("--engine", type=str.lower, choices=("vllm",),
+                          help="also size the KV cache as this serving engine does (--chips is its tensor-parallel size; default: none)", action=_Once)
     capacity.add_argument("--gpu-memory-utilization", type=_number,
-                          help=f"vLLM's fraction of the device total (default: {GPU_MEMORY_UTILIZATION})")
-    capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})")
-    capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)")
-    capacity.add_argument("--vllm-version", choices=VLLM_ENGINES,
-                          help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)")
+                          help=f"vLLM's fraction of the device total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
+    capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})", action=_Once)
+    capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
+    capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
+                          help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
 
     crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
-    crit.add_argument("--hardware", help="chip preset")
-    _add_model_choice(crit, "model preset: also solve its own B_crit (MoE models differ)")
-    crit.add_argument("--bandwidth", type=_number, help="bytes/s, overriding --hardware")
-    crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype, overriding --hardware")
-    crit.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    crit.add_argument("--compute-dtype", choices=COMPUTE_DTYPES,
-                      help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)")
-    crit.add_argument("--json", action="store_true")
+    crit.add_argument("--hardware", help="chip preset; default: none, then --bandwidth and --flops are both needed", action=_Once)
+    _add_model_choice(crit, "model preset: also solve its own B_crit, which MoE models change (default: none)")
+    crit.add_argument("--bandwidth", type=_number, help="bytes/s; overrides the --hardware preset's (default: from the preset)", action=_Once)
+    crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype; overrides the --hardware preset's (default: from the preset)", action=_Once)
+    crit.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
+                      help="number format of the stored weights, b_w (default: %(default)s)")
+    crit.add_argument("--compute-dtype", type=str.lower, choices=COMPUTE_DTYPES,
+                      help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)", action=_Once)
+    crit.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
 
     models = sub.add_parser("models", help="list model presets")
-    models.add_argument("--family", help="only this family (llama, qwen, gemma, ...)")
+    models.add_argument("--family", help="only this family (llama, qwen, gemma, ...; default: all)", action=_Once)
     models.add_argument("--attention", help="only models with this attention (mha, gqa, mqa, mla) or layer kind "
-                                            "(full, sliding, chunked, linear)")
-    models.add_argument("--json", action="store_true")
+                                            "(full, sliding, chunked, linear; default: all)", action=_Once)
+    models.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
     hardware = sub.add_parser("hardware", help="list chip presets")
-    hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple)")
-    hardware.add_argument("--json", action="store_true")
+    hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple; default: all)", action=_Once)
+    hardware.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
     _add_request_parsers(sub)
     return parser
+
+
+def _refuse_ignored(args) -> None:
+    """An option that cannot change any number the command prints is an error, not silently dropped."""
+    cmd = args.command
+    if cmd not in ("decode", "capacity", "critical-batch"):
+        return
+
+    def clash(dest, why):
+        raise ValueError(f"{_option(args, dest)} {why}")
+
+    if _given(args, "compute_dtype") and _given(args, "flops"):
+        clash("compute_dtype", "has no effect with --flops (it only picks the --hardware preset's rate); drop one")
+    if cmd == "critical-batch":
+        return
+    if _given(args, "kv_dtype") and _given(args, "kv_bytes_per_token"):
+        clash("kv_dtype", "has no effect with --kv-bytes-per-token (which already fixes the bytes); drop one")
+    if cmd == "decode":
+        if _given(args, "hardware") and _given(args, "bandwidth") and _given(args, "flops"):
+            clash("hardware", "has no effect when --bandwidth and --flops are both given; drop one")
+        if _given(args, "kv_shard") and (args.chips is None or args.chips == 1):
+            clash("kv_shard", "has no effect on one chip; give --chips above 1 or drop it")
+    if cmd == "capacity":
+        if _given(args, "model") and _given(args, "params") and _given(args, "kv_bytes_per_token"):
+            clash("model", "has no effect when --params and --kv-bytes-per-token are both given; drop one")
+        if args.hardware is None and args.bandwidth is None:
+            for dest in ("flops", "compute_dtype"):
+                if _given(args, dest):
+                    clash(dest, "is only used for B_crit, which needs --bandwidth or --hardware as well")
+        if (_given(args, "hardware") and _given(args, "hbm_bytes") and _given(args, "bandwidth")
+                and _given(args, "flops")):
+            clash("hardware", "has no effect when --hbm-bytes, --bandwidth and --flops are all given; drop one")
 
 
 def _chip_rates(args) -> tuple[float, float]:
@@ -264,7 +342,6 @@ def _decode(args) -> dict:
     model = _model(args)
     if model is None and (args.params is None or args.kv_bytes_per_token is None):
         raise ValueError("give --model or --config, or both --params and --kv-bytes-per-token")
-    _warn_past_supported_context(args, model, context)
     work = _work(args, model, batch, context)
     link = _link_option(args)
     if args.parallel:
@@ -321,6 +398,7 @@ def _decode(args) -> dict:
         "critical_batch": float(critical_batch(flops, bandwidth * efficiency, b_w)),
         "model_critical_batch": own_b_crit,
     }
+    _warn_past_supported_context(args, model, context)
     return result
 
 
@@ -360,6 +438,11 @@ def _capacity(args) -> dict:
     weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
     n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
+    if n_chips < fewest:
+        raise ValueError(
+            f"the weights ({fmt_bytes(weights)}) need at least {fewest} chips of {fmt_bytes(hbm)}; "
+            f"--chips {n_chips} is too few"
+        )
     budget = kv_budget_bytes(n_chips, hbm, weights)
     result = {
         "model": model.name if model else None,
@@ -510,7 +593,7 @@ RUN_KEYS = {
     "layout": "parallel layout: tp, cp, dp, pp, ep",
     "link": "link preset between the chips (null: communication not counted)",
     "batch": "requests served together B",
-    "input_tokens": "prompt tokens per request",
+    "input_tokens": "prompt tokens per request (required)",
     "output_tokens": "output tokens per request (the first comes from the prefill)",
     "ttft_s": "time to first token: the prefill bound, seconds",
     "decode_s": "the output_tokens - 1 decode steps, strict bounds summed, seconds",
@@ -547,12 +630,12 @@ def _add_request_parsers(sub) -> None:
     def common(p):
         _add_model_options(p)
         _add_hardware_options(p)
-        p.add_argument("--batch", type=_number, default=1, help="requests served together, B (default: 1)")
-        p.add_argument("--input", type=_number, required=True, help="prompt tokens per request")
+        p.add_argument("--batch", type=_number, default=1, help="requests served together, B (default: 1)", action=_Once)
+        p.add_argument("--input", type=_number, required=True, help="prompt tokens per request (required)", action=_Once)
         p.add_argument("--parallel", help="layout over the chips, e.g. 'tp=8' or 'tp=2,pp=4' (fields tp, cp, dp, pp, ep); "
-                                          "default: tp = --chips")
-        p.add_argument("--link", help="link between the chips (see `kvmath links`); without it communication is not counted")
-        p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk")
+                                          "default: tp = --chips", action=_Once)
+        p.add_argument("--link", help="link between the chips (see `kvmath links`); default: none, communication not counted", action=_Once)
+        p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk (default: the whole prompt at once)", action=_Once)
 
     def keys(table):
         return "keys of --json (base units: bytes, seconds, FLOPs):\n" + "\n".join(f"  {k:<30} {v}" for k, v in table.items())
@@ -563,10 +646,10 @@ def _add_request_parsers(sub) -> None:
     run = sub.add_parser("run", help="whole requests: TTFT, decode, tokens/s, cost",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=keys(RUN_KEYS))
     common(run)
-    run.add_argument("--output", type=_number, required=True, help="output tokens per request")
-    run.add_argument("--price-per-hour", type=_number, help="price of one chip-hour, for cost_per_million_tokens")
+    run.add_argument("--output", type=_number, required=True, help="output tokens per request (required)", action=_Once)
+    run.add_argument("--price-per-hour", type=_number, help="price of one chip-hour, for cost_per_million_tokens (default: none, no cost)", action=_Once)
     links = sub.add_parser("links", help="list link presets")
-    links.add_argument("--json", action="store_true")
+    links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
 
 
 def _request_setup(args):
@@ -714,20 +797,82 @@ _COMMANDS = {
 }
 
 
+#: Library argument names, and what a user of the command line typed for them.
+_OPTION_WORDS = {
+    "n_chips": "--chips", "hbm_bytes": "--hbm-bytes", "param_count": "--params",
+    "kv_bytes_per_token": "--kv-bytes-per-token", "kv_bytes_per_seq": "--kv-bytes-per-token x --context",
+    "kv_cache_bytes": "--batch x --context x --kv-bytes-per-token", "param_bytes": "--params x --weight-dtype",
+    "weight_bytes": "the weights (--params x --weight-dtype)", "bytes_per_param": "--weight-dtype",
+    "kv_budget_bytes": "the KV budget", "step_s": "the step time",
+}
+
+
+def _typed(args) -> str:
+    """The numeric options the user typed, as they would retype them."""
+    given = getattr(args, "_given", None) or {}
+    def short(x: float) -> str:
+        return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+
+    shown = [f"{opt} {short(getattr(args, dest))}" for dest, opt in given.items()
+             if isinstance(getattr(args, dest), float)]
+    return ", ".join(shown) or "the presets"
+
+
+def _user_message(args, err: Exception) -> str:
+    """``err`` worded for the command line: option names, and overflow blamed on what was typed."""
+    text = str(err)
+    if isinstance(err, (ResultOverflow, ArithmeticError)) or ("must be finite" in text and "--" not in text):
+        return f"the result overflows a float64 (it would be inf or nan) for {_typed(args)}; use smaller numbers"
+    for word, option in _OPTION_WORDS.items():
+        text = re.sub(rf"(?<![\w-]){word}(?![\w-])", option, text)
+    return text
+
+
+def _non_finite(value) -> bool:
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _render(args, result) -> str:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        if args.json:
+            print(json.dumps(result, indent=2, allow_nan=False))
+        else:
+            _COMMANDS[args.command][1](result)
+    return buffer.getvalue()
+
+
+def _encodable(text: str, stream) -> str:
+    """``text`` as ``stream`` can write it: "µs" becomes "us" on an ASCII-only terminal."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        text = text.replace("µ", "u")
+        return text.encode(encoding, errors="replace").decode(encoding, errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvmath`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
     compute, show = _COMMANDS[args.command]
     try:
+        _refuse_ignored(args)
         result = compute(args)
-    except ValueError as err:
-        print(f"kvmath {args.command}: error: {err}", file=sys.stderr)
+        if _non_finite(result):
+            raise ResultOverflow("non-finite result")
+        text = _render(args, result)
+    except (ValueError, ArithmeticError) as err:
+        message = _encodable(f"kvmath {args.command}: error: {_user_message(args, err)}\n", sys.stderr)
+        sys.stderr.write(message)
         return 2
     try:
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            show(result)
+        sys.stdout.write(_encodable(text, sys.stdout))
         sys.stdout.flush()
     except BrokenPipeError:
         # `kvmath models | head` closes the pipe early: that is not an error.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import ArrayLike, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
 
 
 def _which(memory_s: ArrayLike, compute_s: ArrayLike) -> str | np.ndarray:
@@ -47,7 +47,8 @@ class StepBreakdown:
         attention FLOPs and overhead are 0.
     strict_step_s : the strict lower bound, overhead + max(kv_s + weight_memory_s,
         attention_compute_s + weight_compute_s).
-    bound : which weight term binds in the no-overlap form, "memory" or "compute".
+    bound : which weight term binds in the no-overlap form, "memory" or "compute"
+        (equality counts as memory-bound).
     attention_bound : which attention term binds in the no-overlap form.
     strict_bound : which resource binds in the strict form.
     """
@@ -64,6 +65,7 @@ class StepBreakdown:
     strict_bound: str | np.ndarray
 
 
+@checked
 def step_breakdown(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -90,7 +92,7 @@ def step_breakdown(
         plain decoding, gamma + 1 for a speculative verify step. The KV cache
         is still read once per sequence.
 
-    ``batch`` may be real-valued, for smooth bound curves.
+    ``batch`` may be fractional, for smooth bound curves.
 
     Examples
     --------
@@ -131,6 +133,7 @@ def step_breakdown(
     )
 
 
+@checked
 def strict_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -157,6 +160,7 @@ def strict_step(
     ).strict_step_s
 
 
+@checked
 def min_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -175,7 +179,9 @@ def min_step(
     Parameters
     ----------
     batch : float or array
-        Sequences decoded together, B.
+        Sequences decoded together, B. Real-valued on purpose: a fractional
+        batch is accepted for continuous sweeps and bound curves (B_crit is
+        rarely a whole number); it must be > 0 and finite.
     kv_bytes_per_seq : float or array
         KV cache bytes of one sequence at its current context (bytes).
     param_bytes : float or array
@@ -205,12 +211,14 @@ def min_step(
     return step_breakdown(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops).step_s
 
 
+@checked
 def min_step_simple(
     batch: ArrayLike, kv_bytes_per_seq: ArrayLike, param_bytes: ArrayLike, bandwidth: ArrayLike
 ) -> ArrayLike:
     """The all-memory form of the bound, ``(B * KV + P_bytes) / W``, in seconds.
 
     It equals :func:`min_step` whenever the batch is below the critical batch size.
+    ``batch`` may be fractional, as in :func:`min_step`.
 
     Examples
     --------
@@ -224,6 +232,7 @@ def min_step_simple(
     return (batch * kv_bytes_per_seq + param_bytes) / bandwidth
 
 
+@checked
 def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
     """Tokens each sequence gets per second: one per step, 1 / step_s.
 
@@ -235,8 +244,9 @@ def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
     return 1.0 / positive("step_s", step_s)
 
 
+@checked
 def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
-    """Tokens the whole batch produces per second: B / step_s.
+    """Tokens the whole batch produces per second: B / step_s (B may be fractional).
 
     Examples
     --------
@@ -246,6 +256,7 @@ def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
     return positive("batch", batch) / positive("step_s", step_s)
 
 
+@checked
 def critical_batch(flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLike:
     """Batch size at which the weight matmuls take as long as reading the weights.
 
@@ -284,6 +295,7 @@ def critical_batch(flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: Arra
     return flops * bytes_per_param / (2 * bandwidth)
 
 
+@checked
 def critical_batch_beta_alpha(
     bf16_flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike, bytes_per_activation: ArrayLike
 ) -> ArrayLike:
@@ -298,8 +310,9 @@ def critical_batch_beta_alpha(
     return beta * positive("bf16_flops", bf16_flops) / positive("bandwidth", bandwidth)
 
 
+@checked
 def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike:
-    """FLOPs of the weight matmuls in one step: 2 * P * B.
+    """FLOPs of the weight matmuls in one step: 2 * P * B (B may be fractional, for sweeps).
 
     Examples
     --------
@@ -309,6 +322,7 @@ def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike
     return 2 * positive("param_count", param_count) * positive("batch", batch)
 
 
+@checked
 def attention_flops_per_step(
     batch: ArrayLike, context: ArrayLike, n_layers: ArrayLike, n_heads: ArrayLike, head_dim: ArrayLike
 ) -> ArrayLike:
@@ -316,7 +330,8 @@ def attention_flops_per_step(
 
     Each query head does ``q K^T`` (2 * S * d_h FLOPs) and ``a V`` (another
     2 * S * d_h). It counts query heads h, not KV heads: sharing KV heads
-    saves bytes, not FLOPs.
+    saves bytes, not FLOPs. ``batch`` and ``context`` may be fractional (continuous
+    sweeps); the structural counts L, h and d_h must be whole numbers.
 
     Examples
     --------
@@ -333,6 +348,7 @@ def attention_flops_per_step(
     )
 
 
+@checked
 def compute_ceiling_steps_per_s(flops_per_step: ArrayLike, flops: ArrayLike) -> ArrayLike:
     """Steps per second if compute were the only limit: C / FLOPs per step.
 
@@ -344,6 +360,7 @@ def compute_ceiling_steps_per_s(flops_per_step: ArrayLike, flops: ArrayLike) -> 
     return positive("flops", flops) / positive("flops_per_step", flops_per_step)
 
 
+@checked
 def arithmetic_intensity(flops: ArrayLike, bytes_moved: ArrayLike) -> ArrayLike:
     """FLOPs per byte moved; compare with a chip's ridge point C / W.
 

@@ -9,11 +9,21 @@ from __future__ import annotations
 import math
 
 from .units import GB, GiB
+from .validation import as_scalar, non_negative, whole
+
+
+def _amount(name: str, value, digits) -> tuple[float, int]:
+    """A finite, non-negative scalar and a digit count 0..15: the only things worth formatting."""
+    value = non_negative(name, as_scalar(name, value))
+    digits = whole("digits", digits, minimum=0)
+    if digits > 15:
+        raise ValueError(f"digits must be <= 15 (float64 has no more), got {digits}")
+    return value, digits
 
 _SI = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
 
 
-def _si(value: float, unit: str, digits: int) -> str:
+def _si(value: float, digits: int, unit: str) -> str:
     for scale, prefix in _SI:
         if abs(value) >= scale:
             return f"{value / scale:.{digits}f} {prefix}{unit}"
@@ -23,11 +33,15 @@ def _si(value: float, unit: str, digits: int) -> str:
 def fmt_bytes(n_bytes: float, digits: int = 2) -> str:
     """Bytes as decimal GB with the binary GiB beside it.
 
+    Every ``fmt_*`` helper takes one finite number >= 0 and refuses NaN, inf,
+    negatives and arrays with a ``ValueError`` naming the argument.
+
     Examples
     --------
     >>> fmt_bytes(64 * 2**30)
     '68.72 GB (64.00 GiB)'
     """
+    n_bytes, digits = _amount("n_bytes", n_bytes, digits)
     return f"{n_bytes / GB:.{digits}f} GB ({n_bytes / GiB:.{digits}f} GiB)"
 
 
@@ -41,6 +55,7 @@ def fmt_seconds(seconds: float, digits: int = 2) -> str:
     >>> fmt_seconds(3.0)
     '3.00 s'
     """
+    seconds, digits = _amount("seconds", seconds, digits)
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if abs(seconds) >= scale:
             return f"{seconds / scale:.{digits}f} {unit}"
@@ -55,7 +70,7 @@ def fmt_flops(flops: float, digits: int = 2) -> str:
     >>> fmt_flops(2.24e11)
     '224.00 GFLOP'
     """
-    return _si(flops, "FLOP", digits)
+    return _si(*_amount("flops", flops, digits), "FLOP")
 
 
 def fmt_flop_rate(flops_per_s: float, digits: int = 2) -> str:
@@ -66,7 +81,7 @@ def fmt_flop_rate(flops_per_s: float, digits: int = 2) -> str:
     >>> fmt_flop_rate(312e12)
     '312.00 TFLOP/s'
     """
-    return _si(flops_per_s, "FLOP/s", digits)
+    return _si(*_amount("flops_per_s", flops_per_s, digits), "FLOP/s")
 
 
 def fmt_bandwidth(bytes_per_s: float, digits: int = 2) -> str:
@@ -77,7 +92,7 @@ def fmt_bandwidth(bytes_per_s: float, digits: int = 2) -> str:
     >>> fmt_bandwidth(2.039e12)
     '2.04 TB/s'
     """
-    return _si(bytes_per_s, "B/s", digits)
+    return _si(*_amount("bytes_per_s", bytes_per_s, digits), "B/s")
 
 
 def fmt_count(count: float, digits: int = 2) -> str:
@@ -90,10 +105,12 @@ def fmt_count(count: float, digits: int = 2) -> str:
     >>> fmt_count(512)
     '5.12e2'
     """
+    count, digits = _amount("count", count, digits)
     if count == 0:
         return "0"
     exponent = math.floor(math.log10(abs(count)))
-    mantissa = count / 10**exponent
+    # below 1e-300, 10.0**exponent is subnormal or 0: scale up first
+    mantissa = count / 10.0**exponent if exponent > -300 else count * 1e300 / 10.0 ** (exponent + 300)
     if round(mantissa, digits) >= 10:  # 9.999e9 rounds up to 10.00e9
         mantissa, exponent = mantissa / 10, exponent + 1
     return f"{mantissa:.{digits}f}e{exponent}"

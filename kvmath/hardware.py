@@ -9,14 +9,32 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Mapping
 
 from .formats import get_format
 from .presets import lookup, optional_float, read_rows
-from .validation import positive
+from .validation import as_scalar, choice, positive
 
 #: Compute dtypes a chip may list, and the CSV column that holds each rate.
 #: fp16 runs at the bf16 rate on every chip here.
 _RATE_COLUMN = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8", "fp4": "fp4"}
+#: Keys a chip's ``flops_by_dtype`` may have.
+_CHIP_DTYPES = ("bf16", "fp8", "int8", "fp4")
+
+
+class FrozenRates(dict):
+    """A read-only dict (FLOP/s per dtype): equal to a plain dict, picklable, but not changeable."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a Chip's flops_by_dtype is read-only; use chip.replace(flops_by_dtype={...})")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (FrozenRates, (dict(self),))
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.items())))
 
 
 @dataclass(frozen=True)
@@ -32,8 +50,9 @@ class Chip:
         chapter uses unless it names another budget (:mod:`kvmath.memory`).
     bandwidth : float
         Memory bandwidth in bytes/s.
-    flops_by_dtype : dict
-        Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``, ``fp4``).
+    flops_by_dtype : mapping
+        Dense FLOP/s for each compute dtype the chip has (``bf16``, ``fp8``, ``int8``, ``fp4``),
+        stored as a read-only copy.
     display_name, source, note : str
         Where the numbers come from.
     device_bytes : float or None
@@ -67,19 +86,34 @@ class Chip:
     runtime_source: str = ""
 
     def __post_init__(self) -> None:
-        positive("hbm_bytes", self.hbm_bytes)
+        # Checked and converted here, so Chip.replace() validates like a preset.
+        for attr in ("name", "display_name", "source", "note", "device_report", "device_source", "runtime_source"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
+        if not self.name.strip():
+            raise ValueError("name must not be empty")
+        object.__setattr__(self, "hbm_bytes", positive("hbm_bytes", as_scalar("hbm_bytes", self.hbm_bytes)))
         for attr in ("device_bytes", "runtime_bytes"):
             if getattr(self, attr) is not None:
-                positive(attr, getattr(self, attr))
+                object.__setattr__(self, attr, positive(attr, as_scalar(attr, getattr(self, attr))))
         if self.device_bytes is not None and self.runtime_bytes is not None and self.runtime_bytes > self.device_bytes:
             raise ValueError(
                 f"runtime_bytes ({self.runtime_bytes:.0f}) of {self.name!r} cannot exceed device_bytes ({self.device_bytes:.0f})"
             )
-        positive("bandwidth", self.bandwidth)
-        if "bf16" not in self.flops_by_dtype:
-            raise ValueError(f"chip {self.name!r} needs a bf16 FLOP/s rate")
+        object.__setattr__(self, "bandwidth", positive("bandwidth", as_scalar("bandwidth", self.bandwidth)))
+        if not isinstance(self.flops_by_dtype, Mapping):
+            raise ValueError(f"flops_by_dtype must be a mapping of dtype to FLOP/s, got {self.flops_by_dtype!r}")
+        rates = {}
         for dtype, rate in self.flops_by_dtype.items():
-            positive(f"{dtype} FLOP/s of {self.name}", rate)
+            key = choice("flops_by_dtype key", dtype, _CHIP_DTYPES)
+            if key in rates:
+                raise ValueError(f"flops_by_dtype of {self.name!r} lists {key} twice")
+            label = f"flops_by_dtype[{key!r}] of {self.name}"
+            rates[key] = positive(label, as_scalar(label, rate))
+        if "bf16" not in rates:
+            raise ValueError(f"chip {self.name!r} needs a bf16 FLOP/s rate")
+        # A read-only copy: a preset's table cannot be changed through one Chip.
+        object.__setattr__(self, "flops_by_dtype", FrozenRates(rates))
 
     @property
     def vendor(self) -> str:

@@ -8,9 +8,10 @@ token so they need not be recomputed. For multi-head (MHA), grouped-query
 
 from __future__ import annotations
 
-from .validation import ArrayLike, positive, positive_int
+from .validation import ArrayLike, checked, positive, positive_int
 
 
+@checked
 def kv_bytes_per_token(
     n_layers: ArrayLike, n_kv_heads: ArrayLike, head_dim: ArrayLike, bytes_per_elem: ArrayLike = 2
 ) -> ArrayLike:
@@ -46,6 +47,7 @@ def kv_bytes_per_token(
     return 2 * n_layers * n_kv_heads * head_dim * bytes_per_elem
 
 
+@checked
 def kv_bytes_per_seq(kv_bytes_per_token: ArrayLike, context: ArrayLike) -> ArrayLike:
     """Bytes of KV cache one sequence of ``context`` tokens holds, in bytes.
 
@@ -57,8 +59,11 @@ def kv_bytes_per_seq(kv_bytes_per_token: ArrayLike, context: ArrayLike) -> Array
     return positive("kv_bytes_per_token", kv_bytes_per_token) * positive_int("context", context)
 
 
+@checked
 def kv_cache_bytes(kv_bytes_per_token: ArrayLike, context: ArrayLike, batch: ArrayLike) -> ArrayLike:
     """Bytes of KV cache for ``batch`` sequences of ``context`` tokens each.
+
+    Both are counts of whole sequences and tokens (4.0 is fine, 4.5 is not).
 
     Examples
     --------

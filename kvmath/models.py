@@ -22,7 +22,7 @@ from .layers import LayerSpec
 from .moe import experts_touched
 from .presets import lookup, optional_int, read_rows
 from .units import dtype_bytes
-from .validation import ArrayLike, choice, plain, positive, positive_int
+from .validation import ArrayLike, as_scalar, checked, choice, plain, positive, positive_int, whole
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -162,22 +162,59 @@ class Model:
     layers: tuple[LayerSpec, ...] | None = None
 
     def __post_init__(self) -> None:
+        # Every field is checked and normalised here, so replace() and the
+        # constructor validate alike: counts become Python ints (numpy int32
+        # fields would wrap in param_count), names are lower-cased.
+        def put(attr, value):
+            object.__setattr__(self, attr, value)
+
+        for attr in ("name", "display_name", "source", "note", "context_source", "family"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
+        if not self.name.strip():
+            raise ValueError("name must not be empty")
         for attr in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab"):
+            put(attr, whole(attr, getattr(self, attr)))
+        put("mlp_matrices", whole("mlp_matrices", self.mlp_matrices))
+        put("n_positions", whole("n_positions", self.n_positions, minimum=0))
+        for attr, minimum in _OPTIONAL_MINIMUM.items():
             value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"{attr} must be a whole number, got {value!r}")
-            positive_int(attr, value)
+            if value is not None:
+                put(attr, whole(attr, value, minimum))
+        for attr in ("published_params", "published_active_params"):
+            if getattr(self, attr) is not None:
+                put(attr, positive(attr, as_scalar(attr, getattr(self, attr))))
+        if not isinstance(self.tied_embeddings, (bool, np.bool_)):
+            raise ValueError(f"tied_embeddings must be True or False, got {self.tied_embeddings!r}")
+        put("tied_embeddings", bool(self.tied_embeddings))
+        put("attention", choice("attention", self.attention, ATTENTION_KINDS))
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})"
             )
-        choice("attention", self.attention, ATTENTION_KINDS)
         if self.mlp_matrices not in (2, 3):
             raise ValueError(f"mlp_matrices must be 2 or 3, got {self.mlp_matrices!r}")
-        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_dim):
-            raise ValueError("an MLA model needs kv_lora_rank and qk_rope_dim")
-        if self.n_experts and not (self.top_k and self.d_ff_expert):
-            raise ValueError("a mixture-of-experts model needs top_k and d_ff_expert")
+        mla_fields = ("kv_lora_rank", "qk_rope_dim", "v_head_dim")
+        if self.attention == "mla" and any(getattr(self, f) is None for f in mla_fields):
+            raise ValueError("an MLA model needs kv_lora_rank, qk_rope_dim and v_head_dim")
+        if self.attention != "mla":
+            for attr in mla_fields + ("q_lora_rank",):
+                if getattr(self, attr) is not None:
+                    raise ValueError(f"{attr} is for MLA models only; attention is {self.attention!r}")
+        moe_fields = ("n_shared_experts", "top_k", "d_ff_expert", "n_dense_layers")
+        if self.n_experts is None:
+            for attr in moe_fields:
+                if getattr(self, attr) is not None:
+                    raise ValueError(f"{attr} is for mixture-of-experts models only; set n_experts")
+        else:
+            if self.top_k is None or self.d_ff_expert is None:
+                raise ValueError("a mixture-of-experts model needs top_k and d_ff_expert")
+            if self.top_k > self.n_experts:
+                raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
+            if self.n_dense_layers is not None and self.n_dense_layers >= self.n_layers:
+                raise ValueError(
+                    f"n_dense_layers ({self.n_dense_layers}) must be < n_layers ({self.n_layers})"
+                )
         if (self.sliding_window is None) != (self.n_sliding_layers is None):
             raise ValueError("sliding_window and n_sliding_layers go together")
         if self.n_sliding_layers is not None and not 0 < self.n_sliding_layers <= self.n_layers:
@@ -486,6 +523,7 @@ class Model:
             return self.kv_lora_rank + self.qk_rope_dim
         return 2 * self.n_kv_heads * self.head_dim
 
+    @checked
     def kv_bytes_per_token(self, bytes_per_elem: ArrayLike = 2, context: ArrayLike | None = None):
         """KV bytes per token, in bytes.
 
@@ -510,6 +548,7 @@ class Model:
             return self.n_layers * per_layer
         return self.kv_bytes_per_seq(context, bytes_per_elem) / positive_int("context", context)
 
+    @checked
     def kv_bytes_per_seq(self, context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> ArrayLike:
         """Bytes of cache one sequence of ``context`` tokens needs: each layer's held tokens
         (windows applied) plus the fixed state of any linear-attention layer.
@@ -540,6 +579,12 @@ _INT_FIELDS = (
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab", "mlp_matrices",
     "n_positions",
 )
+#: Smallest value of each optional count (None means the feature is absent).
+_OPTIONAL_MINIMUM = {
+    "sliding_window": 1, "n_sliding_layers": 1, "n_experts": 1, "n_shared_experts": 0, "top_k": 1,
+    "d_ff_expert": 1, "n_dense_layers": 0, "q_lora_rank": 1, "kv_lora_rank": 1, "qk_rope_dim": 1,
+    "v_head_dim": 1, "supported_context": 1,
+}
 _OPTIONAL_INT_FIELDS = (
     "sliding_window", "n_sliding_layers", "n_experts", "n_shared_experts", "top_k", "d_ff_expert",
     "n_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim",

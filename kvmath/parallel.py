@@ -23,11 +23,12 @@ import numpy as np
 from .decode import StepBreakdown, step_breakdown
 from .links import Link, all_to_all_time, allreduce_time, p2p_time
 from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
-from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, checked, choice, non_negative, plain, positive, positive_int
 
 KV_SHARDINGS = ("heads", "batch")
 
 
+@checked
 def kv_bytes_per_chip(
     kv_cache_bytes: ArrayLike,
     n_chips: ArrayLike,
@@ -52,10 +53,12 @@ def kv_bytes_per_chip(
     total = non_negative("kv_cache_bytes", kv_cache_bytes)
     n_chips = positive_int("n_chips", n_chips)
     shard = choice("shard", shard, KV_SHARDINGS)
-    share = positive_int("n_kv_heads", n_kv_heads) if shard == "heads" else positive_int("batch", batch)
+    heads, batch = positive_int("n_kv_heads", n_kv_heads), positive_int("batch", batch)  # both, whichever is used
+    share = heads if shard == "heads" else batch
     return plain(total * np.ceil(share / n_chips) / share)
 
 
+@checked
 def tensor_parallel_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
@@ -92,8 +95,20 @@ def tensor_parallel_step(
     n_chips = positive_int("n_chips", n_chips)
     batch = positive("batch", batch)
     kv_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
+    positive_int("n_kv_heads", n_kv_heads)
+    shard = choice("shard", shard, KV_SHARDINGS)
+    param_bytes = positive("param_bytes", param_bytes)
+    param_count = positive("param_count", param_count)
+    bandwidth = positive("bandwidth", bandwidth)
+    flops = positive("flops", flops)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
-    if choice("shard", shard, KV_SHARDINGS) == "heads":
+    if not np.all(np.isfinite(kv_seq * batch)):
+        raise ResultOverflow("batch x kv_bytes_per_seq overflows float64")
+    # each chip's share; one too small for a float64 would be refused as zero below
+    for name, share in (("param_bytes", param_bytes / n_chips), ("param_count", param_count / n_chips)):
+        if np.any(np.asarray(share) == 0):
+            raise ValueError(f"{name} / n_chips underflows float64 to 0; use a larger {name} or fewer n_chips")
+    if shard == "heads":
         kv_chip = kv_bytes_per_chip(kv_seq * batch, n_chips, n_kv_heads)
         attention_chip = attention / n_chips
     else:

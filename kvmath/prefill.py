@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
 
 
+@checked
 def prefill_flops(
     prompt_len: ArrayLike,
     param_count: ArrayLike,
@@ -43,6 +44,7 @@ def prefill_flops(
     return positive_int("batch", batch) * (weights + attention)
 
 
+@checked
 def prefill_time(
     flops_needed: ArrayLike,
     flops: ArrayLike,

@@ -7,8 +7,14 @@ producing a quietly wrong number.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import difflib
+import functools
+import inspect
+import math
 import numbers
+import warnings
 from typing import Iterable, Union
 
 import numpy as np
@@ -39,22 +45,210 @@ def _describe(value: ArrayLike, bad: np.ndarray) -> str:
     return f"an array containing {flat[int(np.argmax(bad.ravel()))]!r}"
 
 
+class ResultOverflow(ValueError):
+    """Finite, valid inputs whose result does not fit in a float64 (it would be inf or NaN)."""
+
+
+#: Types refused wherever a number is expected, with the word used in the message.
+_REFUSED = (
+    (bool, "a bool"), (np.bool_, "a bool"), (str, "a string"), (bytes, "bytes"), (np.str_, "a string"),
+    (np.bytes_, "bytes"), (complex, "a complex number"), (np.complexfloating, "a complex number"),
+    (datetime.date, "a date"), (datetime.time, "a time"), (datetime.timedelta, "a timedelta"),
+    (np.datetime64, "a datetime64"), (np.timedelta64, "a timedelta64"),
+)
+#: numpy dtype kinds refused inside arrays and lists.
+_REFUSED_KINDS = {
+    "b": "bools", "U": "strings", "S": "bytes", "O": "objects (not numbers)", "c": "complex numbers",
+    "M": "datetimes", "m": "timedeltas", "V": "raw records",
+}
+
+
+def _refuse(name: str, value, what: str):
+    raise ValueError(f"{name} must be a real number or an array of them, got {what}: {value!r}")
+
+
 def as_number(name: str, value) -> ArrayLike:
-    """Convert ``value`` to a float or float array, rejecting non-numbers, NaN and inf."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if isinstance(value, numbers.Number):
-        out = float(value)
-        if not np.isfinite(out):
+    """Convert ``value`` to a float or float array, rejecting anything that is not a real number.
+
+    Accepted: Python ``int`` and ``float``, numpy integer and floating
+    scalars, and arrays or (nested) lists of them. Integers become floats,
+    so nothing wraps around. Refused with a ``ValueError`` naming ``name``:
+    ``None``, bools, strings and bytes (also inside lists and arrays),
+    complex numbers, dates and timedeltas, masked and object arrays, NaN
+    and +-inf.
+
+    Examples
+    --------
+    >>> as_number("batch", np.int32(7))
+    7.0
+    >>> as_number("batch", ["32"])
+    Traceback (most recent call last):
+    ...
+    ValueError: batch must be a real number or an array of them, got an array of strings: ['32']
+    """
+    if value is None:
+        _refuse(name, value, "None")
+    for kind, what in _REFUSED:
+        if isinstance(value, kind):
+            _refuse(name, value, what)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        try:
+            out = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} is too large for a float64, got {value!r}") from None
+        if not math.isfinite(out):
             raise ValueError(f"{name} must be finite, got {value!r}")
         return out
+    if isinstance(value, np.ma.MaskedArray):
+        _refuse(name, value, "a masked array")
+    if isinstance(value, (numbers.Number, dict, set, frozenset)):
+        _refuse(name, value, type(value).__name__)
     try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number or numeric array, got {value!r}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        _refuse(name, value, "something that is not a rectangular array")
+    if arr.dtype.kind in _REFUSED_KINDS:
+        _refuse(name, value, "an array of " + _REFUSED_KINDS[arr.dtype.kind])
+    if arr.dtype.kind not in "iuf":
+        _refuse(name, value, f"an array of dtype {arr.dtype}")
+    with np.errstate(over="ignore"):
+        arr = arr.astype(float)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite, got {_describe(arr, ~np.isfinite(arr))}")
     return float(arr) if arr.ndim == 0 else arr
+
+
+def as_scalar(name: str, value) -> float:
+    """``value`` as one float (not an array); see :func:`as_number` for what is refused."""
+    out = as_number(name, value)
+    if np.ndim(out) != 0:
+        raise ValueError(f"{name} must be a single number, got an array of shape {np.shape(out)}")
+    return out
+
+
+def whole(name: str, value, minimum: int = 1) -> int:
+    """``value`` as a Python ``int`` >= ``minimum``: a structural count (layers, heads, experts).
+
+    Python and numpy integers are accepted (numpy ones become Python ints,
+    so arithmetic on them cannot wrap); floats, even 4.0, bools and
+    everything :func:`as_number` refuses are not.
+
+    Examples
+    --------
+    >>> whole("n_layers", np.int32(80))
+    80
+    >>> whole("n_layers", 80.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_layers must be a whole number (int), got 80.0
+    """
+    as_number(name, value)  # the specific complaint about strings, None, timedelta64, ... if there is one
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be a whole number (int), got {value!r}")
+    out = int(value)
+    if out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    return out
+
+
+def _shape(value) -> tuple | None:
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            shape = np.shape(value)
+    except (TypeError, ValueError):
+        return None
+    return shape or None
+
+
+def broadcast(**arrays) -> tuple:
+    """The common shape of the named arguments; a ValueError naming them if they do not broadcast.
+
+    Examples
+    --------
+    >>> broadcast(batch=np.ones(3), context=np.ones((2, 1)))
+    (2, 3)
+    >>> broadcast(batch=np.ones(3), context=np.ones(4))
+    Traceback (most recent call last):
+    ...
+    ValueError: the shapes of batch (3,) and context (4,) do not broadcast together
+    """
+    shapes = {k: s for k, s in ((k, _shape(v)) for k, v in arrays.items()) if s is not None}
+    try:
+        return np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        pass
+    # name the first pair that clashes
+    names = list(shapes)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            try:
+                np.broadcast_shapes(shapes[a], shapes[b])
+            except ValueError:
+                raise ValueError(
+                    f"the shapes of {a} {shapes[a]} and {b} {shapes[b]} do not broadcast together"
+                ) from None
+    described = ", ".join(f"{k} {s}" for k, s in shapes.items())
+    raise ValueError(f"the shapes of {described} do not broadcast together")
+
+
+def _numeric_parts(result) -> list:
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return [getattr(result, f.name) for f in dataclasses.fields(result)]
+    if isinstance(result, (tuple, list)):
+        return list(result)
+    return [result]
+
+
+def _show(value) -> str:
+    if np.ndim(value) == 0:
+        return repr(value)
+    return f"an array of shape {np.shape(value)}"
+
+
+def checked(func):
+    """Decorator for public kvmath functions: named shape errors, and no inf or NaN out.
+
+    Before the call, array arguments must broadcast together (else a
+    ``ValueError`` names the two that clash). After it, every number in the
+    result must be finite: where finite inputs overflow float64, a
+    :class:`ResultOverflow` (a ``ValueError``) names the function and its
+    inputs instead of returning inf.
+    """
+    sig = inspect.signature(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return func(*args, **kwargs)  # let Python word the arity error
+        inputs = {k: v for k, v in bound.arguments.items() if k != "self"}
+        broadcast(**inputs)
+        def overflow():
+            shown = ", ".join(f"{k}={_show(v)}" for k, v in inputs.items())
+            return ResultOverflow(f"{func.__name__}: the result overflows float64 (it would be inf) for {shown}")
+
+        try:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                result = func(*args, **kwargs)
+        except (ResultOverflow, ArithmeticError):
+            # an inner call overflowed, Python's float ** did, or a product underflowed to a
+            # zero divisor: name this caller's inputs
+            raise overflow() from None
+        for part in _numeric_parts(result):
+            if isinstance(part, (str, bytes)) or part is None:
+                continue
+            arr = np.asarray(part)
+            if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+                raise overflow()
+        return result
+
+    return wrapper
 
 
 def positive(name: str, value) -> ArrayLike:
