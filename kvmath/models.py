@@ -178,6 +178,8 @@ class Model:
             raise ValueError("an MLA model needs kv_lora_rank and qk_rope_dim")
         if self.n_experts and not (self.top_k and self.d_ff_expert):
             raise ValueError("a mixture-of-experts model needs top_k and d_ff_expert")
+        if self.n_dense_layers is not None and not 0 <= self.n_dense_layers <= self.n_layers:
+            raise ValueError(f"n_dense_layers must be in 0..n_layers ({self.n_layers}), got {self.n_dense_layers}")
         if (self.sliding_window is None) != (self.n_sliding_layers is None):
             raise ValueError("sliding_window and n_sliding_layers go together")
         if self.n_sliding_layers is not None and not 0 < self.n_sliding_layers <= self.n_layers:
