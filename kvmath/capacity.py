@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .memory import memory_budget
+from .memory import _whole, memory_budget
 from .validation import ArrayLike, fraction, non_negative, positive, positive_int
 
 
@@ -39,8 +39,7 @@ def min_chips_for_weights(
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
     usable = memory_budget(hbm_bytes, budget) * fraction("usable_fraction", usable_fraction)
-    chips = np.ceil(weight_bytes / usable)
-    return int(chips) if np.ndim(chips) == 0 else chips.astype(int)
+    return _whole(np.ceil(weight_bytes / usable), "chips for the weights")
 
 
 def kv_budget_bytes(
@@ -84,7 +83,7 @@ def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     7629
     """
     tokens = np.floor(non_negative("kv_budget_bytes", kv_budget_bytes) / positive("kv_bytes_per_token", kv_bytes_per_token))
-    return int(tokens) if np.ndim(tokens) == 0 else tokens.astype(np.int64)
+    return _whole(tokens, "kv_budget_bytes / kv_bytes_per_token")
 
 
 def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):

@@ -236,7 +236,8 @@ def _work(args, model, batch: float, context: float) -> StepWork:
                             **counts)
         work = dataclasses.replace(work, **counts)
     if args.kv_bytes_per_token is not None:
-        work = dataclasses.replace(work, kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token))
+        work = dataclasses.replace(work, kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token),
+                                   state_bytes_per_seq=0.0)
     return work
 
 
