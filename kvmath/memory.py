@@ -208,7 +208,7 @@ def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike
     """
     if np.any(util * total > total - non_torch):
         raise ValueError(
-            "gpu_memory_utilization x device total exceeds the free memory at start-up "
+            "gpu_memory_utilization x the runtime total exceeds the free memory at start-up "
             "(total less non_torch_bytes); vLLM refuses to start: lower gpu_memory_utilization"
         )
 
@@ -218,6 +218,11 @@ def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike
 
 def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
     return -(-np.asarray(a) // b)
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def _check_tensor_parallel(model, tp: int) -> None:
@@ -298,8 +303,7 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
 
     Linear-attention and chunked layers raise ``ValueError`` (:data:`VLLM_LAYER_KINDS`).
     """
-    if not isinstance(hybrid, bool):
-        raise ValueError(f"hybrid must be True or False, got {hybrid!r}")
+    _check_bool("hybrid", hybrid)
     specs = model.layer_specs()
     other = sorted({s.kind for s in specs} - set(VLLM_LAYER_KINDS))
     if other:
@@ -538,6 +542,7 @@ def vllm_kv_cache(
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     page = vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)
+    _check_bool("hybrid", hybrid)
     group_size, full_groups, sliding_groups = vllm_kv_groups(model, hybrid=hybrid and engine == "v1")
     if layers is not None:
         if sliding_groups:

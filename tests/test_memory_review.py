@@ -150,6 +150,8 @@ def test_huge_counts_raise_instead_of_wrapping():
 def test_small_leniencies_are_refused():
     with pytest.raises(ValueError, match="hybrid must be True or False"):
         vllm_kv_groups(LLAMA_3_8B, hybrid="no")
+    with pytest.raises(ValueError, match="hybrid must be True or False"):
+        vllm_kv_cache(LLAMA_3_8B, 10 * GiB, 1024, hybrid="no")
     with pytest.raises(ValueError, match="layers \\(100\\) exceeds the model's 32 layers"):
         vllm_kv_cache(LLAMA_3_8B, 10 * GiB, 1024, layers=100)
     with pytest.raises(ValueError, match="block_size must be one of vLLM's"):
