@@ -22,15 +22,17 @@ from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_w
 from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tokens_per_s_per_seq
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
 from .formats import get_format
-from .hardware import chip_names, get_chip
+from .hardware import Chip, chip_names, get_chip
+from .layers import LAYER_KINDS
 from .links import get_link, link_names
-from .memory import GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, memory_budget, vllm_engine, vllm_kv_cache
-from .models import Model, get_model, model_names
+from .memory import (GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, _check_tensor_parallel, memory_budget,
+                     runtime_total_bytes, vllm_engine, vllm_kv_cache)
+from .models import ATTENTION_KINDS, Model, get_model, model_names
 from .parallel import KV_SHARDINGS, ParallelLayout, parse_layout, tensor_parallel_comm_s
 from .requests import prefill_bound, prefill_chip_step, request_times
 from .step import StepWork, decode_step, layout_step_time, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, dtype_bytes
-from .validation import ResultOverflow, fraction, non_negative, positive, positive_int
+from .validation import ResultOverflow, choice, fraction, non_negative, positive, positive_int
 
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 
@@ -201,9 +203,10 @@ def _build_parser() -> argparse.ArgumentParser:
                                "(nvidia-smi), or the CUDA runtime's total less the process's non-torch memory; "
                                "a --hbm-bytes number is taken as the reported total", action=_Once)
     capacity.add_argument("--engine", type=str.lower, choices=("vllm",),
-                          help="also size the KV cache as this serving engine does (--chips is its tensor-parallel size; default: none)", action=_Once)
+                          help="also size the KV cache as this serving engine does (--chips is its tensor-parallel "
+                               "size; default: the fewest chips that hold the weights and split the heads)", action=_Once)
     capacity.add_argument("--gpu-memory-utilization", type=_number,
-                          help=f"vLLM's fraction of the device total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
+                          help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
     capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})", action=_Once)
     capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
     capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
@@ -321,7 +324,8 @@ def _work(args, model, batch: float, context: float) -> StepWork:
                             **counts)
         work = dataclasses.replace(work, **counts)
     if args.kv_bytes_per_token is not None:
-        work = dataclasses.replace(work, kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token))
+        work = dataclasses.replace(work, kv_bytes_per_seq=context * positive("--kv-bytes-per-token", args.kv_bytes_per_token),
+                                   state_bytes_per_seq=0.0)
     return work
 
 
@@ -333,6 +337,17 @@ def _warn_past_supported_context(args, model, context: float) -> None:
 
 
 def _decode(args) -> dict:
+    """:func:`_decode_numbers`, with an overflow inside the step model reported in terms of the options."""
+    try:
+        return _decode_numbers(args)
+    except ValueError as err:
+        if "must be finite" not in str(err) or str(err).startswith("--"):
+            raise
+        raise ValueError(f"the step overflows a float ({err}) for {_typed(args)}: --batch, --context, --params or "
+                         "--kv-bytes-per-token too large, or --bandwidth/--flops too small") from None
+
+
+def _decode_numbers(args) -> dict:
     n_chips = positive_int("--chips", 1 if args.chips is None else args.chips)
     batch = positive_int("--batch", args.batch)
     context = positive_int("--context", args.context)
@@ -431,19 +446,26 @@ def _capacity(args) -> dict:
     if chip is None and args.hbm_bytes is None:
         raise ValueError("give --hardware or --hbm-bytes")
     memory = chip if args.hbm_bytes is None else positive("--hbm-bytes", args.hbm_bytes)
-    try:
-        hbm = memory_budget(memory, args.budget)
-    except ValueError as err:
-        raise ValueError(f"--budget {args.budget}: {err}") from None
+    if memory is chip and chip.device_bytes is None and chip.runtime_bytes is None:
+        needs = [f"--budget {args.budget}"] if args.budget != "device" else []
+        needs += ["--engine vllm"] if args.engine else []
+        if needs:
+            raise ValueError(f"--hardware {chip.name} has no reported memory total in its preset; "
+                             f"{' and '.join(needs)} {'need' if len(needs) > 1 else 'needs'} one: give --hbm-bytes (the total nvidia-smi reports, "
+                             "in bytes) or use --budget device (the marketed size)")
+    hbm = memory_budget(memory, args.budget)
     weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
     n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
     if n_chips < fewest:
-        raise ValueError(
-            f"the weights ({fmt_bytes(weights)}) need at least {fewest} chips of {fmt_bytes(hbm)}; "
-            f"--chips {n_chips} is too few"
-        )
+        raise ValueError(f"--chips {n_chips} cannot hold the {fmt_bytes(weights)} of weights "
+                         f"({fmt_bytes(hbm)} per chip, --budget {args.budget}): give --chips {fewest} or more")
     budget = kv_budget_bytes(n_chips, hbm, weights)
+    try:
+        tokens, batch = max_kv_tokens(budget, kv_per_token), max_batch(budget, kv_per_token * context)
+    except ValueError:
+        raise ValueError(f"the tokens that fit overflow a whole number: --kv-bytes-per-token {kv_per_token!r} "
+                         "is too small") from None
     result = {
         "model": model.name if model else None,
         "weight_bytes": weights,
@@ -451,9 +473,9 @@ def _capacity(args) -> dict:
         "chips": n_chips,
         "kv_budget_bytes": float(budget),
         "kv_bytes_per_token": kv_per_token,
-        "max_tokens": max_kv_tokens(budget, kv_per_token),
+        "max_tokens": tokens,
         "context": int(context),
-        "max_batch": max_batch(budget, kv_per_token * context),
+        "max_batch": batch,
         "budget": args.budget,
         "memory_per_chip_bytes": float(hbm),
     }
@@ -466,24 +488,48 @@ def _capacity(args) -> dict:
         if given:
             raise ValueError(f"{given[0]} needs --engine vllm")
     else:
-        result["engine"] = _vllm_capacity(args, model, memory, int(context))
+        result["engine"] = _vllm_capacity(args, model, memory, int(context), n_chips)
     return result
 
 
-def _vllm_capacity(args, model, memory, context: int) -> dict:
-    """vLLM's KV cache on each of --chips tensor-parallel ranks (kvmath.vllm_engine)."""
+def _engine_tp(model, n_chips: int) -> int:
+    """The fewest tensor-parallel ranks, from ``n_chips`` up, whose split of the heads vLLM accepts."""
+    for tp in range(n_chips, model.n_heads + 1):
+        try:
+            _check_tensor_parallel(model, tp)
+            return tp
+        except ValueError:
+            continue
+    raise ValueError(f"no tensor-parallel size from {n_chips} up splits {model.name}'s heads as vLLM requires")
+
+
+def _vllm_capacity(args, model, memory, context: int, n_chips: int) -> dict:
+    """vLLM's KV cache on each of the tensor-parallel ranks (kvmath.vllm_engine)."""
     if model is None:
         raise ValueError("--engine vllm needs --model (the cache layout depends on heads and layers)")
+    for option in ("params", "kv_bytes_per_token"):
+        if getattr(args, option) is not None:
+            raise ValueError(f"--{option.replace('_', '-')} does not apply with --engine vllm, which sizes the "
+                             "weights and cache from the model's own layers")
     util = fraction("--gpu-memory-utilization",
                     GPU_MEMORY_UTILIZATION if args.gpu_memory_utilization is None else args.gpu_memory_utilization)
     block = int(positive_int("--block-size", BLOCK_SIZE if args.block_size is None else args.block_size))
     max_len = int(positive_int("--max-model-len", context if args.max_model_len is None else args.max_model_len))
-    tp = 1 if args.chips is None else int(positive_int("--chips", args.chips))
+    if context > max_len:
+        raise ValueError(f"--context {context:,} exceeds --max-model-len {max_len:,}: vLLM refuses longer requests")
+    tp = n_chips if args.chips is not None else _engine_tp(model, n_chips)
     version = args.vllm_version or "v1"
-    e = vllm_engine(model, memory, max_len, gpu_memory_utilization=util, block_size=block, weights=_precision(args),
-                    kv_dtype=args.kv_dtype, tensor_parallel=tp, engine=version)
-    at_context = vllm_kv_cache(model, e.available_kv_bytes, context, block_size=block, kv_dtype=args.kv_dtype,
-                               tensor_parallel=tp, max_num_batched_tokens=e.max_num_batched_tokens, engine=version)
+    # --hbm-bytes is the reported total here too (as for --budget): vLLM sees the runtime total, an estimate below it.
+    total = memory if isinstance(memory, Chip) else runtime_total_bytes(memory)
+    try:
+        e = vllm_engine(model, total, max_len, gpu_memory_utilization=util, block_size=block,
+                        weights=_precision(args), kv_dtype=args.kv_dtype, tensor_parallel=tp, engine=version)
+        at_context = e if context == max_len else vllm_kv_cache(
+            model, e.available_kv_bytes, context, block_size=block, kv_dtype=args.kv_dtype, tensor_parallel=tp,
+            max_num_batched_tokens=e.max_num_batched_tokens, engine=version)
+    except ValueError as err:
+        how = "--chips" if args.chips is not None else "the fewest chips that hold the weights; --chips sets it"
+        raise ValueError(f"--engine vllm at TP={tp} ({how}), --max-model-len {max_len:,}: {err}") from None
     return {
         "engine": "vllm", "vllm_version": version, "gpu_memory_utilization": util, "block_size": block,
         "max_model_len": max_len, "tensor_parallel": tp, "max_num_batched_tokens": e.max_num_batched_tokens,
@@ -492,32 +538,43 @@ def _vllm_capacity(args, model, memory, context: int) -> dict:
         "kv_bytes": e.available_kv_bytes, "page_bytes": e.page_bytes, "num_groups": e.num_groups,
         "num_blocks": e.num_blocks, "tokens": e.tokens, "max_concurrency": e.max_concurrency,
         "context": context, "max_concurrency_at_context": at_context.max_concurrency, "is_estimate": True,
+        "total_is_estimate": not (isinstance(memory, Chip) and memory.runtime_bytes is not None),
     }
+
+
+def _row(label: str, value: str, indent: int = 0) -> None:
+    """One line of a label column (values aligned whatever the label's length) and its value."""
+    print(f"{' ' * indent}{label:<{40 - indent}} {value}")
 
 
 def _print_capacity(r: dict) -> None:
     if r["budget"] != "device":
-        print(f"memory per chip        {fmt_bytes(r['memory_per_chip_bytes'])}  (budget: {r['budget']})")
-    print(f"weights                {fmt_bytes(r['weight_bytes'])}  (fewest chips: {r['min_chips']})")
-    print(f"KV budget on {r['chips']} chip(s) {fmt_bytes(r['kv_budget_bytes'])}")
-    print(f"KV per token           {r['kv_bytes_per_token']:,.0f} B")
-    print(f"tokens that fit        {r['max_tokens']:,}")
-    print(f"batch at S = {r['context']:,}  {r['max_batch']:,}")
+        _row("memory per chip", f"{fmt_bytes(r['memory_per_chip_bytes'])}  (budget: {r['budget']})")
+    _row("weights", f"{fmt_bytes(r['weight_bytes'])}  (fewest chips: {r['min_chips']})")
+    _row(f"KV budget on {r['chips']} chip(s)", fmt_bytes(r["kv_budget_bytes"]))
+    # The per-token figure is KV of one S-token sequence over S: an average where layers use windows or states.
+    _row(f"KV per token (average over S = {r['context']:,})", f"{r['kv_bytes_per_token']:,.0f} B")
+    _row("tokens that fit at that average", f"{r['max_tokens']:,}")
+    _row(f"batch at S = {r['context']:,}", f"{r['max_batch']:,}")
     if "critical_batch" in r:
-        print(f"critical batch B_crit  {r['critical_batch']:.1f}")
+        _row("critical batch B_crit", f"{r['critical_batch']:.1f}")
     if "engine" in r:
         e = r["engine"]
-        print(f"vLLM ({e['vllm_version']}, TP={e['tensor_parallel']}, gpu_memory_utilization {e['gpu_memory_utilization']:.2f}; "
-              "overheads are estimates), per rank:")
-        print(f"  device total           {fmt_bytes(e['total_bytes'])}")
-        print(f"  weights                {fmt_bytes(e['weight_bytes'])}")
-        print(f"  activation peak        {fmt_bytes(e['activation_peak_bytes'])}")
-        print(f"  non-torch memory       {fmt_bytes(e['non_torch_bytes'])}")
-        print(f"  KV cache               {fmt_bytes(e['kv_bytes'])}")
-        print(f"  blocks of {e['block_size']} tokens     {e['num_blocks']:,}")
-        print(f"  KV cache size          {e['tokens']:,} tokens")
-        print(f"  max concurrency        {e['max_concurrency']:.2f}x at {e['max_model_len']:,} tokens, "
-              f"{e['max_concurrency_at_context']:.2f}x at {e['context']:,}")
+        print(f"vLLM ({e['vllm_version']}, TP={e['tensor_parallel']}, gpu_memory_utilization "
+              f"{e['gpu_memory_utilization']:.2f}; overheads are estimates)")
+        print("  per rank")
+        estimated = "  (estimate: reported total less 0.5 GiB)" if e["total_is_estimate"] else ""
+        _row("CUDA runtime total", fmt_bytes(e["total_bytes"]) + estimated, 4)
+        _row("weights", fmt_bytes(e["weight_bytes"]), 4)
+        _row("activation peak", fmt_bytes(e["activation_peak_bytes"]), 4)
+        _row("non-torch memory", fmt_bytes(e["non_torch_bytes"]), 4)
+        _row("KV cache", fmt_bytes(e["kv_bytes"]), 4)
+        _row(f"blocks of {e['block_size']} tokens", f"{e['num_blocks']:,}", 4)
+        print("  engine (all ranks)")
+        _row("KV cache size", f"{e['tokens']:,} tokens", 4)
+        at_context = f", {e['max_concurrency_at_context']:.2f}x at {e['context']:,}" \
+            if e["context"] != e["max_model_len"] else ""
+        _row("max concurrency", f"{e['max_concurrency']:.2f}x at {e['max_model_len']:,} tokens{at_context}", 4)
 
 
 def _critical(args) -> dict:
@@ -541,6 +598,10 @@ def _models(args) -> list[dict]:
     rows = []
     family = args.family.strip().lower() if args.family else None
     attention = args.attention.strip().lower() if args.attention else None
+    if family is not None:
+        choice("--family", family, sorted({get_model(n).family for n in model_names()}))
+    if attention is not None:
+        choice("--attention", attention, ATTENTION_KINDS + LAYER_KINDS)
     for name in model_names():
         m = get_model(name)
         if family is not None and m.family != family:
@@ -566,6 +627,8 @@ def _print_models(rows: list[dict]) -> None:
 def _hardware(args) -> list[dict]:
     rows = []
     vendor = args.vendor.strip().lower() if args.vendor else None
+    if vendor is not None:
+        choice("--vendor", vendor, sorted({get_chip(n).vendor for n in chip_names()}))
     for name in chip_names():
         c = get_chip(name)
         if vendor is not None and c.vendor != vendor:

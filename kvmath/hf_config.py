@@ -30,6 +30,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from typing import Any, Mapping, Union
 
@@ -38,6 +39,19 @@ from .layers import LayerSpec
 PathOrDict = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 _MISSING = object()
+
+#: Most layers a config may list: far above any published model (DeepSeek-V3 has 61, Llama-3.1-405B 126),
+#: low enough that building the per-layer tuple stays instant.
+MAX_LAYERS = 10_000
+
+#: The experts key of each mixture-of-experts model_type. Where it is missing the config is refused:
+#: the transformers classes do have defaults (MixtralConfig 8, GptOssConfig 128, DeepseekV3Config 256)
+#: but a checkpoint that leaves its expert count out is more likely broken than default-sized.
+_EXPERTS_KEY = {
+    "mixtral": "num_local_experts", "gpt_oss": "num_local_experts", "qwen2_moe": "num_experts",
+    "qwen3_moe": "num_experts", "qwen3_next": "num_experts", "deepseek_v2": "n_routed_experts",
+    "deepseek_v3": "n_routed_experts", "kimi_k2": "n_routed_experts",
+}
 
 #: Bytes per element of a config's ``torch_dtype`` / ``dtype`` (linear-attention states are kept in it).
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -100,9 +114,9 @@ class _Config:
 
     def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
             raise ValueError(f"config.json {self.prefix}{key!r} must be a whole number >= {minimum}, got {value!r}")
-        return value
+        return int(value)  # a numpy integer in a dict config becomes a Python int (no int64 wrap later)
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self.raw(key, default)
@@ -119,6 +133,8 @@ def _load(config: PathOrDict) -> tuple[dict, str, str]:
     if isinstance(config, Mapping):
         data = dict(config)
         return data, str(data.get("_name_or_path") or "config"), "dict"
+    if not isinstance(config, (str, os.PathLike)):
+        raise ValueError(f"config must be a path to a config.json, its directory, or a dict, got {config!r}")
     path = os.fspath(config)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
@@ -129,15 +145,24 @@ def _load(config: PathOrDict) -> tuple[dict, str, str]:
         raise ValueError(f"cannot read config file {path!r}: {err.strerror}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"config file {path!r} is not JSON: {err.msg} at line {err.lineno}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"config file {path!r} is not UTF-8 text (byte {err.start}): not a config.json") from None
+    except RecursionError:
+        raise ValueError(f"config file {path!r} is nested too deeply to be a config.json") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path!r} holds a JSON {type(data).__name__}, not an object")
-    name = data.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(path)))
+    # A file called config.json is named after its folder (the Hub's layout); any other file after itself.
+    stem = os.path.splitext(os.path.basename(path))[0]
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    name = data.get("_name_or_path") or (folder if os.path.basename(path) == "config.json" else stem)
     return data, str(name), path
 
 
 def _text_config(data: dict) -> tuple[_Config, str]:
     """The language model's config (``text_config`` of a multimodal one) and its model_type."""
     outer_type = data.get("model_type")
+    if data.get("text_config") is not None and not isinstance(data["text_config"], Mapping):
+        raise ValueError(f"config.json 'text_config' must be an object, got {data['text_config']!r}")
     if isinstance(data.get("text_config"), Mapping):
         inner = data["text_config"]
         model_type = inner.get("model_type") or outer_type
@@ -146,11 +171,17 @@ def _text_config(data: dict) -> tuple[_Config, str]:
         inner, model_type, prefix = data, outer_type, ""
     if model_type is None:
         raise ValueError(f"config.json has no {prefix}'model_type'")
+    if not isinstance(model_type, str):
+        raise ValueError(f"config.json {prefix}'model_type' must be a string, got {model_type!r}")
     model_type = _ALIASES.get(model_type, model_type)
     if model_type not in _FAMILY:
         raise ValueError(f"config.json {prefix}'model_type' {model_type!r} is not one kvmath reads; "
                          f"it reads {sorted(_FAMILY)}")
     if model_type == "gemma3_text":
+        if "sliding_window" in inner and inner["sliding_window"] is None:
+            # transformers reads an explicit null as no window; kvmath's Gemma 3 reader needs one.
+            raise ValueError(f"config.json {prefix}'sliding_window' is null: kvmath reads Gemma 3 with a window "
+                             "(leave the key out for the default 4096)")
         # torch_dtype of a multimodal Gemma 3 sits in the outer config.
         merged = dict(inner)
         merged.setdefault("torch_dtype", data.get("torch_dtype"))
@@ -185,6 +216,8 @@ def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
         return d, h, kv, c.int("qk_nope_head_dim")
     if c.has("head_dim") or "head_dim" in c.defaults:
         return d, h, kv, c.int("head_dim")
+    if model_type == "gemma2":
+        return d, h, kv, 256  # Gemma2Config's documented default head_dim=256 (not d / h)
     if d % h:
         raise ValueError(f"config.json has no {c.name('head_dim')!r} and {c.name('hidden_size')} ({d}) is not "
                          f"divisible by {c.name('num_attention_heads')} ({h})")
@@ -202,6 +235,9 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
         if not isinstance(types, list) or len(types) != n_layers:
             raise ValueError(f"config.json {c.name('layer_types')} must list {n_layers} layers "
                              f"(num_hidden_layers), got {len(types) if isinstance(types, list) else types!r}")
+        for i, t in enumerate(types):
+            if not isinstance(t, str):
+                raise ValueError(f"config.json {c.name('layer_types')}[{i}] must be a string, got {t!r}")
         unknown = sorted({t for t in types if t not in _LAYER_TYPE_KINDS}, key=str)
         if unknown:
             raise ValueError(f"config.json {c.name('layer_types')} has unknown type(s) {unknown}; "
@@ -227,18 +263,13 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
     return ["full"] * n_layers
 
 
-def _moe(c: _Config, model_type: str, d_ff: int) -> dict:
+def _moe(c: _Config, model_type: str, d_ff: int, n_layers: int) -> dict:
     """Mixture-of-experts fields of :class:`kvmath.Model` (empty for a dense model)."""
-    if model_type in ("mixtral", "gpt_oss"):
-        experts_key = "num_local_experts"
-    elif model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        experts_key = "num_experts"
-    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
-        experts_key = "n_routed_experts"
-    else:
+    if model_type not in _EXPERTS_KEY:
         return {}
+    experts_key = _EXPERTS_KEY[model_type]
     if not c.has(experts_key):
-        return {}
+        raise ValueError(f"config.json has no {c.name(experts_key)!r}: a {model_type} model is a mixture of experts")
     n_experts = c.int(experts_key)
     if not c.has("num_experts_per_tok"):
         raise ValueError(f"config.json has {c.name(experts_key)} but no {c.name('num_experts_per_tok')!r} "
@@ -258,6 +289,9 @@ def _moe(c: _Config, model_type: str, d_ff: int) -> dict:
                              f"layer after the dense ones), got {c.raw('moe_layer_freq')!r}")
         fields["n_shared_experts"] = c.int("n_shared_experts", 0, minimum=0)
         fields["n_dense_layers"] = c.int("first_k_dense_replace", 0, minimum=0)
+        if fields["n_dense_layers"] >= n_layers:
+            raise ValueError(f"config.json {c.name('first_k_dense_replace')} ({fields['n_dense_layers']}) must be below "
+                             f"{c.name('num_hidden_layers')} ({n_layers}): a mixture-of-experts model needs an MoE layer")
         return fields
     if c.raw("decoder_sparse_step", 1) != 1 or c.raw("mlp_only_layers", []):
         raise ValueError(f"config.json {c.name('decoder_sparse_step')}/{c.name('mlp_only_layers')}: kvmath reads "
@@ -293,7 +327,8 @@ def _gated_deltanet(c: _Config, d: int) -> LayerSpec:
     state_elems = n_v * d_k * d_v + conv_dim * (kernel - 1)
     params = (d * (2 * key_dim + 2 * value_dim) + d * 2 * n_v + conv_dim * kernel + 2 * n_v + d_v
               + value_dim * d)
-    return LayerSpec("linear", state_bytes=float(state_elems * _DTYPE_BYTES[dtype]),
+    # n_heads: the value heads the recurrent state splits into under tensor parallelism.
+    return LayerSpec("linear", n_heads=n_v, state_bytes=float(state_elems * _DTYPE_BYTES[dtype]),
                      state_flops=float(6 * n_v * d_k * d_v), params=params)
 
 
@@ -321,7 +356,11 @@ def model_from_hf_config(config: PathOrDict):
     data, name, source = _load(config)
     c, model_type = _text_config(data)
     d, h, kv, head_dim = _heads(c, model_type)
-    n_layers = c.int("num_hidden_layers") if c.has("num_hidden_layers") or model_type != "falcon" else c.int("n_layer")
+    layers_key = "num_hidden_layers" if c.has("num_hidden_layers") or model_type != "falcon" else "n_layer"
+    n_layers = c.int(layers_key)
+    if n_layers > MAX_LAYERS:
+        raise ValueError(f"config.json {c.name(layers_key)} ({n_layers}) is above the {MAX_LAYERS:,} layers "
+                         "kvmath reads (no published model has more than a few hundred)")
     if model_type == "falcon":
         d_ff = c.int("ffn_hidden_size", 4 * d)  # FalconConfig: ffn_hidden_size defaults to 4 * hidden_size
     else:
@@ -339,7 +378,7 @@ def model_from_hf_config(config: PathOrDict):
         attention = "mla"
     else:
         attention = "mha" if kv == h else "mqa" if kv == 1 else "gqa"
-    fields.update(_moe(c, model_type, d_ff))
+    fields.update(_moe(c, model_type, d_ff, n_layers))
     kinds = _layer_kinds(c, model_type, n_layers)
     notes = []
     if c.raw("max_position_embeddings", None) is not None:
@@ -353,29 +392,28 @@ def model_from_hf_config(config: PathOrDict):
                  d_ff=d_ff, vocab=vocab, tied_embeddings=tied, mlp_matrices=2 if model_type == "falcon" else 3,
                  attention=attention, family=_FAMILY[model_type], source=source, display_name=name,
                  note="; ".join(notes), **fields)
-    if set(kinds) == {"full"} and not mla:
+    if mla and set(kinds) != {"full"}:
+        raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
+    if set(kinds) == {"full"}:
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
         # Layers alike but for the window: the preset fields say it (as the presets do).
         return base.replace(sliding_window=c.int("sliding_window"), n_sliding_layers=kinds.count("sliding"))
     attn_params = base._attention_params_per_layer()
     specs = []
-    window = None
-    if {"sliding", "chunked"} & set(kinds):
-        window = c.int("sliding_window") if "sliding" in kinds else c.int("attention_chunk_size")
+    # Each local kind has its own window: sliding layers sliding_window, chunked layers attention_chunk_size.
+    windows = {"full": None}
+    if "sliding" in kinds:
+        windows["sliding"] = c.int("sliding_window")
+    if "chunked" in kinds:
+        windows["chunked"] = c.int("attention_chunk_size")
     linear = _gated_deltanet(c, d) if "linear" in kinds else None
     for kind in kinds:
-        if mla:
-            if kind != "full":
-                raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
-            specs.append(base.layer_specs()[0])
-        elif kind == "linear":
+        if kind == "linear":
             specs.append(linear)
         else:
             params = attn_params
             if model_type == "qwen3_next" and c.bool("attn_output_gate", True):
                 params += d * h * head_dim  # q_proj doubles for the output gate (Qwen3NextConfig default True)
-            specs.append(LayerSpec(kind, h, kv, head_dim, window=window if kind != "full" else None, params=params))
-    if mla:
-        return base
+            specs.append(LayerSpec(kind, h, kv, head_dim, window=windows[kind], params=params))
     return base.replace(layers=tuple(specs))

@@ -46,7 +46,9 @@ class LayerSpec:
     kind : str
         One of :data:`LAYER_KINDS`.
     n_heads : int
-        Query heads (what attention FLOPs scale with).
+        Query heads (what attention FLOPs scale with); for a ``linear``
+        layer, the heads its state splits into under tensor parallelism
+        (0: unknown, taken as splitting evenly over the chips).
     n_kv_heads, head_dim : int
         KV heads and their width (full, sliding and chunked layers).
     window : int or None

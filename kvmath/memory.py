@@ -75,15 +75,38 @@ DRIVER_RESERVE_BYTES = 0.5 * GiB
 #: attention, concurrency ``blocks x block_size / max_model_len``).
 VLLM_ENGINES = ("v1", "v0")
 
+#: Block sizes vLLM accepts (``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``, ``vllm/config/cache.py``;
+#: 256 is newer, earlier releases stop at 128).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
-def _known(chip: Chip, attr: str, budget: str) -> float:
+#: Layer kinds whose vLLM sizing kvmath reproduces. Linear-attention (Mamba, Gated DeltaNet) layers get a
+#: per-sequence ``MambaSpec``, and vLLM then enlarges the attention block size until an attention page
+#: covers a Mamba state and pads the Mamba page to match (``HybridAttentionMambaModelConfig
+#: .verify_and_update_config``, ``vllm/model_executor/models/config.py``); chunked layers get a
+#: ``ChunkedLocalAttentionSpec``. kvmath models neither yet, so it refuses them rather than size them as full.
+VLLM_LAYER_KINDS = ("full", "sliding", "mla")
+
+
+def _known(chip: Chip, attr: str, needed_by: str) -> float:
     value = getattr(chip, attr)
     if value is None:
+        what = "reported total (device_bytes)" if attr == "device_bytes" else attr
         raise ValueError(
-            f"chip {chip.name!r} has no {attr} (unknown: see its device_source); "
-            f"budget {budget!r} needs it, or pass the bytes instead of the chip"
+            f"chip {chip.name!r} has no {what} and no runtime total in its preset (unknown: see its "
+            f"device_source); {needed_by} needs one: pass the bytes nvidia-smi reports instead of the chip, "
+            f"or use the 'device' budget (the marketed size)"
         )
     return value
+
+
+def _whole(x: ArrayLike, name: str = "count"):
+    """A count as a Python int (scalar) or int64 array, refusing what int64 cannot hold instead of wrapping."""
+    arr = np.asarray(x, dtype=float)
+    bad = ~np.isfinite(arr) | (arr >= 2.0 ** 63)
+    if bad.any():
+        shown = repr(float(arr)) if arr.ndim == 0 else f"an array containing {arr.ravel()[int(np.argmax(bad.ravel()))]!r}"
+        raise ValueError(f"{name} is too large to count in whole numbers (at least 2**63), got {shown}")
+    return int(arr) if arr.ndim == 0 else arr.astype(np.int64)
 
 
 def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
@@ -101,14 +124,20 @@ def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
     >>> round(runtime_total_bytes(get_chip("l4")) / GiB, 2)        # 23034 MiB less the 0.5 GiB estimate
     21.99
     """
+    return _runtime_total(chip, "runtime_total_bytes")
+
+
+def _runtime_total(chip: Chip | ArrayLike, needed_by: str) -> ArrayLike:
     if isinstance(chip, Chip):
         if chip.runtime_bytes is not None:
             return chip.runtime_bytes
-        reported = _known(chip, "device_bytes", "runtime")
+        reported = _known(chip, "device_bytes", needed_by)
     else:
         reported = positive("device_bytes", chip)
     total = reported - DRIVER_RESERVE_BYTES
-    positive("reported total less DRIVER_RESERVE_BYTES", total)
+    if np.any(total <= 0):
+        raise ValueError(f"device_bytes (the reported total) must exceed the driver's reserve of "
+                         f"{DRIVER_RESERVE_BYTES / GiB:.1f} GiB (an estimate), got {reported!r}")
     return total
 
 
@@ -155,10 +184,14 @@ def memory_budget(
     if budget == "device":
         return chip.hbm_bytes if isinstance(chip, Chip) else positive("hbm_bytes", chip)
     if budget == "reported":
-        return _known(chip, "device_bytes", budget) if isinstance(chip, Chip) else positive("device_bytes", chip)
-    total = runtime_total_bytes(chip)
+        return _known(chip, "device_bytes", f"budget {budget!r}") if isinstance(chip, Chip) else \
+            positive("device_bytes", chip)
+    total = _runtime_total(chip, f"budget {budget!r}")
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     if budget == "reserve":
+        if np.any(total - non_torch <= 0):
+            raise ValueError(f"non_torch_bytes ({non_torch!r}) leaves nothing of the runtime total "
+                             f"({plain(total)!r}) under the 'reserve' budget")
         return plain(total - non_torch)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     _check_free_at_start(total, util, non_torch)
@@ -175,7 +208,7 @@ def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike
     """
     if np.any(util * total > total - non_torch):
         raise ValueError(
-            "gpu_memory_utilization x device total exceeds the free memory at start-up "
+            "gpu_memory_utilization x the runtime total exceeds the free memory at start-up "
             "(total less non_torch_bytes); vLLM refuses to start: lower gpu_memory_utilization"
         )
 
@@ -187,9 +220,24 @@ def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
     return -(-np.asarray(a) // b)
 
 
-def _whole(x: ArrayLike):
-    x = np.asarray(x)
-    return int(x) if x.ndim == 0 else x.astype(np.int64)
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _check_tensor_parallel(model, tp: int) -> None:
+    """vLLM's refusals: heads not divisible by TP, KV heads neither divisible by TP nor dividing it.
+
+    ``ModelConfig.verify_with_parallel_config`` ("Total number of attention heads ... must be divisible by
+    tensor parallel size"); ``QKVParallelLinear`` (``vllm/model_executor/layers/linear.py``) splits
+    ``n_kv_heads`` by TP, or replicates them ``tp / n_kv_heads`` times, with ``divide``, which asserts.
+    """
+    if model.n_heads % tp:
+        raise ValueError(f"tensor_parallel {tp} does not divide the {model.n_heads} attention heads; vLLM refuses it")
+    kv = model.n_kv_heads
+    if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+        raise ValueError(f"tensor_parallel {tp} neither divides the {kv} KV heads nor is a multiple of them; "
+                         "vLLM refuses it")
 
 
 def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
@@ -214,9 +262,16 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     8192
     >>> vllm_page_bytes(get_model("deepseek-v3"), tensor_parallel=8)  # 16 x 576 x 2 on every rank
     18432
+
+    A tensor-parallel size vLLM refuses raises ``ValueError`` (:func:`vllm_kv_cache` says which).
     """
+    from .models import Model
+
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a kvmath Model, got {model!r}")
     block_size = int(positive_int("block_size", block_size))
     tp = int(positive_int("tensor_parallel", tensor_parallel))
+    _check_tensor_parallel(model, tp)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     if model.attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
@@ -245,8 +300,16 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     (21, 1, 1)
     >>> vllm_kv_groups(get_model("gemma-2-9b"), hybrid=False)
     (42, 1, 0)
+
+    Linear-attention and chunked layers raise ``ValueError`` (:data:`VLLM_LAYER_KINDS`).
     """
-    sliding = (model.n_sliding_layers or 0) if hybrid else 0
+    _check_bool("hybrid", hybrid)
+    specs = model.layer_specs()
+    other = sorted({s.kind for s in specs} - set(VLLM_LAYER_KINDS))
+    if other:
+        raise ValueError(f"{model.name} has {'/'.join(other)} layers: vLLM sizes those with their own specs "
+                         "(MambaSpec, ChunkedLocalAttentionSpec), which kvmath does not model yet")
+    sliding = sum(s.kind == "sliding" for s in specs) if hybrid else 0
     full = model.n_layers - sliding
     counts = [c for c in (full, sliding) if c]
     small, large = min(counts), max(counts)
@@ -429,6 +492,12 @@ def vllm_kv_cache(
     parallelism vLLM keeps the fewest blocks over the ranks (``get_kv_cache_configs``):
     pass each rank's memory and take the minimum.
 
+    Where vLLM refuses to start, this raises ``ValueError`` saying why: no
+    whole block fits, one request of ``max_model_len`` tokens does not fit
+    (concurrency below 1), a block size or tensor-parallel size vLLM does
+    not accept, or layer kinds kvmath does not size as vLLM does
+    (:data:`VLLM_LAYER_KINDS`).
+
     Parameters
     ----------
     model : Model
@@ -466,17 +535,26 @@ def vllm_kv_cache(
     engine = choice("engine", engine, VLLM_ENGINES)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
+    _whole(mml, "max_model_len")
     block_size = int(positive_int("block_size", block_size))
+    if block_size not in VLLM_BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     page = vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)
+    _check_bool("hybrid", hybrid)
     group_size, full_groups, sliding_groups = vllm_kv_groups(model, hybrid=hybrid and engine == "v1")
     if layers is not None:
         if sliding_groups:
             raise ValueError("layers (a pipeline stage's share) is supported for models without sliding-window groups")
         group_size = int(positive_int("layers", layers))
+        if group_size > model.n_layers:
+            raise ValueError(f"layers ({group_size}) exceeds the model's {model.n_layers} layers")
     num_groups = full_groups + sliding_groups
     num_blocks = np.maximum(np.floor(np.floor(np.asarray(avail) / page) / group_size), 0)
+    if np.any(num_blocks == 0):
+        raise ValueError("available_kv_bytes holds no block of block_size tokens on every layer: vLLM refuses "
+                         "to start (\"No available memory for the cache blocks\")")
     tokens = num_blocks // num_groups * block_size
     full_blocks = _cdiv(mml, block_size)
     if sliding_groups:
@@ -485,11 +563,25 @@ def vllm_kv_cache(
         window_blocks = 0
     per_request = full_groups * full_blocks + sliding_groups * window_blocks
     concurrency = num_blocks / per_request if engine == "v1" else num_blocks * block_size / np.asarray(mml)
+    refused = np.asarray(concurrency < 1)
+    if refused.any():
+        # V1: _check_enough_kv_cache_memory (vllm/v1/core/kv_cache_utils.py); V0: "The model's max seq len
+        # ... is larger than the maximum number of tokens that can be stored in KV cache". vLLM logs the
+        # figures first, so the message carries them.
+        i = int(np.argmax(refused.ravel()))
+        pick = lambda x: np.broadcast_to(x, refused.shape).ravel()[i]  # noqa: E731 - the refused element
+        shown = f"{float(pick(concurrency)):.2f}"
+        shown = f"{float(pick(concurrency)):.4f}" if shown == "1.00" else shown  # 0.998 is not "1.00x"
+        raise ValueError(
+            f"max_model_len {int(pick(mml)):,}: one request needs more KV cache than is available "
+            f"(max concurrency {shown}x; {int(pick(num_blocks)):,} blocks, "
+            f"{int(pick(tokens)):,} tokens); vLLM refuses to start: lower max_model_len or give it more memory")
     return EngineBudget(
         available_kv_bytes=plain(avail), page_bytes=page, group_size=group_size, num_groups=num_groups,
-        num_blocks=_whole(num_blocks), tokens=_whole(tokens), blocks_per_request=_whole(per_request),
-        max_concurrency=plain(concurrency), max_model_len=_whole(mml), block_size=block_size,
-        max_num_batched_tokens=_whole(mnbt),
+        num_blocks=_whole(num_blocks, "num_blocks"), tokens=_whole(tokens, "tokens"),
+        blocks_per_request=_whole(per_request, "blocks_per_request"),
+        max_concurrency=plain(concurrency), max_model_len=_whole(mml, "max_model_len"), block_size=block_size,
+        max_num_batched_tokens=_whole(mnbt, "max_num_batched_tokens"),
     )
 
 
@@ -544,8 +636,9 @@ def vllm_engine(
     """
     engine = choice("engine", engine, VLLM_ENGINES)
     tp = int(positive_int("tensor_parallel", tensor_parallel))
+    _check_tensor_parallel(model, tp)
     mml = positive_int("max_model_len", max_model_len)
-    total = runtime_total_bytes(chip) if isinstance(chip, Chip) else positive("total_bytes", chip)
+    total = _runtime_total(chip, "vllm_engine") if isinstance(chip, Chip) else positive("total_bytes", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     _check_free_at_start(total, util, non_torch)

@@ -19,9 +19,9 @@ from .decode import StepBreakdown
 from .hardware import Chip
 from .models import Model, Precision, group_formats
 from .links import Link
-from .parallel import ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
+from .parallel import KV_SHARDINGS, ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, choice, fraction, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class StepWork:
     attention_flops_per_seq : attention's FLOPs for one sequence.
     kv_heads : heads the cache splits into under tensor parallelism (1 for
         MQA and for an MLA latent, which every head shares).
+    state_bytes_per_seq, state_heads : the part of ``kv_bytes_per_seq`` that
+        is linear layers' fixed state, and the heads it splits into (0:
+        unknown, taken as splitting evenly); the rest splits by ``kv_heads``.
     """
 
     batch: ArrayLike
@@ -56,6 +59,8 @@ class StepWork:
     kv_bytes_per_seq: ArrayLike
     attention_flops_per_seq: ArrayLike
     kv_heads: int
+    state_bytes_per_seq: ArrayLike = 0.0
+    state_heads: int = 0
 
     @property
     def kv_bytes_read(self) -> ArrayLike:
@@ -108,7 +113,30 @@ def step_work(
         kv_bytes_per_seq=model.kv_bytes_per_seq(np.ceil(context), b_kv),
         attention_flops_per_seq=plain(model.attention_flops_per_token(context) * tokens_per_seq),
         kv_heads=1 if model.attention == "mla" else model.n_kv_heads,
+        **_linear_state(model),
     )
+
+
+def _linear_state(model: Model) -> dict:
+    """StepWork's state_bytes_per_seq and state_heads: linear layers' states and the fewest heads they split into."""
+    linear = [s for s in model.layer_specs() if s.kind == "linear"]
+    if not linear:
+        return {}
+    return {"state_bytes_per_seq": float(sum(s.state_bytes for s in linear)),
+            "state_heads": min(s.n_heads for s in linear)}
+
+
+def _kv_bytes_split_by_heads(work: StepWork, n_chips: int) -> ArrayLike:
+    """``kv_bytes_per_seq`` rescaled so that splitting it by ``kv_heads`` charges each part by its own heads.
+
+    Attention KV goes ``ceil(h_kv / N) / h_kv`` to a chip, a linear state
+    ``ceil(h_s / N) / h_s`` (``1 / N`` where its heads are unknown).
+    """
+    state = work.state_bytes_per_seq
+    to_chip_kv = np.ceil(work.kv_heads / n_chips) / work.kv_heads
+    h_s = work.state_heads
+    to_chip_state = np.ceil(h_s / n_chips) / h_s if h_s else 1 / n_chips
+    return plain(work.kv_bytes_per_seq - state + state * to_chip_state / to_chip_kv)
 
 
 @dataclass(frozen=True)
@@ -218,8 +246,11 @@ def step_time(
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     effective_bw = positive("bandwidth", bandwidth) * efficiency
+    kv_seq = work.kv_bytes_per_seq
+    if np.any(work.state_bytes_per_seq) and choice("shard", shard, KV_SHARDINGS) == "heads":
+        kv_seq = _kv_bytes_split_by_heads(work, n_chips)
     terms = tensor_parallel_step(
-        work.batch, work.kv_bytes_per_seq, work.kv_heads, charged[routing], work.matmul_params, n_chips,
+        work.batch, kv_seq, work.kv_heads, charged[routing], work.matmul_params, n_chips,
         effective_bw, flops, shard=shard, attention_flops_per_seq=work.attention_flops_per_seq,
         overhead_s=overhead_s, tokens_per_seq=work.tokens_per_seq,
     )

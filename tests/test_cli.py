@@ -154,7 +154,7 @@ def test_critical_batch_and_listings(capsys):
         (["decode", "--model", "llama-2-70b", "--batch", "1", "--context", "1"], "--hardware"),
         (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "one", "--context", "1"], "--batch"),
         (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--efficiency", "1.5"], "--efficiency"),
-        (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 is too few"),
+        (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 cannot hold"),
         (["critical-batch"], "--hardware"),
         (["frobnicate"], "invalid choice"),
     ],

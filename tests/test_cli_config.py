@@ -66,7 +66,8 @@ def test_models_filter_by_family_and_attention(capsys):
     sliding = {r["name"] for r in run_json(capsys, "models", "--attention", "sliding")}
     assert {"mistral-7b-v0.1", "gemma-2-9b"} <= sliding and "llama-3-8b" not in sliding
     assert {r["name"] for r in run_json(capsys, "models", "--attention", "MLA")} >= {"deepseek-v3"}
-    assert run_json(capsys, "models", "--family", "nobody") == []
+    assert main(["models", "--family", "nobody"]) == 2  # an unknown family is an error, not an empty table
+    assert "unknown --family 'nobody'" in capsys.readouterr().err
 
 
 def test_hardware_filter_by_vendor(capsys):

@@ -317,7 +317,7 @@ DECODE = ["decode", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--batch"
     ([*DECODE, "--kv-bytes-per-token", "1e5", "--kv-dtype", "fp8"], "--kv-dtype has no effect"),
     ([*DECODE, "--kv-shard", "batch"], "--kv-shard has no effect"),
     (["capacity", "--model", "llama-2-7b", "--params", "7e9", "--kv-bytes-per-token", "1e5", "--hbm-bytes", "80e9", "--context", "1"], "--model has no effect"),
-    (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 is too few"),
+    (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 cannot hold"),
     (["decode", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--batch", "1", "--context", "0.5"], "--context"),
     (["capacity", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--context", "1", "--chips", "2.5"], "--chips"),
 ])

@@ -23,10 +23,12 @@ from kvmath.memory import (
     BUDGETS,
     NON_TORCH_BYTES,
     memory_budget,
+    vllm_activation_peak_bytes,
     vllm_available_kv_bytes,
     vllm_engine,
     vllm_kv_cache,
     vllm_kv_groups,
+    vllm_max_num_batched_tokens,
     vllm_page_bytes,
 )
 
@@ -113,7 +115,14 @@ def test_llama31_8b_rtx3090_issue10517(max_model_len, peak_gib, kv_gib, blocks, 
     high = vllm_available_kv_bytes(23.585 * GiB, 0, peak_gib * GiB - HALF, 0.35 * GiB - HALF, 0.90)
     lo, hi = blocks_interval(LLAMA_31_8B, low, high, engine="v0")
     assert lo <= blocks <= hi and hi - lo < 20
-    # from the logged blocks, the logged tokens and concurrency exactly
+    # from the logged blocks, the logged tokens and concurrency exactly; below 1x vLLM then refuses to start
+    # ("The model's max seq len (29000) is larger than ... stored in KV cache (23648)"), and so does kvmath,
+    # with the logged figures in its message
+    if concurrency < 1:
+        with pytest.raises(ValueError, match=f"max_model_len {max_model_len:,}.*{concurrency:.2f}x; {blocks:,} "
+                                             f"blocks, {tokens:,} tokens.*vLLM refuses"):
+            vllm_kv_cache(LLAMA_31_8B, blocks * 32 * 65536, max_model_len, engine="v0")
+        return
     kv = vllm_kv_cache(LLAMA_31_8B, blocks * 32 * 65536, max_model_len, engine="v0")
     assert (kv.num_blocks, kv.tokens, round(kv.max_concurrency, 2)) == (blocks, tokens, concurrency)
     # default estimates (device total as logged): within 10% of the logged KV memory
@@ -129,17 +138,21 @@ def test_llama31_8b_a10_oracle_aqua():
     concurrency for 131072 tokens per request: 0.29x', '... stored in KV cache (37696)'."""
     avail = vllm_available_kv_bytes(22.07 * GiB, 14.99 * GiB, 0.22 * GiB, 0.05 * GiB, 0.90)
     assert printed(avail) == 4.60
-    kv = vllm_kv_cache(LLAMA_31_8B, avail, 131072, engine="v0")
-    assert kv.num_blocks == 2356  # exact here: 4.603 GiB / 2 MiB = 2356.7
-    assert (kv.tokens, round(kv.max_concurrency, 2)) == (37696, 0.29)
+    # exact here: 4.603 GiB / 2 MiB = 2356.7; 0.29x, so vLLM (and kvmath) refuse to start, with these figures
+    with pytest.raises(ValueError, match="max_model_len 131,072.*0.29x; 2,356 blocks, 37,696 tokens"):
+        vllm_kv_cache(LLAMA_31_8B, avail, 131072, engine="v0")
     low = vllm_available_kv_bytes(22.065 * GiB, 14.99 * GiB + HALF, 0.22 * GiB + HALF, 0.05 * GiB + HALF, 0.90)
     high = vllm_available_kv_bytes(22.075 * GiB, 14.99 * GiB - HALF, 0.22 * GiB - HALF, 0.05 * GiB - HALF, 0.90)
     lo, hi = blocks_interval(LLAMA_31_8B, low, high, engine="v0")
     assert lo <= 2356 <= hi
-    # chunked prefill is on above 32K: 2048 tokens per profile pass
-    e = vllm_engine(LLAMA_31_8B, 22.07 * GiB, 131072, engine="v0")
-    assert e.max_num_batched_tokens == 2048
-    assert abs(e.available_kv_bytes / (4.60 * GiB) - 1) < 0.10
+    # chunked prefill is on above 32K: 2048 tokens per profile pass; the engine refuses 131,072 tokens too
+    assert vllm_max_num_batched_tokens(131072, "v0") == 2048
+    with pytest.raises(ValueError, match="max_model_len 131,072"):
+        vllm_engine(LLAMA_31_8B, 22.07 * GiB, 131072, engine="v0")
+    # the default estimates still come within 10% of the logged KV memory
+    act = vllm_activation_peak_bytes(LLAMA_31_8B, 2048)
+    estimate = vllm_available_kv_bytes(22.07 * GiB, LLAMA_31_8B.weight_bytes_resident("bf16"), act, NON_TORCH_BYTES)
+    assert abs(estimate / (4.60 * GiB) - 1) < 0.10
 
 
 def test_llama32_11b_vision_h100_pr12126():
@@ -225,8 +238,11 @@ def test_gpt_oss_120b_hybrid_groups_hfmem60():
     assert kv.tokens == 78384
     assert kv.blocks_per_request == 8192 + 136 + 1  # cdiv(2175, 16) = 136
     # with the hybrid manager off, each of the 36 layers is sized as full attention: half the blocks
-    flat = vllm_kv_cache(GPT_OSS_120B, 9798 * 18 * page, 131072, hybrid=False)
+    flat = vllm_kv_cache(GPT_OSS_120B, 9798 * 18 * page, 65536, hybrid=False)
     assert flat.num_blocks == 9798 // 2 and flat.tokens == kv.tokens
+    # and 78,384 tokens then hold no 131,072-token request: vLLM refuses to start
+    with pytest.raises(ValueError, match=f"max_model_len 131,072.*{9798 // 2:,} blocks, 78,384 tokens"):
+        vllm_kv_cache(GPT_OSS_120B, 9798 * 18 * page, 131072, hybrid=False)
 
 
 # ----- hand computations ------------------------------------------------------
@@ -325,6 +341,10 @@ def test_more_utilization_never_fewer_blocks(name, util, more, max_model_len):
 def test_per_rank_cache_at_least_total_over_n(name, tp):
     """Each rank's page is at least 1/N of the whole layer's page: replicated past h_kv ranks, and MLA always."""
     m = get_model(name)
+    if m.n_heads % tp or (m.n_kv_heads >= tp and m.n_kv_heads % tp) or (m.n_kv_heads < tp and tp % m.n_kv_heads):
+        with pytest.raises(ValueError, match=f"tensor_parallel {tp}.*vLLM refuses"):
+            vllm_page_bytes(m, tensor_parallel=tp)  # e.g. Falcon-7B's 71 heads at TP 2
+        return
     assert vllm_page_bytes(m, tensor_parallel=tp) * tp >= vllm_page_bytes(m)
     if m.attention == "mla":
         assert vllm_page_bytes(m, tensor_parallel=tp) == vllm_page_bytes(m)
