@@ -24,7 +24,16 @@ from .decode import (
     tokens_per_s_per_seq,
     weight_flops_per_step,
 )
-from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
+from .formatting import (
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_count,
+    fmt_flop_rate,
+    fmt_flops,
+    fmt_number,
+    fmt_seconds,
+    group_digits,
+)
 from .formats import Format, format_names, get_format
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
@@ -33,6 +42,7 @@ from .moe import experts_touched, saturated_critical_batch
 from .parallel import kv_bytes_per_chip, tensor_parallel_step
 from .prefill import prefill_flops, prefill_time
 from .speculative import Speculation, expected_tokens_per_step, speculative_decode
+from .tables import Table, check_table
 from .step import DecodeStep, StepWork, compute_rate, decode_step, model_critical_batch, step_time, step_work
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
@@ -50,7 +60,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "MB", "MiB", "Model",
-    "Speculation", "StepBreakdown", "StepWork", "TB", "TiB", "WEIGHT_GROUPS",
+    "Speculation", "StepBreakdown", "StepWork", "TB", "Table", "TiB", "WEIGHT_GROUPS",
+    "check_table", "fmt_number", "group_digits",
     "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
     "compute_rate", "critical_batch", "critical_batch_beta_alpha", "decode_step", "dtype_bytes",
     "expected_tokens_per_step", "experts_touched", "fmt_bandwidth", "fmt_bytes",
