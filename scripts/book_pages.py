@@ -29,6 +29,9 @@ What it changes, and why (issue 13, "the published book reads like a book"):
   the stylesheet), and an image inside a captioned figure (cell metadata
   ``mystnb: figure: caption``) gets the caption as its alt text instead of
   its file path (``mystnb: image: alt`` in the cell still wins).
+* **Chapter numbers in the printed title.** The theme prints its own copy
+  of the page title, without the chapter number the page's ``<h1>`` has;
+  it gets the number ("1. Why the GPU waits").
 * **The download menu offers the book's PDF** (``make pdf`` writes
   ``_build/html/kvmath-book.pdf``) instead of calling the print dialog.
 
@@ -256,9 +259,19 @@ def palette_pngs(outdir: Path) -> None:
             path.write_bytes(buf.getvalue())
 
 
+_CURRENT = re.compile(r'<li class="toctree-l1 current active[^>]*><a class="current reference internal" '
+                      r'href="#">(\d+)\. ')
+
+
+_PRINT_H1 = re.compile(r'(<div id="jb-print-docs-body" class="onlyprint">\s*<h1>)(?!<span)')
+
+
 def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = None) -> str:
     """The page's HTML after the changes above (idempotent)."""
     text = _FONTAWESOME.sub("", text)
+    number = _CURRENT.search(text)
+    if number:  # the print title (the page's own h1 is numbered by Sphinx)
+        text = _PRINT_H1.sub(rf'\1<span class="section-number">{number.group(1)}. </span>', text, count=1)
     if icons is not None:
         text = _ICON.sub(icons.svg, text)
     text = _PRINT_BUTTON.sub(
