@@ -4,6 +4,7 @@
 #   make test     every test: unit + doctests, notebooks (nbval), the book
 #                 build, and a headless-browser check of every page
 #   make lab      JupyterLab on notebooks/, with kvmath installed
+#   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata)
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
@@ -20,12 +21,13 @@ HTML        := _build/html
 JB_FLAGS    := -W -n --keep-going
 CHROMIUM    ?= /usr/bin/chromium
 
-.PHONY: book test lab refresh env assets chromium clean help
+.PHONY: book test lab refresh env assets chromium poppler pdf clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book     build the book into $(HTML) (offline-ready)"
 	@echo "make test     run every test (sets everything up first)"
+	@echo "make pdf      print the built book to one PDF with headless Chromium"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
 
@@ -74,7 +76,23 @@ chromium:
 	fi
 	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
 
-test: env assets chromium book
+# poppler-utils: pdfunite joins the PDF's pages; pdfinfo/pdftoppm let the test read it.
+poppler:
+	@if ! command -v pdftoppm >/dev/null 2>&1 || ! command -v pdfunite >/dev/null 2>&1; then \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: pdftoppm not found and no apt-get: install poppler-utils"; exit 1; }; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "Installing poppler-utils for the PDF ($$SUDO apt-get install poppler-utils)"; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq poppler-utils >/dev/null; \
+	fi
+	@command -v pdfunite >/dev/null 2>&1 || { echo "make: poppler-utils is still missing"; exit 1; }
+
+# The whole book as one PDF, printed by the same headless Chromium the tests use
+# (print stylesheet: _static/kvmath.css). Builds the book first.
+pdf: env assets chromium poppler book
+	$(VPY) scripts/make_pdf.py $(HTML)
+
+test: env assets chromium poppler book
+	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
 
 # --- live notebooks ------------------------------------------------------------
@@ -82,8 +100,9 @@ lab: env
 	@ROOT=; [ "$$(id -u)" = 0 ] && ROOT=--allow-root; \
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$ROOT
 
+# SMALL=1: commit no images or interactive frames (the build makes them again).
 refresh: env
-	$(VPY) scripts/refresh_notebooks.py notebooks/*.ipynb
+	$(VPY) scripts/refresh_notebooks.py $(if $(SMALL),--small) notebooks/*.ipynb
 
 clean:
 	rm -rf _build .pytest_cache

@@ -24,7 +24,16 @@ from .decode import (
     tokens_per_s_per_seq,
     weight_flops_per_step,
 )
-from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
+from .formatting import (
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_count,
+    fmt_flop_rate,
+    fmt_flops,
+    fmt_number,
+    fmt_seconds,
+    group_digits,
+)
 from .formats import Format, format_names, get_format
 from .hardware import Chip, chip_names, get_chip
 from .kv_cache import kv_bytes_per_seq, kv_bytes_per_token, kv_cache_bytes
@@ -76,6 +85,7 @@ from .step import (
     step_time,
     step_work,
 )
+from .tables import Table, check_table
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
 __version__ = "0.1.0"
@@ -93,6 +103,7 @@ def __getattr__(name: str):
 __all__ = [
     "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "LAYER_KINDS", "LayerSpec", "MB", "MiB", "Model",
     "Speculation", "StepBreakdown", "StepWork", "TB", "TiB", "WEIGHT_GROUPS",
+    "Table", "check_table", "fmt_number", "group_digits",
     "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
     "compute_rate", "critical_batch", "critical_batch_beta_alpha", "decode_step", "dtype_bytes",
     "expected_tokens_per_step", "experts_touched", "fmt_bandwidth", "fmt_bytes",

@@ -114,3 +114,69 @@ def fmt_count(count: float, digits: int = 2) -> str:
     if round(mantissa, digits) >= 10:  # 9.999e9 rounds up to 10.00e9
         mantissa, exponent = mantissa / 10, exponent + 1
     return f"{mantissa:.{digits}f}e{exponent}"
+
+
+#: The book's one digit-grouping separator (a thin space, U+2009), as in
+#: "1 048 576": prose, tables (:mod:`kvmath.tables`), tick labels
+#: (:mod:`kvmath.plots`) and slider labels (:mod:`kvmath.interactive`) all use it.
+GROUP_SEP = "\u2009"
+
+
+def group_digits(text: str) -> str:
+    """Group the integer part of a formatted number in threes with :data:`GROUP_SEP`.
+
+    Only the first run of digits is grouped, and only when it has four or
+    more digits; signs, decimals, exponents and units are left as they are.
+
+    Examples
+    --------
+    >>> group_digits("1048576")
+    '1\u2009048\u2009576'
+    >>> group_digits("-12345.678 GB")
+    '-12\u2009345.678 GB'
+    >>> group_digits("512")
+    '512'
+    """
+    start = 0
+    while start < len(text) and not text[start].isdigit():
+        start += 1
+    end = start
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    digits = text[start:end]
+    if len(digits) < 4:
+        return text
+    groups = []
+    while digits:
+        groups.insert(0, digits[-3:])
+        digits = digits[:-3]
+    return text[:start] + GROUP_SEP.join(groups) + text[end:]
+
+
+def fmt_number(value: float, spec: str | None = None) -> str:
+    """A plain number in the book's style: integers grouped, floats by ``spec``.
+
+    Parameters
+    ----------
+    value : int or float
+    spec : str, optional
+        A format spec such as ``".2f"``. Without one, integers (and floats
+        that are whole numbers) print whole, other floats with ``"g"``.
+
+    Examples
+    --------
+    >>> fmt_number(65536)
+    '65\u2009536'
+    >>> fmt_number(2048.0)
+    '2\u2009048'
+    >>> fmt_number(3.14159, ".2f")
+    '3.14'
+    >>> fmt_number(12345.5, ".1f")
+    '12\u2009345.5'
+    """
+    if spec is None:
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
+                                       and abs(value) < 1e16):
+            return group_digits(str(int(value)))
+        return group_digits(f"{value:g}")
+    return group_digits(format(value, spec))

@@ -57,8 +57,11 @@ _ids = itertools.count()
 
 
 def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
+    # Numbers grouped as everywhere in the book (kvmath.formatting.GROUP_SEP).
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        from .formatting import fmt_number
+
+        return fmt_number(value)
     return str(value)
 
 
@@ -200,9 +203,10 @@ class InteractiveFigure:
     """A figure with controls; see :func:`interactive_figure` (the way to make one)."""
 
     def __init__(self, setup: Callable, controls: Mapping[str, Slider], main: str | None = None,
-                 figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 80.0,
-                 max_frames: int = 24, alt: str = "interactive figure",
-                 relayout: bool = False) -> None:
+                 figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 100.0,
+                 max_frames: int = 24, alt: str | None = None,
+                 relayout: bool = False, caption: str | None = None,
+                 pixel_ratio: float = 2.0, fixed_limits: bool = False) -> None:
         if not callable(setup):
             raise ValueError(f"setup must be a callable setup(fig) -> update, got {setup!r}")
         if not isinstance(controls, Mapping) or not controls:
@@ -226,6 +230,8 @@ class InteractiveFigure:
             raise ValueError(f"figsize must be two positive numbers (inches), got {figsize!r}")
         if not dpi > 0:
             raise ValueError(f"dpi must be > 0, got {dpi!r}")
+        if not pixel_ratio >= 1:
+            raise ValueError(f"pixel_ratio must be >= 1, got {pixel_ratio!r}")
 
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -234,13 +240,15 @@ class InteractiveFigure:
 
         self.controls = dict(controls)
         self.main = main
-        self.dpi = float(dpi)
-        self.alt = alt
+        self.dpi = float(dpi)  # CSS pixels per inch: the size the image is shown at
+        self.pixel_ratio = float(pixel_ratio)  # rendered pixels per CSS pixel (HiDPI)
+        self.caption = caption
+        self.alt = alt if alt is not None else (caption or "interactive figure")
         self.relayout = relayout
         self._style = plots.style
 
         def build(layout):
-            fig = Figure(figsize=figsize, dpi=self.dpi, layout=layout)
+            fig = Figure(figsize=figsize, dpi=self.dpi * self.pixel_ratio, layout=layout)
             FigureCanvasAgg(fig)
             return fig, setup(fig)
 
@@ -268,7 +276,10 @@ class InteractiveFigure:
         self._widget = None
         self._image = None
         self.timings_s: list[float] = []
+        self._limits: list | None = None
         self.render(**self.values)  # first draw at the defaults: fixes the layout
+        if fixed_limits:
+            self._fix_limits()
 
     # -- rendering ---------------------------------------------------------
     def render(self, fast: bool = False, **values: Any) -> bytes:
@@ -294,6 +305,10 @@ class InteractiveFigure:
         self.values.update(values)
         with self._style():
             self.update(**self.values)
+            if self._limits is not None:
+                for ax, xlim, ylim in self._limits:
+                    ax.set_xlim(xlim)
+                    ax.set_ylim(ylim)
             # Draw the one figure with Agg and encode its pixels directly:
             # cheaper than savefig, which lays out and draws a second time.
             canvas = self.figure.canvas
@@ -310,6 +325,51 @@ class InteractiveFigure:
             image.convert("RGB").save(buf, format="png", compress_level=1 if fast else 6)
         return buf.getvalue()
 
+    def _fix_limits(self) -> None:
+        """Hold every axes at the union of its limits over the main control's frames."""
+        import math
+
+        defaults = {name: c.default for name, c in self.controls.items()}
+        seen: dict[int, list] = {}
+        for value in self.controls[self.main].values:
+            with self._style():
+                self.update(**{**defaults, self.main: value})
+            for ax in self.figure.axes:
+                entry = seen.setdefault(id(ax), [ax, [math.inf, -math.inf], [math.inf, -math.inf]])
+                for k, lim in ((1, ax.get_xlim()), (2, ax.get_ylim())):
+                    entry[k] = [min(entry[k][0], *lim), max(entry[k][1], *lim)]
+        self._limits = []
+        for ax, xlim, ylim in seen.values():
+            # keep an inverted axis inverted
+            if ax.xaxis_inverted():
+                xlim = xlim[::-1]
+            if ax.yaxis_inverted():
+                ylim = ylim[::-1]
+            self._limits.append((ax, tuple(xlim), tuple(ylim)))
+        self.render(**self.values)
+
+    def layout_problems(self) -> list[str]:
+        """Render every frame of the main control and report clipped or colliding text and markers.
+
+        Uses :func:`kvmath.plots.layout_problems` on each frame (the other
+        controls at their defaults); each problem is prefixed with the frame,
+        e.g. ``"batch B = 64: label 'S = 1' runs past the edge of its axes"``.
+        A chapter's test asserts the list is empty.
+        """
+        from .plots import layout_problems
+
+        defaults = {name: c.default for name, c in self.controls.items()}
+        previous = dict(self.values)
+        main = self.controls[self.main]
+        out: list[str] = []
+        for value in main.values:
+            self.render(fast=True, **{**defaults, self.main: value})
+            with self._style():
+                for problem in layout_problems(self.figure):
+                    out.append(f"{main.label or self.main} = {main.fmt(value)}: {problem}")
+        self.render(**previous)
+        return out
+
     def frames(self) -> list[bytes]:
         """PNG frames over the main control's values, the others at their defaults."""
         defaults = {name: c.default for name, c in self.controls.items()}
@@ -325,14 +385,25 @@ class InteractiveFigure:
     def to_html(self) -> str:
         """Self-contained HTML: default image + a range input over the main control.
 
-        No external script is loaded; the frames are base64 PNGs in the page.
+        No external script is loaded. The frames are base64 PNGs in a JSON
+        block; the book build (``scripts/offline_assets.py``) moves them into
+        image files beside the page, so a reader downloads the default frame
+        only, and the others when first touching the figure. The image is
+        rendered at ``pixel_ratio`` times its CSS size and shown responsive
+        (``width: 100%`` up to its CSS width). The slider announces its value
+        (``aria-valuetext``: "batch B 64"), the readout is ``aria-live`` and
+        a one-line hint says how to move it.
         """
         main = self.controls[self.main]
         frames = [f"data:image/png;base64,{base64.b64encode(p).decode('ascii')}" for p in self.frames()]
         labels = [main.fmt(v) for v in main.values]
         start = main.index(main.default)
         uid = self._uid
-        main_label = html.escape(main.label or self.main)
+        main_name = main.label or self.main
+        main_label = html.escape(main_name)
+        alts = [f"{self.alt} ({main_name} = {lab})" for lab in labels]
+        width_px = int(round(self.figure.get_figwidth() * self.dpi))
+        height_px = int(round(self.figure.get_figheight() * self.dpi))
         others = [(c.label or n, c.fmt(c.default)) for n, c in self.controls.items() if n != self.main]
         if others:
             fixed = ", ".join(f"{html.escape(lab)} = {html.escape(val)}" for lab, val in others)
@@ -340,24 +411,35 @@ class InteractiveFigure:
                     f"<code>make lab</code> and open this notebook.")
         else:
             note = "Frames were rendered when the book was built; run <code>make lab</code> for the live version."
-        data = json.dumps({"frames": frames, "labels": labels}).replace("</", "<\\/")
+        data = json.dumps({"frames": frames, "labels": labels, "alts": alts,
+                           "name": main_name}).replace("</", "<\\/")
         return (
             f'<div class="kvmath-interactive" id="{uid}" data-main="{html.escape(self.main)}">\n'
-            f'<img class="kvmath-interactive-img" src="{frames[start]}" alt="{html.escape(self.alt)}" '
-            f'style="max-width:100%;height:auto;">\n'
+            f'<img class="kvmath-interactive-img" src="{frames[start]}" alt="{html.escape(alts[start])}" '
+            f'width="{width_px}" height="{height_px}" '
+            f'style="width:100%;max-width:{width_px}px;height:auto;">\n'
+            f'<p class="kvmath-interactive-hint" id="{uid}-hint">Drag the slider, or focus it and use '
+            f'\u2190/\u2192, to change {main_label}.</p>\n'
             f'<div class="kvmath-interactive-controls" style="display:flex;gap:0.75em;align-items:center;">'
             f'<label for="{uid}-range">{main_label}</label>'
             f'<input type="range" id="{uid}-range" class="kvmath-interactive-range" min="0" '
-            f'max="{len(frames) - 1}" step="1" value="{start}" style="flex:0 1 22em;">'
-            f'<output for="{uid}-range" class="kvmath-interactive-value">{html.escape(labels[start])}</output>'
+            f'max="{len(frames) - 1}" step="1" value="{start}" '
+            f'aria-valuetext="{main_label} {html.escape(labels[start])}" aria-describedby="{uid}-hint" '
+            f'style="flex:0 1 22em;">'
+            f'<output for="{uid}-range" class="kvmath-interactive-value" aria-live="polite">'
+            f'{html.escape(labels[start])}</output>'
             f'</div>\n'
             f'<p class="kvmath-interactive-note" style="font-size:0.85em;opacity:0.8;margin:0.2em 0 0 0;">{note}</p>\n'
             f'<script type="application/json" class="kvmath-interactive-data">{data}</script>\n'
             f'<script>(function(){{var r=document.getElementById("{uid}");if(!r)return;'
             f'var d=JSON.parse(r.querySelector(".kvmath-interactive-data").textContent);'
             f'var i=r.querySelector(".kvmath-interactive-img"),s=r.querySelector(".kvmath-interactive-range"),'
-            f'o=r.querySelector(".kvmath-interactive-value");'
-            f's.addEventListener("input",function(){{i.src=d.frames[s.value];o.textContent=d.labels[s.value];}});'
+            f'o=r.querySelector(".kvmath-interactive-value"),warm=false;'
+            # frames are fetched when the reader first comes near the figure
+            f'function pre(){{if(warm)return;warm=true;d.frames.forEach(function(u){{(new Image()).src=u;}});}}'
+            f'["pointerenter","touchstart","focusin"].forEach(function(e){{r.addEventListener(e,pre,{{passive:true}});}});'
+            f's.addEventListener("input",function(){{var k=s.value;i.src=d.frames[k];i.alt=d.alts[k];'
+            f'o.textContent=d.labels[k];s.setAttribute("aria-valuetext",d.name+" "+d.labels[k]);}});'
             f'}})();</script>\n'
             f'</div>'
         )
@@ -407,9 +489,10 @@ class InteractiveFigure:
 
 
 def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: str | None = None,
-                       figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 80.0,
-                       max_frames: int = 24, alt: str = "interactive figure",
-                       relayout: bool = False) -> InteractiveFigure:
+                       figsize: tuple[float, float] = (7.0, 4.0), dpi: float = 100.0,
+                       max_frames: int = 24, alt: str | None = None,
+                       relayout: bool = False, caption: str | None = None,
+                       pixel_ratio: float = 2.0, fixed_limits: bool = False) -> InteractiveFigure:
     """Make the book's interactive figure from a ``setup(fig) -> update`` function.
 
     Parameters
@@ -427,15 +510,25 @@ def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: st
     figsize : (float, float)
         Inches.
     dpi : float
-        Resolution of the rendered PNGs (kept modest so pages stay light).
+        CSS pixels per inch: the size the image is shown at (a 7 in figure
+        at 100 is 700 px wide, so 9 pt text is 12.5 px).
     max_frames : int
         Most values the main control may have (one frame each).
-    alt : str
-        Alternative text of the image.
+    alt : str, optional
+        Alternative text of the image (each frame adds the main control's
+        value). Defaults to ``caption``.
     relayout : bool
         Re-solve the figure's layout on every move. By default the layout is
         solved once, at the default values, and kept (faster); set this when
         ``update`` changes tick labels so much that they would be clipped.
+    caption : str, optional
+        The figure's caption, used as alt text when ``alt`` is not given
+        (the page's numbered caption comes from the chapter, see STYLE.md).
+    pixel_ratio : float
+        Rendered pixels per CSS pixel (2: sharp on HiDPI screens).
+    fixed_limits : bool
+        Hold every axes at the union of its limits over all frames of the
+        main control, so bars grow instead of the axis jumping.
 
     Returns
     -------
@@ -468,4 +561,5 @@ def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: st
     ValueError: main must name one of the controls ['slope'], got 'batch'
     """
     return InteractiveFigure(setup, controls, main=main, figsize=figsize, dpi=dpi,
-                             max_frames=max_frames, alt=alt, relayout=relayout)
+                             max_frames=max_frames, alt=alt, relayout=relayout, caption=caption,
+                             pixel_ratio=pixel_ratio, fixed_limits=fixed_limits)

@@ -32,8 +32,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+import re
+
 import matplotlib
 import matplotlib.ticker as mticker
+
+from .formatting import fmt_number
 
 __all__ = [
     "STYLE",
@@ -52,7 +56,19 @@ __all__ = [
     "Marker",
     "mark_vline",
     "roofline",
+    "mathtext",
+    "HIDPI",
+    "CSS_DPI",
+    "layout_problems",
 ]
+
+#: Figures are laid out at CSS_DPI CSS pixels per inch (a 7 in figure shows
+#: 700 px wide, so 9 pt text is 12.5 px) and rendered with HIDPI times as
+#: many pixels, so they stay sharp on a high-density screen. The book build
+#: (scripts/offline_assets.py) reads the PNG's dpi and shows it at its CSS
+#: size, responsive: it shrinks with the column, never grows past it.
+CSS_DPI = 100
+HIDPI = 2
 
 #: Colour cycle used by every figure (colour-blind safe, Okabe-Ito order).
 COLORS: tuple[str, ...] = (
@@ -68,7 +84,7 @@ COLORS: tuple[str, ...] = (
 #: The rcParams the book's figures use (applied only inside :func:`style`).
 STYLE: dict[str, Any] = {
     "figure.figsize": (7.0, 4.0),
-    "figure.dpi": 100,
+    "figure.dpi": CSS_DPI * HIDPI,
     "figure.facecolor": "white",
     "figure.constrained_layout.use": True,
     "savefig.facecolor": "white",
@@ -186,9 +202,7 @@ def _which_axis(ax, which: str):
 def _plain_number(value: float, _pos: Any = None) -> str:
     if value <= 0:
         return ""
-    if value >= 1 and float(value).is_integer():
-        return f"{int(value):,}".replace(",", "\u2009")
-    return f"{value:g}"
+    return fmt_number(float(value))
 
 
 def _log2_axis(ax, which: str, label: str) -> None:
@@ -308,23 +322,76 @@ def flops_axis(ax, which: str = "y", unit: str = "TFLOP/s", label: str = "comput
     _unit_axis(ax, which, flops_formatter(unit), label, unit)
 
 
+_SYMBOL = re.compile(r"(?<![\\$\w])([A-Za-z])_(\{[^}]*\}|[A-Za-z0-9]+)(?![\w$])")
+
+
+def mathtext(label: str) -> str:
+    """Write the book's symbols in mathtext: ``"B_crit = 208"`` -> ``"$B_\\mathrm{crit}$ = 208"``.
+
+    A single letter with a subscript (``B_crit``, ``S_avg``, ``h_kv``,
+    ``d_h``, ``b_w``) becomes italic with an upright subscript, as the
+    notation page writes it. Labels that already hold ``$`` are returned
+    unchanged, and so is everything else in the label.
+
+    Examples
+    --------
+    >>> print(mathtext("B_crit = 208"))
+    $B_\\mathrm{crit}$ = 208
+    >>> print(mathtext("S_avg and h_kv"))
+    $S_\\mathrm{avg}$ and $h_\\mathrm{kv}$
+    >>> print(mathtext("llama_2 (no symbol)"))
+    llama_2 (no symbol)
+    """
+    if "$" in label:
+        return label
+
+    def sub(m: re.Match) -> str:
+        base, index = m.group(1), m.group(2).strip("{}")
+        index = index if index.isdigit() else rf"\mathrm{{{index}}}"
+        return f"${base}_{index}$"
+
+    return _SYMBOL.sub(sub, label)
+
+
+def _place_label(text, x: float, label: str) -> None:
+    """Put a vertical line's label on the side of the line with room: right of it, or left near the right edge."""
+    ax = text.axes
+    try:
+        frac = ax.transAxes.inverted().transform(ax.transData.transform((x, 1.0)))[0]
+    except (ValueError, ZeroDivisionError):  # pragma: no cover - degenerate axes
+        frac = 0.0
+    if frac > 0.62:
+        text.set_horizontalalignment("right")
+        text.set_text(f"{label} ")
+    else:
+        text.set_horizontalalignment("left")
+        text.set_text(f" {label}")
+
+
 @dataclass
 class Marker:
     """A named vertical line made by :func:`mark_vline`; :meth:`move` it in a slider update."""
 
     line: Any
     text: Any
+    label: str = ""
+    math: bool = True
 
     def move(self, x: float, label: str | None = None) -> None:
-        """Move the line (and its label) to ``x``; optionally change the label text."""
+        """Move the line (and its label) to ``x``; optionally change the label text.
+
+        The label sits right of the line, or left of it when the line is in
+        the right part of the axes, so it is never clipped by the edge.
+        """
+        if label is not None:
+            self.label = mathtext(label) if self.math else label
         self.line.set_xdata([x, x])
         self.text.set_x(x)
-        if label is not None:
-            self.text.set_text(label)
+        _place_label(self.text, x, self.label)
 
 
 def mark_vline(ax, x: float, label: str, color: str = "0.25", y: float = 0.97,
-               **line_kw: Any) -> Marker:
+               math: bool = True, **line_kw: Any) -> Marker:
     """Draw a dashed vertical line at ``x`` and name it, e.g. the ridge point or B_crit.
 
     Parameters
@@ -333,23 +400,30 @@ def mark_vline(ax, x: float, label: str, color: str = "0.25", y: float = 0.97,
     x : float
         Position in data units (must be > 0 on a log axis).
     label : str
-        Text written beside the line, e.g. ``"B_crit = 208"``.
+        Text written beside the line, e.g. ``"B_crit = 208"``; symbols are
+        written in mathtext (:func:`mathtext`) unless ``math=False``.
     y : float
         Height of the label as a fraction of the axes (0..1).
+    math : bool
+        Typeset symbols such as ``B_crit`` with mathtext.
 
     Returns
     -------
     Marker
         Holds the line and the text; ``marker.move(x)`` repositions both.
+        The label is drawn on the side of the line that has room (set the
+        axis limits before marking, so the side is chosen right).
     """
     if not 0.0 <= y <= 1.0:
         raise ValueError(f"y must be a fraction of the axes in [0, 1], got {y!r}")
     line_kw.setdefault("linestyle", "--")
     line_kw.setdefault("linewidth", 1.2)
     line = ax.axvline(x, color=color, **line_kw)
-    text = ax.text(x, y, f" {label}", transform=ax.get_xaxis_transform(),
+    text = ax.text(x, y, "", transform=ax.get_xaxis_transform(),
                    ha="left", va="top", color=color, fontsize=9)
-    return Marker(line=line, text=text)
+    marker = Marker(line=line, text=text, label=mathtext(label) if math else label, math=math)
+    _place_label(text, x, marker.label)
+    return marker
 
 
 def roofline(ax, flops: float, bandwidth: float,
@@ -425,3 +499,163 @@ def roofline(ax, flops: float, bandwidth: float,
         note = ax.annotate(name, (x, y), xytext=(6, -14), textcoords="offset points", fontsize=9)
         drawn[name] = (dot, note)
     return {"roof": roof, "ridge": ridge, "points": drawn}
+
+
+# --- layout checks ------------------------------------------------------------
+
+def _visible_text(t) -> bool:
+    return t.get_visible() and bool(t.get_text().strip())
+
+
+def _overlap(a, b, tol: float) -> bool:
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > tol) and (min(a.y1, b.y1) - max(a.y0, b.y0) > tol)
+
+
+def _inside(inner, outer, tol: float) -> bool:
+    return (inner.x0 >= outer.x0 - tol and inner.x1 <= outer.x1 + tol
+            and inner.y0 >= outer.y0 - tol and inner.y1 <= outer.y1 + tol)
+
+
+def layout_problems(fig, lines: bool = True, tol_px: float = 1.0) -> list[str]:
+    """What a reader would see as broken in a drawn figure: clipped or colliding text and markers.
+
+    The figure is drawn once (Agg) and the display extents of its text are
+    compared with the figure, with their axes and with each other:
+
+    * any text (titles, axis and tick labels, legend, annotations) that runs
+      past the figure's edge;
+    * a label placed inside an axes (``ax.text``, ``ax.annotate``,
+      :func:`mark_vline`) that runs past the axes' edge;
+    * two labels that overlap (labels inside the axes, the legend, axis
+      labels and tick labels, all against each other);
+    * a marker (``ax.plot(..., "o")``, ``ax.scatter``) cut by the axes edge
+      or drawn outside the axes where it is clipped away;
+    * with ``lines=True``, a label inside the axes crossed by a plotted line.
+
+    Parameters
+    ----------
+    fig : matplotlib Figure
+    lines : bool
+        Also report labels crossed by lines.
+    tol_px : float
+        Overlaps and overhangs up to this many pixels are ignored.
+
+    Returns
+    -------
+    list of str
+        One sentence per problem, naming the text; empty when the figure is clean.
+
+    Examples
+    --------
+    >>> fig, ax = new_figure((4, 3))
+    >>> _ = ax.plot([1, 2, 3], [1, 4, 9], "o")
+    >>> _ = ax.set_xlim(1, 3)
+    >>> layout_problems(fig)[0]
+    'marker at (1, 1) is cut by the axes edge'
+    >>> close(fig)
+    """
+    import numpy as np
+    from matplotlib.path import Path
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems: list[str] = []
+    fig_box = fig.bbox
+    labels: list[tuple[str, Any]] = []  # (description, bbox)
+
+    def ext(t):
+        return t.get_window_extent(renderer)
+
+    for t in fig.texts:
+        if _visible_text(t):
+            labels.append((f"figure text {t.get_text()!r}", ext(t)))
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        ax_box = ax.bbox
+        inner: list[tuple[str, Any]] = []
+        for t in ax.texts:
+            if not _visible_text(t):
+                continue
+            box = ext(t)
+            name = f"label {t.get_text().strip()!r}"
+            inner.append((name, box))
+            anchor = t.get_transform().transform(t.get_unitless_position()) \
+                if not hasattr(t, "xy") else box.p0
+            if ax_box.contains(*anchor) and not _inside(box, ax_box, tol_px):
+                problems.append(f"{name} runs past the edge of its axes")
+        labels.extend(inner)
+        for t in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label):
+            if _visible_text(t):
+                labels.append((f"{'axis label' if t in (ax.xaxis.label, ax.yaxis.label) else 'title'} "
+                               f"{t.get_text()!r}", ext(t)))
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not (lo <= tick.get_loc() <= hi) if tick.get_loc() is not None else True:
+                    continue
+                for t in (tick.label1, tick.label2):
+                    if _visible_text(t):
+                        labels.append((f"tick label {t.get_text()!r}", ext(t)))
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            labels.append(("the legend", legend.get_window_extent(renderer)))
+        # markers
+        for line in ax.lines:
+            marker = line.get_marker()
+            if not line.get_visible() or marker in (None, "None", "", " ", ",") or not line.get_clip_on():
+                continue
+            xy = np.asarray(line.get_xydata(), dtype=float)
+            if xy.size == 0:
+                continue
+            pts = line.get_transform().transform(xy)
+            r = line.get_markersize() * fig.dpi / 72.0 / 2.0
+            for (x, y), (px, py) in zip(xy, pts):
+                if not (np.isfinite(px) and np.isfinite(py)):
+                    continue
+                where = f"marker at ({x:g}, {y:g})"
+                if not ax_box.contains(px, py):
+                    problems.append(f"{where} is outside the axes and clipped away")
+                elif (px - ax_box.x0 < r - tol_px or ax_box.x1 - px < r - tol_px
+                      or py - ax_box.y0 < r - tol_px or ax_box.y1 - py < r - tol_px):
+                    problems.append(f"{where} is cut by the axes edge")
+        for coll in ax.collections:
+            offsets = getattr(coll, "get_offsets", lambda: None)()
+            sizes = getattr(coll, "get_sizes", lambda: None)()
+            if offsets is None or sizes is None or len(sizes) == 0 or not coll.get_clip_on():
+                continue
+            pts = coll.get_offset_transform().transform(np.asarray(offsets, dtype=float))
+            for k, (px, py) in enumerate(pts):
+                r = np.sqrt(sizes[k % len(sizes)]) * fig.dpi / 72.0 / 2.0
+                if not (np.isfinite(px) and np.isfinite(py)):
+                    continue
+                if not ax_box.contains(px, py):
+                    problems.append(f"scatter point {k} is outside the axes and clipped away")
+                elif min(px - ax_box.x0, ax_box.x1 - px, py - ax_box.y0, ax_box.y1 - py) < r - tol_px:
+                    problems.append(f"scatter point {k} is cut by the axes edge")
+        if lines:
+            for name, box in inner:
+                shrunk = box.padded(-2.0 * tol_px)
+                if shrunk.width <= 0 or shrunk.height <= 0:
+                    continue
+                for line in ax.lines:
+                    if not line.get_visible() or line.get_linestyle() in ("None", "", " "):
+                        continue
+                    xy = np.asarray(line.get_xydata(), dtype=float)
+                    if len(xy) < 2:
+                        continue
+                    path = Path(line.get_transform().transform(xy))
+                    if path.intersects_bbox(shrunk, filled=False):
+                        who = line.get_label()
+                        who = f"line {who!r}" if who and not who.startswith("_") else "a line"
+                        problems.append(f"{name} is crossed by {who}")
+                        break
+    for name, box in labels:
+        if not _inside(box, fig_box, tol_px):
+            problems.append(f"{name} is clipped by the figure edge")
+    for i in range(len(labels)):
+        for j in range(i + 1, len(labels)):
+            (a, abox), (b, bbox) = labels[i], labels[j]
+            if _overlap(abox, bbox, tol_px):
+                problems.append(f"{a} overlaps {b}")
+    return problems

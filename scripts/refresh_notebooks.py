@@ -1,6 +1,6 @@
 """Re-execute notebooks in place, keeping only metadata that does not churn.
 
-Usage: python scripts/refresh_notebooks.py notebooks/*.ipynb  (or `make refresh`)
+Usage: python scripts/refresh_notebooks.py [--small] notebooks/*.ipynb  (or `make refresh`)
 
 Each notebook runs top to bottom in a fresh kernel, in its own folder, as the
 book build and nbval run it. Then everything that would change on every run
@@ -17,10 +17,19 @@ really changed:
 
 Execution counts and outputs are kept, so `tests/test_notebooks_committed.py`
 can check that every code cell was run.
+
+With ``--small`` the committed copy also leaves out what the book build
+makes again anyway (it re-executes every notebook): every image output
+(``image/png``, ``image/jpeg``, ``image/svg+xml``; the ``text/plain``
+"<Figure ...>" stays) and the pre-rendered frames of interactive figures,
+whose ``text/html`` becomes the default frame alone, as one ``<img>``. The
+text outputs nbval checks are untouched, so a notebook stays far under
+200 KB and a diff shows the numbers that changed.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -48,8 +57,45 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def refresh(path: Path, timeout: int = 120) -> float:
-    """Execute ``path`` in place; return the seconds it took."""
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
+_DEFAULT_IMG = re.compile(r'<img class="kvmath-interactive-img"[^>]*>')
+
+
+def small(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop image outputs and interactive frames (build outputs) from an executed notebook.
+
+    Returns the notebook (changed in place). Text outputs are untouched.
+    """
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data")
+            if data is None:
+                continue
+            for mime in IMAGE_TYPES:
+                data.pop(mime, None)
+            meta = out.get("metadata") or {}
+            for mime in IMAGE_TYPES:
+                meta.pop(mime, None)
+            page = data.get("text/html")
+            if isinstance(page, list):
+                page = "".join(page)
+            if page and 'class="kvmath-interactive"' in page:
+                img = _DEFAULT_IMG.search(page)
+                data["text/html"] = (f'<div class="kvmath-interactive-static">{img.group(0)}</div>'
+                                     if img else "")
+                if not data["text/html"]:
+                    del data["text/html"]
+    return nb
+
+
+def refresh(path: Path, timeout: int = 120, keep_images: bool = True) -> float:
+    """Execute ``path`` in place; return the seconds it took.
+
+    With ``keep_images=False`` the saved copy has no image outputs or
+    interactive frames (see :func:`small`).
+    """
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
@@ -57,17 +103,22 @@ def refresh(path: Path, timeout: int = 120) -> float:
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     elapsed = time.perf_counter() - start
-    nbformat.write(clean(nb), path)
+    nb = clean(nb)
+    if not keep_images:
+        nb = small(nb)
+    nbformat.write(nb, path)
     return elapsed
 
 
 def main(argv: list[str]) -> int:
+    keep_images = "--small" not in argv
+    argv = [a for a in argv if a != "--small"]
     if not argv:
         print(__doc__.splitlines()[2])
         return 2
     for name in argv:
         path = Path(name)
-        seconds = refresh(path)
+        seconds = refresh(path, keep_images=keep_images)
         print(f"refreshed {path} in {seconds:.1f} s")
     return 0
 

@@ -20,6 +20,7 @@ def main(page: str = "notebooks/00_sample_rhythm.html", out: str = "book/images/
          anchor: str = ".kvmath-interactive") -> int:
     with serve(ROOT / "_build" / "html") as base, launch_browser() as browser:
         tab = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
+        tab.route("**/*", lambda r: r.continue_() if "127.0.0.1" in r.request.url or r.request.url.startswith("data:") else r.abort())
         tab.goto(base + page, wait_until="networkidle")
         tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
         target = tab.query_selector(anchor)

@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "scripts/offline_assets.py",
+           "scripts/book_pages.py", "_static",
            "package-lock.json"]
 
 

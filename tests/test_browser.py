@@ -6,23 +6,60 @@ Every HTML page of ``_build/html`` is opened in headless Chromium; see
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from sitecheck import check_site, format_problems, html_pages, is_local
+from sitecheck import CODE_SHARE_MAX, budget, check_site, format_problems, html_pages, is_local
+
+REPORT = Path(__file__).resolve().parents[1] / "_build" / "sitecheck.json"
 
 
 @pytest.fixture(scope="module")
 def site_reports(built_book, browser):
-    return check_site(browser, built_book)
+    reports = check_site(browser, built_book)
+    # kept for the record (bytes, code share per page): _build/sitecheck.json
+    REPORT.write_text(json.dumps(reports, indent=1, ensure_ascii=False), encoding="utf-8")
+    return reports
 
 
 def test_every_page_renders_offline(site_reports):
     assert len(site_reports) >= 5, f"too few pages found: {sorted(site_reports)}"
     problems = format_problems(site_reports)
     assert not problems, "pages with problems:\n" + problems
+
+
+def test_pages_are_light_for_a_first_time_reader(site_reports):
+    """Bytes served cold (nothing cached, no compression) stay under the page's budget."""
+    heavy = [f"{rel}: {rep['bytes'] / 1e6:.2f} MB > {budget(rel) / 1e6:.1f} MB"
+             for rel, rep in site_reports.items() if rep["bytes"] > budget(rel)]
+    assert all(rep["bytes"] > 0 for rep in site_reports.values())
+    assert not heavy, "pages over budget:\n" + "\n".join(heavy)
+
+
+def test_no_page_loads_the_widget_manager_or_the_icon_script(built_book):
+    for rel in html_pages(built_book):
+        text = (built_book / rel).read_text(encoding="utf-8")
+        assert "embed-amd.js" not in text and "require.js" not in text, rel
+        assert "widget-state+json" not in text, rel
+        assert "fontawesome.js" not in text, rel
+
+
+@pytest.mark.xfail(strict=False, reason="depends on the chapters: they adopt remove-input / remove-cell "
+                   "and the nbval-check-output tag in the chapter pass (issue 13, item 1)")
+def test_code_is_under_15_percent_of_every_chapter(site_reports):
+    over = [f"{rel}: {rep['code_share']:.0%}" for rel, rep in site_reports.items()
+            if rel.startswith("notebooks/") and rep["code_share"] > CODE_SHARE_MAX]
+    assert not over, "code share over 15%:\n" + "\n".join(over)
+
+
+@pytest.mark.xfail(strict=False, reason="depends on the chapters: print tables become kvmath.tables "
+                   "tables and code lines stay under 88 characters in the chapter pass (issue 13, item 2)")
+def test_no_block_scrolls_sideways(site_reports):
+    wide = [f"{rel}: {w}" for rel, rep in site_reports.items() for w in rep["wide_blocks"]]
+    assert not wide, "blocks wider than the column:\n" + "\n".join(wide)
 
 
 def test_math_is_typeset_where_there_is_math(site_reports):
@@ -74,11 +111,16 @@ def broken_site(built_book, tmp_path) -> Path:
         '<html><body><div class="kvmath-interactive" id="dead">'
         '<img class="kvmath-interactive-img" src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==">'
         '<input type="range" min="0" max="3" value="1"></div></body></html>', encoding="utf-8")
+    (site / "hashed_alt.html").write_text(
+        '<html><body><main><article class="bd-article" style="width:300px">'
+        '<img src="x.png" alt="../_images/c4eec8ad.png">'
+        '<p style="width:900px">a paragraph far wider than its column</p></article></main></body></html>',
+        encoding="utf-8")
     return site
 
 
 def test_the_check_catches_external_requests_and_broken_pages(browser, broken_site):
-    pages = ["notebooks/00_sample_rhythm.html", "raw_tex.html", "dead_slider.html"]
+    pages = ["notebooks/00_sample_rhythm.html", "raw_tex.html", "dead_slider.html", "hashed_alt.html"]
     reports = check_site(browser, broken_site, pages)
     chapter = reports["notebooks/00_sample_rhythm.html"]["problems"]
     assert any("request leaves localhost: https://cdn.jsdelivr.net/npm/mathjax@3" in p for p in chapter), chapter
@@ -87,6 +129,11 @@ def test_the_check_catches_external_requests_and_broken_pages(browser, broken_si
     assert any("image did not load" in p for p in raw), raw
     dead = reports["dead_slider.html"]["problems"]
     assert any("did not change the image" in p for p in dead), dead
+    assert any("image without alt text" in p for p in dead), dead
+    assert any("range input without aria-valuetext" in p for p in dead), dead
+    assert any("image alt text is a file name" in p
+               for p in reports["hashed_alt.html"]["problems"]), reports["hashed_alt.html"]
+    assert any("px past the column" in p for p in reports["hashed_alt.html"]["problems"])
 
 
 def test_is_local():
@@ -96,3 +143,32 @@ def test_is_local():
     assert not is_local("https://cdn.jsdelivr.net/npm/mathjax@3")
     assert not is_local("https://fonts.googleapis.com/css?family=Lato")
     assert not is_local("http://127.0.0.1.example.com/")
+
+
+def test_phone_width_has_no_sideways_page_scroll_and_readable_figures(built_book, browser):
+    """390 px wide (a phone): the page never scrolls sideways; figures fill the column.
+
+    Leaves a screenshot of chapter one at _build/phone-01_roofline.png for a person to look at.
+    """
+    from sitecheck import serve
+
+    with serve(built_book) as base:
+        context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2,
+                                      is_mobile=True, has_touch=True)
+        context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
+        try:
+            page = context.new_page()
+            page.goto(base + "notebooks/01_roofline.html", wait_until="networkidle")
+            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+            facts = page.evaluate("""() => ({
+                scroll: document.scrollingElement.scrollWidth, width: window.innerWidth,
+                figs: Array.from(document.querySelectorAll('figure img, .kvmath-interactive-img'))
+                          .map(i => [i.getBoundingClientRect().width, i.naturalWidth]),
+                column: (document.querySelector('article.bd-article') || document.body).getBoundingClientRect().width})""")
+            page.screenshot(path=str(built_book.parent / "phone-01_roofline.png"), full_page=False)
+        finally:
+            context.close()
+    assert facts["scroll"] <= facts["width"] + 1, facts
+    assert facts["figs"], "no figures found on chapter one"
+    for shown, natural in facts["figs"]:
+        assert shown >= 0.9 * facts["column"] - 40 or shown >= natural / 2, facts

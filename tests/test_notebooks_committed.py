@@ -66,3 +66,47 @@ def test_no_errors_and_no_volatile_metadata(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_in_the_table_of_contents(path):
     assert f"notebooks/{path.stem}" in toc_files(), f"add notebooks/{path.stem} to _toc.yml"
+
+
+# --- small notebooks in git (issue 13, item 8) ------------------------------------------
+
+MAX_NOTEBOOK_BYTES = 200_000
+
+
+@pytest.mark.xfail(strict=False, reason="notebooks still carry frames; chapters adopt small outputs next "
+                   "(`python scripts/refresh_notebooks.py --small notebooks/*.ipynb`)")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_is_under_200_kb(path):
+    size = path.stat().st_size
+    assert size <= MAX_NOTEBOOK_BYTES, (
+        f"{path.name} is {size / 1e3:.0f} KB (> {MAX_NOTEBOOK_BYTES / 1e3:.0f} KB): images and frames are "
+        "build outputs; refresh it with `scripts/refresh_notebooks.py --small`")
+
+
+def test_refresh_small_keeps_the_checked_text_and_drops_images(tmp_path):
+    """--small on a copy of the sample chapter: executed, checked text kept, no images, < 200 KB."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from refresh_notebooks import refresh
+
+    source = ROOT / "notebooks" / "00_sample_rhythm.ipynb"
+    copy = tmp_path / source.name
+    shutil.copy(source, copy)
+    refresh(copy, keep_images=False)
+    before, after = nbformat.read(source, as_version=4), nbformat.read(copy, as_version=4)
+    assert copy.stat().st_size < MAX_NOTEBOOK_BYTES
+    outputs = [o for c in code_cells(after) for o in c.outputs]
+    assert not [o for o in outputs if any(k.startswith("image/") for k in o.get("data", {}))]
+    htmls = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert all("kvmath-interactive-data" not in h for h in htmls)
+    assert any("kvmath-interactive-static" in h and h.count("data:image/png") == 1 for h in htmls)
+
+    def checked_text(nb):
+        return [[o.get("text") or o.get("data", {}).get("text/plain") for o in c.outputs]
+                for c in code_cells(nb)
+                if "NBVAL_CHECK_OUTPUT" in c.source or "nbval-check-output" in c.metadata.get("tags", [])]
+
+    assert checked_text(after) == checked_text(before) and checked_text(after)
+    assert [c.execution_count for c in code_cells(after)] == list(range(1, len(code_cells(after)) + 1))

@@ -73,7 +73,7 @@ def test_one_frame_per_main_value_with_other_controls_at_defaults():
     assert [c["batch"] for c in rec.calls[: len(BATCHES)]] == BATCHES
     assert {c["chip"] for c in rec.calls} == {"h100-sxm"}
     assert len(set(frames)) == len(BATCHES)  # each value draws something different
-    assert all(png_size(f) == (200, 150) for f in frames)  # 4x3 in at 50 dpi
+    assert all(png_size(f) == (400, 300) for f in frames)  # 4x3 in at 50 CSS dpi, 2x pixels
     assert fig.values == {"batch": 16, "chip": "h100-sxm"}  # back where it was
 
 
@@ -222,14 +222,22 @@ def test_axes_are_labelled_with_units():
         plots.close(fig)
 
 
-def test_mark_vline_names_the_line_and_moves():
+def test_mark_vline_names_the_line_in_mathtext_and_moves():
     fig, ax = plots.new_figure((4, 3))
     try:
-        m = plots.mark_vline(ax, 208, "B_crit = 208")
-        assert m.text.get_text().strip() == "B_crit = 208"
+        ax.set_xlim(1, 1024)
+        ax.set_xscale("log")
+        m = plots.mark_vline(ax, 16, "B_crit = 16")
+        assert m.text.get_text().strip() == r"$B_\mathrm{crit}$ = 16"
+        assert m.text.get_horizontalalignment() == "left"
         m.move(153, "B_crit = 153")
         assert list(m.line.get_xdata()) == [153, 153]
-        assert m.text.get_text() == "B_crit = 153"
+        assert m.text.get_text().strip() == r"$B_\mathrm{crit}$ = 153"
+        m.move(900)  # near the right edge: the label moves to the left of the line
+        assert m.text.get_horizontalalignment() == "right"
+        assert m.text.get_text().strip() == r"$B_\mathrm{crit}$ = 153"
+        plain = plots.mark_vline(ax, 4, "h_kv", math=False)
+        assert plain.text.get_text().strip() == "h_kv"
     finally:
         plots.close(fig)
 
