@@ -5,6 +5,9 @@
 #                 build, and a headless-browser check of every page
 #   make lab      JupyterLab on notebooks/, with kvmath installed
 #   make refresh  re-execute every notebook in place (low-churn metadata)
+#   make workshop the workshop kit in _build/workshop/: learner and instructor
+#                 builds, the handout PDF and the answer key
+#   make handout  the two-page A4 handout, _build/workshop/handout.pdf
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath installed
@@ -19,8 +22,10 @@ NODE_STAMP  := node_modules/.kvmath-installed
 HTML        := _build/html
 JB_FLAGS    := -W -n --keep-going
 CHROMIUM    ?= /usr/bin/chromium
+WORKSHOP    := _build/workshop
+WSRC        := _build/workshop-src
 
-.PHONY: book test lab refresh env assets chromium clean help
+.PHONY: book test lab refresh env assets chromium poppler clean help handout learner instructor answer-key workshop teaching-pages
 .DEFAULT_GOAL := help
 
 help:
@@ -28,6 +33,8 @@ help:
 	@echo "make test     run every test (sets everything up first)"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
+	@echo "make workshop learner + instructor builds, handout, answer key in $(WORKSHOP)"
+	@echo "make handout  the two-page A4 handout PDF"
 
 # --- tools ------------------------------------------------------------------
 define need
@@ -74,8 +81,45 @@ chromium:
 	fi
 	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
 
-test: env assets chromium book
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
+poppler:
+	@if ! command -v pdfinfo >/dev/null 2>&1; then \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: pdfinfo not found and no apt-get: install poppler (Debian 'poppler-utils', Homebrew 'poppler')"; exit 1; }; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "Installing poppler-utils for the handout test ($$SUDO apt-get install poppler-utils)"; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq poppler-utils >/dev/null; \
+	fi
+
+test: env assets chromium poppler book learner
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 $(VPY) -m pytest
+
+# --- the workshop kit (book/teaching.md) ---------------------------------------
+# The plan, misconception and problem pages are generated from book/teaching/*.yaml.
+teaching-pages: env
+	$(VPY) scripts/workshop_pages.py
+
+handout: env chromium
+	$(VPY) scripts/handout.py --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
+	@echo "Handout: $(WORKSHOP)/handout.pdf"
+
+# Copies of the sources, transformed (solutions removed / facilitator notes
+# added), executed and built like `make book` (warnings are errors).
+learner: env assets
+	$(VPY) scripts/workshop_build.py learner
+
+instructor: env assets
+	$(VPY) scripts/workshop_build.py instructor
+
+# From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
+answer-key: env
+	$(VPY) scripts/answer_key.py --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
+
+workshop: book learner instructor handout answer-key
+	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
+	cp -r $(HTML) $(WORKSHOP)/book
+	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
+	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
+	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ handout.pdf answer-key.md"; \
+	echo "Serve the learner build to the room:  python3 -m http.server -d $(WORKSHOP)/learner 8000 --bind 0.0.0.0"
 
 # --- live notebooks ------------------------------------------------------------
 lab: env
