@@ -121,3 +121,13 @@ def test_learner_build_has_no_solution_text_or_code():
         assert "{solution-start}" not in source.read_text()
     problems = page_text(LEARNER / "book" / "teaching" / "problems.html")
     assert "Worked answer" not in problems
+
+
+def test_instructor_build_shows_a_facilitator_note_in_every_chapter():
+    built = workshop_build.SRC / "instructor" / "_build" / "html"
+    if not (built / "index.html").exists():
+        pytest.skip("instructor build not made (make instructor)")
+    for notebook in CHAPTERS:
+        text = page_text(built / "notebooks" / f"{notebook}.html")
+        assert "(instructor build)" in text and "Watch for" in text, notebook
+        assert "Watch for" not in page_text(LEARNER / "notebooks" / f"{notebook}.html")
