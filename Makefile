@@ -3,9 +3,13 @@
 #   make book     build the book into _build/html (renders with no network)
 #   make test     every test: unit + doctests, notebooks (nbval), the book
 #                 build, and a headless-browser check of every page
+#   make test-full  make test plus the slow checks (the learner build)
 #   make lab      JupyterLab on notebooks/, with kvmath installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata)
+#   make workshop the workshop kit in _build/workshop/: learner and instructor
+#                 builds, the handout PDF and the answer key
+#   make handout  the two-page A4 handout, _build/workshop/handout.pdf
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath installed
@@ -20,16 +24,21 @@ NODE_STAMP  := node_modules/.kvmath-installed
 HTML        := _build/html
 JB_FLAGS    := -W -n --keep-going
 CHROMIUM    ?= /usr/bin/chromium
+WORKSHOP    := _build/workshop
+WSRC        := _build/workshop-src
 
-.PHONY: book test lab refresh env assets chromium poppler pdf clean help
+.PHONY: book test test-full lab refresh env assets chromium poppler pdf clean help handout learner instructor answer-key workshop teaching-pages
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book     build the book into $(HTML) (offline-ready)"
 	@echo "make test     run every test (sets everything up first)"
+	@echo "make test-full  make test, plus the slow checks (the learner build of the workshop kit)"
 	@echo "make pdf      print the built book to one PDF with headless Chromium"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
+	@echo "make workshop learner + instructor builds, handout, answer key in $(WORKSHOP)"
+	@echo "make handout  the two-page A4 handout PDF"
 
 # --- tools ------------------------------------------------------------------
 define need
@@ -94,6 +103,42 @@ pdf: env assets chromium poppler book
 test: env assets chromium poppler book
 	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
+
+# Everything `make test` runs, plus the checks too slow for it: the learner
+# build of the workshop kit (a second execution of every notebook) and its
+# test that no solution is left in it.
+test-full: env assets chromium poppler book learner
+	$(VPY) scripts/make_pdf.py $(HTML)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 $(VPY) -m pytest
+
+# --- the workshop kit (book/teaching.md) ---------------------------------------
+# The plan, misconception and problem pages are generated from book/teaching/*.yaml.
+teaching-pages: env
+	$(VPY) scripts/workshop_pages.py
+
+handout: env chromium
+	$(VPY) scripts/handout.py --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
+	@echo "Handout: $(WORKSHOP)/handout.pdf"
+
+# Copies of the sources, transformed (solutions removed / facilitator notes
+# added), executed and built like `make book` (warnings are errors).
+learner: env assets
+	$(VPY) scripts/workshop_build.py learner
+
+instructor: env assets
+	$(VPY) scripts/workshop_build.py instructor
+
+# From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
+answer-key: env
+	$(VPY) scripts/answer_key.py --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
+
+workshop: book learner instructor handout answer-key
+	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
+	cp -r $(HTML) $(WORKSHOP)/book
+	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
+	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
+	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ handout.pdf answer-key.md"; \
+	echo "Serve the learner build to the room:  python3 -m http.server -d $(WORKSHOP)/learner 8000 --bind 0.0.0.0"
 
 # --- live notebooks ------------------------------------------------------------
 lab: env
