@@ -116,3 +116,45 @@ def speculative_decode(
         draft_s=draft_s,
         speedup=plain(plain_step * expected / (verify + draft_s)),
     )
+
+
+def speculation_break_even_batch(
+    model: Model,
+    chip: Chip,
+    context: ArrayLike,
+    gamma: int,
+    acceptance: ArrayLike,
+    draft: Model | None = None,
+    routing: str = "uniform",
+    **step_options,
+) -> float:
+    """The batch at which speculative decoding stops paying: where its speed-up falls to 1.
+
+    Below it the target is memory-bound enough that the verify step's extra
+    math is nearly free; above it the verify step is compute-bound and each
+    step's ``gamma + 1`` tokens cost about ``gamma + 1`` times the math, so
+    plain decoding is faster. Found by bisection on :func:`speculative_decode`
+    (an estimate, like the speed-up it solves). Raises ``ValueError`` where
+    speculation pays at every batch up to 10**7 or at none from 1.
+
+    Examples
+    --------
+    Llama 3 8B on one H100 with a free draft, gamma = 4, a = 0.8, short contexts:
+
+    >>> from kvmath import get_chip, get_model
+    >>> round(speculation_break_even_batch(get_model("llama-3-8b"), get_chip("h100-sxm"), 128, 4, 0.8))
+    254
+    """
+    def gain(b: float) -> float:
+        return float(speculative_decode(model, chip, b, context, gamma, acceptance, draft, routing,
+                                        **step_options).speedup) - 1
+
+    lo, hi = 1.0, 1e7
+    if gain(lo) <= 0:
+        raise ValueError(f"speculation does not pay even at batch 1 (gamma {gamma}, acceptance {acceptance!r})")
+    if gain(hi) > 0:
+        raise ValueError(f"speculation still pays at batch {hi:.0e}: no break-even batch below it")
+    while hi / lo > 1 + 1e-9:  # the speed-up falls as the batch grows: bisect on a log scale
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
+    return hi

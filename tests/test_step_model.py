@@ -293,3 +293,15 @@ def test_batch_sharding_is_monotone_in_a_fractional_batch(b1, b2, n):
     lo, hi = sorted((b1, b2))
     assert km.decode_step(m, c, lo, 4096, n_chips=n, shard="batch").strict_step_s <= \
         km.decode_step(m, c, hi, 4096, n_chips=n, shard="batch").strict_step_s * (1 + 1e-12)
+
+
+def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
+    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
+    b = km.speculation_break_even_batch(m, h100, 128, 4, 0.8)
+    s = km.speculative_decode(m, h100, np.array([b / 2, b, 2 * b]), 128, 4, 0.8)
+    assert s.speedup[0] > 1 and s.speedup[1] == pytest.approx(1, abs=1e-6) and s.speedup[2] < 1
+    # at the break-even batch the verify step is compute-bound: its math outlasts its reads
+    verify = km.decode_step(m, h100, b, 128, tokens_per_seq=5)
+    assert verify.terms.strict_bound == "compute"
+    with pytest.raises(ValueError, match="does not pay"):
+        km.speculation_break_even_batch(m, h100, 128, 4, 0.0)
