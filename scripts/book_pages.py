@@ -32,6 +32,11 @@ What it changes, and why (issue 13, "the published book reads like a book"):
 * **Chapter numbers in the printed title.** The theme prints its own copy
   of the page title, without the chapter number the page's ``<h1>`` has;
   it gets the number ("1. Why the GPU waits").
+* **Search tools only on the search page.** pydata-sphinx-theme loads
+  Sphinx's search scripts and the whole search index (over 100 KB, growing
+  with the book) on every page, for a search-as-you-type box it has switched
+  off (``search_as_you_type = False``): the header's search form submits to
+  ``search.html``, which loads them itself. Other pages drop the three tags.
 * **The download menu offers the book's PDF** (``make pdf`` writes
   ``_build/html/kvmath-book.pdf``) instead of calling the print dialog.
 
@@ -54,6 +59,8 @@ PDF_NAME = "kvmath-book.pdf"
 FRAMES_DIR = "_images/kvmath-frames"
 CSS_DPI = 100  # kvmath.plots.CSS_DPI: CSS pixels per figure inch
 
+_SEARCH_TOOLS = re.compile(
+    r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')
 _FONTAWESOME = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
 _PRINT_BUTTON = re.compile(r'<button onclick="window\.print\(\)"(.*?)title="Print to PDF"(.*?)</button>', re.S)
 _DATA = re.compile(r'(<script type="application/json" class="kvmath-interactive-data">)(.*?)(</script>)', re.S)
@@ -266,9 +273,11 @@ _CURRENT = re.compile(r'<li class="toctree-l1 current active[^>]*><a class="curr
 _PRINT_H1 = re.compile(r'(<div id="jb-print-docs-body" class="onlyprint">\s*<h1>)(?!<span)')
 
 
-def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = None) -> str:
+def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = None, search_page: bool = False) -> str:
     """The page's HTML after the changes above (idempotent)."""
     text = _FONTAWESOME.sub("", text)
+    if not search_page:
+        text = _SEARCH_TOOLS.sub("", text)
     number = _CURRENT.search(text)
     if number:  # the print title (the page's own h1 is numbered by Sphinx)
         text = _PRINT_H1.sub(rf'\1<span class="section-number">{number.group(1)}. </span>', text, count=1)
@@ -305,7 +314,7 @@ def postprocess(app, exception) -> None:
             continue
         rel_root = "../" * (len(rel.parts) - 1)
         text = path.read_text(encoding="utf-8")
-        new = rewrite_page(text, outdir, rel_root, icons)
+        new = rewrite_page(text, outdir, rel_root, icons, search_page=rel.as_posix() == "search.html")
         if new != text:
             path.write_text(new, encoding="utf-8")
     if icons is not None:

@@ -47,6 +47,21 @@ def test_no_page_loads_the_widget_manager_or_the_icon_script(built_book):
         assert "fontawesome.js" not in text, rel
 
 
+def test_search_tools_load_on_the_search_page_only_and_search_works_offline(built_book, browser):
+    for rel in html_pages(built_book):
+        if rel != "search.html":
+            assert "searchindex.js" not in (built_book / rel).read_text(encoding="utf-8"), rel
+    from sitecheck import serve
+    with serve(built_book) as base:
+        context = browser.new_context()
+        context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
+        page = context.new_page()
+        page.goto(base + "search.html?q=roofline")
+        page.wait_for_selector("#search-results li", timeout=20000)
+        assert page.locator("#search-results li").count() >= 1
+        context.close()
+
+
 @pytest.mark.xfail(strict=False, reason="depends on the chapters: they adopt remove-input / remove-cell "
                    "and the nbval-check-output tag in the chapter pass (issue 13, item 1)")
 def test_code_is_under_15_percent_of_every_chapter(site_reports):
