@@ -261,7 +261,7 @@ def tensor_parallel_comm_s(
 
     >>> from kvmath.links import get_link
     >>> round(tensor_parallel_comm_s(get_model("llama-2-70b"), 1, 8, get_link("nvlink4")) * 1e6, 1)
-    120.8
+    85.8
     """
     if link is None:
         return plain(0.0 * positive("batch", batch))
@@ -385,7 +385,7 @@ def chip_step(
     >>> s = chip_step(m, 1, 4096, ParallelLayout(tp=8), 3.35e12, 989.4e12,
     ...               kv_bytes_per_seq=kv, attention_flops_per_seq=att, link=get_link("nvlink4"))
     >>> round(s.weight_bytes_read / 1e9, 3), round(s.kv_bytes_read / 1e6, 2), round(s.comm_s * 1e6, 1)
-    (17.179, 167.77, 120.8)
+    (17.179, 167.77, 85.8)
     """
     layout = as_layout(layout).check(model)
     link = None if link is None else as_link(link)

@@ -344,12 +344,12 @@ def decode_step(
     (15.01, 67.0)
 
     Llama 2 70B at batch 1 on 8 H100s over NVLink 4: 160 all-reduces of
-    16 KB cost at least 0.12 ms, against 5.1 ms of weight reads:
+    16 KB cost at least 0.086 ms, against 5.1 ms of weight reads:
 
     >>> from kvmath import get_link
     >>> s = decode_step(get_model("llama-2-70b"), get_chip("h100-sxm"), 1, 4096, n_chips=8, link=get_link("nvlink4"))
     >>> round(s.comm_s * 1e3, 3), round(s.strict_step_s * 1e3, 3)
-    (0.121, 5.178)
+    (0.086, 5.178)
     """
     model, chip = as_presets(model, chip)
     link = None if link is None else as_link(link)

@@ -49,9 +49,11 @@ def test_ring_all_reduce_bytes_and_time_by_hand():
     # one-shot: 7 x 16384 bytes in one step; in-switch (NVLS): 16384 up and back, 2 steps
     assert km.allreduce_time(16384, 8, NV4, "one_shot") == pytest.approx(7 * 16384 / 450e9 + 0.5e-6, rel=1e-12)
     assert km.allreduce_time(16384, 8, NV4, "in_switch") == pytest.approx(16384 / 450e9 + 1e-6, rel=1e-12)
-    # large messages: the switch's single pass wins; the bound is the best algorithm
+    # two-shot: ring's bytes in 2 steps
+    assert km.allreduce_time(16384, 8, NV4, "two_shot") == pytest.approx(28672 / 450e9 + 1e-6, rel=1e-12)
+    # the bound: one step and the fewest bytes a chip must receive (S with the switch's sum)
     big = 1e9
-    assert km.allreduce_time(big, 8, NV4) == pytest.approx(big / 450e9 + 1e-6, rel=1e-12)
+    assert km.allreduce_time(big, 8, NV4) == pytest.approx(big / 450e9 + 0.5e-6, rel=1e-12)
     with pytest.raises(ValueError, match="in-switch"):
         km.allreduce_time(16384, 8, km.get_link("pcie4-x16"), "in_switch")
 
@@ -155,7 +157,7 @@ def test_tp_comm_enters_the_strict_bound_as_a_max_and_the_no_overlap_form_as_a_s
     slow = NV4.replace(latency_s=100e-6)  # a link so slow that communication binds
     base = km.decode_step(m, H100, 1, 4096, n_chips=8)
     s = km.decode_step(m, H100, 1, 4096, n_chips=8, link=slow)
-    assert s.comm_s == pytest.approx(160 * (7 * 16384 / 450e9 + 100e-6), rel=1e-12)
+    assert s.comm_s == pytest.approx(160 * (16384 / 450e9 + 100e-6), rel=1e-12)  # the floor: S / W + alpha
     assert s.strict_step_s == pytest.approx(max(base.strict_step_s, s.comm_s), rel=1e-12)
     assert s.no_overlap_step_s == pytest.approx(base.no_overlap_step_s + s.comm_s, rel=1e-12)
 
@@ -309,7 +311,7 @@ def test_decode_json_comm_s(capsys):
     assert run_json(capsys, *common)["comm_s"] == 0
     assert run_json(capsys, *common, "--link", "nvlink4")["comm_s"] == 0  # one chip
     eight = run_json(capsys, *common, "--chips", "8", "--link", "nvlink4")
-    assert eight["comm_s"] == pytest.approx(160 * (7 * 16384 / 450e9 + 0.5e-6), rel=1e-12)
+    assert eight["comm_s"] == pytest.approx(160 * (16384 / 450e9 + 0.5e-6), rel=1e-12)
 
 
 def test_prefill_and_links_commands(capsys):
@@ -367,9 +369,9 @@ def test_batch_one_on_eight_chips_against_a_published_measurement():
     s = km.decode_step(m, A100, 1, 512, n_chips=8, weights="fp16", link=nv3)
     assert s.strict_step_s < 0.068                        # the bound is not beaten
     assert 0.0080 < s.strict_step_s < 0.0081              # 130.6 GB / 8 / 2.039 TB/s plus the cache
-    # 160 all-reduces of 16 KB: physics (0.5 us a hop, one-shot) 0.14 ms; at the 10.14 us nccl-tests
-    # measured on two A100s (nccl#583) 1.6 ms: 0.2% and 2.7% of the 61 ms gap
-    assert s.comm_s == pytest.approx(160 * (7 * 16384 / 300e9 + 0.5e-6), rel=1e-12)
+    # 160 all-reduces of 16 KB: physics (0.5 us a hop, the floor 2 (N-1)/N S / W + alpha) 0.095 ms; at the
+    # 10.14 us nccl-tests measured on two A100s (nccl#583) 1.6 ms: 0.15% and 2.7% of the 61 ms gap
+    assert s.comm_s == pytest.approx(160 * (2 * 7 / 8 * 16384 / 300e9 + 0.5e-6), rel=1e-12)
     estimate = 160 * km.allreduce_estimate(16384, 8, nv3)
     gap = 0.069 - s.strict_step_s
     assert s.comm_s / gap < 0.003 and 0.02 < estimate / gap < 0.03
