@@ -47,7 +47,7 @@ from .memory import BUDGETS, memory_budget
 from .models import Model, Precision
 from .parallel import ChipStep, ParallelLayout, as_layout, chip_step
 from .prefill import prefill_time
-from .step import as_presets, compute_rate, refuse_overflow
+from .step import as_presets, compute_rate, overflow_named, refuse_overflow
 from .units import dtype_bytes
 from .validation import ArrayLike, broadcast, choice, fraction, non_negative, plain, positive, positive_int
 
@@ -339,6 +339,14 @@ def prefill_bound(
     >>> round(prefill_bound(b, "a100-40gb", 1, 2048, layout="pp=3", link="nvlink3"), 3)
     0.275
     """
+    with overflow_named("prefill_bound", batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens):
+        return _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                              activation_dtype, chunk_tokens, overhead_s, efficiency)
+
+
+def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                   activation_dtype, chunk_tokens, overhead_s, efficiency) -> ArrayLike:
+    """:func:`prefill_bound`'s body."""
     model, chip = as_presets(model, chip)
     layout = as_layout(layout).check(model)
     link = None if link is None else as_link(link)
@@ -472,6 +480,15 @@ def request_times(
     >>> round(r.cost_per_million_tokens, 3)
     0.198
     """
+    with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
+        return _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype,
+                              compute_dtype, activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s,
+                              efficiency)
+
+
+def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                   activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s, efficiency) -> RequestTimes:
+    """:func:`request_times`'s body."""
     model, chip = as_presets(model, chip)
     layout = as_layout(layout)
     link = None if link is None else as_link(link)

@@ -9,6 +9,7 @@ it, so there is one step model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
@@ -36,15 +37,27 @@ def as_presets(model, chip) -> tuple[Model, Chip]:
     return out[0], out[1]
 
 
+def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
+    shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
+                      for k, v in inputs.items())
+    return ResultOverflow(f"{where}: the result overflows float64 (it would be inf) for {shown}; use smaller numbers")
+
+
 def refuse_overflow(where: str, results: Mapping, **inputs) -> None:
     """Raise :class:`kvmath.ResultOverflow` naming ``inputs`` where any of ``results`` is inf or NaN."""
     for value in results.values():
-        arr = np.asarray(value, dtype=float)
-        if not np.all(np.isfinite(arr)):
-            shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
-                              for k, v in inputs.items())
-            raise ResultOverflow(f"{where}: the result overflows float64 (it would be inf) for {shown}; "
-                                 "use smaller numbers")
+        if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+            raise _overflow(where, inputs)
+
+
+@contextlib.contextmanager
+def overflow_named(where: str, **inputs):
+    """Inside: no numpy warnings, and an inner overflow re-raised as one naming ``where``'s ``inputs``."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            yield
+    except (ResultOverflow, ArithmeticError):
+        raise _overflow(where, inputs) from None
 
 
 @dataclass(frozen=True)
@@ -351,6 +364,14 @@ def decode_step(
     >>> round(s.comm_s * 1e3, 3), round(s.strict_step_s * 1e3, 3)
     (0.086, 5.178)
     """
+    with overflow_named("decode_step", batch=batch, context=context, n_chips=n_chips):
+        return _decode_step(model, chip, batch, context, weights, kv_dtype, compute_dtype, n_chips, shard,
+                            tokens_per_seq, overhead_s, efficiency, routing, layout, link, activation_dtype)
+
+
+def _decode_step(model, chip, batch, context, weights, kv_dtype, compute_dtype, n_chips, shard, tokens_per_seq,
+                 overhead_s, efficiency, routing, layout, link, activation_dtype) -> DecodeStep:
+    """:func:`decode_step`'s body."""
     model, chip = as_presets(model, chip)
     link = None if link is None else as_link(link)
     work = step_work(model, batch, context, weights=weights, kv_dtype=kv_dtype, tokens_per_seq=tokens_per_seq)
