@@ -52,7 +52,7 @@ DECODE_KEYS = {
     "weight_bytes_resident": "bytes of all weights held in memory, every expert",
     "kv_bytes_per_token": "KV bytes per token (average over the context where layers use windows)",
     "kv_cache_bytes": "KV cache of the whole batch, bytes",
-    "kv_bytes_per_chip": "KV bytes each chip reads (a cache replicated across chips counts in full)",
+    "kv_bytes_per_chip": "KV bytes each chip reads (a cache replicated across chips counts in full; under --parallel pp=..., its stage's share of its sequences)",
     "weight_flops": "FLOPs of the weight matmuls, whole step",
     "attention_flops": "FLOPs of attention over the cache, whole step (0 with --params and no --model)",
     "bandwidth_per_chip": "bytes/s per chip used (peak x --efficiency)",

@@ -380,6 +380,8 @@ def test_batch_one_on_eight_chips_against_a_published_measurement():
 
 # ----- review-serving fixes (one test per item; each fails on the code before the fix) -------------
 
+M8, M70, TP8 = km.get_model("llama-3-8b"), km.get_model("llama-3-70b"), km.ParallelLayout(tp=8)
+
 
 @pytest.mark.parametrize("link", ["nvlink3", "nvlink4", "pcie4-x16", "amd-if-mi300x"])
 def test_item1_best_all_reduce_is_below_two_shot_and_every_named_algorithm(link):
@@ -398,8 +400,8 @@ def test_item1_best_all_reduce_is_below_two_shot_and_every_named_algorithm(link)
 def test_item1_two_shot_by_hand_and_the_step_it_changes():
     nv3, S = km.get_link("nvlink3"), 1 << 20
     two_shot = 2 * 7 / 8 * S / 300e9 + 2 * 0.5e-6                                  # 7.117 us
-    assert km.allreduce_time(S, 8, nv3, "two_shot") == pytest.approx(two_shot, rel=1e-12)
     assert km.allreduce_time(S, 8, nv3) == pytest.approx(two_shot - 0.5e-6, rel=1e-12)  # was 13.117 us (ring)
+    assert km.allreduce_time(S, 8, nv3, "two_shot") == pytest.approx(two_shot, rel=1e-12)
     # Llama 2 70B on 8 A100s at B = 64: 160 all-reduces of 64 x 8192 x 2 bytes, below two-shot's 1.14 ms
     s = km.decode_step("llama-2-70b", "a100-80gb", 64, 4096, n_chips=8, link=nv3)
     message = 64 * 8192 * 2
@@ -533,10 +535,10 @@ def dataclasses_asdict(x):
 
 
 def test_item9_one_output_token_has_no_tpot(capsys):
-    r = km.request_times("llama-3-8b", H100, 1, 100, 1)
+    r = km.request_times(M8, H100, 1, 100, 1)
     assert math.isnan(r.time_per_output_token_s) and math.isnan(r.tokens_per_s_per_user)
     assert r.decode_s == 0 and r.output_tokens_per_s == pytest.approx(1 / r.ttft_s, rel=1e-12)
-    f = km.serving_frontier("llama-3-70b", H100, 1000, 1, layout="tp=8", batch=[1, 2], tpot_limit_s=0.01)
+    f = km.serving_frontier(M70, H100, 1000, 1, layout=TP8, batch=[1, 2], tpot_limit_s=0.01)
     assert not np.any(np.isinf(f.tokens_per_s_per_user)) and f.found[0]  # no TPOT: any limit is met
     common = ["run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "100", "--output", "1"]
     j = run_json(capsys, *common)
@@ -546,29 +548,29 @@ def test_item9_one_output_token_has_no_tpot(capsys):
 
 
 def test_item10_price_broadcasts():
-    r = km.request_times("llama-3-8b", H100, 16, 1000, 500, price_per_chip_hour=np.array([1.0, 2.0]))
-    one = km.request_times("llama-3-8b", H100, 16, 1000, 500, price_per_chip_hour=2.0)
+    r = km.request_times(M8, H100, 16, 1000, 500, price_per_chip_hour=np.array([1.0, 2.0]))
+    one = km.request_times(M8, H100, 16, 1000, 500, price_per_chip_hour=2.0)
     assert r.cost_per_million_tokens[1] == pytest.approx(one.cost_per_million_tokens, rel=1e-12)
     assert r.cost_per_million_tokens[0] == pytest.approx(one.cost_per_million_tokens / 2, rel=1e-12)
 
 
 def test_item11_shapes_named_and_a_2d_batch_refused():
     with pytest.raises(ValueError, match=r"batch \(3,\) and input_tokens \(2,\)"):
-        km.request_times("llama-3-8b", H100, [1, 2, 3], [100, 200], 500)
+        km.request_times(M8, H100, [1, 2, 3], [100, 200], 500)
     with pytest.raises(ValueError, match=r"input_tokens \(3,\) and output_tokens \(2,\)"):
-        km.serving_frontier("llama-3-8b", H100, [1000, 2000, 3000], [100, 200])
+        km.serving_frontier(M8, H100, [1000, 2000, 3000], [100, 200])
     with pytest.raises(ValueError, match=r"batch must be a number or a 1-D array"):
-        km.serving_frontier("llama-3-70b", H100, 1000, 1000, batch=np.array([[1, 2], [3, 4]]), layout="tp=8")
+        km.serving_frontier(M70, H100, 1000, 1000, batch=np.array([[1, 2], [3, 4]]), layout=TP8)
 
 
 def test_item12_frontier_takes_a_named_budget_and_run_reports_it(capsys):
     m = km.get_model("llama-3-70b")
-    f = km.serving_frontier(m, H100, 1000, 1000, layout="tp=8", batch=[1])
+    f = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1])
     assert f.budget == "device" and f.memory_bytes == 80e9 and int(f.max_batch[0]) == 761
-    reserve = km.serving_frontier(m, H100, 1000, 1000, layout="tp=8", batch=[1], budget="reserve")
+    reserve = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="reserve")
     # the review's figure with hbm_bytes=memory_budget(h, "reserve")
     assert reserve.memory_bytes == km.memory_budget(H100, "reserve") and int(reserve.max_batch[0]) == 818
-    engine = km.serving_frontier(m, H100, 1000, 1000, layout="tp=8", batch=[1], budget="engine")
+    engine = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="engine")
     assert int(engine.max_batch[0]) < 761
     common = ["run", "--model", "llama-3-70b", "--hardware", "h100-sxm", "--input", "1000", "--output", "1000",
               "--batch", "761", "--chips", "8"]
@@ -598,7 +600,7 @@ def test_item14_run_and_prefill_take_config(capsys):
 
 
 def test_item15_frontier_says_when_nothing_meets_the_limit():
-    f = km.serving_frontier("llama-3-8b", H100, 1000, 100, batch=[1, 2], tpot_limit_s=1e-9)
+    f = km.serving_frontier(M8, H100, 1000, 100, batch=[1, 2], tpot_limit_s=1e-9)
     assert not f.found[0] and f.best_batch[0] == 0 and f.best_throughput_per_chip[0] == 0.0
-    ok = km.serving_frontier("llama-3-8b", H100, 1000, 100, batch=[1, 2])
+    ok = km.serving_frontier(M8, H100, 1000, 100, batch=[1, 2])
     assert ok.found[0] and ok.best_batch[0] == 2
