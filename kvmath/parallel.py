@@ -138,7 +138,10 @@ class ParallelLayout:
         Tensor parallelism by heads: query heads, and the weights, split
         ``tp`` ways; each chip holds ``ceil(h_kv / tp)`` KV heads (a cache
         with fewer KV heads than ``tp`` is replicated; an MLA latent, shared
-        by all heads, is replicated on every chip).
+        by all heads, is replicated on every chip). Only the query heads
+        are checked: ``tp = 7`` on 28 heads with 4 KV heads is accepted
+        (one KV head per chip), a layout vLLM refuses (it needs
+        ``tp % h_kv == 0`` or ``h_kv % tp == 0``); optimistic, as a bound may be.
     cp : int
         Context parallelism: each sequence's cache is split by position
         ``cp`` ways; every chip attends to its slice and the partial outputs
