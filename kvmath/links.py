@@ -37,7 +37,10 @@ the result, ``2 (N - 1) S`` in all, so the busiest chip moves at least
 ``R = 2 (N - 1) / N * S`` (Patarasuk & Yuan's bound); with in-switch
 reduction a chip still needs the ``S`` bytes of its peers' sum, ``R = S``
 (the switch must reduce). So ``best`` is ``<=`` each named algorithm at
-every size, and below any hybrid or pipelined variant too.
+every size, and below every other one a real system runs too: NCCL's
+double binary tree (``2 log2 N`` dependent steps), CollNet, MSCCL++'s
+kernels, and any pipelined or hierarchical variant all pay at least one
+step and the fewest bytes.
 
 Other collectives:
 
