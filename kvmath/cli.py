@@ -18,14 +18,15 @@ import re
 import sys
 from typing import Sequence
 
+import numpy as np
+
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
 from .decode import critical_batch, critical_batch_beta_alpha, tokens_per_s, tokens_per_s_per_seq
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
-from .formats import get_format
 from .hardware import Chip, chip_names, get_chip
 from .layers import LAYER_KINDS
 from .links import get_link, link_names
-from .memory import (GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, _check_tensor_parallel, memory_budget,
+from .memory import (BUDGETS, GPU_MEMORY_UTILIZATION, BLOCK_SIZE, VLLM_ENGINES, _check_tensor_parallel, memory_budget,
                      runtime_total_bytes, vllm_engine, vllm_kv_cache)
 from .models import ATTENTION_KINDS, Model, get_model, model_names
 from .parallel import KV_SHARDINGS, ParallelLayout, parse_layout, tensor_parallel_comm_s
@@ -52,7 +53,7 @@ DECODE_KEYS = {
     "weight_bytes_resident": "bytes of all weights held in memory, every expert",
     "kv_bytes_per_token": "KV bytes per token (average over the context where layers use windows)",
     "kv_cache_bytes": "KV cache of the whole batch, bytes",
-    "kv_bytes_per_chip": "KV bytes each chip reads (a cache replicated across chips counts in full)",
+    "kv_bytes_per_chip": "KV bytes each chip reads (a cache replicated across chips counts in full; under --parallel pp=..., its stage's share of its sequences)",
     "weight_flops": "FLOPs of the weight matmuls, whole step",
     "attention_flops": "FLOPs of attention over the cache, whole step (0 with --params and no --model)",
     "bandwidth_per_chip": "bytes/s per chip used (peak x --efficiency)",
@@ -364,6 +365,9 @@ def _decode_numbers(args) -> dict:
                                 link=link, overhead_s=overhead_s, efficiency=efficiency)
         n_chips = step.n_chips
     else:
+        if model is not None and args.kv_shard == "heads" and model.n_heads % int(n_chips):
+            raise ValueError(f"--chips ({int(n_chips)}) must divide the {model.n_heads} heads of {model.name} to split "
+                             f"by heads; try --parallel pp={int(n_chips)} (pipeline by layers) or --kv-shard batch")
         step = step_time(work, bandwidth, flops, n_chips=int(n_chips), shard=args.kv_shard,
                          overhead_s=overhead_s, efficiency=efficiency)
     if link is not None and not args.parallel:
@@ -390,7 +394,7 @@ def _decode_numbers(args) -> dict:
         "weight_bytes_resident": float(work.weight_bytes_resident),
         "kv_bytes_per_token": float(work.kv_bytes_per_seq / context),
         "kv_cache_bytes": float(work.kv_bytes_read),
-        "kv_bytes_per_chip": float(step.kv_bytes_per_chip),
+        "kv_bytes_per_chip": float(_own_kv_bytes(step, batch)),
         "weight_flops": float(work.weight_flops),
         "attention_flops": float(work.attention_flops),
         "bandwidth_per_chip": float(bandwidth * efficiency),
@@ -415,6 +419,18 @@ def _decode_numbers(args) -> dict:
     }
     _warn_past_supported_context(args, model, context)
     return result
+
+
+def _own_kv_bytes(step, batch: float) -> float:
+    """The cache one chip itself reads in the step; under pp, its stage's share of its group's sequences.
+
+    The bound charges ``max(B' / pp, 1)`` sequences' whole-model cache per
+    round (:class:`kvmath.ChipStep`); a chip reads ``B' / pp`` of them.
+    """
+    if step.chip is None or step.chip.layout.pp == 1:
+        return step.kv_bytes_per_chip
+    layout = step.chip.layout
+    return step.kv_bytes_per_chip / step.chip.micro_batch * math.ceil(batch / layout.dp) / layout.pp
 
 
 def _print_decode(r: dict) -> None:
@@ -662,12 +678,14 @@ RUN_KEYS = {
     "decode_s": "the output_tokens - 1 decode steps, strict bounds summed, seconds",
     "decode_no_overlap_s": "the same in the no-overlap form, seconds",
     "total_s": "ttft_s + decode_s, seconds",
-    "time_per_output_token_s": "decode_s / (output_tokens - 1), seconds (0 for one output token)",
-    "tokens_per_s_per_user": "1 / time_per_output_token_s",
+    "time_per_output_token_s": "decode_s / (output_tokens - 1), seconds (null for one output token: no decode step)",
+    "tokens_per_s_per_user": "1 / time_per_output_token_s (null for one output token)",
     "output_tokens_per_s": "batch * output_tokens / total_s (prefill included, as benchmarks count)",
     "output_tokens_per_s_per_chip": "output_tokens_per_s / chips",
     "memory_bytes_per_chip": "weights and cache the busiest chip holds at the last step, bytes",
-    "fits_in_memory": "memory_bytes_per_chip <= the chip's hbm_bytes",
+    "budget": "--budget: the memory budget fits_in_memory compares with (device: the marketed size, the default)",
+    "memory_budget_bytes": "bytes per chip that --budget gives (kvmath.memory_budget)",
+    "fits_in_memory": "memory_bytes_per_chip <= memory_budget_bytes",
     "price_per_chip_hour": "--price-per-hour (null if not given)",
     "cost_per_million_tokens": "price per million output tokens: price x chips x total_s / 3600 / (batch x output_tokens) x 1e6 (null without a price)",
     "is_lower_bound": "true: every time is a lower bound (assumed 0.5 us per link hop, see `kvmath links`)",
@@ -679,10 +697,10 @@ PREFILL_KEYS = {
     "layout": RUN_KEYS["layout"], "link": RUN_KEYS["link"], "batch": "prompts prefilled together B",
     "input_tokens": RUN_KEYS["input_tokens"], "chunk_tokens": "chunk size of chunked prefill (null: one pass)",
     "ttft_s": "strict lower bound on the prefill (time to first token), seconds",
-    "weight_bytes_read_per_chip": "weight bytes one chip reads in one pass (chunked: per chunk, once)",
-    "kv_bytes_written_per_chip": "cache bytes one chip writes",
-    "flops_per_chip": "weight and attention FLOPs of one chip",
-    "comm_s": "lower bound on the pass's communication, seconds",
+    "weight_bytes_read_per_chip": "weight bytes one chip reads in one pass (chunked: per chunk, once; under pp its stage's)",
+    "kv_bytes_written_per_chip": "cache bytes one chip writes (under pp, its stage's layers)",
+    "flops_per_chip": "weight and attention FLOPs of one chip (under pp, its stage's share)",
+    "comm_s": "lower bound on one chip's collectives in the pass, seconds (pipeline sends are in ttft_s's fill)",
     "bound": "what binds: compute, memory or communication (one pass)",
     "prompt_tokens_per_s": "batch * input_tokens / ttft_s",
 }
@@ -711,17 +729,21 @@ def _add_request_parsers(sub) -> None:
     common(run)
     run.add_argument("--output", type=_number, required=True, help="output tokens per request (required)", action=_Once)
     run.add_argument("--price-per-hour", type=_number, help="price of one chip-hour, for cost_per_million_tokens (default: none, no cost)", action=_Once)
+    run.add_argument("--budget", default="device", type=str.lower, choices=BUDGETS,
+                     help="memory per chip that fits_in_memory compares with: the marketed size (default), the total "
+                          "the device reports, the runtime's total less non-torch memory, or vLLM's "
+                          "gpu_memory_utilization share of it (kvmath.memory_budget)", action=_Once)
     links = sub.add_parser("links", help="list link presets")
     links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
 
 
 def _request_setup(args):
     """(model, chip, layout, link, options) for `prefill` and `run`, each bad value naming its option."""
-    if not args.model:
-        raise ValueError(f"kvmath {args.command} needs --model (--params alone has no layers or heads)")
+    if not args.model and not args.config:
+        raise ValueError(f"kvmath {args.command} needs --model or --config (--params alone has no layers or heads)")
     if args.params is not None or args.kv_bytes_per_token is not None:
         raise ValueError(f"kvmath {args.command} takes the model's own --params and --kv-bytes-per-token; drop them")
-    model = get_model(args.model)
+    model = _model(args)
     if not args.hardware:
         raise ValueError("give --hardware (--bandwidth and --flops may override its rates)")
     chip = get_chip(args.hardware)
@@ -757,6 +779,8 @@ def _layout_option(args, model) -> ParallelLayout:
 
 def _link_option(args):
     """The --link preset (None without one); an unknown name names the option."""
+    if args.link is not None and not args.link.strip():
+        raise ValueError("--link is empty: give a link preset (see `kvmath links`) or leave --link out")
     try:
         return get_link(args.link) if args.link else None
     except ValueError as err:
@@ -802,16 +826,22 @@ def _run(args) -> dict:
     s_in = int(positive_int("--input", args.input))
     s_out = int(positive_int("--output", args.output))
     price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
+    try:
+        room = memory_budget(chip, args.budget)
+    except ValueError as err:
+        raise ValueError(f"--budget {args.budget}: {err}") from None
     r = request_times(model, chip, batch, s_in, s_out, price_per_chip_hour=price, **options)
     last = decode_step(model, chip, batch, s_in + s_out - 1, layout=layout, link=link, weights=options["weights"],
                        kv_dtype=args.kv_dtype, compute_dtype=args.compute_dtype).chip
     result = {
         **_shape_fields(args, model, chip, layout, link), "batch": batch, "input_tokens": s_in, "output_tokens": s_out,
         "ttft_s": float(r.ttft_s), "decode_s": float(r.decode_s), "decode_no_overlap_s": float(r.decode_no_overlap_s),
-        "total_s": float(r.total_s), "time_per_output_token_s": float(r.time_per_output_token_s),
+        "total_s": float(r.total_s),
+        "time_per_output_token_s": float(r.time_per_output_token_s) if s_out > 1 else None,
         "tokens_per_s_per_user": float(r.tokens_per_s_per_user) if s_out > 1 else None,
         "output_tokens_per_s": float(r.output_tokens_per_s), "output_tokens_per_s_per_chip": float(r.output_tokens_per_s_per_chip),
-        "memory_bytes_per_chip": float(last.memory_bytes), "fits_in_memory": bool(last.memory_bytes <= chip.hbm_bytes),
+        "memory_bytes_per_chip": float(last.memory_bytes), "budget": args.budget, "memory_budget_bytes": float(room),
+        "fits_in_memory": bool(last.memory_bytes <= room),
         "price_per_chip_hour": price,
         "cost_per_million_tokens": None if price is None else float(r.cost_per_million_tokens),
         "is_lower_bound": r.is_lower_bound,
@@ -824,10 +854,12 @@ def _print_run(r: dict) -> None:
     print(f"  time to first token      {fmt_seconds(r['ttft_s'])}")
     print(f"  decode                   {fmt_seconds(r['decode_s'])}  (no overlap: {fmt_seconds(r['decode_no_overlap_s'])})")
     print(f"  total                    {fmt_seconds(r['total_s'])}")
-    print(f"  time per output token    {fmt_seconds(r['time_per_output_token_s'])}")
+    tpot = r["time_per_output_token_s"]
+    print(f"  time per output token    {'n/a (one output token: no decode step)' if tpot is None else fmt_seconds(tpot)}")
     print(f"  output tokens/s          {r['output_tokens_per_s']:,.1f}  ({r['output_tokens_per_s_per_chip']:,.1f} per chip)")
     fits = "fits" if r["fits_in_memory"] else "does NOT fit"
-    print(f"  memory per chip          {fmt_bytes(r['memory_bytes_per_chip'])}  ({fits})")
+    print(f"  memory per chip          {fmt_bytes(r['memory_bytes_per_chip'])}  ({fits} in {fmt_bytes(r['memory_budget_bytes'])}, "
+          f"budget: {r['budget']})")
     if r["cost_per_million_tokens"] is not None:
         print(f"  cost per 1M output tokens {r['cost_per_million_tokens']:.4f} (at {r['price_per_chip_hour']:g} per chip-hour)")
     if not r["fits_in_memory"]:
@@ -926,7 +958,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     compute, show = _COMMANDS[args.command]
     try:
         _refuse_ignored(args)
-        result = compute(args)
+        with np.errstate(all="ignore"):  # an overflow is reported once, as one line, below
+            result = compute(args)
         if _non_finite(result):
             raise ResultOverflow("non-finite result")
         text = _render(args, result)

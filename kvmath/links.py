@@ -7,18 +7,43 @@ beside it) and a minimum latency ``alpha`` per communication step (per hop).
 No vendor publishes a per-hop latency, so every preset's ``alpha`` is a
 labelled assumption (500 ns), kept well below every measured figure.
 
-Lower bounds (physics: bytes over the link's peak, ``alpha`` per step):
+All-reduce of ``S`` bytes on each of ``N`` chips. The algorithms real
+systems run (physics: bytes over the link's peak, ``alpha`` per dependent step):
 
-- ring all-reduce of ``S`` bytes on ``N`` chips: each chip sends
+- ``"ring"`` (NCCL's ring; Patarasuk & Yuan, "Bandwidth optimal all-reduce
+  algorithms for clusters of workstations", J. Parallel Distrib. Comput. 69
+  (2009), doi:10.1016/j.jpdc.2008.09.002): each chip sends
   ``2 (N - 1) / N * S`` bytes in ``2 (N - 1)`` steps:
   ``2 (N - 1) / N * S / W_link + 2 (N - 1) alpha``;
-- one-shot all-reduce (every chip sends its whole vector to every peer and
-  reduces locally, as custom all-reduce kernels do for small messages):
+- ``"one_shot"`` (every chip reads or receives every peer's whole vector and
+  reduces locally: vLLM's ``cross_device_reduce_1stage`` in
+  ``csrc/custom_all_reduce.cuh``, TensorRT-LLM's ``AllReduceStrategyType::ONESHOT``):
   ``(N - 1) S / W_link + alpha``;
-- in-switch reduction (NVLink SHARP, NVLS): each chip sends ``S`` up and
-  receives the reduced ``S`` back: ``S / W_link + 2 alpha``;
-- :func:`allreduce_time` with ``algorithm="best"`` (the default) takes the
-  fastest the link allows: that is the bound.
+- ``"two_shot"`` (a direct reduce-scatter, each chip summing its ``1/N``
+  slice from every peer, then a direct all-gather: vLLM's
+  ``cross_device_reduce_2stage``, TensorRT-LLM's ``TWOSHOT``): ring's bytes
+  in two steps, ``2 (N - 1) / N * S / W_link + 2 alpha``;
+- ``"in_switch"`` (NVLink SHARP, NCCL's NVLS, where the switch reduces):
+  each chip sends ``S`` up and receives the reduced ``S`` back:
+  ``S / W_link + 2 alpha``.
+
+``"best"`` (the default, the bound) is the minimum over **every** algorithm
+the link allows, not only the ones above: the physical floor
+``alpha + R / W_link``, where ``R`` is the fewest bytes a chip must receive.
+Any all-reduce needs at least one dependent step (``alpha``: no byte from
+a peer arrives sooner), and then the bytes: without in-network reduction
+each element needs ``N - 1`` transfers to reduce and ``N - 1`` to spread
+the result, ``2 (N - 1) S`` in all, so the busiest chip moves at least
+``R = 2 (N - 1) / N * S`` (Patarasuk & Yuan's bound); with in-switch
+reduction a chip still needs the ``S`` bytes of its peers' sum, ``R = S``
+(the switch must reduce). So ``best`` is ``<=`` each named algorithm at
+every size, and below every other one a real system runs too: NCCL's
+double binary tree (``2 log2 N`` dependent steps), CollNet, MSCCL++'s
+kernels, and any pipelined or hierarchical variant all pay at least one
+step and the fewest bytes.
+
+Other collectives:
+
 - all-to-all (expert parallelism): each chip sends ``(N - 1) / N`` of its
   bytes, one step: ``(N - 1) / N * S / W_link + alpha``;
 - point-to-point (pipeline stages): ``S / W_link + alpha``.
@@ -39,7 +64,7 @@ import numpy as np
 from .presets import lookup, optional_float, read_rows
 from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
 
-ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "in_switch")
+ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
 
 
 @dataclass(frozen=True)
@@ -145,12 +170,15 @@ def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayL
     return plain(2 * (n - 1) / n * non_negative("message_bytes", message_bytes))
 
 
-def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link, algorithm: str = "best") -> ArrayLike:
+def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | str,
+                   algorithm: str = "best") -> ArrayLike:
     """Lower bound on an all-reduce of ``message_bytes`` on each of ``n_chips`` chips, seconds.
 
-    ``algorithm``: ``"ring"``, ``"one_shot"``, ``"in_switch"`` (needs a link
-    with in-switch reduction) or ``"best"``, the fastest the link allows (the
-    bound). See the module text for each formula. 0 at ``n_chips = 1``.
+    ``algorithm``: ``"ring"``, ``"one_shot"``, ``"two_shot"``, ``"in_switch"``
+    (needs a link with in-switch reduction) or ``"best"``, the physical floor
+    over every algorithm the link allows (the bound; ``<=`` each named one).
+    See the module text for each formula and its source. 0 at ``n_chips = 1``.
+    ``link`` is a :class:`Link` or a preset name.
 
     Examples
     --------
@@ -159,30 +187,51 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link, alg
     >>> nv = get_link("nvlink4")
     >>> round(allreduce_time(16384, 8, nv, "ring") * 1e6, 3)  # 14 steps of 0.5 us
     7.064
-    >>> round(allreduce_time(16384, 8, nv) * 1e6, 3)           # one-shot is the fastest here
+    >>> round(allreduce_time(16384, 8, nv, "one_shot") * 1e6, 3)
     0.755
+    >>> round(allreduce_time(16384, 8, nv) * 1e6, 3)           # one step and the S bytes of the switch's sum
+    0.536
+    >>> round(allreduce_time(1 << 20, 8, "nvlink3", "two_shot") * 1e6, 3)  # ring's bytes in two steps
+    7.117
     >>> allreduce_time(16384, 1, nv)
     0.0
     """
     algorithm = choice("algorithm", algorithm, ALLREDUCE_ALGORITHMS)
+    link = as_link(link)
     size = non_negative("message_bytes", message_bytes)
     n = positive_int("n_chips", n_chips)
     w, alpha = link.bandwidth, link.latency_s
+    fewest = 2 * (n - 1) / n * size
     times = {
-        "ring": 2 * (n - 1) / n * size / w + 2 * (n - 1) * alpha,
+        "ring": fewest / w + 2 * (n - 1) * alpha,
         "one_shot": (n - 1) * size / w + alpha,
+        "two_shot": fewest / w + 2 * alpha,
     }
     if link.in_switch_reduction:
         times["in_switch"] = size / w + 2 * alpha
-    if algorithm == "in_switch" and "in_switch" not in times:
+        fewest = np.minimum(fewest, size)
+    times["best"] = fewest / w + alpha
+    if algorithm not in times:
         raise ValueError(f"link {link.name!r} has no in-switch reduction")
-    t = np.minimum(times["ring"], times["one_shot"]) if algorithm == "best" else times[algorithm]
-    if algorithm == "best" and "in_switch" in times:
-        t = np.minimum(t, times["in_switch"])
-    return plain(np.where(n > 1, t, 0.0))
+    return plain(np.where(n > 1, times[algorithm], 0.0))
 
 
-def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link) -> ArrayLike:
+def as_link(link) -> Link:
+    """``link`` as a :class:`Link`: a Link unchanged, a preset name looked up; anything else a ValueError.
+
+    Examples
+    --------
+    >>> as_link("nvlink4").name
+    'nvlink4'
+    """
+    if isinstance(link, Link):
+        return link
+    if isinstance(link, str):
+        return get_link(link)
+    raise ValueError(f"link must be a Link or a link preset name, got {link!r}")
+
+
+def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | str) -> ArrayLike:
     """An **estimate** of an all-reduce: the link's measured small-message time plus the bytes at peak.
 
     ``measured_allreduce_latency_s + best-algorithm bytes / W_link``; 0 on
@@ -194,6 +243,7 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link)
     >>> round(allreduce_estimate(16384, 8, get_link("nvlink4")) * 1e6, 2)  # the 30 us nccl-tests floor
     30.04
     """
+    link = as_link(link)
     if link.measured_allreduce_latency_s is None:
         raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     n = positive_int("n_chips", n_chips)
@@ -201,7 +251,7 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link)
     return plain(np.where(n > 1, link.measured_allreduce_latency_s + bytes_s, 0.0))
 
 
-def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link) -> ArrayLike:
+def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link | str) -> ArrayLike:
     """Lower bound on an all-to-all (expert dispatch or combine), seconds.
 
     Each chip keeps ``1/N`` of its ``bytes_per_chip`` and sends the rest, in
@@ -212,12 +262,12 @@ def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link) -
     >>> round(all_to_all_time(8 * 7168 * 8, 8, get_link("nvlink4")) * 1e6, 3)  # 8 tokens x top-8, fp8
     1.392
     """
-    n = positive_int("n_chips", n_chips)
+    n, link = positive_int("n_chips", n_chips), as_link(link)
     t = (n - 1) / n * non_negative("bytes_per_chip", bytes_per_chip) / link.bandwidth + link.latency_s
     return plain(np.where(n > 1, t, 0.0))
 
 
-def p2p_time(message_bytes: ArrayLike, link: Link) -> ArrayLike:
+def p2p_time(message_bytes: ArrayLike, link: Link | str) -> ArrayLike:
     """Lower bound on sending ``message_bytes`` to the next pipeline stage: ``S / W_link + alpha``.
 
     Examples
@@ -225,4 +275,5 @@ def p2p_time(message_bytes: ArrayLike, link: Link) -> ArrayLike:
     >>> round(p2p_time(16384, get_link("pcie4-x16")) * 1e6, 3)
     1.02
     """
+    link = as_link(link)
     return plain(non_negative("message_bytes", message_bytes) / link.bandwidth + link.latency_s)

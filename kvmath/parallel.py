@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from .decode import StepBreakdown, step_breakdown
-from .links import Link, all_to_all_time, allreduce_time, p2p_time
+from .links import Link, all_to_all_time, allreduce_time, as_link, p2p_time
 from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
 from .validation import ArrayLike, ResultOverflow, checked, choice, non_negative, plain, positive, positive_int
 
@@ -138,7 +138,10 @@ class ParallelLayout:
         Tensor parallelism by heads: query heads, and the weights, split
         ``tp`` ways; each chip holds ``ceil(h_kv / tp)`` KV heads (a cache
         with fewer KV heads than ``tp`` is replicated; an MLA latent, shared
-        by all heads, is replicated on every chip).
+        by all heads, is replicated on every chip). Only the query heads
+        are checked: ``tp = 7`` on 28 heads with 4 KV heads is accepted
+        (one KV head per chip), a layout vLLM refuses (it needs
+        ``tp % h_kv == 0`` or ``h_kv % tp == 0``); optimistic, as a bound may be.
     cp : int
         Context parallelism: each sequence's cache is split by position
         ``cp`` ways; every chip attends to its slice and the partial outputs
@@ -178,6 +181,7 @@ class ParallelLayout:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"{name} must be a whole number, got {value!r}")
             positive_int(name, value)
+            object.__setattr__(self, name, int(value))  # numpy int32 would wrap in n_chips and not encode as JSON
 
     @property
     def n_chips(self) -> int:
@@ -218,10 +222,27 @@ def parse_layout(text: str) -> ParallelLayout:
     fields = {}
     for part in str(text).replace(" ", "").split(","):
         key, _, value = part.partition("=")
-        if key not in ("tp", "cp", "dp", "pp", "ep") or not value.isdigit() or key in fields:
+        if key not in ("tp", "cp", "dp", "pp", "ep") or not (value.isascii() and value.isdigit()) or key in fields:
             raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep), got {text!r}")
         fields[key] = int(value)
     return ParallelLayout(**fields)
+
+
+def as_layout(layout) -> ParallelLayout:
+    """``layout`` as a :class:`ParallelLayout`: None is one chip, text is parsed (:func:`parse_layout`).
+
+    Examples
+    --------
+    >>> as_layout("tp=2,pp=2").n_chips
+    4
+    """
+    if layout is None:
+        return ParallelLayout()
+    if isinstance(layout, ParallelLayout):
+        return layout
+    if isinstance(layout, str):
+        return parse_layout(layout)
+    raise ValueError(f"layout must be a ParallelLayout or text such as 'tp=2,pp=4', got {layout!r}")
 
 
 def tensor_parallel_comm_s(
@@ -243,10 +264,11 @@ def tensor_parallel_comm_s(
 
     >>> from kvmath.links import get_link
     >>> round(tensor_parallel_comm_s(get_model("llama-2-70b"), 1, 8, get_link("nvlink4")) * 1e6, 1)
-    120.8
+    85.8
     """
     if link is None:
         return plain(0.0 * positive("batch", batch))
+    link = as_link(link)
     message = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq) * model.d_model
     message = message * positive("activation_bytes", activation_bytes)
     return plain(2 * model.n_layers * allreduce_time(message, n_chips, link))
@@ -256,15 +278,23 @@ def tensor_parallel_comm_s(
 class ChipStep:
     """One decode step on the busiest chip of a :class:`ParallelLayout`.
 
-    Under pipeline parallelism a step is one round: every stage passes
-    ``pp`` micro-batches of ``ceil(ceil(B / dp) / pp)`` sequences, so the
-    bytes, FLOPs and communication below are per chip per round, in which
-    every sequence gains one token.
+    Under pipeline parallelism a step is one round, in which every sequence
+    gains one token. The figures are those of the schedule of ``pp``
+    micro-batches of ``b = max(B' / pp, 1)`` sequences (``B' = ceil(B / dp)``,
+    **unrounded**): per chip, its stage's weights ``pp`` times (all ``L``
+    layers' worth once) and its stage's share of ``pp b`` sequences' cache;
+    per micro-batch, the whole model. That is a lower bound over every
+    schedule of ``m <= B'`` micro-batches: with ``m >= pp`` a chip's own
+    work is at least this, and with ``m < pp`` one micro-batch of
+    ``B' / m >= b`` sequences must pass every stage in turn. So at ``B' = 1``
+    a pipeline is no faster than one chip. (The stage that holds
+    ``ceil(L / pp)`` layers does a little more; leaving that out keeps
+    the bound safe.)
 
     Attributes
     ----------
     layout : ParallelLayout
-    micro_batch : sequences a chip's weights see per pass, ceil(ceil(B / dp) / pp).
+    micro_batch : sequences a chip's weights see per pass, max(ceil(B / dp) / pp, 1) (unrounded).
     weight_bytes_read, kv_bytes_read : bytes the chip reads in the step.
     weight_flops, attention_flops : FLOPs the chip does (attention includes
         the log-sum-exp combine under context parallelism).
@@ -320,7 +350,7 @@ def chip_step(
 
     ``kv_bytes_per_seq`` and ``attention_flops_per_seq`` are one sequence's
     (all layers, as :func:`kvmath.step_work` gives them). Per chip, with
-    ``b = ceil(ceil(B / dp) / pp)`` sequences per pass and ``g = tp * cp``:
+    ``b = max(ceil(B / dp) / pp, 1)`` sequences per pass (unrounded, see :class:`ChipStep`) and ``g = tp * cp``:
 
     - weights read: non-routed groups / g; routed experts / g (``ep = 1``)
       or, with ``ep > 1``, the experts the stage's ``b * dp`` tokens touch / ep;
@@ -358,16 +388,21 @@ def chip_step(
     >>> s = chip_step(m, 1, 4096, ParallelLayout(tp=8), 3.35e12, 989.4e12,
     ...               kv_bytes_per_seq=kv, attention_flops_per_seq=att, link=get_link("nvlink4"))
     >>> round(s.weight_bytes_read / 1e9, 3), round(s.kv_bytes_read / 1e6, 2), round(s.comm_s * 1e6, 1)
-    (17.179, 167.77, 120.8)
+    (17.179, 167.77, 85.8)
     """
-    layout = layout.check(model)
+    layout = as_layout(layout).check(model)
+    link = None if link is None else as_link(link)
     batch = positive("batch", batch)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     b_act = positive("activation_bytes", activation_bytes)
     kv_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     g, L = layout.weight_shards, model.n_layers
-    micro = np.ceil(np.ceil(batch / layout.dp) / layout.pp) if (layout.dp > 1 or layout.pp > 1) else batch
+    # Under pp, max(B' / pp, 1) sequences per pass, unrounded: a bound over every micro-batch schedule (ChipStep)
+    micro = batch
+    if layout.dp > 1 or layout.pp > 1:
+        per_group = np.ceil(batch / layout.dp)
+        micro = np.maximum(per_group / layout.pp, np.minimum(per_group, 1)) if layout.pp > 1 else per_group
     tokens = micro * tokens_per_seq
 
     read = model.weight_bytes_read_by_group(micro, weights, routing, tokens_per_seq)

@@ -11,7 +11,11 @@ output tokens, runs as benchmarks run it:
   with ``A(t)`` the attention FLOPs of a token that attends to ``t`` tokens
   (:meth:`kvmath.Model.attention_flops_per_token`). Chunked prefill
   (``chunk_tokens``) runs the prompt in chunks, each re-reading the
-  weights and the cache written so far.
+  weights and the cache written so far. Under pipeline parallelism
+  (``pp > 1``) the chunks of one prompt flow through the stages (as in
+  TeraPipe and SGLang's chunked pipeline prefill): the bound is the last
+  stage's share of the work plus the fill of the pipeline (see
+  :func:`prefill_bound`), never the whole model's FLOPs on one chip.
 - **decode**: ``S_out - 1`` steps, the ``j``-th over a cache of ``S_in + j``
   tokens (``j = 1 .. S_out - 1``), each bounded by :func:`kvmath.decode_step`'s
   strict form. Within a stretch of contexts where no sliding window fills
@@ -19,8 +23,8 @@ output tokens, runs as benchmarks run it:
   step bounds is a sum of the upper envelope of two lines and a constant
   (the communication) over a range of integers, done in closed form (no
   loop over steps).
-- ``time_per_output_token_s = decode_s / (S_out - 1)`` (0 for one output
-  token), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
+- ``time_per_output_token_s = decode_s / (S_out - 1)`` (undefined, NaN, for
+  one output token: there is no decode step), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
   benchmarks' convention: prefill included), and the cost per million
   output tokens from a price per chip-hour.
 
@@ -32,17 +36,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dataclasses
+
 import numpy as np
 
 from .capacity import kv_budget_bytes
 from .hardware import Chip
-from .links import Link
+from .links import Link, as_link, p2p_time
+from .memory import BUDGETS, memory_budget
 from .models import Model, Precision
-from .parallel import ChipStep, ParallelLayout, chip_step
+from .parallel import ChipStep, ParallelLayout, as_layout, chip_step
 from .prefill import prefill_time
-from .step import compute_rate
+from .step import as_presets, compute_rate, overflow_named, refuse_overflow
 from .units import dtype_bytes
-from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, broadcast, choice, fraction, non_negative, plain, positive, positive_int
 
 
 def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
@@ -143,7 +150,7 @@ class RequestTimes:
     decode_no_overlap_s : the same in the no-overlap form.
     is_lower_bound : False where an efficiency below 1 or an overhead made
         the times estimates.
-    price_per_chip_hour : the price given (None for no cost).
+    price_per_chip_hour : the price given (None for no cost; broadcasts).
     """
 
     batch: ArrayLike
@@ -154,7 +161,7 @@ class RequestTimes:
     decode_s: ArrayLike
     decode_no_overlap_s: ArrayLike
     is_lower_bound: bool
-    price_per_chip_hour: float | None = None
+    price_per_chip_hour: ArrayLike | None = None
 
     @property
     def total_s(self) -> ArrayLike:
@@ -163,14 +170,18 @@ class RequestTimes:
 
     @property
     def time_per_output_token_s(self) -> ArrayLike:
-        """Decode time per output token after the first, ``decode_s / (S_out - 1)`` (0 for one token)."""
-        return plain(self.decode_s / np.maximum(self.output_tokens - 1, 1))
+        """Decode time per output token after the first, ``decode_s / (S_out - 1)``.
+
+        NaN (undefined) for one output token: it comes from the prefill and
+        no decode step follows.
+        """
+        steps = np.asarray(self.output_tokens, dtype=float) - 1
+        return plain(np.where(steps > 0, self.decode_s / np.maximum(steps, 1), np.nan))
 
     @property
     def tokens_per_s_per_user(self) -> ArrayLike:
-        """What each request sees while decoding: ``1 / time_per_output_token_s`` (inf for one token)."""
-        with np.errstate(divide="ignore"):
-            return plain(1.0 / np.asarray(self.time_per_output_token_s, dtype=float))
+        """What each request sees while decoding: ``1 / time_per_output_token_s`` (NaN, undefined, for one token)."""
+        return plain(1.0 / np.asarray(self.time_per_output_token_s, dtype=float))
 
     @property
     def output_tokens_per_s(self) -> ArrayLike:
@@ -211,14 +222,35 @@ def _prefill_strict(step: ChipStep) -> ArrayLike:
     return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
 
 
+def _stage_share(model, chip, batch, context, layout, **opts) -> ChipStep:
+    """A prefill pass on one chip of one pipeline stage: the stage group's work over ``pp``, memory of the layout.
+
+    The pass is run on the layout without its pipeline (every layer on the
+    stage group's ``tp * cp * dp`` chips) and its bytes, FLOPs and
+    collectives are split evenly over the ``pp`` stages: the most even
+    split of the layers there can be, so each chip's share is at most its
+    real stage's.
+    """
+    whole = _chip_step(model, chip, batch, context, dataclasses.replace(layout, pp=1), prefill=True, **opts)
+    if layout.pp == 1:
+        return whole
+    held = _chip_step(model, chip, 1, 1, layout, prefill=True, **{**opts, "tokens_per_seq": 1})
+    pp = layout.pp
+    return dataclasses.replace(
+        whole, layout=layout, weight_bytes_read=plain(whole.weight_bytes_read / pp),
+        kv_bytes_read=plain(whole.kv_bytes_read / pp), weight_flops=plain(whole.weight_flops / pp),
+        attention_flops=plain(whole.attention_flops / pp), comm_s=plain(whole.comm_s / pp),
+        weight_bytes_resident=held.weight_bytes_resident, kv_bytes_resident=plain(whole.kv_bytes_resident / pp))
+
+
 def prefill_chip_step(
-    model: Model,
-    chip: Chip,
+    model: Model | str,
+    chip: Chip | str,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | None = None,
-    link: Link | None = None,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
     weights: Precision = "bf16",
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
@@ -226,27 +258,38 @@ def prefill_chip_step(
 ) -> ChipStep:
     """One prefill pass of ``batch`` prompts on each chip of ``layout`` (bytes, FLOPs, comm): see :func:`prefill_bound`.
 
+    Under pipeline parallelism the figures are one chip's: its stage's share
+    (``1 / pp``) of the weights read, the cache written, the FLOPs and the
+    stage's collectives; the point-to-point sends between stages are in
+    :func:`prefill_bound`'s fill.
+
     Examples
     --------
     >>> from kvmath import get_chip, get_model
     >>> p = prefill_chip_step(get_model("llama-2-7b"), get_chip("a100-80gb"), 1, 2048)
     >>> round((p.weight_flops + p.attention_flops) / 1e12, 2)  # 2 P S (LM head once) + causal attention
     27.63
+    >>> p3 = prefill_chip_step("llama-2-7b", "a100-80gb", 1, 2048, layout="pp=2")
+    >>> round((p3.weight_flops + p3.attention_flops) / 1e12, 3)  # each chip does half
+    13.813
     """
-    return _chip_step(model, chip, batch, positive_int("input_tokens", input_tokens),
-                      ParallelLayout() if layout is None else layout, weights=weights, kv_dtype=kv_dtype,
-                      compute_dtype=compute_dtype, link=link, b_act=dtype_bytes(activation_dtype, argument="activation_dtype"),
-                      overhead_s=0.0, efficiency=1.0, tokens_per_seq=positive_int("input_tokens", input_tokens), prefill=True)
+    model, chip = as_presets(model, chip)
+    s_in = positive_int("input_tokens", input_tokens)
+    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
+                link=None if link is None else as_link(link),
+                b_act=dtype_bytes(activation_dtype, argument="activation_dtype"),
+                overhead_s=0.0, efficiency=1.0, tokens_per_seq=s_in)
+    return _stage_share(model, chip, batch, s_in, as_layout(layout).check(model), **opts)
 
 
 def prefill_bound(
-    model: Model,
-    chip: Chip,
+    model: Model | str,
+    chip: Chip | str,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | None = None,
-    link: Link | None = None,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
     weights: Precision = "bf16",
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
@@ -262,6 +305,20 @@ def prefill_bound(
     tokens, each a step of its own that re-reads the weights and reads the
     cache of the chunks before it; the bound is the sum over chunks.
 
+    Under pipeline parallelism (``pp > 1``) the chunks flow through the
+    stages, each stage's chip doing its share (``1 / pp``: the most even
+    split of the layers) of every chunk (:func:`prefill_chip_step`). The
+    last stage cannot start before the first chunk has passed the other
+    ``pp - 1`` stages, and then must do its share of every chunk:
+
+    - with ``chunk_tokens = c``: ``sum_k t_k + (pp - 1) (t_0 + p2p(chunk 0))``,
+      ``t_k`` the strict bound of chunk ``k``'s share and ``p2p`` the send
+      of its activations to the next stage (with a link);
+    - without ``chunk_tokens`` the system may chunk as it likes: the bound is
+      the whole prompt's share plus a fill of ``pp - 1`` stages that each
+      must at least read their weights (the first chunk needs every layer)
+      and send one token on (``alpha``, with a link).
+
     Examples
     --------
     Llama 2 7B, one 2,048-token prompt on an A100-80GB: compute-bound.
@@ -274,16 +331,43 @@ def prefill_bound(
     88.54
     >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
     216.09
+
+    The 52B on three A100-40GB by layers: a third of the FLOPs per chip plus
+    the fill of two stages, not the whole model on one chip:
+
+    >>> b = get_model("kipply-52b")
+    >>> round(prefill_bound(b, "a100-40gb", 1, 2048, layout="pp=3", link="nvlink3"), 3)
+    0.275
     """
-    layout = ParallelLayout() if layout is None else layout
+    with overflow_named("prefill_bound", batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens):
+        return _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                              activation_dtype, chunk_tokens, overhead_s, efficiency)
+
+
+def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                   activation_dtype, chunk_tokens, overhead_s, efficiency) -> ArrayLike:
+    """:func:`prefill_bound`'s body."""
+    model, chip = as_presets(model, chip)
+    layout = as_layout(layout).check(model)
+    link = None if link is None else as_link(link)
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
                 overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
     s_in = positive_int("input_tokens", input_tokens)
+    broadcast(batch=batch, input_tokens=input_tokens)
+    fills = layout.pp - 1
     if chunk_tokens is None:
-        return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
-                                                **opts)))
-    c = int(positive_int("chunk_tokens", chunk_tokens))
+        share = _stage_share(model, chip, batch, s_in, layout, tokens_per_seq=s_in, **opts)
+        ttft = _prefill_strict(share)
+        if fills:
+            hop = 0.0 if link is None else p2p_time(model.d_model * b_act, link)  # one token on to the next stage
+            ttft = ttft + fills * (share.weight_bytes_read / share.bandwidth + hop)
+        refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens)
+        return plain(ttft)
+    c = positive_int("chunk_tokens", chunk_tokens)
+    if np.ndim(c):
+        raise ValueError(f"chunk_tokens must be one whole number, got an array of shape {np.shape(c)}")
+    c = int(min(c, np.max(s_in)))  # a chunk longer than every prompt is the whole prompt
     # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
     k = np.arange(int(np.ceil(np.max(s_in) / c)))
     s = np.asarray(s_in, dtype=float)[..., None]
@@ -297,12 +381,24 @@ def prefill_bound(
     attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
     batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
     step = chip_step(
-        model, batch, end, layout, chip.bandwidth * opts["efficiency"], compute_rate(chip, weights, compute_dtype),
+        model, batch, end, dataclasses.replace(layout, pp=1), chip.bandwidth * opts["efficiency"],
+        compute_rate(chip, weights, compute_dtype),
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
     )
-    return plain(np.sum(np.where(live, _prefill_strict(step), 0.0), axis=-1))
+    if fills:
+        pp = layout.pp
+        step = dataclasses.replace(
+            step, weight_bytes_read=step.weight_bytes_read / pp, kv_bytes_read=step.kv_bytes_read / pp,
+            weight_flops=step.weight_flops / pp, attention_flops=step.attention_flops / pp, comm_s=step.comm_s / pp)
+    per_chunk = np.where(live, _prefill_strict(step), 0.0)
+    ttft = np.sum(per_chunk, axis=-1)
+    if fills:
+        hop = 0.0 if link is None else p2p_time(batch[..., 0] * size[..., 0] * model.d_model * b_act, link)
+        ttft = ttft + fills * (per_chunk[..., 0] + hop)
+    refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens)
+    return plain(ttft)
 
 
 def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, np.ndarray]:
@@ -331,20 +427,20 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
 
 
 def request_times(
-    model: Model,
-    chip: Chip,
+    model: Model | str,
+    chip: Chip | str,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | None = None,
-    link: Link | None = None,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
     weights: Precision = "bf16",
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
     activation_dtype: str = "bf16",
     chunk_tokens: int | None = None,
-    price_per_chip_hour: float | None = None,
+    price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
 ) -> RequestTimes:
@@ -352,19 +448,19 @@ def request_times(
 
     Parameters
     ----------
-    model, chip : Model, Chip
+    model, chip : Model, Chip, or preset names
     batch, input_tokens, output_tokens : int or array
         Requests served together, and their prompt and output lengths
         (whole numbers; broadcast against each other).
-    layout, link : ParallelLayout, Link, optional
+    layout, link : ParallelLayout, Link, or their text/preset names, optional
         How the model spreads over chips and what connects them (default:
         one chip). Without a link, communication is not counted.
     weights, kv_dtype, compute_dtype, activation_dtype :
         As in :func:`kvmath.decode_step`.
     chunk_tokens : int, optional
         Chunked prefill (see :func:`prefill_bound`).
-    price_per_chip_hour : float, optional
-        For ``cost_per_million_tokens`` (currency per chip-hour).
+    price_per_chip_hour : float or array, optional
+        For ``cost_per_million_tokens`` (currency per chip-hour; broadcasts).
     overhead_s, efficiency :
         Per-step overhead and fraction of peak bandwidth (estimates; the
         defaults keep the times lower bounds).
@@ -384,12 +480,25 @@ def request_times(
     >>> round(r.cost_per_million_tokens, 3)
     0.198
     """
-    layout = ParallelLayout() if layout is None else layout
+    with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
+        return _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype,
+                              compute_dtype, activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s,
+                              efficiency)
+
+
+def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype, compute_dtype,
+                   activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s, efficiency) -> RequestTimes:
+    """:func:`request_times`'s body."""
+    model, chip = as_presets(model, chip)
+    layout = as_layout(layout)
+    link = None if link is None else as_link(link)
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
     s_out = positive_int("output_tokens", output_tokens)
+    broadcast(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+              price_per_chip_hour=price_per_chip_hour)
     if price_per_chip_hour is not None:
-        price_per_chip_hour = non_negative("price_per_chip_hour", price_per_chip_hour)
+        price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
@@ -405,12 +514,15 @@ def request_times(
         ttft = np.asarray(ttft)[..., back]
     decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
                                              layout, opts)
-    return RequestTimes(
+    times = RequestTimes(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
-        price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
+        price_per_chip_hour=price_per_chip_hour,
     )
+    refuse_overflow("request_times", {"total": times.total_s, "rate": times.output_tokens_per_s},
+                    batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
+    return times
 
 
 @dataclass(frozen=True)
@@ -423,36 +535,45 @@ class Frontier:
     Attributes
     ----------
     requests : RequestTimes over the whole grid.
+    budget : the memory budget the cap used (:func:`kvmath.memory_budget`:
+        ``"device"``, the marketed size, by default).
+    memory_bytes : the bytes per chip that budget gives.
     max_batch : per shape, the most requests whose caches fit beside the
         weights (:func:`kvmath.kv_budget_bytes` on each chip).
     fits : where ``batch <= max_batch``.
     throughput_per_chip : output tokens/s per chip, prefill included (NaN
         where the batch does not fit).
-    tokens_per_s_per_user : 1 / time per output token (NaN where it does not fit).
+    tokens_per_s_per_user : 1 / time per output token (NaN where it does not
+        fit, or for one output token, where it is undefined).
     best_batch : per shape, the batch of highest throughput per chip that
-        fits and meets ``tpot_limit_s`` (0 where none does).
-    best_throughput_per_chip : its throughput per chip (NaN where none).
+        fits and meets ``tpot_limit_s`` (0 where none does; a one-token
+        output has no TPOT and meets any limit).
+    best_throughput_per_chip : its throughput per chip (0.0 where none).
+    found : per shape, whether any batch fits and meets the limit.
     """
 
     requests: RequestTimes
+    budget: str
+    memory_bytes: float
     max_batch: np.ndarray
     fits: np.ndarray
     throughput_per_chip: np.ndarray
     tokens_per_s_per_user: np.ndarray
     best_batch: np.ndarray
     best_throughput_per_chip: np.ndarray
+    found: np.ndarray
 
 
 def serving_frontier(
-    model: Model,
-    chip: Chip,
+    model: Model | str,
+    chip: Chip | str,
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     *,
     batch: ArrayLike | None = None,
     tpot_limit_s: float | None = None,
-    layout: ParallelLayout | None = None,
-    link: Link | None = None,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
     weights: Precision = "bf16",
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
@@ -460,13 +581,18 @@ def serving_frontier(
     chunk_tokens: int | None = None,
     hbm_bytes: float | None = None,
     price_per_chip_hour: float | None = None,
+    budget: str = "device",
 ) -> Frontier:
     """The serving frontier of ``model`` on ``layout`` for request shapes ``input_tokens`` x ``output_tokens``.
 
     Every batch in ``batch`` (default 1 .. 4096) against every shape (the
-    two length arrays broadcast to one axis of shapes), in one call. The
-    memory cap: each chip's ``hbm_bytes`` (default the preset's) less its
-    weights must hold its share of every cache at the last step.
+    two length arrays broadcast to one axis of shapes), in one call;
+    ``batch`` is 1-D. The memory cap: each chip's memory less its weights
+    must hold its share of every cache at the last step. The memory is the
+    named ``budget`` of :func:`kvmath.memory_budget` (``"device"``, the
+    marketed size, by default; ``"reported"``, ``"reserve"`` or ``"engine"``:
+    vLLM's ``gpu_memory_utilization`` share, without its activation peak),
+    or ``hbm_bytes`` per chip, taken as that budget's size when given.
 
     Examples
     --------
@@ -477,34 +603,48 @@ def serving_frontier(
     >>> from kvmath import ParallelLayout, get_chip, get_link, get_model
     >>> f = serving_frontier(get_model("llama-3-70b"), get_chip("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
     ...                      layout=ParallelLayout(tp=8), link=get_link("nvlink4"))
-    >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0]))
-    (761, 535, 2749)
+    >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0])), f.budget
+    (761, 535, 2749, 'device')
+
+    Under vLLM's 0.9 of the runtime's memory, fewer fit (:func:`kvmath.vllm_engine`,
+    which also sets aside vLLM's activation peak, admits fewer still):
+
+    >>> int(serving_frontier("llama-3-70b", "h100-sxm", 1000, 1000, layout="tp=8", budget="engine").max_batch[0])
+    714
     """
-    layout = ParallelLayout() if layout is None else layout
+    model, chip = as_presets(model, chip)
+    layout = as_layout(layout)
+    link = None if link is None else as_link(link)
+    budget = choice("budget", budget, BUDGETS)
+    broadcast(input_tokens=input_tokens, output_tokens=output_tokens)
+    if batch is not None and np.ndim(batch) > 1:
+        raise ValueError(f"batch must be a number or a 1-D array, got an array of shape {np.shape(batch)}")
     s_in = np.atleast_1d(positive_int("input_tokens", input_tokens)).astype(float)
     s_out = np.atleast_1d(positive_int("output_tokens", output_tokens)).astype(float)
     s_in, s_out = (x.ravel() for x in np.broadcast_arrays(s_in, s_out))
     batch = np.arange(1, 4097, dtype=float) if batch is None else np.atleast_1d(positive_int("batch", batch)).astype(float)
-    hbm = positive("hbm_bytes", chip.hbm_bytes if hbm_bytes is None else hbm_bytes)
+    hbm = memory_budget(chip, budget) if hbm_bytes is None else positive("hbm_bytes", hbm_bytes)
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     one = _chip_step(model, chip, 1, s_in + s_out - 1, layout, weights=weights, kv_dtype=kv_dtype,
                      compute_dtype=compute_dtype, link=link, b_act=b_act, overhead_s=0.0, efficiency=1.0)
-    budget = kv_budget_bytes(1, hbm, one.weight_bytes_resident)
-    most = np.floor(budget / one.kv_bytes_resident) * layout.dp
+    kv_room = kv_budget_bytes(1, hbm, one.weight_bytes_resident)
+    most = np.floor(kv_room / one.kv_bytes_resident) * layout.dp
     requests = request_times(model, chip, batch[:, None], s_in, s_out, layout=layout, link=link, weights=weights,
                              kv_dtype=kv_dtype, compute_dtype=compute_dtype, activation_dtype=activation_dtype,
                              chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour)
     fits = batch[:, None] <= most
     throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
     tpot = requests.time_per_output_token_s
-    with np.errstate(divide="ignore"):
-        per_user = np.where(fits, 1.0 / tpot, np.nan)
-    allowed = fits if tpot_limit_s is None else fits & (tpot <= positive("tpot_limit_s", tpot_limit_s))
+    per_user = np.where(fits, requests.tokens_per_s_per_user, np.nan)
+    no_decode = s_out == 1  # one output token: no TPOT, so any limit is met
+    allowed = fits if tpot_limit_s is None else fits & (no_decode | (tpot <= positive("tpot_limit_s", tpot_limit_s)))
     score = np.where(allowed, throughput, -np.inf)
     pick = np.argmax(score, axis=0)
     found = np.any(allowed, axis=0)
     return Frontier(
-        requests=requests, max_batch=most, fits=fits, throughput_per_chip=throughput, tokens_per_s_per_user=per_user,
+        requests=requests, budget=budget, memory_bytes=float(hbm), max_batch=most, fits=fits,
+        throughput_per_chip=throughput, tokens_per_s_per_user=per_user,
         best_batch=np.where(found, batch[pick], 0), best_throughput_per_chip=np.where(
-            found, np.take_along_axis(throughput, pick[None, :], 0)[0], np.nan),
+            found, np.take_along_axis(np.where(allowed, throughput, 0.0), pick[None, :], 0)[0], 0.0),
+        found=found,
     )

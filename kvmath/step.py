@@ -9,6 +9,7 @@ it, so there is one step model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
@@ -16,12 +17,47 @@ from typing import Mapping
 import numpy as np
 
 from .decode import StepBreakdown
-from .hardware import Chip
-from .models import Model, Precision, group_formats
-from .links import Link
-from .parallel import KV_SHARDINGS, ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
+from .hardware import Chip, get_chip
+from .models import Model, Precision, get_model, group_formats
+from .links import Link, as_link
+from .parallel import KV_SHARDINGS, ChipStep, ParallelLayout, as_layout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, choice, fraction, non_negative, plain, positive, positive_int
+
+
+def as_presets(model, chip) -> tuple[Model, Chip]:
+    """``(model, chip)`` as objects: a preset name is looked up, anything else not a Model/Chip is a ValueError."""
+    out = []
+    for name, value, cls, getter in (("model", model, Model, get_model), ("chip", chip, Chip, get_chip)):
+        if isinstance(value, str):
+            value = getter(value)
+        elif not isinstance(value, cls):
+            raise ValueError(f"{name} must be a {cls.__name__} or a preset name, got {value!r}")
+        out.append(value)
+    return out[0], out[1]
+
+
+def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
+    shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
+                      for k, v in inputs.items())
+    return ResultOverflow(f"{where}: the result overflows float64 (it would be inf) for {shown}; use smaller numbers")
+
+
+def refuse_overflow(where: str, results: Mapping, **inputs) -> None:
+    """Raise :class:`kvmath.ResultOverflow` naming ``inputs`` where any of ``results`` is inf or NaN."""
+    for value in results.values():
+        if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+            raise _overflow(where, inputs)
+
+
+@contextlib.contextmanager
+def overflow_named(where: str, **inputs):
+    """Inside: no numpy warnings, and an inner overflow re-raised as one naming ``where``'s ``inputs``."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            yield
+    except (ResultOverflow, ArithmeticError):
+        raise _overflow(where, inputs) from None
 
 
 @dataclass(frozen=True)
@@ -273,13 +309,13 @@ def decode_step(
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
     n_chips: int = 1,
-    shard: str = "heads",
+    shard: str | None = None,
     tokens_per_seq: ArrayLike = 1,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
     routing: str = "floor",
-    layout: ParallelLayout | None = None,
-    link: Link | None = None,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
     activation_dtype: str = "bf16",
 ) -> DecodeStep:
     """Bounds on one decode step of ``model`` on ``n_chips`` of ``chip``.
@@ -303,8 +339,11 @@ def decode_step(
         Attention math runs at the same rate.
     n_chips, shard : int, str
         Tensor parallelism and how the cache splits (see
-        :func:`kvmath.tensor_parallel_step`); an MLA latent is shared by all
-        heads, so sharding by heads replicates it on every chip.
+        :func:`kvmath.tensor_parallel_step`; ``shard`` default ``"heads"``);
+        an MLA latent is shared by all heads, so sharding by heads
+        replicates it on every chip. By heads, ``n_chips`` must divide the
+        model's heads, as ``layout=ParallelLayout(tp=n_chips)`` must (a
+        ``ValueError`` suggests ``pp=`` otherwise).
     tokens_per_seq : float or array
         Tokens per sequence through the weights: gamma + 1 for a speculative
         verify step (more FLOPs, more experts touched, the same cache read).
@@ -319,10 +358,11 @@ def decode_step(
         or ``"ceiling"``.
     layout : ParallelLayout, optional
         Any mix of tensor, context, data, pipeline and expert parallelism
-        (:func:`kvmath.chip_step`); replaces ``n_chips`` and ``shard``
-        (``n_chips`` must then be 1 or the layout's chip count).
-    link : Link, optional
-        The chips' links (:func:`kvmath.get_link`): adds the communication
+        (:func:`kvmath.chip_step`), or its text (``"tp=2,pp=4"``); replaces
+        ``n_chips`` and ``shard`` (``n_chips`` must then be 1 or the
+        layout's chip count, and ``shard`` not given: write ``dp=``).
+    link : Link or str, optional
+        The chips' links (:func:`kvmath.get_link`, or a preset name): adds the communication
         lower bound ``comm_s``: tensor parallelism's two all-reduces per
         layer of ``B * tokens_per_seq * d`` activations (and, with a layout,
         its other collectives). Without it communication is not counted.
@@ -348,27 +388,51 @@ def decode_step(
     (15.01, 67.0)
 
     Llama 2 70B at batch 1 on 8 H100s over NVLink 4: 160 all-reduces of
-    16 KB cost at least 0.12 ms, against 5.1 ms of weight reads:
+    16 KB cost at least 0.086 ms, against 5.1 ms of weight reads:
 
     >>> from kvmath import get_link
     >>> s = decode_step(get_model("llama-2-70b"), get_chip("h100-sxm"), 1, 4096, n_chips=8, link=get_link("nvlink4"))
     >>> round(s.comm_s * 1e3, 3), round(s.strict_step_s * 1e3, 3)
-    (0.121, 5.178)
+    (0.086, 5.178)
     """
+    with overflow_named("decode_step", batch=batch, context=context, n_chips=n_chips):
+        return _decode_step(model, chip, batch, context, weights, kv_dtype, compute_dtype, n_chips, shard,
+                            tokens_per_seq, overhead_s, efficiency, routing, layout, link, activation_dtype)
+
+
+def _decode_step(model, chip, batch, context, weights, kv_dtype, compute_dtype, n_chips, shard, tokens_per_seq,
+                 overhead_s, efficiency, routing, layout, link, activation_dtype) -> DecodeStep:
+    """:func:`decode_step`'s body."""
+    model, chip = as_presets(model, chip)
+    link = None if link is None else as_link(link)
     work = step_work(model, batch, context, weights=weights, kv_dtype=kv_dtype, tokens_per_seq=tokens_per_seq)
     flops = compute_rate(chip, weights, compute_dtype, model)
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     if layout is None:
+        shard = "heads" if shard is None else shard
+        if shard == "heads":  # the same rule as layout=ParallelLayout(tp=n_chips)
+            for n in np.unique(positive_int("n_chips", n_chips)):
+                if model.n_heads % int(n):
+                    raise ValueError(f"n_chips ({int(n)}) must divide the {model.n_heads} heads of {model.name} "
+                                     f"to split by heads; try layout=ParallelLayout(pp={int(n)}) (pipeline by layers)")
         step = step_time(work, chip.bandwidth, flops, n_chips=n_chips, shard=shard,
                          overhead_s=overhead_s, efficiency=efficiency, routing=routing)
         comm = tensor_parallel_comm_s(model, work.batch, step.n_chips, link, work.tokens_per_seq, b_act)
-        return dataclasses.replace(step, comm_s=comm)
-    if routing != "floor":
-        raise ValueError(f"routing {routing!r} is not modelled with a layout yet: use routing='floor'")
-    if int(positive_int("n_chips", n_chips)) not in (1, layout.n_chips):
-        raise ValueError(f"n_chips ({n_chips}) must be 1 or the layout's {layout.n_chips} chips")
-    return layout_step_time(model, work, chip.bandwidth, flops, layout, weights=weights, link=link,
-                            activation_bytes=b_act, overhead_s=overhead_s, efficiency=efficiency)
+        step = dataclasses.replace(step, comm_s=comm)
+    else:
+        layout = as_layout(layout)
+        if shard is not None:
+            raise ValueError(f"shard ({shard!r}) does not combine with layout: write dp= in the layout "
+                             "to split the sequences")
+        if routing != "floor":
+            raise ValueError(f"routing {routing!r} is not modelled with a layout yet: use routing='floor'")
+        if int(positive_int("n_chips", n_chips)) not in (1, layout.n_chips):
+            raise ValueError(f"n_chips ({n_chips}) must be 1 or the layout's {layout.n_chips} chips")
+        step = layout_step_time(model, work, chip.bandwidth, flops, layout, weights=weights, link=link,
+                                activation_bytes=b_act, overhead_s=overhead_s, efficiency=efficiency)
+    refuse_overflow("decode_step", {"strict": step.strict_step_s, "no_overlap": step.no_overlap_step_s},
+                    batch=batch, context=context, n_chips=n_chips)
+    return step
 
 
 def layout_step_time(

@@ -50,7 +50,10 @@ def test_thread_example_mha_vs_mqa_with_tp2(capsys):
     mha = run_json(capsys, *common, "--model", "codellama-7b", "--context", "8192")
     # 14 GB + 68.72 GB over two GPUs at 0.7 x 2.039e12
     assert mha["step_s"] == pytest.approx((7e9 + 34.36e9) / (0.7 * 2.039e12), rel=1e-3)
-    mqa_model = ["--model", "falcon-7b", "--kv-bytes-per-token", "16384", "--context", "262144"]
+    # falcon-7b's 71 heads do not split 2 ways (review item 5): the MQA case uses StarCoder (48 heads, 1 KV head)
+    assert main([*common, "--model", "falcon-7b", "--context", "8192"]) == 2
+    assert "--parallel pp=2" in capsys.readouterr().err
+    mqa_model = ["--model", "starcoder", "--kv-bytes-per-token", "16384", "--context", "262144"]
     heads = run_json(capsys, *common, *mqa_model)
     batch = run_json(capsys, *common, *mqa_model, "--kv-shard", "batch")
     assert heads["kv_bytes_per_chip"] == pytest.approx(68.72e9, rel=1e-4)  # one KV head: no split
