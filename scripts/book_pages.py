@@ -241,29 +241,39 @@ def subset_icon_fonts(outdir: Path) -> None:
         theme.write_text(new, encoding="utf-8")
 
 
-def palette_pngs(outdir: Path) -> None:
-    """Re-encode HiDPI PNGs (dpi >= 150, and every interactive frame) with 256 colours when smaller."""
+def palette_png(data: bytes, *, hidpi_only: bool = True) -> bytes | None:
+    """``data`` (a PNG) re-encoded with 256 colours, or None where that is not smaller or not wanted.
+
+    Only HiDPI line plots (dpi >= 150) qualify unless ``hidpi_only`` is False
+    (interactive frames); the dpi is kept, so the page still shows the image
+    at its CSS size.
+    """
     import io
 
     from PIL import Image
 
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            dpi = (im.info.get("dpi") or (0, 0))[0]
+            if im.mode not in ("RGB", "RGBA") or (hidpi_only and dpi < 150):
+                return None
+            rgb = im.convert("RGB") if im.mode == "RGBA" and im.getextrema()[3][0] == 255 else im
+            small = rgb.quantize(colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+            buf = io.BytesIO()
+            small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72))
+    except Exception:  # leave any image we cannot read as it is
+        return None
+    return buf.getvalue() if buf.tell() < len(data) else None
+
+
+def palette_pngs(outdir: Path) -> None:
+    """Re-encode HiDPI PNGs (dpi >= 150, and every interactive frame) with 256 colours when smaller."""
     for path in list((outdir / "_images").rglob("*.png")):
-        try:
-            with Image.open(path) as im:
-                im.load()
-                dpi = (im.info.get("dpi") or (0, 0))[0]
-                frame = FRAMES_DIR.split("/")[-1] in path.parts
-                if im.mode not in ("RGB", "RGBA") or not (frame or dpi >= 150):
-                    continue
-                rgb = im.convert("RGB") if im.mode == "RGBA" and im.getextrema()[3][0] == 255 else im
-                small = rgb.quantize(colors=256, method=Image.Quantize.FASTOCTREE,
-                                     dither=Image.Dither.NONE)
-                buf = io.BytesIO()
-                small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72))
-        except Exception:  # leave any image we cannot read as it is
-            continue
-        if buf.tell() < path.stat().st_size:
-            path.write_bytes(buf.getvalue())
+        frame = FRAMES_DIR.split("/")[-1] in path.parts
+        smaller = palette_png(path.read_bytes(), hidpi_only=not frame)
+        if smaller is not None:
+            path.write_bytes(smaller)
 
 
 _CURRENT = re.compile(r'<li class="toctree-l1 current active[^>]*><a class="current reference internal" '

@@ -29,6 +29,7 @@ text outputs nbval checks are untouched, so a notebook stays far under
 
 from __future__ import annotations
 
+import base64
 import re
 import sys
 import time
@@ -59,6 +60,18 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
 _DEFAULT_IMG = re.compile(r'<img class="kvmath-interactive-img"[^>]*>')
+_DATA_PNG = re.compile(r'data:image/png;base64,([A-Za-z0-9+/=]+)')
+
+
+def _palette_img(tag: str) -> str:
+    """An ``<img>`` tag whose base64 PNG is re-encoded with 256 colours, as the book build does."""
+    from book_pages import palette_png  # scripts/ is on the path when this script runs
+
+    def swap(m: re.Match) -> str:
+        smaller = palette_png(base64.b64decode(m.group(1)), hidpi_only=False)
+        return m.group(0) if smaller is None else "data:image/png;base64," + base64.b64encode(smaller).decode()
+
+    return _DATA_PNG.sub(swap, tag)
 
 
 def small(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -83,7 +96,7 @@ def small(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                 page = "".join(page)
             if page and 'class="kvmath-interactive"' in page:
                 img = _DEFAULT_IMG.search(page)
-                data["text/html"] = (f'<div class="kvmath-interactive-static">{img.group(0)}</div>'
+                data["text/html"] = (f'<div class="kvmath-interactive-static">{_palette_img(img.group(0))}</div>'
                                      if img else "")
                 if not data["text/html"]:
                     del data["text/html"]

@@ -24,7 +24,8 @@ does not compress) and checks what issue 13 asks of a page:
   "6"), and keeps one after it moves;
 * nothing in the article runs past the column's right edge (``overflow``);
 * measured, and enforced once the chapters adopt the tags: the share of
-  the article's height taken by code cells' input (``code_share``) and the
+  the article's height taken by code cells' input as shown (``code_share``: a
+  collapsed cell counts its toggle bar, not its hidden source) and the
   blocks that scroll sideways because they are wider than the column
   (``wide_blocks``).
 """
@@ -198,9 +199,12 @@ _LAYOUT_JS = r"""
       wide.push(el.tagName.toLowerCase() + ' is ' + (el.scrollWidth - el.clientWidth) + ' px wider than its box: ' +
                 (el.textContent || '').trim().slice(0, 50));
   }
+  // Code as the reader sees it: a collapsed code cell (hide-input) takes only its
+  // "Show code cell source" bar, which is counted; its hidden source is not.
   let code = 0;
   for (const el of article.querySelectorAll('.cell .cell_input')) {
-    const r = el.getBoundingClientRect(); code += r.height;
+    const closed = el.closest('details:not([open])');
+    code += (closed ? closed.querySelector('summary') : el).getBoundingClientRect().height;
   }
   const height = article.getBoundingClientRect().height;
   return {overflow: overflow, wide: Array.from(new Set(wide)), codeShare: height ? code / height : 0};
