@@ -166,3 +166,20 @@ def test_gpt_oss_120b_published_active_leaves_out_the_input_embedding():
     # model card arXiv:2508.10925 Table 1: 5.13B active, unembedding counted, embedding not
     m = km.get_model("gpt-oss-120b")
     assert m.active_param_count() - m.vocab * m.d_model == pytest.approx(5.13e9, rel=0.001)
+
+
+@pytest.mark.parametrize("name, fmt, rate", [
+    ("gb200", "bf16", 2.5e15), ("gb200", "fp4", 10e15),  # Blackwell datasheet per GPU, sparse figures halved
+    ("b200", "int8", 4.5e15), ("b200-hgx", "int8", 4.5e15),  # HGX B200: INT8 9 POPS sparse per GPU
+    ("mi355x", "fp8", 256 * 8192 * 2.4e9),  # ISSCC: 256 CUs x 8,192 FP8 FLOPs/clock x 2.4 GHz
+    ("rtx-5090", "fp4", 1676e12),  # 3,352 sparse AI TOPS halved
+    ("rtx-3090", "bf16", 71e12),  # half the 142 TFLOPS FP16-accumulate rate (FP32 accumulate)
+    ("m2-ultra", "bf16", 27.2e12),  # 76 cores x 128 ALUs x 2 x 1.398 GHz, the GPU's FP16 rate
+])
+def test_verified_chip_rates(name, fmt, rate):
+    assert km.get_chip(name).flops(fmt) == pytest.approx(rate, rel=1e-4)
+
+
+def test_apple_rows_say_bf16_stands_in_with_the_fp16_rate():
+    for name in ("m2-ultra", "m3-max", "m4-max"):
+        assert "bf16 stands in with the GPU's FP16 rate" in km.get_chip(name).note
