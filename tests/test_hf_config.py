@@ -44,6 +44,10 @@ CASES = {
     # attn 3072*3072*2 + 2*3072*1024 = 25,165,824; mlp 3*3072*8192 = 75,497,472; x28 = 2,818,572,288;
     # emb 128256*3072 = 394,002,432 (tied: once); norms 57*3072 = 175,104 -> 3,212,749,824
     "meta-llama--Llama-3.2-3B": (114_688, full(114_688), 3_212_749_824, 3_212_749_824),
+    # L16 d2048 h32 kv8 head_dim 64 (explicit), tied: 2*8*64*2*16 = 32,768.
+    # attn 2048*2048*2 + 2*2048*512 = 10,485,760; mlp 3*2048*8192 = 50,331,648; x16 = 973,078,528;
+    # emb 128256*2048 = 262,668,288 (tied: once); norms 33*2048 = 67,584 -> 1,235,814,400
+    "meta-llama--Llama-3.2-1B": (32_768, full(32_768), 1_235_814_400, 1_235_814_400),
     # every layer slides over 4096 tokens: 131,072 B/token, at most 4096 tokens held.
     # params as Llama 3.1 8B's layers with a 32000 vocab: 6,979,321,856 + 262,144,000 + 266,240 = 7,241,732,096
     "mistralai--Mistral-7B-v0.1": (131_072, {1024: 131_072 * 1024, 8192: 131_072 * 4096, 131072: 131_072 * 4096},
@@ -161,7 +165,7 @@ def test_every_config_file_is_tested():
 
 # published totals (model cards / papers) within 1%, or the reason they differ
 @pytest.mark.parametrize("name, published", [
-    ("meta-llama--Llama-3.2-3B", 3.21e9), ("mistralai--Mixtral-8x7B-Instruct-v0.1", 46.7e9),
+    ("meta-llama--Llama-3.2-3B", 3.21e9), ("meta-llama--Llama-3.2-1B", 1.23e9), ("mistralai--Mixtral-8x7B-Instruct-v0.1", 46.7e9),
     ("Qwen--Qwen2.5-7B", 7.61e9), ("Qwen--Qwen3-30B-A3B", 30.5e9), ("Qwen--Qwen3-32B", 32.8e9),
     ("Qwen--Qwen3-8B", 8.2e9), ("openai--gpt-oss-20b", 20.91e9), ("deepseek-ai--DeepSeek-V3", 671e9),
     ("deepseek-ai--DeepSeek-V2-Lite", 15.7e9), ("Qwen--Qwen3-Next-80B-A3B-Instruct", 80e9),
@@ -174,7 +178,8 @@ def test_totals_within_1_percent_of_published(name, published):
     ("llama-2-7b", "meta-llama--Llama-2-7b-hf"), ("mixtral-8x7b", "mistralai--Mixtral-8x7B-Instruct-v0.1"),
     ("falcon-7b", "tiiuae--falcon-7b"), ("falcon-40b", "tiiuae--falcon-40b"), ("gemma-2-9b", "google--gemma-2-9b-it"),
     ("mistral-7b-v0.1", "mistralai--Mistral-7B-v0.1"), ("qwen2.5-7b", "Qwen--Qwen2.5-7B"),
-    ("deepseek-v3", "deepseek-ai--DeepSeek-V3"),
+    ("deepseek-v3", "deepseek-ai--DeepSeek-V3"), ("llama-3.2-1b", "meta-llama--Llama-3.2-1B"),
+    ("deepseek-r1", "deepseek-ai--DeepSeek-V3"),  # R1 shares V3's architecture
 ])
 def test_a_preset_and_its_config_give_the_same_model(preset, config):
     p, c = km.get_model(preset), km.Model.from_hf_config(path(config))

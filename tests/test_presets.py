@@ -114,7 +114,8 @@ def test_every_preset_names_its_source():
 
 
 NEW_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-3b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "gpt-oss-20b",
-              "gemma-3-12b", "mistral-small-3", "phi-4", "kimi-k2", "deepseek-r1"]
+              "gemma-3-12b", "mistral-small-3", "phi-4", "kimi-k2", "deepseek-r1", "llama-3.2-1b", "qwen3-235b-a22b",
+              "gpt-oss-120b", "gemma-3-27b"]
 
 
 @pytest.mark.parametrize("name", NEW_MODELS)
@@ -122,7 +123,7 @@ def test_new_presets_within_1_percent_of_published_or_say_why(name):
     m = km.get_model(name)
     assert m.family and m.source
     off = abs(m.param_count() / m.published_params - 1)
-    # Gemma 3 12B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T) say why in the note
+    # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T) say why in the note
     assert off < 0.01 or ("under" in m.note and off < 0.02)
 
 
@@ -147,3 +148,38 @@ def test_every_new_chip_has_a_source_and_says_when_unverified():
         assert chip.source
         if "recalled" in chip.source:
             assert "unverified" in chip.note, name
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "qwen3-235b-a22b", "gemma-3-27b", "llama-3.2-1b"])
+def test_new_model_kv_and_layout(name):
+    # bf16 KV per token (every layer): 2 * kv_heads * head_dim * 2 B * layers
+    expected = {"gpt-oss-120b": 2 * 8 * 64 * 2 * 36, "qwen3-235b-a22b": 2 * 4 * 128 * 2 * 94,
+                "gemma-3-27b": 2 * 16 * 128 * 2 * 62, "llama-3.2-1b": 2 * 8 * 64 * 2 * 16}
+    assert km.get_model(name).kv_bytes_per_token() == expected[name]
+    # gpt-oss-120b: 18 layers hold at most 128 tokens; Gemma 3 27B: 52 of 62 hold at most 1024
+    gpt, gemma = km.get_model("gpt-oss-120b"), km.get_model("gemma-3-27b")
+    assert gpt.kv_bytes_per_seq(8192) == 2048 * (18 * 128 + 18 * 8192)
+    assert gemma.kv_bytes_per_seq(8192) == 8192 * (52 * 1024 + 10 * 8192)
+
+
+def test_gpt_oss_120b_published_active_leaves_out_the_input_embedding():
+    # model card arXiv:2508.10925 Table 1: 5.13B active, unembedding counted, embedding not
+    m = km.get_model("gpt-oss-120b")
+    assert m.active_param_count() - m.vocab * m.d_model == pytest.approx(5.13e9, rel=0.001)
+
+
+@pytest.mark.parametrize("name, fmt, rate", [
+    ("gb200", "bf16", 2.5e15), ("gb200", "fp4", 10e15),  # Blackwell datasheet per GPU, sparse figures halved
+    ("b200", "int8", 4.5e15), ("b200-hgx", "int8", 4.5e15),  # HGX B200: INT8 9 POPS sparse per GPU
+    ("mi355x", "fp8", 256 * 8192 * 2.4e9),  # ISSCC: 256 CUs x 8,192 FP8 FLOPs/clock x 2.4 GHz
+    ("rtx-5090", "fp4", 1676e12),  # 3,352 sparse AI TOPS halved
+    ("rtx-3090", "bf16", 71e12),  # half the 142 TFLOPS FP16-accumulate rate (FP32 accumulate)
+    ("m2-ultra", "bf16", 27.2e12),  # 76 cores x 128 ALUs x 2 x 1.398 GHz, the GPU's FP16 rate
+])
+def test_verified_chip_rates(name, fmt, rate):
+    assert km.get_chip(name).flops(fmt) == pytest.approx(rate, rel=1e-4)
+
+
+def test_apple_rows_say_bf16_stands_in_with_the_fp16_rate():
+    for name in ("m2-ultra", "m3-max", "m4-max"):
+        assert "bf16 stands in with the GPU's FP16 rate" in km.get_chip(name).note
