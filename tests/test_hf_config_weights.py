@@ -93,3 +93,18 @@ def test_a_bad_quantization_config_names_the_key(edit, key):
 def test_no_dtype_and_no_quantization_is_refused():
     with pytest.raises(ValueError, match="torch_dtype"):
         km.weights_from_hf_config({"model_type": "llama"})
+
+
+def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():
+    import contextlib
+    import io
+
+    from kvmath import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["capacity", "--config", str(path("openai--gpt-oss-20b")), "--hardware", "h100-sxm",
+                  "--context", "131072", "--experts-dtype", "mxfp4", "--json"])
+    result = json.loads(out.getvalue())
+    assert result["weight_bytes"] == 13_747_605_120  # as in the hand computation above
+    assert result["max_batch"] == 20  # (80e9 - 13.75e9) B / 3,224,371,200 B per sequence = 20.5
