@@ -62,6 +62,7 @@ from .links import (
     ring_allreduce_bytes,
 )
 from .models import WEIGHT_GROUPS, Model, get_model, model_names
+from .hf_config import weights_from_hf_config
 from .moe import experts_touched, saturated_critical_batch
 from .parallel import (
     ChipStep,
@@ -112,7 +113,7 @@ __all__ = [
     "kv_cache_bytes", "max_batch", "max_kv_tokens", "min_chips_for_weights", "min_step", "min_step_simple",
     "model_critical_batch", "model_names", "prefill_flops", "prefill_time", "saturated_critical_batch",
     "speculation_break_even_batch", "speculative_decode", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
-    "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step",
+    "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step", "weights_from_hf_config",
     "BUDGETS", "EngineBudget", "memory_budget", "runtime_total_bytes", "vllm_activation_peak_bytes",
     "vllm_available_kv_bytes", "vllm_engine", "vllm_kv_cache", "vllm_kv_groups", "vllm_max_num_batched_tokens",
     "vllm_page_bytes",

@@ -158,6 +158,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="format of the LM head (default: --weight-dtype)", action=_Once)
     p.add_argument("--embedding-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
                    help="format of the input embedding table (default: --weight-dtype)", action=_Once)
+    p.add_argument("--experts-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
+                   help="format of the routed experts, e.g. mxfp4 for gpt-oss as published (default: --weight-dtype)",
+                   action=_Once)
     p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), help="cached keys and values (default: bf16)", action=_Once)
 
 
@@ -284,8 +287,9 @@ def _chip_rates(args) -> tuple[float, float]:
 
 
 def _precision(args) -> dict:
-    """Format of each weight group from --weight-dtype, --lm-head-dtype and --embedding-dtype."""
+    """Format of each weight group from --weight-dtype, --lm-head-dtype, --embedding-dtype and --experts-dtype."""
     return {"default": args.weight_dtype,
+            "experts": getattr(args, "experts_dtype", None) or args.weight_dtype,
             "lm_head": getattr(args, "lm_head_dtype", None) or args.weight_dtype,
             "embedding": getattr(args, "embedding_dtype", None) or args.weight_dtype}
 
@@ -470,7 +474,10 @@ def _capacity(args) -> dict:
                              f"{' and '.join(needs)} {'need' if len(needs) > 1 else 'needs'} one: give --hbm-bytes (the total nvidia-smi reports, "
                              "in bytes) or use --budget device (the marketed size)")
     hbm = memory_budget(memory, args.budget)
-    weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
+    if model is not None and args.params is None:  # every group in its own format (--experts-dtype, ...)
+        weights = model.weight_bytes_resident(_precision(args))
+    else:
+        weights = weight_bytes(stored, dtype_bytes(args.weight_dtype, argument="--weight-dtype"))
     fewest = min_chips_for_weights(weights, hbm)
     n_chips = fewest if args.chips is None else int(positive_int("--chips", args.chips))
     if n_chips < fewest:

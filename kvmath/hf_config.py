@@ -32,9 +32,12 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from .layers import LayerSpec
+
+if TYPE_CHECKING:
+    from .models import Precision
 
 PathOrDict = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
@@ -210,8 +213,9 @@ def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
             # num_attention_heads when left out (Gemma3TextConfig: 4, via its defaults).
             kv = c.int("num_key_value_heads", h)
     if h % kv:
+        kv_key = "num_kv_heads" if c.has("num_kv_heads") else "n_head_kv" if c.has("n_head_kv") else "num_key_value_heads"
         raise ValueError(f"config.json {c.name('num_attention_heads')} ({h}) must be divisible by "
-                         f"the KV heads ({kv})")
+                         f"{c.name(kv_key)} ({kv})")
     if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         return d, h, kv, c.int("qk_nope_head_dim")
     if c.has("head_dim") or "head_dim" in c.defaults:
@@ -388,6 +392,9 @@ def model_from_hf_config(config: PathOrDict):
         notes.append("attention sinks (one learned logit per head per layer) and biases not counted")
     if model_type == "gemma3_text" and "vision_config" in data:
         notes.append("text model only: the vision tower is not counted")
+    if isinstance(data.get("quantization_config"), Mapping):
+        notes.append(f"weights stored as quantization_config.quant_method "
+                     f"{data['quantization_config'].get('quant_method')!r} (weights_from_hf_config reads it)")
     base = Model(name=name, n_layers=n_layers, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=head_dim,
                  d_ff=d_ff, vocab=vocab, tied_embeddings=tied, mlp_matrices=2 if model_type == "falcon" else 3,
                  attention=attention, family=_FAMILY[model_type], source=source, display_name=name,
@@ -417,3 +424,122 @@ def model_from_hf_config(config: PathOrDict):
                 params += d * h * head_dim  # q_proj doubles for the output gate (Qwen3NextConfig default True)
             specs.append(LayerSpec(kind, h, kv, head_dim, window=windows[kind], params=params))
     return base.replace(layers=tuple(specs))
+
+
+#: kvmath's format for each ``torch_dtype`` / ``dtype`` a config may name.
+_DTYPE_FORMAT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+#: The weight groups each ``quant_method`` converts, before ``modules_to_not_convert``:
+#: mxfp4: transformers' Mxfp4HfQuantizer replaces only the gpt-oss expert modules
+#: (``replace_with_mxfp4_linear`` -> ``Mxfp4GptOssExperts``; docs/source/en/quantization/mxfp4.md:
+#: "MXFP4 quantisation currently only works for OpenAI GPT-OSS"); attention, router, embeddings and
+#: LM head are the ``modules_to_not_convert`` of the published config and stay in bf16.
+#: fp8 (transformers FineGrainedFP8Config, DeepSeek-V3's checkpoint): every ``nn.Linear`` of the layers,
+#: i.e. attention, dense MLP, routed and shared experts; the LM head is left out by the quantizer's
+#: default and DeepSeek's router (``MoEGate``, a bare parameter, not a Linear) and the embedding,
+#: norms and position tables are not Linear layers, so they keep ``torch_dtype``.
+_QUANTIZED_GROUPS = {"mxfp4": ("experts",), "fp8": ("attention", "mlp", "experts", "shared_experts")}
+
+#: fp8 element formats by ``quantization_config.fmt`` (FineGrainedFP8Config default "e4m3").
+_FP8_FMT = {"e4m3": "fp8-e4m3", "e5m2": "fp8-e5m2"}
+
+#: Module-name fragments of ``modules_to_not_convert`` and the weight group each names
+#: (first match wins: "shared_expert" before "experts").
+_MODULE_GROUPS = (("self_attn", "attention"), ("shared_expert", "shared_experts"), ("experts", "experts"),
+                  ("router", "router"), ("mlp.gate", "router"), ("embed_tokens", "embedding"),
+                  ("lm_head", "lm_head"))
+
+
+def weights_from_hf_config(config: PathOrDict) -> "Precision":
+    """How a checkpoint stores its weights, read from its ``config.json``: the ``weights=`` to size it with.
+
+    * No ``quantization_config``: every group in ``torch_dtype`` (or the newer
+      key ``dtype``): ``"bf16"``, ``"fp16"`` or ``"fp32"``.
+    * ``quant_method`` ``"mxfp4"`` (gpt-oss): the experts in ``"mxfp4"``
+      (32 E2M1 elements share one E8M0 scale: 4.25 bits per weight), the rest
+      in ``torch_dtype``, bf16 where the config names none (gpt-oss's does not;
+      its checkpoint keeps those tensors in bf16). Groups listed in
+      ``modules_to_not_convert`` stay unconverted.
+    * ``quant_method`` ``"fp8"`` (DeepSeek-V3): attention, MLP and expert
+      matrices in ``"fp8-e4m3"`` (or ``"fp8-e5m2"`` per ``fmt``); router, LM
+      head, embedding and norms in ``torch_dtype``. The block scales of
+      ``weight_block_size`` [128, 128] are one fp32 per 16,384 weights:
+      4 / 16,384 = 0.024 % of a byte per weight, below what any figure here
+      shows, so they are not counted (the format's 8 bits are).
+
+    Any other ``quant_method`` (gptq, awq, compressed-tensors, ...) raises
+    ``ValueError`` naming ``quantization_config.quant_method``: its bits depend
+    on fields kvmath does not read; pass ``weights=`` yourself (for example
+    ``"int4-g128"``).
+
+    Parameters
+    ----------
+    config : str, path or mapping
+        A ``config.json``, its directory, or the dict loaded from it.
+
+    Returns
+    -------
+    str or dict
+        A format name, or ``{group: format, "default": format}`` (groups of
+        :data:`kvmath.WEIGHT_GROUPS`).
+
+    Examples
+    --------
+    >>> weights_from_hf_config({"torch_dtype": "bfloat16"})
+    'bf16'
+    >>> weights_from_hf_config({"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+    ...     "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}})
+    {'default': 'bf16', 'experts': 'mxfp4'}
+    >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8",
+    ...     "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}})
+    {'default': 'bf16', 'attention': 'fp8-e4m3', 'mlp': 'fp8-e4m3', 'experts': 'fp8-e4m3', 'shared_experts': 'fp8-e4m3'}
+    >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "gptq"}})
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json 'quantization_config.quant_method' 'gptq' is not one kvmath reads (['fp8', 'mxfp4']); ...
+    """
+    data, _, _ = _load(config)
+    c = _Config(data)
+    if isinstance(data.get("text_config"), Mapping) and not c.has("torch_dtype") and not c.has("dtype"):
+        c = _Config(data["text_config"], "text_config.")
+    quant = data.get("quantization_config")
+    dtype = c.raw("torch_dtype", None) or c.raw("dtype", None)
+    if dtype is None and quant is None:
+        raise ValueError(f"config.json has no {c.name('torch_dtype')!r} (or 'dtype'): the weights' stored precision")
+    if dtype is not None and dtype not in _DTYPE_FORMAT:
+        raise ValueError(f"config.json {c.name('torch_dtype')} must be one of {sorted(_DTYPE_FORMAT)}, got {dtype!r}")
+    base = _DTYPE_FORMAT.get(dtype, "bf16")
+    if quant is None:
+        return base
+    if not isinstance(quant, Mapping):
+        raise ValueError(f"config.json 'quantization_config' must be an object, got {quant!r}")
+    method = quant.get("quant_method")
+    if method not in _QUANTIZED_GROUPS:
+        raise ValueError(f"config.json 'quantization_config.quant_method' {method!r} is not one kvmath reads "
+                         f"({sorted(_QUANTIZED_GROUPS)}); pass weights= with the checkpoint's format instead")
+    if method == "fp8":
+        fmt = quant.get("fmt", "e4m3")
+        if fmt not in _FP8_FMT:
+            raise ValueError(f"config.json 'quantization_config.fmt' must be one of {sorted(_FP8_FMT)}, got {fmt!r}")
+        stored = _FP8_FMT[fmt]
+        block = quant.get("weight_block_size")
+        if block is not None and not (isinstance(block, list) and len(block) == 2 and all(
+                isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
+            raise ValueError(f"config.json 'quantization_config.weight_block_size' must be two whole numbers "
+                             f">= 1, got {block!r}")
+    else:
+        stored = "mxfp4"
+    kept = quant.get("modules_to_not_convert") or []
+    if not isinstance(kept, list) or not all(isinstance(k, str) for k in kept):
+        raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' must be a list of module "
+                         f"names, got {kept!r}")
+    unconverted = set()
+    for module in kept:
+        group = next((g for fragment, g in _MODULE_GROUPS if fragment in module), None)
+        if group is None:
+            raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, "
+                             "which kvmath cannot map to a weight group")
+        unconverted.add(group)
+    weights = {"default": base}
+    weights.update({g: stored for g in _QUANTIZED_GROUPS[method] if g not in unconverted})
+    return weights

@@ -19,6 +19,7 @@ import datetime
 import io
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -38,6 +39,11 @@ FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
 
 # ----- kinds of argument -------------------------------------------------------
 
+#: config.json files (paths and dicts) that name their stored precision.
+_HF_DATA = pathlib.Path(__file__).parent / "data" / "hf_configs"
+_HF_CONFIGS = [str(_HF_DATA / "meta-llama--Llama-3.1-8B" / "config.json"), _HF_DATA / "google--gemma-3-12b-it",
+               {"torch_dtype": "float16"}, {"quantization_config": {"quant_method": "mxfp4"}},
+               {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}]
 _real = st.one_of(st.floats(1e-6, 1e18), st.sampled_from([1e-300, 1e300, 1.7e308, 5e-324]))
 VALID = {
     "pos": _real,                                                     # > 0, real-valued
@@ -50,6 +56,7 @@ VALID = {
     "chip": st.sampled_from(km.chip_names() + ["H100-SXM"]),
     "dtype": st.sampled_from(sorted(km.DTYPE_BYTES) + ["BF16"]),
     "shard": st.sampled_from(["heads", "batch", "BATCH"]),
+    "hfconfig": st.sampled_from(_HF_CONFIGS),
 }
 #: Refused for every numeric kind.
 _NOT_NUMBERS = [
@@ -69,6 +76,8 @@ INVALID = {
     "chip": [3, None, b"h100-sxm", "h100", ""],
     "dtype": [2, None, "bf8", "", b"bf16"],
     "shard": ["layers", 3, None, ""],
+    "hfconfig": [3, None, b"{}", "", "no/such/config.json", {}, {"torch_dtype": "int3"},
+                 {"quantization_config": {"quant_method": "gptq"}}, {"quantization_config": []}],
 }
 #: How each kind looks when numpy types or arrays carry the same value.
 _NUMERIC = {"pos", "nonneg", "count", "frac"}
@@ -110,6 +119,7 @@ FUNCTIONS = {
     "tokens_per_s_per_seq": dict(step_s="pos"),
     "weight_bytes": dict(param_count="pos", bytes_per_param="pos"),
     "weight_flops_per_step": dict(batch="pos", param_count="pos"),
+    "weights_from_hf_config": dict(config="hfconfig"),
     # preset methods, bound to a preset with sliding windows, one with MLA, and a chip
     "Model.kv_bytes_per_token@mistral": dict(bytes_per_elem="pos", context="optcount"),
     "Model.kv_bytes_per_seq@gemma": dict(context="count", bytes_per_elem="pos"),
@@ -149,7 +159,7 @@ def test_every_public_name_is_covered():
 def _numbers(result) -> list:
     if isinstance(result, km.StepBreakdown):
         return [result.kv_s, result.weight_memory_s, result.weight_compute_s, result.step_s]
-    if isinstance(result, (str, km.Model, km.Chip)):
+    if isinstance(result, (str, dict, km.Model, km.Chip)):  # dict: a Precision of format names
         return []
     return [result]
 
