@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from .presets import lookup, optional_float, read_rows
-from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "in_switch")
 
@@ -131,6 +131,7 @@ def get_link(name: str) -> Link:
     return lookup(name, _links(), "link")
 
 
+@checked
 def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayLike:
     """Bytes each chip sends (and receives) in a ring all-reduce: ``2 (N - 1) / N * S``.
 
@@ -145,6 +146,7 @@ def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayL
     return plain(2 * (n - 1) / n * non_negative("message_bytes", message_bytes))
 
 
+@checked
 def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link, algorithm: str = "best") -> ArrayLike:
     """Lower bound on an all-reduce of ``message_bytes`` on each of ``n_chips`` chips, seconds.
 
@@ -182,6 +184,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link, alg
     return plain(np.where(n > 1, t, 0.0))
 
 
+@checked
 def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link) -> ArrayLike:
     """An **estimate** of an all-reduce: the link's measured small-message time plus the bytes at peak.
 
@@ -201,6 +204,7 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link)
     return plain(np.where(n > 1, link.measured_allreduce_latency_s + bytes_s, 0.0))
 
 
+@checked
 def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link) -> ArrayLike:
     """Lower bound on an all-to-all (expert dispatch or combine), seconds.
 
@@ -217,6 +221,7 @@ def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link) -
     return plain(np.where(n > 1, t, 0.0))
 
 
+@checked
 def p2p_time(message_bytes: ArrayLike, link: Link) -> ArrayLike:
     """Lower bound on sending ``message_bytes`` to the next pipeline stage: ``S / W_link + alpha``.
 

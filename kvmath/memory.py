@@ -32,7 +32,7 @@ import numpy as np
 
 from .hardware import Chip
 from .units import GiB, dtype_bytes
-from .validation import ArrayLike, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, fraction, non_negative, plain, positive, positive_int
 
 #: Budget names. ``reported >= reserve >= engine`` always; the marketed
 #: ``device`` figure is below the reported one on every NVIDIA preset
@@ -86,6 +86,7 @@ def _known(chip: Chip, attr: str, budget: str) -> float:
     return value
 
 
+@checked
 def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
     """Total memory the CUDA runtime gives a process (``torch.cuda.mem_get_info()[1]``), bytes.
 
@@ -112,6 +113,7 @@ def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
     return total
 
 
+@checked
 def memory_budget(
     chip: Chip | ArrayLike,
     budget: str = "device",
@@ -192,6 +194,7 @@ def _whole(x: ArrayLike):
     return int(x) if x.ndim == 0 else x.astype(np.int64)
 
 
+@checked
 def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
     """Bytes of one KV-cache block of one layer on one rank, as vLLM allocates it.
 
@@ -225,6 +228,7 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     return _whole(block_size * elems * b)
 
 
+@checked
 def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     """How vLLM V1 groups the layers: ``(group_size, full_groups, sliding_groups)``.
 
@@ -260,6 +264,7 @@ def _large_gpu(chip: Chip | ArrayLike, total: ArrayLike) -> bool:
     return bool(np.all(np.asarray(total) >= 70 * GiB)) and "a100" not in name
 
 
+@checked
 def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", large_gpu: bool = False) -> ArrayLike:
     """vLLM's default tokens per forward pass for ``vllm serve`` (what the profile run and windows see).
 
@@ -285,6 +290,7 @@ def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", la
     return _whole(np.where(mml > 32768, 2048, np.maximum(mml, 2048)))
 
 
+@checked
 def vllm_activation_peak_bytes(
     model, max_num_batched_tokens: ArrayLike, max_num_seqs: ArrayLike = MAX_NUM_SEQS,
     act_bytes: float = 2, tensor_parallel: int = 1,
@@ -319,6 +325,7 @@ def vllm_activation_peak_bytes(
     return plain(tokens * per_token + logits)
 
 
+@checked
 def vllm_available_kv_bytes(
     total_bytes: ArrayLike, weight_bytes: ArrayLike, activation_peak_bytes: ArrayLike,
     non_torch_bytes: ArrayLike, gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
@@ -400,6 +407,7 @@ class EngineBudget:
     non_torch_bytes: ArrayLike | None = None
 
 
+@checked
 def vllm_kv_cache(
     model,
     available_kv_bytes: ArrayLike,
@@ -493,6 +501,7 @@ def vllm_kv_cache(
     )
 
 
+@checked
 def vllm_engine(
     model,
     chip: Chip | ArrayLike,

@@ -407,6 +407,7 @@ class Model:
         """
         return sum(self.matmul_params_by_group().values())
 
+    @checked
     def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
         """Bytes the weights occupy in memory: every group, every expert.
 
@@ -417,6 +418,7 @@ class Model:
         """
         return sum(self.weight_bytes_resident_by_group(weights).values())
 
+    @checked
     def weight_bytes_resident_by_group(self, weights: Precision = "bf16") -> dict[str, float]:
         """Bytes each tensor group (:data:`WEIGHT_GROUPS`) occupies in memory, every expert.
 
@@ -429,6 +431,7 @@ class Model:
         per_weight = _group_bytes(weights, self.tied_embeddings)
         return {g: n * per_weight[g] for g, n in self.param_groups().items()}
 
+    @checked
     def weight_bytes_read_by_group(
         self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
     ) -> dict[str, ArrayLike]:
@@ -468,6 +471,7 @@ class Model:
         read["positions"] = plain(np.minimum(tokens, self.n_positions) * self.d_model * per_weight["positions"])
         return {name: read[name] for name in WEIGHT_GROUPS}
 
+    @checked
     def weight_bytes_read(
         self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
     ) -> ArrayLike:
@@ -487,6 +491,7 @@ class Model:
         by_group = self.weight_bytes_read_by_group(batch, weights, routing, tokens_per_seq)
         return plain(sum(by_group.values()))
 
+    @checked
     def attention_flops_per_token(self, context: ArrayLike) -> ArrayLike:
         """FLOPs one new token spends attending to a cache of ``context`` tokens, all layers.
 
@@ -560,6 +565,7 @@ class Model:
         """
         return _layers.kv_bytes_per_seq(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
+    @checked
     def kv_bytes_by_kind(self, context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> dict:
         """:meth:`kv_bytes_per_seq` split by layer kind (``"full"``, ``"sliding"``, ``"linear"``, ...).
 
@@ -570,6 +576,7 @@ class Model:
         """
         return _layers.kv_bytes_by_kind(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
+    @checked
     def standard_kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         """``kvmath.kv_bytes_per_token`` of this model's L, h_kv and d_h (ignores MLA and windows)."""
         return kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, bytes_per_elem)

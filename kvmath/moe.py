@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, plain, positive, positive_int
+from .validation import ArrayLike, checked, plain, positive, positive_int
 
 ROUTINGS = ("floor", "uniform", "ceiling")
 
 
+@checked
 def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, routing: str = "uniform") -> ArrayLike:
     """Distinct routed experts one MoE layer reads for ``tokens`` tokens.
 
@@ -65,6 +66,7 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
 
 
+@checked
 def saturated_critical_batch(
     total_params: ArrayLike, active_params: ArrayLike, flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike
 ) -> ArrayLike:

@@ -224,6 +224,7 @@ def parse_layout(text: str) -> ParallelLayout:
     return ParallelLayout(**fields)
 
 
+@checked
 def tensor_parallel_comm_s(
     model: Model, batch: ArrayLike, n_chips: ArrayLike, link: Link | None,
     tokens_per_seq: ArrayLike = 1, activation_bytes: ArrayLike = 2,
@@ -298,6 +299,7 @@ class ChipStep:
         return plain(self.weight_bytes_resident + self.kv_bytes_resident)
 
 
+@checked
 def chip_step(
     model: Model,
     batch: ArrayLike,

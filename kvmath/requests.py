@@ -42,9 +42,10 @@ from .parallel import ChipStep, ParallelLayout, chip_step
 from .prefill import prefill_time
 from .step import compute_rate
 from .units import dtype_bytes
-from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, fraction, non_negative, plain, positive, positive_int
 
 
+@checked
 def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     """Causal attention FLOPs of one prompt: ``sum_{t=1}^{S} A(t)``, all layers.
 
@@ -239,6 +240,7 @@ def prefill_chip_step(
                       overhead_s=0.0, efficiency=1.0, tokens_per_seq=positive_int("input_tokens", input_tokens), prefill=True)
 
 
+@checked
 def prefill_bound(
     model: Model,
     chip: Chip,
@@ -330,6 +332,7 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
     return strict, no_overlap
 
 
+@checked
 def request_times(
     model: Model,
     chip: Chip,

@@ -20,9 +20,10 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .step import decode_step
-from .validation import ArrayLike, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
 
 
+@checked
 def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLike:
     """Expected tokens one verify step yields per sequence: ``(1 - a**(gamma + 1)) / (1 - a)``.
 
@@ -67,6 +68,7 @@ class Speculation:
     speedup: ArrayLike
 
 
+@checked
 def speculative_decode(
     model: Model,
     chip: Chip,

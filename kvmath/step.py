@@ -21,7 +21,7 @@ from .models import Model, Precision, group_formats
 from .links import Link
 from .parallel import ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, fraction, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class StepWork:
         return plain(self.batch * self.attention_flops_per_seq)
 
 
+@checked
 def step_work(
     model: Model,
     batch: ArrayLike,
@@ -159,6 +160,7 @@ class DecodeStep:
         return self.work.batch / self.strict_step_s
 
 
+@checked
 def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None, model: Model | None = None) -> float:
     """FLOP/s of a step's matmuls: ``compute_dtype`` if given, else each weight group's own format's rate.
 
@@ -195,6 +197,7 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     return sum(params.values()) / time_per_flop
 
 
+@checked
 def step_time(
     work: StepWork,
     bandwidth: ArrayLike,
@@ -232,6 +235,7 @@ def step_time(
     )
 
 
+@checked
 def decode_step(
     model: Model,
     chip: Chip,
@@ -340,6 +344,7 @@ def decode_step(
                             activation_bytes=b_act, overhead_s=overhead_s, efficiency=efficiency)
 
 
+@checked
 def layout_step_time(
     model: Model,
     work: StepWork,
@@ -370,6 +375,7 @@ def layout_step_time(
                       comm_s=per_chip.comm_s, chip=per_chip)
 
 
+@checked
 def model_critical_batch(
     model: Model,
     chip: Chip,

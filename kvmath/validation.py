@@ -299,3 +299,39 @@ def choice(name: str, value: str, options: Iterable[str]) -> str:
 def plain(value) -> ArrayLike:
     """A 0-d numpy result as a Python float; arrays unchanged (keeps doctests and JSON clean)."""
     return float(value) if np.ndim(value) == 0 else value
+
+
+def instance(name: str, value, kind: type, what: str):
+    """``value`` itself, which must be a ``kind`` (a Model, Chip, Link, ...); else a ValueError naming ``name``.
+
+    Examples
+    --------
+    >>> instance("model", "llama-2-7b", str, "a model name")
+    'llama-2-7b'
+    >>> instance("model", 3, str, "a model name")
+    Traceback (most recent call last):
+    ...
+    ValueError: model must be a model name, got int: 3
+    """
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} must be {what}, got {type(value).__name__}: {value!r}"[:300])
+    return value
+
+
+def flag(name: str, value) -> bool:
+    """``value`` as a bool: True or False (numpy bools too), nothing else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def finite(value) -> ArrayLike:
+    """``value`` unchanged, or :class:`ResultOverflow` if an intermediate product of valid inputs is inf or NaN.
+
+    Call it before passing a product on to another checked function, so the
+    overflow is reported as the caller's (by :func:`checked`), not as a bad
+    argument the user never passed.
+    """
+    if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+        raise ResultOverflow("an intermediate result overflows float64 (it would be inf)")
+    return value
