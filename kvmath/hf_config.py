@@ -119,6 +119,8 @@ def _load(config: PathOrDict) -> tuple[dict, str, str]:
     if isinstance(config, Mapping):
         data = dict(config)
         return data, str(data.get("_name_or_path") or "config"), "dict"
+    if not isinstance(config, (str, os.PathLike)) or config == "":  # os.fspath would raise TypeError
+        raise ValueError(f"config must be a dict, a path to config.json or its directory, got {config!r}")
     path = os.fspath(config)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")

@@ -117,6 +117,7 @@ class LayerSpec:
         Chunked: at most one chunk, ``min(S, window)`` (the most it holds
         mid-chunk, which is what must fit). Linear: 0 (its state is fixed).
         """
+        context = non_negative("context", context)
         if self.kind == "linear":
             return 0 * context
         if self.kind in ("sliding", "chunked"):

@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from .presets import lookup, optional_float, read_rows
-from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, instance, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "in_switch")
 
@@ -131,6 +131,10 @@ def get_link(name: str) -> Link:
     return lookup(name, _links(), "link")
 
 
+def _link(link) -> Link:
+    return instance("link", link, Link, "a Link (get_link(name))")
+
+
 @checked
 def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayLike:
     """Bytes each chip sends (and receives) in a ring all-reduce: ``2 (N - 1) / N * S``.
@@ -169,7 +173,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link, alg
     algorithm = choice("algorithm", algorithm, ALLREDUCE_ALGORITHMS)
     size = non_negative("message_bytes", message_bytes)
     n = positive_int("n_chips", n_chips)
-    w, alpha = link.bandwidth, link.latency_s
+    w, alpha = _link(link).bandwidth, link.latency_s
     times = {
         "ring": 2 * (n - 1) / n * size / w + 2 * (n - 1) * alpha,
         "one_shot": (n - 1) * size / w + alpha,
@@ -197,9 +201,10 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link)
     >>> round(allreduce_estimate(16384, 8, get_link("nvlink4")) * 1e6, 2)  # the 30 us nccl-tests floor
     30.04
     """
-    if link.measured_allreduce_latency_s is None:
-        raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     n = positive_int("n_chips", n_chips)
+    non_negative("message_bytes", message_bytes)  # named before the link's missing figure
+    if _link(link).measured_allreduce_latency_s is None:
+        raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     bytes_s = allreduce_time(message_bytes, n_chips, link.replace(latency_s=0.0))
     return plain(np.where(n > 1, link.measured_allreduce_latency_s + bytes_s, 0.0))
 
@@ -217,7 +222,7 @@ def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link) -
     1.392
     """
     n = positive_int("n_chips", n_chips)
-    t = (n - 1) / n * non_negative("bytes_per_chip", bytes_per_chip) / link.bandwidth + link.latency_s
+    t = (n - 1) / n * non_negative("bytes_per_chip", bytes_per_chip) / _link(link).bandwidth + link.latency_s
     return plain(np.where(n > 1, t, 0.0))
 
 
@@ -230,4 +235,4 @@ def p2p_time(message_bytes: ArrayLike, link: Link) -> ArrayLike:
     >>> round(p2p_time(16384, get_link("pcie4-x16")) * 1e6, 3)
     1.02
     """
-    return plain(non_negative("message_bytes", message_bytes) / link.bandwidth + link.latency_s)
+    return plain(non_negative("message_bytes", message_bytes) / _link(link).bandwidth + link.latency_s)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .hardware import Chip
+from .models import Model
 from .units import GiB, dtype_bytes
-from .validation import ArrayLike, checked, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, flag, fraction, instance, non_negative, plain, positive, positive_int
 
 #: Budget names. ``reported >= reserve >= engine`` always; the marketed
 #: ``device`` figure is below the reported one on every NVIDIA preset
@@ -107,7 +108,7 @@ def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
             return chip.runtime_bytes
         reported = _known(chip, "device_bytes", "runtime")
     else:
-        reported = positive("device_bytes", chip)
+        reported = positive("chip", chip)  # a number stands for the chip: name the argument given
     total = reported - DRIVER_RESERVE_BYTES
     positive("reported total less DRIVER_RESERVE_BYTES", total)
     return total
@@ -154,17 +155,29 @@ def memory_budget(
     40000000000.0
     """
     budget = choice("budget", budget, BUDGETS)
-    if budget == "device":
-        return chip.hbm_bytes if isinstance(chip, Chip) else positive("hbm_bytes", chip)
-    if budget == "reported":
-        return _known(chip, "device_bytes", budget) if isinstance(chip, Chip) else positive("device_bytes", chip)
-    total = runtime_total_bytes(chip)
+    # every argument is checked, even where this budget does not use it
+    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
+    if budget == "device":
+        return chip.hbm_bytes if isinstance(chip, Chip) else positive("chip", chip)
+    if budget == "reported":
+        return _known(chip, "device_bytes", budget) if isinstance(chip, Chip) else positive("chip", chip)
+    total = runtime_total_bytes(chip)
+    if np.any(non_torch >= total):  # a budget of 0 or less bytes would come out negative
+        raise ValueError(f"non_torch_bytes must be below the runtime total ({_show_bytes(total)}), "
+                         f"got {_show_bytes(non_torch)}")
     if budget == "reserve":
         return plain(total - non_torch)
-    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     _check_free_at_start(total, util, non_torch)
     return plain(util * total - non_torch)
+
+
+def _show_bytes(x: ArrayLike) -> str:
+    return f"{x:.6g} B" if np.ndim(x) == 0 else f"an array of shape {np.shape(x)}"
+
+
+def _model(model) -> Model:
+    return instance("model", model, Model, "a Model (get_model(name))")
 
 
 def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike) -> None:
@@ -221,7 +234,7 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     block_size = int(positive_int("block_size", block_size))
     tp = int(positive_int("tensor_parallel", tensor_parallel))
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-    if model.attention == "mla":
+    if _model(model).attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
     else:
         elems = 2 * max(1, model.n_kv_heads // tp) * model.head_dim
@@ -250,7 +263,7 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     >>> vllm_kv_groups(get_model("gemma-2-9b"), hybrid=False)
     (42, 1, 0)
     """
-    sliding = (model.n_sliding_layers or 0) if hybrid else 0
+    sliding = (_model(model).n_sliding_layers or 0) if flag("hybrid", hybrid) else 0
     full = model.n_layers - sliding
     counts = [c for c in (full, sliding) if c]
     small, large = min(counts), max(counts)
@@ -285,6 +298,7 @@ def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", la
     (2048, 8192)
     """
     mml = positive_int("max_model_len", max_model_len)
+    large_gpu = flag("large_gpu", large_gpu)
     if choice("engine", engine, VLLM_ENGINES) == "v1":
         return _whole(np.full_like(np.asarray(mml), 8192 if large_gpu else 2048))
     return _whole(np.where(mml > 32768, 2048, np.maximum(mml, 2048)))
@@ -316,7 +330,7 @@ def vllm_activation_peak_bytes(
     tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens)
     seqs = positive_int("max_num_seqs", max_num_seqs)
     tp = int(positive_int("tensor_parallel", tensor_parallel))
-    width = model.d_ff
+    width = _model(model).d_ff
     if model.n_experts:
         width = max(width if model.n_dense_layers else 0,
                     (model.top_k + (model.n_shared_experts or 0)) * model.d_ff_expert)
@@ -472,6 +486,7 @@ def vllm_kv_cache(
     (2666, 42656, 1.3)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
+    hybrid = flag("hybrid", hybrid)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     block_size = int(positive_int("block_size", block_size))
@@ -552,9 +567,11 @@ def vllm_engine(
     (55.09, 28204, 55.09)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
+    _model(model)
+    flag("hybrid", hybrid)
     tp = int(positive_int("tensor_parallel", tensor_parallel))
     mml = positive_int("max_model_len", max_model_len)
-    total = runtime_total_bytes(chip) if isinstance(chip, Chip) else positive("total_bytes", chip)
+    total = runtime_total_bytes(chip) if isinstance(chip, Chip) else positive("chip", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     _check_free_at_start(total, util, non_torch)

@@ -19,10 +19,10 @@ import numpy as np
 from . import layers as _layers
 from .kv_cache import kv_bytes_per_token
 from .layers import LayerSpec
-from .moe import experts_touched
+from .moe import ROUTINGS, experts_touched
 from .presets import lookup, optional_int, read_rows
 from .units import dtype_bytes
-from .validation import ArrayLike, as_scalar, checked, choice, plain, positive, positive_int, whole
+from .validation import ArrayLike, as_scalar, checked, choice, finite, plain, positive, positive_int, whole
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -453,7 +453,8 @@ class Model:
         >>> r["embedding"], r["lm_head"]  # one row of 4096 bf16, and the whole head
         (8192.0, 1050673152.0)
         """
-        tokens = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq)
+        tokens = finite(positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq))
+        routing = choice("routing", routing, ROUTINGS)  # checked on dense models too, where it is unused
         per_weight = _group_bytes(weights, self.tied_embeddings)
         g = self.param_groups()
         read = {name: float(g[name] * per_weight[name])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, checked, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, plain, positive, positive_int
 
 ROUTINGS = ("floor", "uniform", "ceiling")
 
@@ -49,6 +49,7 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     >>> experts_touched(8, 2, 1, "floor"), experts_touched(8, 2, 3, "ceiling")
     (2.0, 6.0)
     """
+    routing = choice("routing", routing, ROUTINGS)
     n_experts = positive_int("n_experts", n_experts)
     top_k = positive_int("top_k", top_k)
     tokens = positive("tokens", tokens)
@@ -63,7 +64,6 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
         expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
         # below one token (fractional sweeps) the expectation would dip under the floor
         return plain(np.maximum(expected, top_k))
-    raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
 
 
 @checked

@@ -23,7 +23,9 @@ import numpy as np
 from .decode import StepBreakdown, step_breakdown
 from .links import Link, all_to_all_time, allreduce_time, p2p_time
 from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
-from .validation import ArrayLike, ResultOverflow, checked, choice, non_negative, plain, positive, positive_int
+from .moe import ROUTINGS
+from .validation import (ArrayLike, ResultOverflow, checked, choice, finite, instance, non_negative, plain, positive,
+                         positive_int)
 
 KV_SHARDINGS = ("heads", "batch")
 
@@ -191,6 +193,7 @@ class ParallelLayout:
 
     def check(self, model: Model) -> "ParallelLayout":
         """This layout, if ``model`` can run on it; else ``ValueError`` naming the field."""
+        instance("model", model, Model, "a Model (get_model(name))")
         if model.n_heads % self.tp:
             raise ValueError(f"tp ({self.tp}) must divide the {model.n_heads} heads of {model.name}; "
                              f"try pp={self.tp} (pipeline by layers)")
@@ -246,10 +249,13 @@ def tensor_parallel_comm_s(
     >>> round(tensor_parallel_comm_s(get_model("llama-2-70b"), 1, 8, get_link("nvlink4")) * 1e6, 1)
     120.8
     """
-    if link is None:
-        return plain(0.0 * positive("batch", batch))
+    # every argument is checked, even where no link makes it unused
+    instance("model", model, Model, "a Model (get_model(name))")
+    n_chips = positive_int("n_chips", n_chips)
     message = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq) * model.d_model
-    message = message * positive("activation_bytes", activation_bytes)
+    message = finite(message * positive("activation_bytes", activation_bytes))
+    if link is None:
+        return plain(0.0 * message * n_chips)
     return plain(2 * model.n_layers * allreduce_time(message, n_chips, link))
 
 
@@ -362,7 +368,11 @@ def chip_step(
     >>> round(s.weight_bytes_read / 1e9, 3), round(s.kv_bytes_read / 1e6, 2), round(s.comm_s * 1e6, 1)
     (17.179, 167.77, 120.8)
     """
-    layout = layout.check(model)
+    layout = instance("layout", layout, ParallelLayout, "a ParallelLayout (parse_layout('tp=2'))").check(model)
+    if link is not None:
+        instance("link", link, Link, "a Link (get_link(name)) or None")
+    routing = choice("routing", routing, ROUTINGS)
+    positive("context", context)  # not used here (kv_bytes_per_seq carries it), but refused if bad
     batch = positive("batch", batch)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     b_act = positive("activation_bytes", activation_bytes)
@@ -378,7 +388,7 @@ def chip_step(
     weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
 
     kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
-    kv_read = kv_bytes_per_chip(micro * kv_per_seq, layout.tp, kv_heads) / layout.cp
+    kv_read = kv_bytes_per_chip(finite(micro * kv_per_seq), layout.tp, kv_heads) / layout.cp
 
     groups = model.param_groups()
     routed_active = groups["experts"] * (model.top_k or 0) / (model.n_experts or 1)
@@ -403,7 +413,7 @@ def chip_step(
     routed_resident = resident["experts"] * stage / (layout.ep if layout.ep > 1 else g)
     weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
     seqs_held = np.ceil(batch / layout.dp) if layout.dp > 1 else batch
-    kv_resident = kv_bytes_per_chip(seqs_held * kv_per_seq, layout.tp, kv_heads) / layout.cp * stage
+    kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage
 
     comm = _layout_comm_s(model, layout, tokens, b_act, link)
     return ChipStep(layout=layout, micro_batch=plain(micro), weight_bytes_read=plain(weight_read),

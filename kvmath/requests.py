@@ -42,7 +42,7 @@ from .parallel import ChipStep, ParallelLayout, chip_step
 from .prefill import prefill_time
 from .step import compute_rate
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, fraction, instance, non_negative, plain, positive, positive_int
 
 
 @checked
@@ -63,7 +63,7 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     1.100...
     """
     s = positive_int("input_tokens", input_tokens)
-    if model.sliding_window is None:
+    if instance("model", model, Model, "a Model (get_model(name))").sliding_window is None:
         alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
     else:
         w = model.sliding_window
@@ -191,6 +191,15 @@ class RequestTimes:
         return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
 
 
+def _model_and_chip(model, chip) -> None:
+    instance("model", model, Model, "a Model (get_model(name))")
+    instance("chip", chip, Chip, "a Chip (get_chip(name))")
+
+
+#: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 8M, 64 MB a float array.
+_MAX_CHUNK_CELLS = 2**23
+
+
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
                overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> ChipStep:
     """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
@@ -277,6 +286,7 @@ def prefill_bound(
     >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
     216.09
     """
+    _model_and_chip(model, chip)
     layout = ParallelLayout() if layout is None else layout
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
@@ -286,8 +296,14 @@ def prefill_bound(
         return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
                                                 **opts)))
     c = int(positive_int("chunk_tokens", chunk_tokens))
+    n_chunks = float(np.ceil(np.max(s_in) / c))
+    if n_chunks * np.size(s_in) * np.size(positive("batch", batch)) > _MAX_CHUNK_CELLS:
+        # each chunk is an array cell: refuse by name rather than run out of memory inside numpy
+        raise ValueError(f"chunk_tokens {c} splits input_tokens (up to {np.max(s_in):.0f}) into {n_chunks:.0f} chunks, "
+                         f"too many to evaluate for this batch (at most {_MAX_CHUNK_CELLS} batch x prompt x chunk "
+                         "cells): use larger chunks")
     # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
-    k = np.arange(int(np.ceil(np.max(s_in) / c)))
+    k = np.arange(int(n_chunks))
     s = np.asarray(s_in, dtype=float)[..., None]
     done = np.minimum(k * c, s)                  # tokens cached before chunk k
     size = np.minimum(s, done + c) - done        # tokens in chunk k (0 past the prompt)
@@ -387,6 +403,7 @@ def request_times(
     >>> round(r.cost_per_million_tokens, 3)
     0.198
     """
+    _model_and_chip(model, chip)
     layout = ParallelLayout() if layout is None else layout
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
@@ -483,6 +500,7 @@ def serving_frontier(
     >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0]))
     (761, 535, 2749)
     """
+    _model_and_chip(model, chip)
     layout = ParallelLayout() if layout is None else layout
     s_in = np.atleast_1d(positive_int("input_tokens", input_tokens)).astype(float)
     s_out = np.atleast_1d(positive_int("output_tokens", output_tokens)).astype(float)

@@ -17,11 +17,12 @@ import numpy as np
 
 from .decode import StepBreakdown
 from .hardware import Chip
-from .models import Model, Precision, group_formats
+from .models import Model, Precision, _group_bytes, group_formats
 from .links import Link
+from .moe import ROUTINGS
 from .parallel import ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, fraction, instance, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def step_work(
     >>> [round(x / 1e9, 2) for x in (w.weight_bytes_read, w.weight_bytes_read_uniform, w.weight_bytes_resident)]
     [25.5, 84.11, 93.41]
     """
+    instance("model", model, Model, "a Model (get_model(name))")
     batch = positive("batch", batch)
     context = positive("context", context)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
@@ -181,13 +183,17 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     >>> round(compute_rate(h100, mixed, model=get_model("mixtral-8x7b")) / 1e12)
     1774
     """
+    instance("chip", chip, Chip, "a Chip (get_chip(name))")
+    if model is not None:
+        instance("model", model, Model, "a Model (get_model(name)) or None")
+    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
+    _group_bytes(weights, False)  # refuse a bad weights even where compute_dtype makes it unused
     if compute_dtype is not None:
         return chip.flops(compute_dtype)
 
     def rate(fmt) -> float:
         return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
 
-    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     if model is None:
         if isinstance(weights, Mapping) and len({rate(f) for f in formats.values()}) > 1:
             raise ValueError("weights mixes formats of different compute rates: pass the model to combine them")
@@ -213,6 +219,8 @@ def step_time(
 
     See :func:`decode_step` for the arguments.
     """
+    instance("work", work, StepWork, "a StepWork (step_work(...))")
+    routing = choice("routing", routing, ROUTINGS)
     charged = {"floor": work.weight_bytes_read, "uniform": work.weight_bytes_read_uniform,
                "ceiling": work.weight_bytes_read_ceiling}
     if routing not in charged:
@@ -328,6 +336,8 @@ def decode_step(
     >>> round(s.comm_s * 1e3, 3), round(s.strict_step_s * 1e3, 3)
     (0.121, 5.178)
     """
+    routing = choice("routing", routing, ROUTINGS)
+    choice("shard", shard, ("heads", "batch"))  # refused even on one chip, where it is unused
     work = step_work(model, batch, context, weights=weights, kv_dtype=kv_dtype, tokens_per_seq=tokens_per_seq)
     flops = compute_rate(chip, weights, compute_dtype, model)
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
@@ -363,6 +373,7 @@ def layout_step_time(
     The layout form of :func:`step_time`; :func:`decode_step` with
     ``layout=`` calls it.
     """
+    instance("work", work, StepWork, "a StepWork (step_work(...))")
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     per_chip = chip_step(
@@ -401,8 +412,9 @@ def model_critical_batch(
     >>> round(model_critical_batch(get_model("mixtral-8x7b"), h100))
     1079
     """
-    bandwidth = chip.bandwidth
+    routing = choice("routing", routing, ROUTINGS)
     flops = compute_rate(chip, weights, compute_dtype, model)
+    bandwidth = chip.bandwidth
     matmul = model.matmul_params_per_token()
 
     def excess(b: float) -> float:
