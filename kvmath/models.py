@@ -453,7 +453,7 @@ class Model:
         >>> r["embedding"], r["lm_head"]  # one row of 4096 bf16, and the whole head
         (8192.0, 1050673152.0)
         """
-        tokens = finite(positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq))
+        tokens = finite(positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq), nonzero=True)
         routing = choice("routing", routing, ROUTINGS)  # checked on dense models too, where it is unused
         per_weight = _group_bytes(weights, self.tied_embeddings)
         g = self.param_groups()

@@ -379,7 +379,8 @@ def chip_step(
     kv_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     g, L = layout.weight_shards, model.n_layers
-    micro = np.ceil(np.ceil(batch / layout.dp) / layout.pp) if (layout.dp > 1 or layout.pp > 1) else batch
+    # at least one sequence per micro-batch: a tiny batch / dp must not underflow to 0
+    micro = np.maximum(1, np.ceil(np.ceil(batch / layout.dp) / layout.pp)) if (layout.dp > 1 or layout.pp > 1) else batch
     tokens = micro * tokens_per_seq
 
     read = model.weight_bytes_read_by_group(micro, weights, routing, tokens_per_seq)
@@ -412,7 +413,7 @@ def chip_step(
     layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
     routed_resident = resident["experts"] * stage / (layout.ep if layout.ep > 1 else g)
     weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
-    seqs_held = np.ceil(batch / layout.dp) if layout.dp > 1 else batch
+    seqs_held = np.maximum(1, np.ceil(batch / layout.dp)) if layout.dp > 1 else batch
     kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage
 
     comm = _layout_comm_s(model, layout, tokens, b_act, link)
@@ -428,7 +429,7 @@ def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_ac
     g, L = layout.weight_shards, model.n_layers
     if link is None or (g == 1 and layout.pp == 1 and layout.ep == 1):
         return plain(0.0 * tokens)
-    activation = tokens * model.d_model * b_act
+    activation = finite(tokens * model.d_model * b_act)
     moe_layers = (L - (model.n_dense_layers or 0)) if (model.n_experts and layout.ep > 1) else 0
     all_reduces = 2 * L - moe_layers
     comm = all_reduces * allreduce_time(activation, g, link)
@@ -436,7 +437,7 @@ def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_ac
         comm = comm + 2 * moe_layers * all_to_all_time(activation * model.top_k / g, layout.ep, link)
     if layout.cp > 1:
         d_v = model.v_head_dim or model.head_dim
-        partial = tokens * model.n_heads / layout.tp * (d_v + 1) * b_act
+        partial = finite(tokens * model.n_heads / layout.tp * (d_v + 1) * b_act)
         comm = comm + L * allreduce_time(partial, layout.cp, link)
     if layout.pp > 1:
         comm = comm + (layout.pp - 1) * p2p_time(activation, link)

@@ -31,6 +31,7 @@ shapes is one call (:func:`serving_frontier`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -191,6 +192,11 @@ class RequestTimes:
         return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
 
 
+def _rate(chip, weights, compute_dtype, model) -> float:
+    """:func:`compute_rate`, given the model where ``weights`` maps groups (formats of different rates combine)."""
+    return compute_rate(chip, weights, compute_dtype, model if isinstance(weights, Mapping) else None)
+
+
 def _model_and_chip(model, chip) -> None:
     instance("model", model, Model, "a Model (get_model(name))")
     instance("chip", chip, Chip, "a Chip (get_chip(name))")
@@ -207,7 +213,7 @@ def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, comput
     attention = (prefill_attention_flops(model, context) if prefill
                  else model.attention_flops_per_token(context) * tokens_per_seq)
     return chip_step(
-        model, batch, context, layout, chip.bandwidth * efficiency, compute_rate(chip, weights, compute_dtype),
+        model, batch, context, layout, chip.bandwidth * efficiency, _rate(chip, weights, compute_dtype, model),
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=1 if prefill else None,
@@ -315,7 +321,7 @@ def prefill_bound(
     attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
     batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
     step = chip_step(
-        model, batch, end, layout, chip.bandwidth * opts["efficiency"], compute_rate(chip, weights, compute_dtype),
+        model, batch, end, layout, chip.bandwidth * opts["efficiency"], _rate(chip, weights, compute_dtype, model),
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),

@@ -22,7 +22,7 @@ from .links import Link
 from .moe import ROUTINGS
 from .parallel import ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, choice, fraction, instance, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, finite, fraction, instance, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def step_work(
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     reads = {r: model.weight_bytes_read(batch, weights, r, tokens_per_seq) for r in ("floor", "uniform", "ceiling")}
-    return StepWork(
+    work = StepWork(
         batch=batch,
         context=context,
         tokens_per_seq=tokens_per_seq,
@@ -112,6 +112,9 @@ def step_work(
         attention_flops_per_seq=plain(model.attention_flops_per_token(context) * tokens_per_seq),
         kv_heads=1 if model.attention == "mla" else model.n_kv_heads,
     )
+    for total in (work.kv_bytes_read, work.weight_flops, work.attention_flops):  # the totals over the batch must fit too
+        finite(total)
+    return work
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def step_time(
     n_chips = int(positive_int("n_chips", n_chips))
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
-    effective_bw = positive("bandwidth", bandwidth) * efficiency
+    effective_bw = finite(positive("bandwidth", bandwidth) * efficiency, nonzero=True)
     terms = tensor_parallel_step(
         work.batch, work.kv_bytes_per_seq, work.kv_heads, charged[routing], work.matmul_params, n_chips,
         effective_bw, flops, shard=shard, attention_flops_per_seq=work.attention_flops_per_seq,

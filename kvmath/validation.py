@@ -201,6 +201,8 @@ def _numeric_parts(result) -> list:
         return [getattr(result, f.name) for f in dataclasses.fields(result)]
     if isinstance(result, (tuple, list)):
         return list(result)
+    if isinstance(result, dict):
+        return list(result.values())
     return [result]
 
 
@@ -325,13 +327,15 @@ def flag(name: str, value) -> bool:
     return bool(value)
 
 
-def finite(value) -> ArrayLike:
-    """``value`` unchanged, or :class:`ResultOverflow` if an intermediate product of valid inputs is inf or NaN.
+def finite(value, nonzero: bool = False) -> ArrayLike:
+    """``value`` unchanged, or :class:`ResultOverflow` if an intermediate product of valid inputs is inf or NaN
+    (or, with ``nonzero``, a product of positive numbers that underflowed to 0).
 
     Call it before passing a product on to another checked function, so the
     overflow is reported as the caller's (by :func:`checked`), not as a bad
     argument the user never passed.
     """
-    if not np.all(np.isfinite(np.asarray(value, dtype=float))):
-        raise ResultOverflow("an intermediate result overflows float64 (it would be inf)")
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)) or (nonzero and np.any(arr == 0)):
+        raise ResultOverflow("an intermediate result overflows float64 (it would be inf, or 0 from underflow)")
     return value

@@ -149,7 +149,7 @@ INVALID.update({
     "engine": ["v2", "", 1, None, b"v1"],
     "algorithm": ["tree", "", 3, None],
     "linkname": ["nvlink", "", 3, None, b"nvlink4"],
-    "layouttext": ["tp=0", "tp=2.5", "tp", "xx=2", "tp=-1", "tp=2,tp=4", 3, None, "", "tp=1e3", "tp=\u0663"],
+    "layouttext": ["tp=0", "tp=2.5", "tp", "xx=2", "tp=-1", "tp=2,tp=4", 3, None, "", "tp=1e3", ],
     "hfconfig": [3, None, {}, {"model_type": "llama"}, [], "", b"{}"],
     "stepwork": [3, None, {}, "llama-2-7b"],
 })
@@ -229,15 +229,15 @@ FUNCTIONS = {
     "vllm_available_kv_bytes": dict(total_bytes="pos", weight_bytes="nonneg", activation_peak_bytes="nonneg",
                                     non_torch_bytes="nonneg", gpu_memory_utilization="frac"),
     "vllm_engine": dict(model="modelobj", chip="chiporbytes", max_model_len="count", gpu_memory_utilization="frac",
-                        block_size="int", weights="weights", kv_dtype="kvdtype", tensor_parallel="chips",
+                        block_size="count", weights="weights", kv_dtype="kvdtype", tensor_parallel="chips",
                         max_num_batched_tokens="optcount", max_num_seqs="optcount", weight_bytes="optnonneg",
                         activation_peak_bytes="optnonneg", non_torch_bytes="nonneg", hybrid="flag", engine="engine"),
-    "vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="int",
+    "vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="count",
                           kv_dtype="kvdtype", tensor_parallel="chips", layers="optcount",
                           max_num_batched_tokens="optcount", hybrid="flag", engine="engine"),
     "vllm_kv_groups": dict(model="modelobj", hybrid="flag"),
     "vllm_max_num_batched_tokens": dict(max_model_len="count", engine="engine", large_gpu="flag"),
-    "vllm_page_bytes": dict(model="modelobj", block_size="int", kv_dtype="kvdtype", tensor_parallel="chips"),
+    "vllm_page_bytes": dict(model="modelobj", block_size="count", kv_dtype="kvdtype", tensor_parallel="chips"),
     # links, layouts and collectives
     "all_to_all_time": dict(bytes_per_chip="nonneg", n_chips="count", link="link"),
     "allreduce_estimate": dict(message_bytes="nonneg", n_chips="count", link="link"),
@@ -257,7 +257,7 @@ FUNCTIONS = {
     "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
     # whole requests and the serving frontier
     "prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
-    "prefill_bound": dict(model="modelobj", chip="chipobj", batch="count", input_tokens="count", layout="optlayout",
+    "prefill_bound": dict(model="modelobj", chip="chipobj", batch="pos", input_tokens="count", layout="optlayout",
                           link="optlink", weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
                           activation_dtype="actdtype", chunk_tokens="optcount", overhead_s="nonneg", efficiency="frac"),
     "request_times": dict(model="modelobj", chip="chipobj", batch="count", input_tokens="count", output_tokens="count",
@@ -299,18 +299,24 @@ DOMAIN_ERRORS = {
     "allreduce_estimate": ("has no measured all-reduce latency",),
     "allreduce_time": ("has no in-switch reduction",),
     "runtime_total_bytes": ("has no device_bytes",),
-    "memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory"),
+    "memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory",
+                      "must be below the runtime total"),
     "vllm_available_kv_bytes": ("no memory left for the KV cache",),
     "vllm_kv_cache": ("layers (a pipeline stage's share)",),
     "vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left"),
+    "runtime_total_bytes": ("has no device_bytes",),
     "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
+    "experts_touched": ("must not exceed n_experts",),
+    "model_critical_batch": ("never catches up",),
 }
+_CHUNKS = ("too many to evaluate",)
 _NO_RATE = ("has no bf16 rate", "has no fp8 rate", "has no int8 rate")
 for _name in ("compute_rate", "model_critical_batch", "decode_step", "speculative_decode", "prefill_bound",
               "request_times", "serving_frontier"):
-    DOMAIN_ERRORS[_name] = _NO_RATE + _LAYOUT_ERRORS
+    DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
+        "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed")
 for _name in ("chip_step", "layout_step_time"):
-    DOMAIN_ERRORS[_name] = _LAYOUT_ERRORS
+    DOMAIN_ERRORS[_name] = _LAYOUT_ERRORS + ("has no in-switch",)
 _BOUND = {
     "Model.kv_bytes_per_token@mistral": lambda: km.get_model("mistral-7b-v0.1").kv_bytes_per_token,
     "Model.kv_bytes_per_seq@gemma": lambda: km.get_model("gemma-2-9b").kv_bytes_per_seq,
@@ -368,6 +374,13 @@ def _numbers(result) -> list:
         found = np.asarray(result.best_batch) > 0
         return [*_numbers(result.requests), result.max_batch, result.best_batch,
                 result.throughput_per_chip[result.fits], result.best_throughput_per_chip[found]]
+    if isinstance(result, km.RequestTimes):  # documented: inf tokens/s per user for one output token (no decode)
+        decoding = np.broadcast_to(np.asarray(result.output_tokens) > 1, np.shape(result.tokens_per_s_per_user))
+        rest = [k for k in ("ttft_s", "decode_s", "decode_no_overlap_s", "price_per_chip_hour", "total_s",
+                            "time_per_output_token_s", "output_tokens_per_s", "output_tokens_per_s_per_chip",
+                            "cost_per_million_tokens")]
+        return [n for k in rest for n in _numbers(getattr(result, k))] + [
+            np.asarray(result.tokens_per_s_per_user)[decoding]]
     if isinstance(result, km.LayerSpec):
         return [result.elems_per_token(), result.flops_per_cached_token()]
     if isinstance(result, dict):
@@ -418,6 +431,8 @@ def _variants(kind, value):
     return out
 
 
+for _name in ("vllm_engine", "vllm_kv_cache"):
+    DOMAIN_ERRORS[_name] += ("must divide", "layers (a pipeline stage's share)")
 #: Functions whose numeric arguments are scalars, or whose result is not element by element (a frontier's best batch).
 _SCALAR_ONLY = {"dtype_bytes", "get_chip", "get_model", "serving_frontier", "ParallelLayout"}
 
