@@ -33,7 +33,8 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .units import GiB, dtype_bytes
-from .validation import ArrayLike, checked, choice, flag, fraction, instance, non_negative, plain, positive, positive_int
+from .validation import (ArrayLike, checked, choice, flag, fraction, instance, non_negative, one_int, plain, positive,
+                        positive_int)
 
 #: Budget names. ``reported >= reserve >= engine`` always; the marketed
 #: ``device`` figure is below the reported one on every NVIDIA preset
@@ -231,8 +232,8 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     >>> vllm_page_bytes(get_model("deepseek-v3"), tensor_parallel=8)  # 16 x 576 x 2 on every rank
     18432
     """
-    block_size = int(positive_int("block_size", block_size))
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
+    block_size = one_int("block_size", block_size)
+    tp = one_int("tensor_parallel", tensor_parallel)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     if _model(model).attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
@@ -329,7 +330,7 @@ def vllm_activation_peak_bytes(
     """
     tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens)
     seqs = positive_int("max_num_seqs", max_num_seqs)
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
+    tp = one_int("tensor_parallel", tensor_parallel)
     width = _model(model).d_ff
     if model.n_experts:
         width = max(width if model.n_dense_layers else 0,
@@ -489,7 +490,7 @@ def vllm_kv_cache(
     hybrid = flag("hybrid", hybrid)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
-    block_size = int(positive_int("block_size", block_size))
+    block_size = one_int("block_size", block_size)
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     page = vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)
@@ -497,7 +498,7 @@ def vllm_kv_cache(
     if layers is not None:
         if sliding_groups:
             raise ValueError("layers (a pipeline stage's share) is supported for models without sliding-window groups")
-        group_size = int(positive_int("layers", layers))
+        group_size = one_int("layers", layers)
     num_groups = full_groups + sliding_groups
     num_blocks = np.maximum(np.floor(np.floor(np.asarray(avail) / page) / group_size), 0)
     tokens = num_blocks // num_groups * block_size
@@ -569,7 +570,7 @@ def vllm_engine(
     engine = choice("engine", engine, VLLM_ENGINES)
     _model(model)
     flag("hybrid", hybrid)
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
+    tp = one_int("tensor_parallel", tensor_parallel)
     mml = positive_int("max_model_len", max_model_len)
     total = runtime_total_bytes(chip) if isinstance(chip, Chip) else positive("chip", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)

@@ -22,7 +22,7 @@ from .layers import LayerSpec
 from .moe import ROUTINGS, experts_touched
 from .presets import lookup, optional_int, read_rows
 from .units import dtype_bytes
-from .validation import ArrayLike, as_scalar, checked, choice, finite, plain, positive, positive_int, whole
+from .validation import ArrayLike, as_scalar, checked, choice, finite, one_int, plain, positive, positive_int, whole
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -275,7 +275,7 @@ class Model:
             raise ValueError(f"{self.name} uses MLA; its cache has no KV heads to change")
         if self.layers is not None:
             raise ValueError(f"{self.name} lists its layers; change n_kv_heads in each LayerSpec instead")
-        n_kv_heads = int(positive_int("n_kv_heads", n_kv_heads))
+        n_kv_heads = one_int("n_kv_heads", n_kv_heads)
         kind = "mha" if n_kv_heads == self.n_heads else "mqa" if n_kv_heads == 1 else "gqa"
         if n_kv_heads == self.n_kv_heads:
             return self

@@ -43,7 +43,7 @@ from .parallel import ChipStep, ParallelLayout, chip_step
 from .prefill import prefill_time
 from .step import compute_rate
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, fraction, instance, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
 @checked
@@ -301,7 +301,7 @@ def prefill_bound(
     if chunk_tokens is None:
         return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
                                                 **opts)))
-    c = int(positive_int("chunk_tokens", chunk_tokens))
+    c = one_int("chunk_tokens", chunk_tokens)
     n_chunks = float(np.ceil(np.max(s_in) / c))
     if n_chunks * np.size(s_in) * np.size(positive("batch", batch)) > _MAX_CHUNK_CELLS:
         # each chunk is an array cell: refuse by name rather than run out of memory inside numpy

@@ -20,7 +20,7 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .step import decode_step
-from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, non_negative, one_int, plain, positive, positive_int
 
 
 @checked
@@ -103,7 +103,7 @@ def speculative_decode(
     >>> [round(float(x), 2) for x in s.speedup]
     [3.36, 0.67]
     """
-    gamma = int(positive_int("gamma", gamma))
+    gamma = one_int("gamma", gamma)
     expected = expected_tokens_per_step(acceptance, gamma)
     batch = positive("batch", batch)
     def step_s(m: Model, tokens: int) -> ArrayLike:

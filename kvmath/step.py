@@ -22,7 +22,7 @@ from .links import Link
 from .moe import ROUTINGS
 from .parallel import ChipStep, ParallelLayout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, choice, finite, fraction, instance, non_negative, plain, positive, positive_int
+from .validation import (ArrayLike, checked, choice, finite, fraction, instance, non_negative, one_int, plain, positive)
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ def step_time(
                "ceiling": work.weight_bytes_read_ceiling}
     if routing not in charged:
         raise ValueError(f"routing must be one of {sorted(charged)}, got {routing!r}")
-    n_chips = int(positive_int("n_chips", n_chips))
+    n_chips = one_int("n_chips", n_chips)
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     effective_bw = finite(positive("bandwidth", bandwidth) * efficiency, nonzero=True)
@@ -351,7 +351,7 @@ def decode_step(
         return dataclasses.replace(step, comm_s=comm)
     if routing != "floor":
         raise ValueError(f"routing {routing!r} is not modelled with a layout yet: use routing='floor'")
-    if int(positive_int("n_chips", n_chips)) not in (1, layout.n_chips):
+    if one_int("n_chips", n_chips) not in (1, layout.n_chips):
         raise ValueError(f"n_chips ({n_chips}) must be 1 or the layout's {layout.n_chips} chips")
     return layout_step_time(model, work, chip.bandwidth, flops, layout, weights=weights, link=link,
                             activation_bytes=b_act, overhead_s=overhead_s, efficiency=efficiency)
@@ -380,7 +380,7 @@ def layout_step_time(
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     per_chip = chip_step(
-        model, work.batch, work.context, layout, positive("bandwidth", bandwidth) * efficiency, flops,
+        model, work.batch, work.context, layout, finite(positive("bandwidth", bandwidth) * efficiency, nonzero=True), flops,
         weights=weights, kv_bytes_per_seq=work.kv_bytes_per_seq, attention_flops_per_seq=work.attention_flops_per_seq,
         tokens_per_seq=work.tokens_per_seq, link=link, activation_bytes=activation_bytes, overhead_s=overhead_s,
     )

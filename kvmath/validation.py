@@ -339,3 +339,8 @@ def finite(value, nonzero: bool = False) -> ArrayLike:
     if not np.all(np.isfinite(arr)) or (nonzero and np.any(arr == 0)):
         raise ResultOverflow("an intermediate result overflows float64 (it would be inf, or 0 from underflow)")
     return value
+
+
+def one_int(name: str, value) -> int:
+    """``value`` as one Python ``int`` >= 1 (4.0 is accepted, 4.5 and arrays are not): a block size, a chip count."""
+    return int(positive_int(name, as_scalar(name, value)))
