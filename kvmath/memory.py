@@ -264,7 +264,8 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     >>> vllm_kv_groups(get_model("gemma-2-9b"), hybrid=False)
     (42, 1, 0)
     """
-    sliding = (_model(model).n_sliding_layers or 0) if flag("hybrid", hybrid) else 0
+    _model(model)
+    sliding = (model.n_sliding_layers or 0) if flag("hybrid", hybrid) else 0
     full = model.n_layers - sliding
     counts = [c for c in (full, sliding) if c]
     small, large = min(counts), max(counts)

@@ -224,7 +224,10 @@ def parse_layout(text: str) -> ParallelLayout:
         if key not in ("tp", "cp", "dp", "pp", "ep") or not value.isdigit() or key in fields:
             raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep), got {text!r}")
         fields[key] = int(value)
-    return ParallelLayout(**fields)
+    try:
+        return ParallelLayout(**fields)
+    except ValueError as err:  # "tp=0": say which text the field came from
+        raise ValueError(f"parallel layout {text!r}: {err}") from None
 
 
 @checked

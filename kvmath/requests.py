@@ -202,8 +202,9 @@ def _model_and_chip(model, chip) -> None:
     instance("chip", chip, Chip, "a Chip (get_chip(name))")
 
 
-#: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 8M, 64 MB a float array.
-_MAX_CHUNK_CELLS = 2**23
+#: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 4M, 32 MB a float array
+#: (the frontier's 4096 batches x 1024 chunks, a 128K prompt in 128-token chunks).
+_MAX_CHUNK_CELLS = 2**22
 
 
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,

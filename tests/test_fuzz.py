@@ -73,9 +73,9 @@ INVALID = {
     "shard": ["layers", 3, None, ""],
 }
 #: How each kind looks when numpy types or arrays carry the same value.
-_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips"}
-#: Kinds that are one whole number (int or numpy int), never an array or a float.
-_WHOLE = {"int", "chips"}
+_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one"}
+#: Kinds that are one whole number (an int or numpy int; "one" also takes 4.0), never an array.
+_WHOLE = {"int", "chips", "one"}
 
 # Objects and names of the step, memory, links and serving models.
 _MODELS = [km.get_model(n) for n in km.model_names()]
@@ -92,6 +92,9 @@ _COMPUTE = ["bf16", "fp8", "int8", "BF16"]
 _obj = [3, None, b"x", {"n_layers": 32}, [1.0]]
 VALID.update({
     "int": st.one_of(st.integers(1, 4096), st.sampled_from([2**20, 10**6])),          # whole >= 1, ints only
+    # prefill chunks: few enough to evaluate quickly (a million cells take seconds; more are refused by name)
+    "chunk": st.one_of(st.none(), st.integers(256, 10**6), st.just(1)),
+    "one": st.one_of(st.integers(1, 4096), st.sampled_from([2**20, 10**6])),          # one whole number >= 1 (4.0 too)
     "chips": st.sampled_from([1, 2, 4, 8, 16]),                                        # a small count of chips
     "frac0": st.floats(0.0, 1.0),                                                      # [0, 1]
     "optpos": st.one_of(st.none(), _real),
@@ -124,6 +127,8 @@ VALID.update({
 _NUMBERS_NOT_NONE = [v for v in _NOT_NUMBERS if v is not None]
 INVALID.update({
     "int": _NOT_NUMBERS + [0, -3, 2.5, 4.0, np.float64(2)],
+    "one": _NOT_NUMBERS + [0, -3, 2.5, np.array([1, 2]), [4, 8]],
+    "chunk": [v for v in _NOT_NUMBERS if v is not None] + [0, -3, 2.5],
     "chips": _NOT_NUMBERS + [0, -3, 2.5],
     "frac0": _NOT_NUMBERS + [-0.5, 1.5, -1e-300],
     "optpos": _NUMBERS_NOT_NONE + [0, -1],
@@ -213,7 +218,7 @@ FUNCTIONS = {
                                  routing="routing"),
     "saturated_critical_batch": dict(total_params="pos", active_params="pos", flops="pos", bandwidth="pos",
                                      bytes_per_param="pos"),
-    "speculative_decode": dict(model="modelobj", chip="chipobj", batch="pos", context="pos", gamma="int",
+    "speculative_decode": dict(model="modelobj", chip="chipobj", batch="pos", context="pos", gamma="one",
                                acceptance="frac0", draft="optmodelobj", routing="routing"),
     "step_time": dict(work="stepwork", bandwidth="pos", flops="pos", n_chips="chips", shard="shard",
                       overhead_s="nonneg", efficiency="frac", routing="routing"),
@@ -225,19 +230,19 @@ FUNCTIONS = {
     "memory_budget": dict(chip="chiporbytes", budget="budget", gpu_memory_utilization="frac", non_torch_bytes="nonneg"),
     "runtime_total_bytes": dict(chip="chiporbytes"),
     "vllm_activation_peak_bytes": dict(model="modelobj", max_num_batched_tokens="count", max_num_seqs="count",
-                                       act_bytes="pos", tensor_parallel="chips"),
+                                       act_bytes="pos", tensor_parallel="one"),
     "vllm_available_kv_bytes": dict(total_bytes="pos", weight_bytes="nonneg", activation_peak_bytes="nonneg",
                                     non_torch_bytes="nonneg", gpu_memory_utilization="frac"),
     "vllm_engine": dict(model="modelobj", chip="chiporbytes", max_model_len="count", gpu_memory_utilization="frac",
-                        block_size="count", weights="weights", kv_dtype="kvdtype", tensor_parallel="chips",
+                        block_size="one", weights="weights", kv_dtype="kvdtype", tensor_parallel="one",
                         max_num_batched_tokens="optcount", max_num_seqs="optcount", weight_bytes="optnonneg",
                         activation_peak_bytes="optnonneg", non_torch_bytes="nonneg", hybrid="flag", engine="engine"),
-    "vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="count",
-                          kv_dtype="kvdtype", tensor_parallel="chips", layers="optcount",
+    "vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="one",
+                          kv_dtype="kvdtype", tensor_parallel="one", layers="optcount",
                           max_num_batched_tokens="optcount", hybrid="flag", engine="engine"),
     "vllm_kv_groups": dict(model="modelobj", hybrid="flag"),
     "vllm_max_num_batched_tokens": dict(max_model_len="count", engine="engine", large_gpu="flag"),
-    "vllm_page_bytes": dict(model="modelobj", block_size="count", kv_dtype="kvdtype", tensor_parallel="chips"),
+    "vllm_page_bytes": dict(model="modelobj", block_size="one", kv_dtype="kvdtype", tensor_parallel="one"),
     # links, layouts and collectives
     "all_to_all_time": dict(bytes_per_chip="nonneg", n_chips="count", link="link"),
     "allreduce_estimate": dict(message_bytes="nonneg", n_chips="count", link="link"),
@@ -259,15 +264,15 @@ FUNCTIONS = {
     "prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
     "prefill_bound": dict(model="modelobj", chip="chipobj", batch="pos", input_tokens="count", layout="optlayout",
                           link="optlink", weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
-                          activation_dtype="actdtype", chunk_tokens="optcount", overhead_s="nonneg", efficiency="frac"),
+                          activation_dtype="actdtype", chunk_tokens="chunk", overhead_s="nonneg", efficiency="frac"),
     "request_times": dict(model="modelobj", chip="chipobj", batch="count", input_tokens="count", output_tokens="count",
                           layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
-                          compute_dtype="optcompute", activation_dtype="actdtype", chunk_tokens="optcount",
+                          compute_dtype="optcompute", activation_dtype="actdtype", chunk_tokens="chunk",
                           price_per_chip_hour="optpos", overhead_s="nonneg", efficiency="frac"),
     "serving_frontier": dict(model="modelobj", chip="chipobj", input_tokens="count", output_tokens="count",
                              batch="optcount", tpot_limit_s="optpos", layout="optlayout", link="optlink",
                              weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
-                             activation_dtype="actdtype", chunk_tokens="optcount", hbm_bytes="optpos",
+                             activation_dtype="actdtype", chunk_tokens="chunk", hbm_bytes="optpos",
                              price_per_chip_hour="optpos"),
     # layers
     "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
@@ -392,7 +397,7 @@ def _numbers(result) -> list:
         names += [k for c in type(result).__mro__ for k, v in vars(c).items()
                   if isinstance(v, property) and not k.startswith("_") and k not in names]
         return [n for k in names for n in _numbers(getattr(result, k))]
-    if isinstance(result, np.ndarray) and result.dtype.kind == "b":
+    if isinstance(result, np.ndarray) and result.dtype.kind in "bUSO":  # masks and labels ("memory", "compute")
         return []
     return [result]
 
@@ -424,7 +429,7 @@ def _call(name, args):
 def _variants(kind, value):
     """The same number as other accepted types: numpy scalars, 0-d and 1-d arrays, lists."""
     if kind in _WHOLE:
-        return [np.int64(value)] + ([np.int32(value)] if value < 2**31 else [])
+        return [np.int64(value)] + ([np.int32(value)] if value < 2**31 else []) + ([float(value)] if kind == "one" else [])
     out = [np.float64(value), np.array(value)]
     if kind == "count" and value < 2**31:
         out += [np.int32(value), np.int64(value), float(value)]
@@ -484,7 +489,8 @@ def test_an_invalid_argument_is_refused_naming_it(call, data):
     with pytest.raises(ValueError) as err:
         _function(name)(**{**args, arg: bad})
     message = str(err.value)
-    wanted = {"get_model": "model", "get_chip": "hardware", "Chip.flops@h100": "compute_dtype"}.get(name, shown)
+    wanted = {"get_model": "model", "get_chip": "hardware", "Chip.flops@h100": "compute_dtype", "get_format": "dtype",
+              "parse_layout": "parallel layout", "Chip.flops_for_format@h100": "weights", "get_link": "link"}.get(name, shown)
     assert wanted in message or (name == "dtype_bytes" and "dtype" in message), (name, arg, bad, message)
 
 
