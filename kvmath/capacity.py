@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hardware import Chip
 from .memory import memory_budget
 from .validation import ArrayLike, ResultOverflow, checked, fraction, non_negative, plain, positive, positive_int
 
@@ -18,6 +19,11 @@ def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLik
     104.0
     """
     return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
+
+
+def _budget(hbm_bytes, budget: str):
+    """:func:`memory_budget` of a chip or of bytes per chip, a bad number named as ``hbm_bytes``."""
+    return memory_budget(hbm_bytes if isinstance(hbm_bytes, Chip) else positive("hbm_bytes", hbm_bytes), budget)
 
 
 def _usable_bytes(n_chips, hbm_bytes, usable_fraction):
@@ -62,7 +68,7 @@ def min_chips_for_weights(
     (2, 2)
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
-    hbm_bytes = memory_budget(hbm_bytes, budget)
+    hbm_bytes = _budget(hbm_bytes, budget)
     usable_fraction = fraction("usable_fraction", usable_fraction)
     chips = np.ceil(weight_bytes / (hbm_bytes * usable_fraction))
     if not np.all(np.isfinite(chips)):
@@ -106,7 +112,7 @@ def kv_budget_bytes(
     [19.0, 30.04, 28.37]
     """
     n_chips = positive_int("n_chips", n_chips)
-    hbm_bytes = memory_budget(hbm_bytes, budget)
+    hbm_bytes = _budget(hbm_bytes, budget)
     usable_fraction = fraction("usable_fraction", usable_fraction)
     weight_bytes = positive("weight_bytes", weight_bytes)
     left = _usable_bytes(n_chips, hbm_bytes, usable_fraction) - weight_bytes

@@ -302,6 +302,12 @@ def prefill_bound(
     if chunk_tokens is None:
         return plain(_prefill_strict(_chip_step(model, chip, batch, s_in, layout, tokens_per_seq=s_in, prefill=True,
                                                 **opts)))
+    # every other argument is checked before the chunks are counted, so a bad one is named first
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    rate = _rate(chip, weights, compute_dtype, model)
+    instance("layout", layout, ParallelLayout, "a ParallelLayout (parse_layout('tp=2'))").check(model)
+    if link is not None:
+        instance("link", link, Link, "a Link (get_link(name)) or None")
     c = one_int("chunk_tokens", chunk_tokens)
     n_chunks = float(np.ceil(np.max(s_in) / c))
     if n_chunks * np.size(s_in) * np.size(positive("batch", batch)) > _MAX_CHUNK_CELLS:
@@ -316,15 +322,15 @@ def prefill_bound(
     size = np.minimum(s, done + c) - done        # tokens in chunk k (0 past the prompt)
     live = size > 0
     end = np.maximum(done + size, 1)
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     # The chunk reads the cache of the chunks before it and writes its own: the cache up to its end.
     first = np.maximum(done, 1)
     attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
-    batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
+    batch, efficiency, overhead_s = (np.asarray(x, dtype=float)[..., None]  # the chunk index is the last axis
+                                     for x in (positive("batch", batch), opts["efficiency"], opts["overhead_s"]))
     step = chip_step(
-        model, batch, end, layout, chip.bandwidth * opts["efficiency"], _rate(chip, weights, compute_dtype, model),
+        model, batch, end, layout, chip.bandwidth * efficiency, rate,
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
-        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
+        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
     )
     return plain(np.sum(np.where(live, _prefill_strict(step), 0.0), axis=-1))

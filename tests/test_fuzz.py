@@ -320,6 +320,7 @@ for _name in ("compute_rate", "model_critical_batch", "decode_step", "speculativ
               "request_times", "serving_frontier"):
     DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
         "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed")
+DOMAIN_ERRORS["compute_rate"] += ("mixes formats of different compute rates",)  # without the model: documented
 for _name in ("chip_step", "layout_step_time"):
     DOMAIN_ERRORS[_name] = _LAYOUT_ERRORS + ("has no in-switch",)
 _BOUND = {
@@ -378,14 +379,14 @@ def _numbers(result) -> list:
     if isinstance(result, km.Frontier):  # NaN marks a batch that does not fit (or meet the limit): check the rest
         found = np.asarray(result.best_batch) > 0
         return [*_numbers(result.requests), result.max_batch, result.best_batch,
-                result.throughput_per_chip[result.fits], result.best_throughput_per_chip[found]]
+                np.where(result.fits, result.throughput_per_chip, 0.0), np.where(found, result.best_throughput_per_chip, 0.0)]
     if isinstance(result, km.RequestTimes):  # documented: inf tokens/s per user for one output token (no decode)
         decoding = np.broadcast_to(np.asarray(result.output_tokens) > 1, np.shape(result.tokens_per_s_per_user))
         rest = [k for k in ("ttft_s", "decode_s", "decode_no_overlap_s", "price_per_chip_hour", "total_s",
                             "time_per_output_token_s", "output_tokens_per_s", "output_tokens_per_s_per_chip",
                             "cost_per_million_tokens")]
         return [n for k in rest for n in _numbers(getattr(result, k))] + [
-            np.asarray(result.tokens_per_s_per_user)[decoding]]
+            np.where(decoding, result.tokens_per_s_per_user, 0.0)]
     if isinstance(result, km.LayerSpec):
         return [result.elems_per_token(), result.flops_per_cached_token()]
     if isinstance(result, dict):
