@@ -484,6 +484,8 @@ def test_valid_inputs_give_a_finite_non_negative_value_of_any_numeric_type(call,
 @given(calls(), st.data())
 def test_an_invalid_argument_is_refused_naming_it(call, data):
     name, args = call
+    if name in DOMAIN_ERRORS and _call(name, args) is None:
+        return  # a combination with no answer (tp that does not divide the heads) may be refused before the bad value
     arg = data.draw(st.sampled_from(sorted(FUNCTIONS[name])))
     bad = data.draw(st.sampled_from(INVALID[FUNCTIONS[name][arg]]))
     shown = "dtype" if FUNCTIONS[name][arg] == "dtype" and name == "Chip.flops@h100" else arg
