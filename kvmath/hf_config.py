@@ -114,6 +114,10 @@ class _Config:
         return f"{self.prefix}{key}"
 
 
+#: Most layers a config may declare (the largest published models have about 130).
+_MAX_LAYERS = 100_000
+
+
 def _load(config: PathOrDict) -> tuple[dict, str, str]:
     """(the config dict, its name, its source path) from a path, a directory or a dict."""
     if isinstance(config, Mapping):
@@ -324,6 +328,8 @@ def model_from_hf_config(config: PathOrDict):
     c, model_type = _text_config(data)
     d, h, kv, head_dim = _heads(c, model_type)
     n_layers = c.int("num_hidden_layers") if c.has("num_hidden_layers") or model_type != "falcon" else c.int("n_layer")
+    if n_layers > _MAX_LAYERS:  # one list entry per layer: 10**30 would fail inside Python, 10**9 exhaust memory
+        raise ValueError(f"config.json num_hidden_layers must be at most {_MAX_LAYERS}, got {n_layers}")
     if model_type == "falcon":
         d_ff = c.int("ffn_hidden_size", 4 * d)  # FalconConfig: ffn_hidden_size defaults to 4 * hidden_size
     else:

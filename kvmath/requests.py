@@ -43,7 +43,7 @@ from .parallel import ChipStep, ParallelLayout, chip_step
 from .prefill import prefill_time
 from .step import compute_rate
 from .units import dtype_bytes
-from .validation import ArrayLike, checked, fraction, instance, non_negative, one_int, plain, positive, positive_int
+from .validation import ArrayLike, checked, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
 @checked
@@ -438,12 +438,16 @@ def request_times(
         ttft = np.asarray(ttft)[..., back]
     decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
                                              layout, opts)
-    return RequestTimes(
+    times = RequestTimes(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
         price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
     )
+    # the derived figures must fit too (tokens_per_s_per_user is inf by design for one output token)
+    for derived in (times.total_s, times.output_tokens_per_s, times.cost_per_million_tokens or 0.0):
+        finite(derived)
+    return times
 
 
 @dataclass(frozen=True)

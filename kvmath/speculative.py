@@ -20,7 +20,7 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .step import decode_step
-from .validation import ArrayLike, checked, non_negative, one_int, plain, positive, positive_int
+from .validation import ArrayLike, checked, instance, non_negative, one_int, plain, positive, positive_int
 
 
 @checked
@@ -104,6 +104,8 @@ def speculative_decode(
     [3.36, 0.67]
     """
     gamma = one_int("gamma", gamma)
+    if draft is not None:  # named as the draft, not as the model decode_step would call it
+        instance("draft", draft, Model, "a Model (get_model(name)) or None")
     expected = expected_tokens_per_step(acceptance, gamma)
     batch = positive("batch", batch)
     def step_s(m: Model, tokens: int) -> ArrayLike:

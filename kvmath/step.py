@@ -416,6 +416,7 @@ def model_critical_batch(
     1079
     """
     routing = choice("routing", routing, ROUTINGS)
+    instance("model", model, Model, "a Model (get_model(name))")
     flops = compute_rate(chip, weights, compute_dtype, model)
     bandwidth = chip.bandwidth
     matmul = model.matmul_params_per_token()

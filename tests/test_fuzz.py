@@ -662,3 +662,23 @@ def test_cli_repeated_options_are_errors(command, data):
         argv = [*base, option, base[i + 1]]
     code, out, err = _run(argv)
     assert code == 2 and "given twice" in err and option in err, (argv, err)
+
+
+# ----- config.json loading --------------------------------------------------------------
+
+_CONFIG_BAD = [None, "32", -1, 0, 2.5, math.nan, math.inf, True, [32], {"a": 1}, 10**30]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(_HF_CONFIGS), st.data())
+def test_a_bad_number_in_a_config_is_refused_naming_its_key(config, data):
+    keys = sorted(k for k, v in config.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    key, bad = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(_CONFIG_BAD))
+    try:
+        model = km.Model.from_hf_config({**config, key: bad})
+    except ValueError as err:
+        # a type or range error names the key; 10**30 may instead break a relation between keys (heads divisible by
+        # KV heads, dense layers below layers), whose message names the relation
+        assert key in str(err) or bad == 10**30, (key, bad, str(err))
+        return
+    _check_value(model.param_count())  # a key the model does not use, or a value that still makes sense
