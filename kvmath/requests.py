@@ -445,8 +445,9 @@ def request_times(
         price_per_chip_hour=None if price_per_chip_hour is None else float(price_per_chip_hour),
     )
     # the derived figures must fit too (tokens_per_s_per_user is inf by design for one output token)
-    for derived in (times.total_s, times.output_tokens_per_s, times.cost_per_million_tokens or 0.0):
-        finite(derived)
+    for derived in (times.total_s, times.output_tokens_per_s, times.cost_per_million_tokens):
+        if derived is not None:
+            finite(derived)
     return times
 
 
