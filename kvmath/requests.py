@@ -38,10 +38,10 @@ import numpy as np
 from .capacity import kv_budget_bytes
 from .hardware import Chip
 from .links import Link
-from .models import Model, Precision
+from .models import Model, Precision, group_formats
 from .parallel import ChipStep, ParallelLayout, chip_step
 from .prefill import prefill_time
-from .step import compute_rate
+from .step import compute_rate, format_rate
 from .units import dtype_bytes
 from .validation import ArrayLike, checked, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
@@ -193,8 +193,10 @@ class RequestTimes:
 
 
 def _rate(chip, weights, compute_dtype, model) -> float:
-    """:func:`compute_rate`, given the model where ``weights`` maps groups (formats of different rates combine)."""
-    return compute_rate(chip, weights, compute_dtype, model if isinstance(weights, Mapping) else None)
+    """:func:`compute_rate`, given the model only where ``weights`` mixes formats of different rates (which needs
+    it to combine them); elsewhere the rate is the format's own, as before, bit for bit."""
+    mixed = isinstance(weights, Mapping) and len({format_rate(chip, f) for f in group_formats(weights).values()}) > 1
+    return compute_rate(chip, weights, compute_dtype, model if mixed else None)
 
 
 def _model_and_chip(model, chip) -> None:

@@ -165,6 +165,11 @@ class DecodeStep:
         return self.work.batch / self.strict_step_s
 
 
+def format_rate(chip: Chip, fmt) -> float:
+    """The rate a chip runs matmuls of one weight format at (a bytes-per-weight number: bf16)."""
+    return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
+
+
 @checked
 def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None, model: Model | None = None) -> float:
     """FLOP/s of a step's matmuls: ``compute_dtype`` if given, else each weight group's own format's rate.
@@ -195,7 +200,7 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
         return chip.flops(compute_dtype)
 
     def rate(fmt) -> float:
-        return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
+        return format_rate(chip, fmt)
 
     if model is None:
         if isinstance(weights, Mapping) and len({rate(f) for f in formats.values()}) > 1:
