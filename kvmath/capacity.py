@@ -6,7 +6,7 @@ import numpy as np
 
 from .hardware import Chip
 from .memory import memory_budget
-from .validation import ArrayLike, ResultOverflow, checked, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, as_count, checked, fraction, non_negative, plain, positive, positive_int
 
 
 @checked
@@ -30,15 +30,6 @@ def _usable_bytes(n_chips, hbm_bytes, usable_fraction):
     """Memory of ``n_chips`` chips that may hold weights and cache; one expression for both
     :func:`min_chips_for_weights` and :func:`kv_budget_bytes`, so they agree to the last bit."""
     return n_chips * hbm_bytes * usable_fraction
-
-
-def _as_count(name: str, values) -> int | np.ndarray:
-    """Whole numbers as a Python int, or an int64 array where every element fits (no wrap-around)."""
-    if np.ndim(values) == 0:
-        return int(values)
-    if np.any(values >= 2.0**63):
-        raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
-    return values.astype(np.int64)
 
 
 @checked
@@ -81,7 +72,7 @@ def min_chips_for_weights(
     fewer = chips - 1
     chips = np.where(_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes, fewer, chips)
     chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
-    return _as_count("min_chips_for_weights", chips)
+    return as_count("min_chips_for_weights", chips)
 
 
 @checked
@@ -136,7 +127,7 @@ def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     tokens = np.floor(non_negative("kv_budget_bytes", kv_budget_bytes) / positive("kv_bytes_per_token", kv_bytes_per_token))
     if not np.all(np.isfinite(tokens)):
         raise ResultOverflow("max_kv_tokens: kv_budget_bytes / kv_bytes_per_token overflows float64")
-    return _as_count("max_kv_tokens", tokens)
+    return as_count("max_kv_tokens", tokens)
 
 
 @checked

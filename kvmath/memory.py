@@ -33,8 +33,8 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .units import GiB, dtype_bytes
-from .validation import (ArrayLike, checked, choice, flag, fraction, instance, non_negative, one_int, plain, positive,
-                        positive_int)
+from .validation import (ArrayLike, as_count, checked, choice, flag, fraction, instance, non_negative, one_int, plain,
+                        positive, positive_int)
 
 #: Budget names. ``reported >= reserve >= engine`` always; the marketed
 #: ``device`` figure is below the reported one on every NVIDIA preset
@@ -204,8 +204,7 @@ def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
 
 
 def _whole(x: ArrayLike):
-    x = np.asarray(x)
-    return int(x) if x.ndim == 0 else x.astype(np.int64)
+    return as_count("a count", x)  # an int64 array would wrap from 2**63: a named overflow instead
 
 
 @checked

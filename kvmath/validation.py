@@ -344,3 +344,12 @@ def finite(value, nonzero: bool = False) -> ArrayLike:
 def one_int(name: str, value) -> int:
     """``value`` as one Python ``int`` >= 1 (4.0 is accepted, 4.5 and arrays are not): a block size, a chip count."""
     return int(positive_int(name, as_scalar(name, value)))
+
+
+def as_count(name: str, values) -> int | np.ndarray:
+    """Whole numbers as a Python int, or an int64 array where every element fits (no wrap-around)."""
+    if np.ndim(values) == 0:
+        return int(values)
+    if np.any(np.asarray(values) >= 2.0**63):
+        raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
+    return np.asarray(values).astype(np.int64)
