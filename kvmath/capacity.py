@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hardware import Chip
 from .memory import memory_budget
-from .validation import ArrayLike, ResultOverflow, checked, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, as_count, checked, fraction, non_negative, plain, positive, positive_int
 
 
 @checked
@@ -20,19 +21,15 @@ def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLik
     return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
 
 
+def _budget(hbm_bytes, budget: str):
+    """:func:`memory_budget` of a chip or of bytes per chip, a bad number named as ``hbm_bytes``."""
+    return memory_budget(hbm_bytes if isinstance(hbm_bytes, Chip) else positive("hbm_bytes", hbm_bytes), budget)
+
+
 def _usable_bytes(n_chips, hbm_bytes, usable_fraction):
     """Memory of ``n_chips`` chips that may hold weights and cache; one expression for both
     :func:`min_chips_for_weights` and :func:`kv_budget_bytes`, so they agree to the last bit."""
     return n_chips * hbm_bytes * usable_fraction
-
-
-def _as_count(name: str, values) -> int | np.ndarray:
-    """Whole numbers as a Python int, or an int64 array where every element fits (no wrap-around)."""
-    if np.ndim(values) == 0:
-        return int(values)
-    if np.any(values >= 2.0**63):
-        raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
-    return values.astype(np.int64)
 
 
 @checked
@@ -62,7 +59,7 @@ def min_chips_for_weights(
     (2, 2)
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
-    hbm_bytes = memory_budget(hbm_bytes, budget)
+    hbm_bytes = _budget(hbm_bytes, budget)
     usable_fraction = fraction("usable_fraction", usable_fraction)
     chips = np.ceil(weight_bytes / (hbm_bytes * usable_fraction))
     if not np.all(np.isfinite(chips)):
@@ -75,7 +72,7 @@ def min_chips_for_weights(
     fewer = chips - 1
     chips = np.where(_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes, fewer, chips)
     chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
-    return _as_count("min_chips_for_weights", chips)
+    return as_count("min_chips_for_weights", chips)
 
 
 @checked
@@ -106,7 +103,7 @@ def kv_budget_bytes(
     [19.0, 30.04, 28.37]
     """
     n_chips = positive_int("n_chips", n_chips)
-    hbm_bytes = memory_budget(hbm_bytes, budget)
+    hbm_bytes = _budget(hbm_bytes, budget)
     usable_fraction = fraction("usable_fraction", usable_fraction)
     weight_bytes = positive("weight_bytes", weight_bytes)
     left = _usable_bytes(n_chips, hbm_bytes, usable_fraction) - weight_bytes
@@ -130,7 +127,7 @@ def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
     tokens = np.floor(non_negative("kv_budget_bytes", kv_budget_bytes) / positive("kv_bytes_per_token", kv_bytes_per_token))
     if not np.all(np.isfinite(tokens)):
         raise ResultOverflow("max_kv_tokens: kv_budget_bytes / kv_bytes_per_token overflows float64")
-    return _as_count("max_kv_tokens", tokens)
+    return as_count("max_kv_tokens", tokens)
 
 
 @checked

@@ -174,6 +174,11 @@ def fmt_number(value: float, spec: str | None = None) -> str:
     >>> fmt_number(12345.5, ".1f")
     '12\u2009345.5'
     """
+    checked = as_scalar("value", value)  # refuses NaN, inf, strings, bools, arrays, ints past float64 by name
+    if not isinstance(value, int):
+        value = checked
+    if spec is not None and not isinstance(spec, str):
+        raise ValueError(f"spec must be a format spec such as '.2f', got {spec!r}")
     if spec is None:
         if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
                                        and abs(value) < 1e16):

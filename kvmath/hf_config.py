@@ -131,12 +131,16 @@ class _Config:
         return f"{self.prefix}{key}"
 
 
+#: Most layers a config may declare (the largest published models have about 130).
+_MAX_LAYERS = 100_000
+
+
 def _load(config: PathOrDict) -> tuple[dict, str, str]:
     """(the config dict, its name, its source path) from a path, a directory or a dict."""
     if isinstance(config, Mapping):
         data = dict(config)
         return data, str(data.get("_name_or_path") or "config"), "dict"
-    if not isinstance(config, (str, os.PathLike)):
+    if not isinstance(config, (str, os.PathLike)) or config == "":  # os.fspath would raise TypeError
         raise ValueError(f"config must be a path to a config.json, its directory, or a dict, got {config!r}")
     path = os.fspath(config)
     if os.path.isdir(path):

@@ -32,7 +32,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .validation import ArrayLike, choice, non_negative, plain, positive_int
+from .validation import ArrayLike, as_scalar, choice, non_negative, plain, positive_int
 
 LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla")
 
@@ -87,22 +87,27 @@ class LayerSpec:
         choice("kind", self.kind, LAYER_KINDS)
         if self.kind in ("full", "sliding", "chunked"):
             for attr in ("n_heads", "n_kv_heads", "head_dim"):
-                positive_int(f"{self.kind} layer {attr}", getattr(self, attr))
+                self._count(attr)
             if self.n_heads % self.n_kv_heads:
                 raise ValueError(f"{self.kind} layer n_heads ({self.n_heads}) must be divisible by "
                                  f"n_kv_heads ({self.n_kv_heads})")
         if self.kind in ("sliding", "chunked"):
             if self.window is None:
                 raise ValueError(f"a {self.kind} layer needs a window")
-            positive_int(f"{self.kind} layer window", self.window)
+            self._count("window")
         if self.kind == "mla":
-            positive_int("mla layer n_heads", self.n_heads)
-            positive_int("mla layer latent_dim", self.latent_dim)
-            positive_int("mla layer score_dim", self.score_dim)
+            for attr in ("n_heads", "latent_dim", "score_dim"):
+                self._count(attr)
         if self.kind == "linear":
             non_negative("linear layer state_bytes", self.state_bytes)
             non_negative("linear layer state_flops", self.state_flops)
         non_negative(f"{self.kind} layer params", self.params)
+
+    def _count(self, attr: str) -> None:
+        """Check a count field (one whole number >= 1) and store it as a Python int, so sizes cannot wrap."""
+        value = getattr(self, attr)
+        positive_int(f"{self.kind} layer {attr}", as_scalar(f"{self.kind} layer {attr}", value))
+        object.__setattr__(self, attr, int(value) if isinstance(value, (int, np.integer)) else int(float(value)))
 
     def elems_per_token(self) -> int:
         """Cache elements one token adds to this layer (0 for a linear layer)."""
@@ -119,6 +124,7 @@ class LayerSpec:
         Chunked: at most one chunk, ``min(S, window)`` (the most it holds
         mid-chunk, which is what must fit). Linear: 0 (its state is fixed).
         """
+        context = non_negative("context", context)
         if self.kind == "linear":
             return 0 * context
         if self.kind in ("sliding", "chunked"):

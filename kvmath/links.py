@@ -62,7 +62,7 @@ from functools import lru_cache
 import numpy as np
 
 from .presets import lookup, optional_float, read_rows
-from .validation import ArrayLike, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, instance, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
 
@@ -156,6 +156,11 @@ def get_link(name: str) -> Link:
     return lookup(name, _links(), "link")
 
 
+def _link(link) -> Link:
+    return instance("link", link, Link, "a Link (get_link(name))")
+
+
+@checked
 def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayLike:
     """Bytes each chip sends (and receives) in a ring all-reduce: ``2 (N - 1) / N * S``.
 
@@ -170,6 +175,7 @@ def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayL
     return plain(2 * (n - 1) / n * non_negative("message_bytes", message_bytes))
 
 
+@checked
 def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | str,
                    algorithm: str = "best") -> ArrayLike:
     """Lower bound on an all-reduce of ``message_bytes`` on each of ``n_chips`` chips, seconds.
@@ -231,6 +237,7 @@ def as_link(link) -> Link:
     raise ValueError(f"link must be a Link or a link preset name, got {link!r}")
 
 
+@checked
 def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | str) -> ArrayLike:
     """An **estimate** of an all-reduce: the link's measured small-message time plus the bytes at peak.
 
@@ -247,10 +254,14 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link 
     if link.measured_allreduce_latency_s is None:
         raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     n = positive_int("n_chips", n_chips)
+    non_negative("message_bytes", message_bytes)  # named before the link's missing figure
+    if _link(link).measured_allreduce_latency_s is None:
+        raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     bytes_s = allreduce_time(message_bytes, n_chips, link.replace(latency_s=0.0))
     return plain(np.where(n > 1, link.measured_allreduce_latency_s + bytes_s, 0.0))
 
 
+@checked
 def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link | str) -> ArrayLike:
     """Lower bound on an all-to-all (expert dispatch or combine), seconds.
 
@@ -267,6 +278,7 @@ def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link | 
     return plain(np.where(n > 1, t, 0.0))
 
 
+@checked
 def p2p_time(message_bytes: ArrayLike, link: Link | str) -> ArrayLike:
     """Lower bound on sending ``message_bytes`` to the next pipeline stage: ``S / W_link + alpha``.
 

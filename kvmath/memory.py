@@ -31,8 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .hardware import Chip
+from .models import Model
 from .units import GiB, dtype_bytes
-from .validation import ArrayLike, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import (ArrayLike, checked, choice, flag, fraction, instance, non_negative, one_int, plain,
+                        positive, positive_int)
 
 #: Budget names. ``reported >= reserve >= engine`` always; the marketed
 #: ``device`` figure is below the reported one on every NVIDIA preset
@@ -109,6 +111,7 @@ def _whole(x: ArrayLike, name: str = "count"):
     return int(arr) if arr.ndim == 0 else arr.astype(np.int64)
 
 
+@checked
 def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
     """Total memory the CUDA runtime gives a process (``torch.cuda.mem_get_info()[1]``), bytes.
 
@@ -133,7 +136,7 @@ def _runtime_total(chip: Chip | ArrayLike, needed_by: str) -> ArrayLike:
             return chip.runtime_bytes
         reported = _known(chip, "device_bytes", needed_by)
     else:
-        reported = positive("device_bytes", chip)
+        reported = positive("chip", chip)  # a number stands for the chip: name the argument given
     total = reported - DRIVER_RESERVE_BYTES
     if np.any(total <= 0):
         raise ValueError(f"device_bytes (the reported total) must exceed the driver's reserve of "
@@ -141,12 +144,14 @@ def _runtime_total(chip: Chip | ArrayLike, needed_by: str) -> ArrayLike:
     return total
 
 
+@checked
 def memory_budget(
     chip: Chip | ArrayLike,
     budget: str = "device",
     *,
     gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
     non_torch_bytes: ArrayLike = NON_TORCH_BYTES,
+    argument: str = "chip",
 ) -> ArrayLike:
     """Bytes per chip that the named budget gives weights, activations and KV cache.
 
@@ -165,6 +170,9 @@ def memory_budget(
     non_torch_bytes : float or array
         Memory the process holds outside PyTorch (``"reserve"``, ``"engine"``);
         default :data:`NON_TORCH_BYTES`, an estimate.
+    argument : str
+        The caller's name for ``chip``, used in the error message
+        (:func:`kvmath.kv_budget_bytes` passes ``"hbm_bytes"``).
 
     Returns
     -------
@@ -181,21 +189,31 @@ def memory_budget(
     40000000000.0
     """
     budget = choice("budget", budget, BUDGETS)
-    if budget == "device":
-        return chip.hbm_bytes if isinstance(chip, Chip) else positive("hbm_bytes", chip)
-    if budget == "reported":
-        return _known(chip, "device_bytes", f"budget {budget!r}") if isinstance(chip, Chip) else \
-            positive("device_bytes", chip)
-    total = _runtime_total(chip, f"budget {budget!r}")
-    non_torch = non_negative("non_torch_bytes", non_torch_bytes)
-    if budget == "reserve":
-        if np.any(total - non_torch <= 0):
-            raise ValueError(f"non_torch_bytes ({non_torch!r}) leaves nothing of the runtime total "
-                             f"({plain(total)!r}) under the 'reserve' budget")
-        return plain(total - non_torch)
+    # every argument is checked, even where this budget does not use it
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
+    non_torch = non_negative("non_torch_bytes", non_torch_bytes)
+    if not isinstance(chip, Chip):
+        chip = positive(argument, chip)  # a memory size in bytes; anything else is refused by name
+    if budget == "device":
+        return chip.hbm_bytes if isinstance(chip, Chip) else chip
+    if budget == "reported":
+        return _known(chip, "device_bytes", f"budget {budget!r}") if isinstance(chip, Chip) else chip
+    total = _runtime_total(chip, f"budget {budget!r}")
+    if np.any(non_torch >= total):  # a budget of 0 or less bytes would come out negative
+        raise ValueError(f"non_torch_bytes must be below the runtime total ({_show_bytes(total)}), "
+                         f"got {_show_bytes(non_torch)}")
+    if budget == "reserve":
+        return plain(total - non_torch)
     _check_free_at_start(total, util, non_torch)
     return plain(util * total - non_torch)
+
+
+def _show_bytes(x: ArrayLike) -> str:
+    return f"{x:.6g} B" if np.ndim(x) == 0 else f"an array of shape {np.shape(x)}"
+
+
+def _model(model) -> Model:
+    return instance("model", model, Model, "a Model (get_model(name))")
 
 
 def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike) -> None:
@@ -240,6 +258,7 @@ def _check_tensor_parallel(model, tp: int) -> None:
                          "vLLM refuses it")
 
 
+@checked
 def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
     """Bytes of one KV-cache block of one layer on one rank, as vLLM allocates it.
 
@@ -269,17 +288,18 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
 
     if not isinstance(model, Model):
         raise ValueError(f"model must be a kvmath Model, got {model!r}")
-    block_size = int(positive_int("block_size", block_size))
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
+    block_size = one_int("block_size", block_size)
+    tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-    if model.attention == "mla":
+    if _model(model).attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
     else:
         elems = 2 * max(1, model.n_kv_heads // tp) * model.head_dim
     return _whole(block_size * elems * b)
 
 
+@checked
 def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
     """How vLLM V1 groups the layers: ``(group_size, full_groups, sliding_groups)``.
 
@@ -303,6 +323,7 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
 
     Linear-attention and chunked layers raise ``ValueError`` (:data:`VLLM_LAYER_KINDS`).
     """
+    _model(model)
     _check_bool("hybrid", hybrid)
     specs = model.layer_specs()
     other = sorted({s.kind for s in specs} - set(VLLM_LAYER_KINDS))
@@ -323,6 +344,7 @@ def _large_gpu(chip: Chip | ArrayLike, total: ArrayLike) -> bool:
     return bool(np.all(np.asarray(total) >= 70 * GiB)) and "a100" not in name
 
 
+@checked
 def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", large_gpu: bool = False) -> ArrayLike:
     """vLLM's default tokens per forward pass for ``vllm serve`` (what the profile run and windows see).
 
@@ -343,11 +365,13 @@ def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", la
     (2048, 8192)
     """
     mml = positive_int("max_model_len", max_model_len)
+    large_gpu = flag("large_gpu", large_gpu)
     if choice("engine", engine, VLLM_ENGINES) == "v1":
         return _whole(np.full_like(np.asarray(mml), 8192 if large_gpu else 2048))
     return _whole(np.where(mml > 32768, 2048, np.maximum(mml, 2048)))
 
 
+@checked
 def vllm_activation_peak_bytes(
     model, max_num_batched_tokens: ArrayLike, max_num_seqs: ArrayLike = MAX_NUM_SEQS,
     act_bytes: float = 2, tensor_parallel: int = 1,
@@ -372,8 +396,8 @@ def vllm_activation_peak_bytes(
     """
     tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens)
     seqs = positive_int("max_num_seqs", max_num_seqs)
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
-    width = model.d_ff
+    tp = one_int("tensor_parallel", tensor_parallel)
+    width = _model(model).d_ff
     if model.n_experts:
         width = max(width if model.n_dense_layers else 0,
                     (model.top_k + (model.n_shared_experts or 0)) * model.d_ff_expert)
@@ -382,6 +406,7 @@ def vllm_activation_peak_bytes(
     return plain(tokens * per_token + logits)
 
 
+@checked
 def vllm_available_kv_bytes(
     total_bytes: ArrayLike, weight_bytes: ArrayLike, activation_peak_bytes: ArrayLike,
     non_torch_bytes: ArrayLike, gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
@@ -463,6 +488,7 @@ class EngineBudget:
     non_torch_bytes: ArrayLike | None = None
 
 
+@checked
 def vllm_kv_cache(
     model,
     available_kv_bytes: ArrayLike,
@@ -533,10 +559,11 @@ def vllm_kv_cache(
     (2666, 42656, 1.3)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
+    hybrid = flag("hybrid", hybrid)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     _whole(mml, "max_model_len")
-    block_size = int(positive_int("block_size", block_size))
+    block_size = one_int("block_size", block_size)
     if block_size not in VLLM_BLOCK_SIZES:
         raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
@@ -547,7 +574,7 @@ def vllm_kv_cache(
     if layers is not None:
         if sliding_groups:
             raise ValueError("layers (a pipeline stage's share) is supported for models without sliding-window groups")
-        group_size = int(positive_int("layers", layers))
+        group_size = one_int("layers", layers)
         if group_size > model.n_layers:
             raise ValueError(f"layers ({group_size}) exceeds the model's {model.n_layers} layers")
     num_groups = full_groups + sliding_groups
@@ -585,6 +612,7 @@ def vllm_kv_cache(
     )
 
 
+@checked
 def vllm_engine(
     model,
     chip: Chip | ArrayLike,
@@ -635,7 +663,7 @@ def vllm_engine(
     (55.09, 28204, 55.09)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
-    tp = int(positive_int("tensor_parallel", tensor_parallel))
+    tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
     mml = positive_int("max_model_len", max_model_len)
     total = _runtime_total(chip, "vllm_engine") if isinstance(chip, Chip) else positive("total_bytes", chip)

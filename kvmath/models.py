@@ -19,10 +19,10 @@ import numpy as np
 from . import layers as _layers
 from .kv_cache import kv_bytes_per_token
 from .layers import LayerSpec
-from .moe import experts_touched
+from .moe import ROUTINGS, experts_touched
 from .presets import lookup, optional_int, read_rows
 from .units import dtype_bytes
-from .validation import ArrayLike, as_scalar, checked, choice, plain, positive, positive_int, whole
+from .validation import ArrayLike, as_scalar, checked, choice, finite, one_int, plain, positive, positive_int, whole
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -275,7 +275,7 @@ class Model:
             raise ValueError(f"{self.name} uses MLA; its cache has no KV heads to change")
         if self.layers is not None:
             raise ValueError(f"{self.name} lists its layers; change n_kv_heads in each LayerSpec instead")
-        n_kv_heads = int(positive_int("n_kv_heads", n_kv_heads))
+        n_kv_heads = one_int("n_kv_heads", n_kv_heads)
         kind = "mha" if n_kv_heads == self.n_heads else "mqa" if n_kv_heads == 1 else "gqa"
         if n_kv_heads == self.n_kv_heads:
             return self
@@ -407,6 +407,7 @@ class Model:
         """
         return sum(self.matmul_params_by_group().values())
 
+    @checked
     def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
         """Bytes the weights occupy in memory: every group, every expert.
 
@@ -417,6 +418,7 @@ class Model:
         """
         return sum(self.weight_bytes_resident_by_group(weights).values())
 
+    @checked
     def weight_bytes_resident_by_group(self, weights: Precision = "bf16") -> dict[str, float]:
         """Bytes each tensor group (:data:`WEIGHT_GROUPS`) occupies in memory, every expert.
 
@@ -429,6 +431,7 @@ class Model:
         per_weight = _group_bytes(weights, self.tied_embeddings)
         return {g: n * per_weight[g] for g, n in self.param_groups().items()}
 
+    @checked
     def weight_bytes_read_by_group(
         self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
     ) -> dict[str, ArrayLike]:
@@ -450,7 +453,8 @@ class Model:
         >>> r["embedding"], r["lm_head"]  # one row of 4096 bf16, and the whole head
         (8192.0, 1050673152.0)
         """
-        tokens = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq)
+        tokens = finite(positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq), nonzero=True)
+        routing = choice("routing", routing, ROUTINGS)  # checked on dense models too, where it is unused
         per_weight = _group_bytes(weights, self.tied_embeddings)
         g = self.param_groups()
         read = {name: float(g[name] * per_weight[name])
@@ -468,6 +472,7 @@ class Model:
         read["positions"] = plain(np.minimum(tokens, self.n_positions) * self.d_model * per_weight["positions"])
         return {name: read[name] for name in WEIGHT_GROUPS}
 
+    @checked
     def weight_bytes_read(
         self, batch: ArrayLike = 1, weights: Precision = "bf16", routing: str = "floor", tokens_per_seq: ArrayLike = 1
     ) -> ArrayLike:
@@ -487,6 +492,7 @@ class Model:
         by_group = self.weight_bytes_read_by_group(batch, weights, routing, tokens_per_seq)
         return plain(sum(by_group.values()))
 
+    @checked
     def attention_flops_per_token(self, context: ArrayLike) -> ArrayLike:
         """FLOPs one new token spends attending to a cache of ``context`` tokens, all layers.
 
@@ -560,6 +566,7 @@ class Model:
         """
         return _layers.kv_bytes_per_seq(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
+    @checked
     def kv_bytes_by_kind(self, context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> dict:
         """:meth:`kv_bytes_per_seq` split by layer kind (``"full"``, ``"sliding"``, ``"linear"``, ...).
 
@@ -570,6 +577,7 @@ class Model:
         """
         return _layers.kv_bytes_by_kind(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
+    @checked
     def standard_kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
         """``kvmath.kv_bytes_per_token`` of this model's L, h_kv and d_h (ignores MLA and windows)."""
         return kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, bytes_per_elem)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, plain, positive, positive_int
 
 ROUTINGS = ("floor", "uniform", "ceiling")
 
 
+@checked
 def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, routing: str = "uniform") -> ArrayLike:
     """Distinct routed experts one MoE layer reads for ``tokens`` tokens.
 
@@ -48,6 +49,7 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     >>> experts_touched(8, 2, 1, "floor"), experts_touched(8, 2, 3, "ceiling")
     (2.0, 6.0)
     """
+    routing = choice("routing", routing, ROUTINGS)
     n_experts = positive_int("n_experts", n_experts)
     top_k = positive_int("top_k", top_k)
     tokens = positive("tokens", tokens)
@@ -62,9 +64,9 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
         expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
         # below one token (fractional sweeps) the expectation would dip under the floor
         return plain(np.maximum(expected, top_k))
-    raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
 
 
+@checked
 def saturated_critical_batch(
     total_params: ArrayLike, active_params: ArrayLike, flops: ArrayLike, bandwidth: ArrayLike, bytes_per_param: ArrayLike
 ) -> ArrayLike:

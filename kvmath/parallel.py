@@ -23,7 +23,8 @@ import numpy as np
 from .decode import StepBreakdown, step_breakdown
 from .links import Link, all_to_all_time, allreduce_time, as_link, p2p_time
 from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
-from .validation import ArrayLike, ResultOverflow, checked, choice, non_negative, plain, positive, positive_int
+from .validation import (ArrayLike, ResultOverflow, checked, choice, finite, instance, non_negative, plain, positive,
+                         positive_int)
 
 KV_SHARDINGS = ("heads", "batch")
 
@@ -195,6 +196,7 @@ class ParallelLayout:
 
     def check(self, model: Model) -> "ParallelLayout":
         """This layout, if ``model`` can run on it; else ``ValueError`` naming the field."""
+        instance("model", model, Model, "a Model (get_model(name))")
         if model.n_heads % self.tp:
             raise ValueError(f"tp ({self.tp}) must divide the {model.n_heads} heads of {model.name}; "
                              f"try pp={self.tp} (pipeline by layers)")
@@ -225,7 +227,10 @@ def parse_layout(text: str) -> ParallelLayout:
         if key not in ("tp", "cp", "dp", "pp", "ep") or not (value.isascii() and value.isdigit()) or key in fields:
             raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep), got {text!r}")
         fields[key] = int(value)
-    return ParallelLayout(**fields)
+    try:
+        return ParallelLayout(**fields)
+    except ValueError as err:  # "tp=0": say which text the field came from
+        raise ValueError(f"parallel layout {text!r}: {err}") from None
 
 
 def as_layout(layout) -> ParallelLayout:
@@ -245,6 +250,7 @@ def as_layout(layout) -> ParallelLayout:
     raise ValueError(f"layout must be a ParallelLayout or text such as 'tp=2,pp=4', got {layout!r}")
 
 
+@checked
 def tensor_parallel_comm_s(
     model: Model, batch: ArrayLike, n_chips: ArrayLike, link: Link | None,
     tokens_per_seq: ArrayLike = 1, activation_bytes: ArrayLike = 2,
@@ -266,12 +272,14 @@ def tensor_parallel_comm_s(
     >>> round(tensor_parallel_comm_s(get_model("llama-2-70b"), 1, 8, get_link("nvlink4")) * 1e6, 1)
     85.8
     """
-    if link is None:
-        return plain(0.0 * positive("batch", batch))
-    link = as_link(link)
+    # every argument is checked, even where no link makes it unused
+    instance("model", model, Model, "a Model (get_model(name))")
+    n_chips = positive_int("n_chips", n_chips)
     message = positive("batch", batch) * positive("tokens_per_seq", tokens_per_seq) * model.d_model
-    message = message * positive("activation_bytes", activation_bytes)
-    return plain(2 * model.n_layers * allreduce_time(message, n_chips, link))
+    message = finite(message * positive("activation_bytes", activation_bytes))
+    if link is None:
+        return plain(0.0 * message * n_chips)
+    return plain(2 * model.n_layers * allreduce_time(message, n_chips, as_link(link)))
 
 
 @dataclass(frozen=True)
@@ -328,6 +336,7 @@ class ChipStep:
         return plain(self.weight_bytes_resident + self.kv_bytes_resident)
 
 
+@checked
 def chip_step(
     model: Model,
     batch: ArrayLike,
@@ -411,7 +420,7 @@ def chip_step(
     weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
 
     kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
-    kv_read = kv_bytes_per_chip(micro * kv_per_seq, layout.tp, kv_heads) / layout.cp
+    kv_read = kv_bytes_per_chip(finite(micro * kv_per_seq), layout.tp, kv_heads) / layout.cp
 
     groups = model.param_groups()
     routed_active = groups["experts"] * (model.top_k or 0) / (model.n_experts or 1)
@@ -435,8 +444,8 @@ def chip_step(
     layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
     routed_resident = resident["experts"] * stage / (layout.ep if layout.ep > 1 else g)
     weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
-    seqs_held = np.ceil(batch / layout.dp) if layout.dp > 1 else batch
-    kv_resident = kv_bytes_per_chip(seqs_held * kv_per_seq, layout.tp, kv_heads) / layout.cp * stage
+    seqs_held = np.maximum(1, np.ceil(batch / layout.dp)) if layout.dp > 1 else batch
+    kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage
 
     comm = _layout_comm_s(model, layout, tokens, b_act, link)
     return ChipStep(layout=layout, micro_batch=plain(micro), weight_bytes_read=plain(weight_read),
@@ -451,7 +460,7 @@ def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_ac
     g, L = layout.weight_shards, model.n_layers
     if link is None or (g == 1 and layout.pp == 1 and layout.ep == 1):
         return plain(0.0 * tokens)
-    activation = tokens * model.d_model * b_act
+    activation = finite(tokens * model.d_model * b_act)
     moe_layers = (L - (model.n_dense_layers or 0)) if (model.n_experts and layout.ep > 1) else 0
     all_reduces = 2 * L - moe_layers
     comm = all_reduces * allreduce_time(activation, g, link)
@@ -459,7 +468,7 @@ def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_ac
         comm = comm + 2 * moe_layers * all_to_all_time(activation * model.top_k / g, layout.ep, link)
     if layout.cp > 1:
         d_v = model.v_head_dim or model.head_dim
-        partial = tokens * model.n_heads / layout.tp * (d_v + 1) * b_act
+        partial = finite(tokens * model.n_heads / layout.tp * (d_v + 1) * b_act)
         comm = comm + L * allreduce_time(partial, layout.cp, link)
     if layout.pp > 1:
         comm = comm + (layout.pp - 1) * p2p_time(activation, link)

@@ -35,6 +35,7 @@ shapes is one call (:func:`serving_frontier`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import dataclasses
 
@@ -44,14 +45,15 @@ from .capacity import kv_budget_bytes
 from .hardware import Chip
 from .links import Link, as_link, p2p_time
 from .memory import BUDGETS, memory_budget
-from .models import Model, Precision
+from .models import Model, Precision, group_formats
 from .parallel import ChipStep, ParallelLayout, as_layout, chip_step
 from .prefill import prefill_time
-from .step import as_presets, compute_rate, overflow_named, refuse_overflow
+from .step import as_presets, compute_rate, format_rate, overflow_named, refuse_overflow
 from .units import dtype_bytes
-from .validation import ArrayLike, broadcast, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
+@checked
 def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     """Causal attention FLOPs of one prompt: ``sum_{t=1}^{S} A(t)``, all layers.
 
@@ -69,7 +71,7 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     1.100...
     """
     s = positive_int("input_tokens", input_tokens)
-    if model.sliding_window is None:
+    if instance("model", model, Model, "a Model (get_model(name))").sliding_window is None:
         alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
     else:
         w = model.sliding_window
@@ -201,6 +203,23 @@ class RequestTimes:
         return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
 
 
+def _rate(chip, weights, compute_dtype, model) -> float:
+    """:func:`compute_rate`, given the model only where ``weights`` mixes formats of different rates (which needs
+    it to combine them); elsewhere the rate is the format's own, as before, bit for bit."""
+    mixed = isinstance(weights, Mapping) and len({format_rate(chip, f) for f in group_formats(weights).values()}) > 1
+    return compute_rate(chip, weights, compute_dtype, model if mixed else None)
+
+
+def _model_and_chip(model, chip) -> None:
+    instance("model", model, Model, "a Model (get_model(name))")
+    instance("chip", chip, Chip, "a Chip (get_chip(name))")
+
+
+#: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 4M, 32 MB a float array
+#: (the frontier's 4096 batches x 1024 chunks, a 128K prompt in 128-token chunks).
+_MAX_CHUNK_CELLS = 2**22
+
+
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
                overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> ChipStep:
     """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
@@ -208,7 +227,7 @@ def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, comput
     attention = (prefill_attention_flops(model, context) if prefill
                  else model.attention_flops_per_token(context) * tokens_per_seq)
     return chip_step(
-        model, batch, context, layout, chip.bandwidth * efficiency, compute_rate(chip, weights, compute_dtype),
+        model, batch, context, layout, chip.bandwidth * efficiency, _rate(chip, weights, compute_dtype, model),
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=1 if prefill else None,
@@ -282,6 +301,7 @@ def prefill_chip_step(
     return _stage_share(model, chip, batch, s_in, as_layout(layout).check(model), **opts)
 
 
+@checked
 def prefill_bound(
     model: Model | str,
     chip: Chip | str,
@@ -364,27 +384,32 @@ def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_d
             ttft = ttft + fills * (share.weight_bytes_read / share.bandwidth + hop)
         refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens)
         return plain(ttft)
-    c = positive_int("chunk_tokens", chunk_tokens)
-    if np.ndim(c):
-        raise ValueError(f"chunk_tokens must be one whole number, got an array of shape {np.shape(c)}")
+    c = one_int("chunk_tokens", chunk_tokens)
     c = int(min(c, np.max(s_in)))  # a chunk longer than every prompt is the whole prompt
+    n_chunks = float(np.ceil(np.max(s_in) / c))
+    if n_chunks * np.size(s_in) * np.size(positive("batch", batch)) > _MAX_CHUNK_CELLS:
+        # each chunk is an array cell: refuse by name rather than run out of memory inside numpy
+        raise ValueError(f"chunk_tokens {c} splits input_tokens (up to {np.max(s_in):.0f}) into {n_chunks:.0f} chunks, "
+                         f"too many to evaluate for this batch (at most {_MAX_CHUNK_CELLS} batch x prompt x chunk "
+                         "cells): use larger chunks")
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
-    k = np.arange(int(np.ceil(np.max(s_in) / c)))
+    k = np.arange(int(n_chunks))
     s = np.asarray(s_in, dtype=float)[..., None]
     done = np.minimum(k * c, s)                  # tokens cached before chunk k
     size = np.minimum(s, done + c) - done        # tokens in chunk k (0 past the prompt)
     live = size > 0
     end = np.maximum(done + size, 1)
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     # The chunk reads the cache of the chunks before it and writes its own: the cache up to its end.
     first = np.maximum(done, 1)
     attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
-    batch = np.asarray(positive("batch", batch), dtype=float)[..., None]
+    batch, efficiency, overhead_s = (np.asarray(x, dtype=float)[..., None]  # the chunk index is the last axis
+                                     for x in (positive("batch", batch), opts["efficiency"], opts["overhead_s"]))
     step = chip_step(
-        model, batch, end, dataclasses.replace(layout, pp=1), chip.bandwidth * opts["efficiency"],
-        compute_rate(chip, weights, compute_dtype),
+        model, batch, end, dataclasses.replace(layout, pp=1), chip.bandwidth * efficiency,
+        _rate(chip, weights, compute_dtype, model),
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
-        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=opts["overhead_s"],
+        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
     )
     if fills:
@@ -426,6 +451,7 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
     return strict, no_overlap
 
 
+@checked
 def request_times(
     model: Model | str,
     chip: Chip | str,
@@ -520,7 +546,8 @@ def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
         price_per_chip_hour=price_per_chip_hour,
     )
-    refuse_overflow("request_times", {"total": times.total_s, "rate": times.output_tokens_per_s},
+    refuse_overflow("request_times", {"total": times.total_s, "rate": times.output_tokens_per_s,
+                                      "cost": 0.0 if times.cost_per_million_tokens is None else times.cost_per_million_tokens},
                     batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
     return times
 

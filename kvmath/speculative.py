@@ -20,9 +20,10 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .step import decode_step
-from .validation import ArrayLike, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, instance, non_negative, one_int, plain, positive, positive_int
 
 
+@checked
 def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLike:
     """Expected tokens one verify step yields per sequence: ``(1 - a**(gamma + 1)) / (1 - a)``.
 
@@ -67,6 +68,7 @@ class Speculation:
     speedup: ArrayLike
 
 
+@checked
 def speculative_decode(
     model: Model,
     chip: Chip,
@@ -101,7 +103,9 @@ def speculative_decode(
     >>> [round(float(x), 2) for x in s.speedup]
     [3.36, 0.67]
     """
-    gamma = int(positive_int("gamma", gamma))
+    gamma = one_int("gamma", gamma)
+    if draft is not None:  # named as the draft, not as the model decode_step would call it
+        instance("draft", draft, Model, "a Model (get_model(name)) or None")
     expected = expected_tokens_per_step(acceptance, gamma)
     batch = positive("batch", batch)
     def step_s(m: Model, tokens: int) -> ArrayLike:

@@ -18,11 +18,11 @@ import numpy as np
 
 from .decode import StepBreakdown
 from .hardware import Chip, get_chip
-from .models import Model, Precision, get_model, group_formats
+from .models import Model, Precision, _group_bytes, get_model, group_formats
 from .links import Link, as_link
 from .parallel import KV_SHARDINGS, ChipStep, ParallelLayout, as_layout, chip_step, tensor_parallel_comm_s, tensor_parallel_step
 from .units import dtype_bytes
-from .validation import ArrayLike, ResultOverflow, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, checked, choice, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
 def as_presets(model, chip) -> tuple[Model, Chip]:
@@ -58,6 +58,7 @@ def overflow_named(where: str, **inputs):
             yield
     except (ResultOverflow, ArithmeticError):
         raise _overflow(where, inputs) from None
+from .moe import ROUTINGS
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class StepWork:
         return plain(self.batch * self.attention_flops_per_seq)
 
 
+@checked
 def step_work(
     model: Model,
     batch: ArrayLike,
@@ -132,12 +134,13 @@ def step_work(
     >>> [round(x / 1e9, 2) for x in (w.weight_bytes_read, w.weight_bytes_read_uniform, w.weight_bytes_resident)]
     [25.5, 84.11, 93.41]
     """
+    instance("model", model, Model, "a Model (get_model(name))")
     batch = positive("batch", batch)
     context = positive("context", context)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     reads = {r: model.weight_bytes_read(batch, weights, r, tokens_per_seq) for r in ("floor", "uniform", "ceiling")}
-    return StepWork(
+    work = StepWork(
         batch=batch,
         context=context,
         tokens_per_seq=tokens_per_seq,
@@ -151,6 +154,9 @@ def step_work(
         kv_heads=1 if model.attention == "mla" else model.n_kv_heads,
         **_linear_state(model),
     )
+    for total in (work.kv_bytes_read, work.weight_flops, work.attention_flops):  # the totals over the batch must fit too
+        finite(total)
+    return work
 
 
 def _linear_state(model: Model) -> dict:
@@ -223,6 +229,12 @@ class DecodeStep:
         return self.work.batch / self.strict_step_s
 
 
+def format_rate(chip: Chip, fmt) -> float:
+    """The rate a chip runs matmuls of one weight format at (a bytes-per-weight number: bf16)."""
+    return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
+
+
+@checked
 def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = None, model: Model | None = None) -> float:
     """FLOP/s of a step's matmuls: ``compute_dtype`` if given, else each weight group's own format's rate.
 
@@ -243,13 +255,17 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     >>> round(compute_rate(h100, mixed, model=get_model("mixtral-8x7b")) / 1e12)
     1774
     """
+    instance("chip", chip, Chip, "a Chip (get_chip(name))")
+    if model is not None:
+        instance("model", model, Model, "a Model (get_model(name)) or None")
+    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
+    _group_bytes(weights, False)  # refuse a bad weights even where compute_dtype makes it unused
     if compute_dtype is not None:
         return chip.flops(compute_dtype)
 
     def rate(fmt) -> float:
-        return chip.flops_for_format(fmt) if isinstance(fmt, str) else chip.flops("bf16")
+        return format_rate(chip, fmt)
 
-    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     if model is None:
         if isinstance(weights, Mapping) and len({rate(f) for f in formats.values()}) > 1:
             raise ValueError("weights mixes formats of different compute rates: pass the model to combine them")
@@ -259,6 +275,7 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     return sum(params.values()) / time_per_flop
 
 
+@checked
 def step_time(
     work: StepWork,
     bandwidth: ArrayLike,
@@ -274,14 +291,16 @@ def step_time(
 
     See :func:`decode_step` for the arguments.
     """
+    instance("work", work, StepWork, "a StepWork (step_work(...))")
+    routing = choice("routing", routing, ROUTINGS)
     charged = {"floor": work.weight_bytes_read, "uniform": work.weight_bytes_read_uniform,
                "ceiling": work.weight_bytes_read_ceiling}
     if routing not in charged:
         raise ValueError(f"routing must be one of {sorted(charged)}, got {routing!r}")
-    n_chips = int(positive_int("n_chips", n_chips))
+    n_chips = one_int("n_chips", n_chips)
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
-    effective_bw = positive("bandwidth", bandwidth) * efficiency
+    effective_bw = finite(positive("bandwidth", bandwidth) * efficiency, nonzero=True)
     kv_seq = work.kv_bytes_per_seq
     if np.any(work.state_bytes_per_seq) and choice("shard", shard, KV_SHARDINGS) == "heads":
         kv_seq = _kv_bytes_split_by_heads(work, n_chips)
@@ -299,6 +318,7 @@ def step_time(
     )
 
 
+@checked
 def decode_step(
     model: Model,
     chip: Chip,
@@ -435,6 +455,7 @@ def _decode_step(model, chip, batch, context, weights, kv_dtype, compute_dtype, 
     return step
 
 
+@checked
 def layout_step_time(
     model: Model,
     work: StepWork,
@@ -453,10 +474,11 @@ def layout_step_time(
     The layout form of :func:`step_time`; :func:`decode_step` with
     ``layout=`` calls it.
     """
+    instance("work", work, StepWork, "a StepWork (step_work(...))")
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     per_chip = chip_step(
-        model, work.batch, work.context, layout, positive("bandwidth", bandwidth) * efficiency, flops,
+        model, work.batch, work.context, layout, finite(positive("bandwidth", bandwidth) * efficiency, nonzero=True), flops,
         weights=weights, kv_bytes_per_seq=work.kv_bytes_per_seq, attention_flops_per_seq=work.attention_flops_per_seq,
         tokens_per_seq=work.tokens_per_seq, link=link, activation_bytes=activation_bytes, overhead_s=overhead_s,
     )
@@ -465,6 +487,7 @@ def layout_step_time(
                       comm_s=per_chip.comm_s, chip=per_chip)
 
 
+@checked
 def model_critical_batch(
     model: Model,
     chip: Chip,
@@ -490,8 +513,10 @@ def model_critical_batch(
     >>> round(model_critical_batch(get_model("mixtral-8x7b"), h100))
     1079
     """
-    bandwidth = chip.bandwidth
+    routing = choice("routing", routing, ROUTINGS)
+    instance("model", model, Model, "a Model (get_model(name))")
     flops = compute_rate(chip, weights, compute_dtype, model)
+    bandwidth = chip.bandwidth
     matmul = model.matmul_params_per_token()
 
     def excess(b: float) -> float:

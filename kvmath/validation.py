@@ -201,6 +201,8 @@ def _numeric_parts(result) -> list:
         return [getattr(result, f.name) for f in dataclasses.fields(result)]
     if isinstance(result, (tuple, list)):
         return list(result)
+    if isinstance(result, dict):
+        return list(result.values())
     return [result]
 
 
@@ -299,3 +301,55 @@ def choice(name: str, value: str, options: Iterable[str]) -> str:
 def plain(value) -> ArrayLike:
     """A 0-d numpy result as a Python float; arrays unchanged (keeps doctests and JSON clean)."""
     return float(value) if np.ndim(value) == 0 else value
+
+
+def instance(name: str, value, kind: type, what: str):
+    """``value`` itself, which must be a ``kind`` (a Model, Chip, Link, ...); else a ValueError naming ``name``.
+
+    Examples
+    --------
+    >>> instance("model", "llama-2-7b", str, "a model name")
+    'llama-2-7b'
+    >>> instance("model", 3, str, "a model name")
+    Traceback (most recent call last):
+    ...
+    ValueError: model must be a model name, got int: 3
+    """
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} must be {what}, got {type(value).__name__}: {value!r}"[:300])
+    return value
+
+
+def flag(name: str, value) -> bool:
+    """``value`` as a bool: True or False (numpy bools too), nothing else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def finite(value, nonzero: bool = False) -> ArrayLike:
+    """``value`` unchanged, or :class:`ResultOverflow` if an intermediate product of valid inputs is inf or NaN
+    (or, with ``nonzero``, a product of positive numbers that underflowed to 0).
+
+    Call it before passing a product on to another checked function, so the
+    overflow is reported as the caller's (by :func:`checked`), not as a bad
+    argument the user never passed.
+    """
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)) or (nonzero and np.any(arr == 0)):
+        raise ResultOverflow("an intermediate result overflows float64 (it would be inf, or 0 from underflow)")
+    return value
+
+
+def one_int(name: str, value) -> int:
+    """``value`` as one Python ``int`` >= 1 (4.0 is accepted, 4.5 and arrays are not): a block size, a chip count."""
+    return int(positive_int(name, as_scalar(name, value)))
+
+
+def as_count(name: str, values) -> int | np.ndarray:
+    """Whole numbers as a Python int, or an int64 array where every element fits (no wrap-around)."""
+    if np.ndim(values) == 0:
+        return int(values)
+    if np.any(np.asarray(values) >= 2.0**63):
+        raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
+    return np.asarray(values).astype(np.int64)

@@ -305,3 +305,14 @@ def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
     assert verify.terms.strict_bound == "compute"
     with pytest.raises(ValueError, match="does not pay"):
         km.speculation_break_even_batch(m, h100, 128, 4, 0.0)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(gamma=0), "gamma"), (dict(gamma=2.5), "gamma"), (dict(acceptance=1.5), "acceptance"),
+    (dict(acceptance=float("nan")), "acceptance"), (dict(context=-1), "context"), (dict(model="llama3-8b"), "model"),
+])
+def test_speculation_break_even_batch_refuses_bad_input_by_name(kwargs, words):
+    args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), context=128, gamma=4, acceptance=0.8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=words):
+        km.speculation_break_even_batch(**args)
