@@ -62,8 +62,6 @@ def test_search_tools_load_on_the_search_page_only_and_search_works_offline(buil
         context.close()
 
 
-@pytest.mark.xfail(strict=False, reason="depends on the chapters: they adopt remove-input / remove-cell "
-                   "and the nbval-check-output tag in the chapter pass (issue 13, item 1)")
 def test_code_is_under_15_percent_of_every_chapter(site_reports):
     over = [f"{rel}: {rep['code_share']:.0%}" for rel, rep in site_reports.items()
             if rel.startswith("notebooks/") and rep["code_share"] > CODE_SHARE_MAX]
