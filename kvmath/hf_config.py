@@ -131,8 +131,6 @@ class _Config:
         return f"{self.prefix}{key}"
 
 
-#: Most layers a config may declare (the largest published models have about 130).
-_MAX_LAYERS = 100_000
 
 
 def _load(config: PathOrDict) -> tuple[dict, str, str]:

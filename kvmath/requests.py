@@ -210,11 +210,6 @@ def _rate(chip, weights, compute_dtype, model) -> float:
     return compute_rate(chip, weights, compute_dtype, model if mixed else None)
 
 
-def _model_and_chip(model, chip) -> None:
-    instance("model", model, Model, "a Model (get_model(name))")
-    instance("chip", chip, Chip, "a Chip (get_chip(name))")
-
-
 #: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 4M, 32 MB a float array
 #: (the frontier's 4096 batches x 1024 chunks, a 128K prompt in 128-token chunks).
 _MAX_CHUNK_CELLS = 2**22
