@@ -131,8 +131,6 @@ class _Config:
         return f"{self.prefix}{key}"
 
 
-
-
 def _load(config: PathOrDict) -> tuple[dict, str, str]:
     """(the config dict, its name, its source path) from a path, a directory or a dict."""
     if isinstance(config, Mapping):
