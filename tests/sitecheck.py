@@ -36,6 +36,7 @@ import contextlib
 import functools
 import http.server
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -49,6 +50,9 @@ CHROMIUM_ARGS = [
 ]
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
 SKIP_DIRS = {"_static", "_vendor", "_sources", "_images"}
+# sphinx-reredirects writes exactly this page for each renamed page
+REDIRECT_RE = re.compile(r'<html><head><noscript><meta http-equiv="refresh" content="0; url=([^"]+)" /></noscript>'
+                         r'<script>.*</script></head></html>', re.S)
 BUDGET_NOTEBOOK = 2_500_000  # bytes, a chapter (notebook) page, cold
 BUDGET_TEXT = 2_000_000  # bytes, a prose page, cold (MathJax alone is about 1.2 MB)
 CODE_SHARE_MAX = 0.15  # of the article's height, at 1366 px wide
@@ -73,12 +77,23 @@ def serve(directory: Path) -> Iterator[str]:
         server.server_close()
 
 
+def redirect_target(path: Path) -> str | None:
+    """Where a redirect stub (sphinx-reredirects' page for an old page name) points, else None."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    match = REDIRECT_RE.fullmatch(text.strip())
+    return match.group(1) if match else None
+
+
 def html_pages(directory: Path) -> list[str]:
-    """Every HTML page of the site, as paths relative to ``directory``."""
+    """Every HTML page of the site, as paths relative to ``directory``.
+
+    Redirect stubs from old page names are left out: a browser shows the page they
+    point to, which is checked under its own name.
+    """
     pages = []
     for path in sorted(Path(directory).rglob("*.html")):
         rel = path.relative_to(directory)
-        if rel.parts[0] in SKIP_DIRS:
+        if rel.parts[0] in SKIP_DIRS or redirect_target(path) is not None:
             continue
         pages.append(rel.as_posix())
     return pages
