@@ -51,24 +51,61 @@ def test_expert_parallel_tokens_and_flops_of_the_routed_experts():
     assert s.weight_flops == pytest.approx(2 * 8 * dense_active + 2 * 64 * routed_active / 8, rel=REL)
 
 
+def test_expert_parallel_all_to_all_moves_each_weight_shards_share():
+    # tp = 2 inside each of 4 data-parallel groups, experts over all 8 chips, batch 64: 16 tokens per
+    # group, 16 * 4,096 * 2 B = 131,072 B of activations; the 32 attention all-reduces run over the 2
+    # weight shards (2 (n - 1) / n = 1) and each MoE layer's dispatch and combine carry top_k / tp of them.
+    s = _step(get_model("mixtral-8x7b"), 64, ParallelLayout(tp=2, dp=4, ep=8))
+    act = 16 * 4096 * 2
+    expected = 32 * (act / W + ALPHA) + 64 * (7 / 8 * act * 2 / 2 / W + ALPHA)
+    assert expected == pytest.approx(2.1134336e-4, rel=1e-9)
+    assert s.comm_s == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("batch", [8, 16])
+def test_expert_parallel_routed_read_counts_every_groups_tokens(batch):
+    # batch 8 over dp = 8: one token per chip, but the chip's experts serve all 8 tokens. Routed
+    # uniformly, 8 tokens touch 8 (1 - (1 - 2/8)^8) of the 8 experts of a layer, one token only 2:
+    # the chip reads its eighth of those.
+    m = get_model("mixtral-8x7b")
+    s = _step(m, batch, ParallelLayout(dp=8, ep=8), routing="uniform")
+    experts = m.weight_bytes_resident_by_group("bf16")["experts"]
+    own = m.weight_bytes_read_by_group(batch // 8, "bf16", "uniform", 1)
+    touched = 1 - 0.75 ** batch
+    assert s.weight_bytes_read == pytest.approx(
+        sum(v for k, v in own.items() if k != "experts") + experts * touched / 8, rel=1e-9)
+
+
+def test_without_expert_parallelism_routed_flops_split_like_the_rest():
+    m = get_model("mixtral-8x7b")
+    s = _step(m, 4, ParallelLayout(tp=2))
+    assert s.weight_flops == pytest.approx(2 * 4 * m.matmul_params_per_token() / 2, rel=REL)
+
+
 def test_context_parallel_combine_flops_and_its_all_reduce():
-    # Llama 2 70B, cp = 2, batch 1: the combine costs cp (2 d_v + 4) FLOPs per head, layer and token:
-    # 2 * 260 * 64 * 80 = 2,662,400; the chip does half of the 1e9 attention FLOPs.
-    s = _step(get_model("llama-2-70b"), 1, ParallelLayout(cp=2))
-    assert s.attention_flops == pytest.approx(1e9 / 2 + 2 * (2 * 128 + 4) * 64 * 80, rel=REL)
-    # links: 160 all-reduces of 8,192 * 2 B over the 2 weight shards, and 80 of the partial outputs
-    # (64 heads * (128 + 1) values * 2 B = 16,512 B) over the 2 context shards
-    two = lambda size: 2 * 1 / 2 * size / W + ALPHA  # noqa: E731
-    assert s.comm_s == pytest.approx(160 * two(16_384) + 80 * two(16_512), rel=REL)  # 2.794240e-4 s
-    assert s.comm_s == pytest.approx(2.794240e-4, rel=REL)
+    # Llama 2 70B, tp = 2 and cp = 2, batch 2: the combine costs cp (2 d_v + 4) FLOPs per head on the
+    # chip, layer and token: 2 * 260 * 32 * 80 * 2 = 2,662,400; the chip does 2 * 1e9 / 4 attention FLOPs.
+    s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2, cp=2))
+    assert s.attention_flops == pytest.approx(2 * 1e9 / 4 + 2 * (2 * 128 + 4) * 32 * 80 * 2, rel=REL)
+    # links: 160 all-reduces of 2 * 8,192 * 2 B over the 4 weight shards, and 80 of the partial outputs
+    # (2 tokens * 32 heads * (128 + 1) values * 2 B = 16,512 B) over the 2 context shards
+    def best(size, n):
+        return 2 * (n - 1) / n * size / W + ALPHA
+    assert s.comm_s == pytest.approx(160 * best(32_768, 4) + 80 * best(16_512, 2), rel=REL)
+    assert s.comm_s == pytest.approx(3.318528e-4, rel=1e-6)
+
+
+def test_without_context_parallelism_there_is_no_combine():
+    s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2))
+    assert s.attention_flops == pytest.approx(2 * 1e9 / 2, rel=REL)
 
 
 def test_a_prefill_skips_the_logits_of_all_but_its_last_token():
     m = get_model("llama-2-70b")
-    full = _step(m, 1, ParallelLayout(tp=2), tokens_per_seq=512)
-    last = _step(m, 1, ParallelLayout(tp=2), tokens_per_seq=512, lm_head_tokens_per_seq=1)
-    # 511 tokens * 2 * vocab 32,000 * d 8,192 FLOPs, split over tp = 2
-    assert full.weight_flops - last.weight_flops == pytest.approx(2 * 511 * 32_000 * 8_192 / 2, rel=REL)
+    full = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512)
+    last = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512, lm_head_tokens_per_seq=1)
+    # 2 sequences * 511 tokens * 2 * vocab 32,000 * d 8,192 FLOPs, split over tp = 2
+    assert full.weight_flops - last.weight_flops == pytest.approx(2 * 511 * 2 * 32_000 * 8_192 / 2, rel=REL)
 
 
 @pytest.mark.parametrize("layout, message", [
