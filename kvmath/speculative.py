@@ -200,7 +200,7 @@ def speculation_break_even_batch(
     dip below 1 at small batch and pay again later. This returns the batch
     past which it never pays again (below 10**7), found on a log grid of
     the speed-up (:func:`speculative_decode`, which broadcasts) and refined
-    by bisection: an estimate, like the speed-up it solves. Raises
+    on finer grids: an estimate, like the speed-up it solves. Raises
     ``ValueError`` where speculation pays at 10**7 (no break-even below it)
     or at no batch of the grid. ``step_options`` go to
     :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``) and
@@ -226,9 +226,11 @@ def speculation_break_even_batch(
     if not pays.any():
         raise ValueError(f"speculation does not pay at any batch from 1 to {hi_b:.0e} (gamma {gamma}, "
                          f"acceptance {acceptance!r})")
-    last = int(np.flatnonzero(pays)[-1])
-    lo, hi = float(grid[last]), float(grid[last + 1])
-    while hi / lo > 1 + 1e-9:  # between the last grid point that pays and the next: bisect on a log scale
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
-    return hi
+    while True:  # between the last point that pays and the next, on ever finer log grids (one call each)
+        last = int(np.flatnonzero(pays)[-1])
+        lo, hi = float(grid[last]), float(grid[last + 1])
+        if hi / lo <= 1 + 1e-9:
+            return hi
+        grid = np.geomspace(lo, hi, 65)
+        pays = gain(grid) > 0
+        pays[0], pays[-1] = True, False  # the ends as found before, whatever rounding does to them
