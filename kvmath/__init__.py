@@ -75,7 +75,8 @@ from .parallel import (
 )
 from .prefill import prefill_flops, prefill_time
 from .requests import Frontier, RequestTimes, prefill_attention_flops, prefill_bound, request_times, serving_frontier
-from .speculative import Speculation, expected_tokens_per_step, speculation_break_even_batch, speculative_decode
+from .speculative import (Speculation, expected_tokens_per_step, speculation_break_even_batch, speculative_decode,
+                          speculative_improvement_factor)
 from .step import (
     DecodeStep,
     StepWork,
@@ -112,7 +113,7 @@ __all__ = [
     "get_model", "kv_budget_bytes", "kv_bytes_per_chip", "kv_bytes_per_seq", "kv_bytes_per_token",
     "kv_cache_bytes", "max_batch", "max_kv_tokens", "min_chips_for_weights", "min_step", "min_step_simple",
     "model_critical_batch", "model_names", "prefill_flops", "prefill_time", "saturated_critical_batch",
-    "speculation_break_even_batch", "speculative_decode", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
+    "speculation_break_even_batch", "speculative_decode", "speculative_improvement_factor", "step_breakdown", "step_time", "step_work", "strict_step", "tensor_parallel_step", "tokens_per_s",
     "tokens_per_s_per_seq", "weight_bytes", "weight_flops_per_step", "weights_from_hf_config",
     "BUDGETS", "EngineBudget", "memory_budget", "runtime_total_bytes", "vllm_activation_peak_bytes",
     "vllm_available_kv_bytes", "vllm_engine", "vllm_kv_cache", "vllm_kv_groups", "vllm_max_num_batched_tokens",

@@ -47,6 +47,32 @@ def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLi
     return plain(np.where(np.asarray(a) == 1, gamma + 1, closed))
 
 
+@checked
+def speculative_improvement_factor(acceptance: ArrayLike, gamma: ArrayLike, cost_ratio: ArrayLike) -> ArrayLike:
+    """Leviathan et al.'s walltime improvement: ``(1 - a**(gamma + 1)) / ((1 - a) (gamma c + 1))``.
+
+    Expected tokens per verify step over what the step costs in plain target
+    steps, when one draft step costs ``cost_ratio`` (c) target steps and the
+    verify step costs one (the target memory-bound: its ``gamma + 1`` tokens
+    ride on one weight read). Model-free: :func:`speculative_decode` gives
+    the same ratio with both costs from the step model, verify included.
+
+    Examples
+    --------
+    Leviathan et al.'s T5-small draft for T5-XXL (Table 2, EnDe, argmax):
+    a = 0.75, gamma = 7, and c taken as the parameter ratio 77M / 11B;
+    the paper measured 3.4x.
+
+    >>> round(speculative_improvement_factor(0.75, 7, 77e6 / 11e9), 2)
+    3.43
+    >>> speculative_improvement_factor(0.8, 4, 0.0) == expected_tokens_per_step(0.8, 4)
+    True
+    """
+    expected = expected_tokens_per_step(acceptance, gamma)
+    c = non_negative("cost_ratio", cost_ratio)
+    return plain(expected / (np.asarray(gamma) * c + 1))
+
+
 @dataclass(frozen=True)
 class Speculation:
     """Speculative decoding against plain decoding, at the strict bounds (seconds per step).
@@ -78,6 +104,9 @@ def speculative_decode(
     acceptance: ArrayLike,
     draft: Model | None = None,
     routing: str = "uniform",
+    *,
+    verify_tokens: int | None = None,
+    tokens_per_step: ArrayLike | None = None,
     **step_options,
 ) -> Speculation:
     """Speed-up of speculative decoding over plain decoding, both at their strict lower bounds.
@@ -92,6 +121,14 @@ def speculative_decode(
     the verify step as cheap as a plain one). ``step_options`` go to
     :func:`kvmath.decode_step` for both models (``weights``, ``n_chips``, ...).
 
+    Tree drafting (Medusa, EAGLE) verifies more tokens than it keeps:
+    ``verify_tokens`` is the tokens per sequence the verify step runs
+    through the target (default ``gamma + 1``, a chain; a tree of n
+    candidates verifies n + 1), and ``tokens_per_step`` a measured mean
+    number of tokens each verify step yields (the papers' acceptance
+    length), used instead of the chain's formula (``acceptance`` may then
+    be None).
+
     Examples
     --------
     Llama 3 8B on one H100 with a free draft, gamma = 4, a = 0.8: memory-bound
@@ -102,23 +139,42 @@ def speculative_decode(
     >>> s = speculative_decode(get_model("llama-3-8b"), get_chip("h100-sxm"), [1, 1024], 128, 4, 0.8)
     >>> [round(float(x), 2) for x in s.speedup]
     [3.36, 0.67]
+
+    A 63-candidate tree (64 tokens verified) yielding 3 tokens a step pays
+    at batch 1 and loses by batch 16:
+
+    >>> t = speculative_decode(get_model("llama-3-8b"), get_chip("h100-sxm"), [1, 16], 128, 4, None,
+    ...                        verify_tokens=64, tokens_per_step=3.0)
+    >>> [round(float(x), 2) for x in t.speedup]
+    [3.0, 0.88]
     """
     gamma = one_int("gamma", gamma)
     if draft is not None:  # named as the draft, not as the model decode_step would call it
         instance("draft", draft, Model, "a Model (get_model(name)) or None")
-    expected = expected_tokens_per_step(acceptance, gamma)
+    verify = gamma + 1 if verify_tokens is None else one_int("verify_tokens", verify_tokens)
+    if verify < gamma + 1:
+        raise ValueError(f"verify_tokens must be at least gamma + 1 = {gamma + 1} (the draft's tokens and the "
+                         f"target's own), got {verify_tokens!r}")
+    if tokens_per_step is None:
+        if acceptance is None:
+            raise ValueError("acceptance must be a number in [0, 1] (None only with tokens_per_step)")
+        expected = expected_tokens_per_step(acceptance, gamma)
+    else:
+        expected = positive("tokens_per_step", tokens_per_step)
+        if np.any(np.asarray(expected) > verify):
+            raise ValueError(f"tokens_per_step must be at most verify_tokens = {verify}, got {tokens_per_step!r}")
     batch = positive("batch", batch)
     def step_s(m: Model, tokens: int) -> ArrayLike:
         return decode_step(m, chip, batch, context, tokens_per_seq=tokens, routing=routing, **step_options).strict_step_s
 
-    plain_step, verify = step_s(model, 1), step_s(model, gamma + 1)
+    plain_step, verify_s = step_s(model, 1), step_s(model, verify)
     draft_s = 0.0 if draft is None else gamma * step_s(draft, 1)
     return Speculation(
         expected_tokens=expected,
         plain_step_s=plain_step,
-        verify_step_s=verify,
+        verify_step_s=verify_s,
         draft_s=draft_s,
-        speedup=plain(plain_step * expected / (verify + draft_s)),
+        speedup=plain(plain_step * expected / (verify_s + draft_s)),
     )
 
 
@@ -132,14 +188,23 @@ def speculation_break_even_batch(
     routing: str = "uniform",
     **step_options,
 ) -> float:
-    """The batch at which speculative decoding stops paying: where its speed-up falls to 1.
+    """The batch at which speculative decoding stops paying: where its speed-up last falls to 1.
 
     Below it the target is memory-bound enough that the verify step's extra
     math is nearly free; above it the verify step is compute-bound and each
     step's ``gamma + 1`` tokens cost about ``gamma + 1`` times the math, so
-    plain decoding is faster. Found by bisection on :func:`speculative_decode`
-    (an estimate, like the speed-up it solves). Raises ``ValueError`` where
-    speculation pays at every batch up to 10**7 or at none from 1.
+    plain decoding is faster. For a dense model the speed-up only falls as
+    the batch grows. For an MoE model it first rises: at small batch the
+    verify step's extra tokens touch experts a plain step leaves unread, and
+    once a plain step touches them all that cost is gone; the speed-up can
+    dip below 1 at small batch and pay again later. This returns the batch
+    past which it never pays again (below 10**7), found on a log grid of
+    the speed-up (:func:`speculative_decode`, which broadcasts) and refined
+    on finer grids: an estimate, like the speed-up it solves. Raises
+    ``ValueError`` where speculation pays at 10**7 (no break-even below it)
+    or at no batch of the grid. ``step_options`` go to
+    :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``) and
+    :func:`kvmath.decode_step`.
 
     Examples
     --------
@@ -149,16 +214,23 @@ def speculation_break_even_batch(
     >>> round(speculation_break_even_batch(get_model("llama-3-8b"), get_chip("h100-sxm"), 128, 4, 0.8))
     254
     """
-    def gain(b: float) -> float:
-        return float(speculative_decode(model, chip, b, context, gamma, acceptance, draft, routing,
-                                        **step_options).speedup) - 1
+    def gain(b):
+        return np.asarray(speculative_decode(model, chip, b, context, gamma, acceptance, draft, routing,
+                                             **step_options).speedup, dtype=float) - 1
 
-    lo, hi = 1.0, 1e7
-    if gain(lo) <= 0:
-        raise ValueError(f"speculation does not pay even at batch 1 (gamma {gamma}, acceptance {acceptance!r})")
-    if gain(hi) > 0:
-        raise ValueError(f"speculation still pays at batch {hi:.0e}: no break-even batch below it")
-    while hi / lo > 1 + 1e-9:  # the speed-up falls as the batch grows: bisect on a log scale
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
-    return hi
+    lo_b, hi_b = 1.0, 1e7
+    grid = np.geomspace(lo_b, hi_b, 8 * 24)  # eight points an octave
+    pays = gain(grid) > 0
+    if pays[-1]:
+        raise ValueError(f"speculation still pays at batch {hi_b:.0e}: no break-even batch below it")
+    if not pays.any():
+        raise ValueError(f"speculation does not pay at any batch from 1 to {hi_b:.0e} (gamma {gamma}, "
+                         f"acceptance {acceptance!r})")
+    while True:  # between the last point that pays and the next, on ever finer log grids (one call each)
+        last = int(np.flatnonzero(pays)[-1])
+        lo, hi = float(grid[last]), float(grid[last + 1])
+        if hi / lo <= 1 + 1e-9:
+            return hi
+        grid = np.geomspace(lo, hi, 65)
+        pays = gain(grid) > 0
+        pays[0], pays[-1] = True, False  # the ends as found before, whatever rounding does to them

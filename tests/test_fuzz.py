@@ -233,6 +233,7 @@ FUNCTIONS = {
                                      bytes_per_param="pos"),
     "speculative_decode": dict(model="modelobj", chip="chipobj", batch="pos", context="pos", gamma="one",
                                acceptance="frac0", draft="optmodelobj", routing="routing"),
+    "speculative_improvement_factor": dict(acceptance="frac0", gamma="count", cost_ratio="nonneg"),
     "step_time": dict(work="stepwork", bandwidth="pos", flops="pos", n_chips="chips", shard="shard",
                       overhead_s="nonneg", efficiency="frac", routing="routing"),
     "step_work": dict(model="modelobj", batch="pos", context="pos", weights="weights", kv_dtype="kvdtype",
