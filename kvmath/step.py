@@ -461,7 +461,7 @@ def layout_step_time(
     work: StepWork,
     bandwidth: ArrayLike,
     flops: ArrayLike,
-    layout: ParallelLayout,
+    layout: ParallelLayout | str | None,
     *,
     weights: Precision = "bf16",
     link: Link | None = None,
@@ -472,9 +472,11 @@ def layout_step_time(
     """Bounds on a step's ``work`` spread over ``layout`` (:func:`kvmath.chip_step`), per-chip rates given.
 
     The layout form of :func:`step_time`; :func:`decode_step` with
-    ``layout=`` calls it.
+    ``layout=`` calls it. ``layout`` as :func:`kvmath.chip_step` takes it (None is one chip; text
+    such as ``"tp=2,pp=2"`` is parsed).
     """
     instance("work", work, StepWork, "a StepWork (step_work(...))")
+    layout = as_layout(layout)
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
     per_chip = chip_step(
