@@ -83,7 +83,7 @@ def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out
     m = km.get_model(name)
     s = km.steady_state(m, H100, batch, s_in, s_out)
     r = km.request_times(m, H100, batch, s_in, s_out)
-    assert s.step.decode_only_s <= r.time_per_output_token_s * (1 + 1e-12)
+    assert s.step.decode_only_s <= r.time_per_output_token_s * (1 + 1e-9)  # the closed-form sum rounds at 1e-12
     assert s.time_per_output_token_s >= s.step.decode_only_s
 
 
