@@ -42,7 +42,7 @@ from .links import Link, as_link
 from .models import Model, Precision
 from .parallel import ParallelLayout, as_layout, chip_step
 from .requests import _rate, prefill_attention_flops
-from .step import as_presets
+from .step import as_presets, refuse_overflow
 from .units import dtype_bytes
 from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
 
@@ -163,7 +163,7 @@ def _step(model, chip, batch, context, prompts, prompt_start, prompt_tokens, lm_
     kv = _mean_over(lambda t: model.kv_bytes_per_seq(t, b_kv), lo, hi, model.sliding_window)
     att = _mean_over(model.attention_flops_per_token, lo, hi, model.sliding_window)
     decode = chip_step(model, batch, hi, layout, bw, rate, kv_bytes_per_seq=kv, attention_flops_per_seq=att, **common)
-    has = np.asarray(prompt_tokens) > 0
+    has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
     c = np.maximum(prompt_tokens, 1)
     end = prompt_start + c
     attention = prefill_attention_flops(model, end) - np.where(
@@ -254,8 +254,11 @@ def mixed_step(
             raise ValueError(f"{name} must be whole numbers of tokens, got {value!r}")
     broadcast(batch=batch, context=context, chunk_tokens=c, chunk_start=start)
     context = np.asarray(context, dtype=float)
-    return _step(model, chip, batch, (context, context), 1.0, start, c, 0.0, layout, link, weights,
+    step = _step(model, chip, batch, (context, context), 1.0, start, c, 0.0, layout, link, weights,
                  kv_dtype, compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
+    refuse_overflow("mixed_step", {"step": step.strict_step_s, "slowdown": step.slowdown}, batch=batch,
+                    context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
+    return step
 
 
 @dataclass(frozen=True)
@@ -296,7 +299,11 @@ class SteadyState:
         """:func:`cost_per_million_tokens` of the output rate per chip (None without a price)."""
         if self.price_per_chip_hour is None:
             return None
-        return cost_per_million_tokens(self.price_per_chip_hour, self.output_tokens_per_s_per_chip)
+        # price x chip-seconds per token, as cost_per_million_tokens(price, rate) = price / 3600 / rate x 1e6
+        # but without dividing by a rate that underflows
+        per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
+        chip_s_per_token = self.step.strict_step_s * self.step.n_chips / per_step
+        return plain(self.price_per_chip_hour * chip_s_per_token / 3600.0 * 1e6)
 
 
 @checked
@@ -365,5 +372,10 @@ def steady_state(
     prompts = batch / (s_out - 1.0)
     step = _step(model, chip, batch, (s_in + 1, s_in + s_out - 1), prompts, 0.0, s_in, 1.0, layout, link, weights, kv_dtype,
                  compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
-    return SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
-                       price_per_chip_hour=price_per_chip_hour)
+    state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
+                        price_per_chip_hour=price_per_chip_hour)
+    cost = state.cost_per_million_tokens
+    refuse_overflow("steady_state", {"step": step.strict_step_s, "rate": state.output_tokens_per_s_per_chip,
+                                     "per user": state.tokens_per_s_per_user, "cost": 0.0 if cost is None else cost},
+                    batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
+    return state
