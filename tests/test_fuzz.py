@@ -82,7 +82,7 @@ INVALID = {
                  {"quantization_config": {"quant_method": "gptq"}}, {"quantization_config": []}],
 }
 #: How each kind looks when numpy types or arrays carry the same value.
-_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "signed"}
+_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "signed", "whole0"}
 #: Kinds that are one whole number (an int or numpy int; "one" also takes 4.0), never an array.
 _WHOLE = {"int", "chips", "one"}
 
@@ -108,6 +108,7 @@ VALID.update({
     "frac0": st.floats(0.0, 1.0),                                                      # [0, 1]
     "signed": st.one_of(_real, st.just(0.0), _real.map(lambda x: -x)),                 # any finite real
     "optpos": st.one_of(st.none(), _real),
+    "whole0": st.one_of(st.just(0), st.integers(1, 10**6)),                            # whole >= 0 (a chunk of tokens)
     "optnonneg": st.one_of(st.none(), st.just(0.0), _real),
     "flag": st.booleans(),
     "modelobj": st.sampled_from(_MODELS),
@@ -137,6 +138,7 @@ VALID.update({
 _NUMBERS_NOT_NONE = [v for v in _NOT_NUMBERS if v is not None]
 INVALID.update({
     "int": _NOT_NUMBERS + [0, -3, 2.5, 4.0, np.float64(2)],
+    "whole0": _NOT_NUMBERS + [-1, 2.5, -1e-300, np.array([1, -1])],
     "one": _NOT_NUMBERS + [0, -3, 2.5, np.array([1, 2]), [4, 8]],
     "chunk": [v for v in _NOT_NUMBERS if v is not None] + [0, -3, 2.5],
     "chips": _NOT_NUMBERS + [0, -3, 2.5],
@@ -287,6 +289,15 @@ FUNCTIONS = {
                              weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
                              activation_dtype="actdtype", chunk_tokens="chunk", hbm_bytes="optpos",
                              price_per_chip_hour="optpos"),
+    # continuous batching
+    "mixed_step": dict(model="modelobj", chip="chipobj", batch="pos", context="count", chunk_tokens="whole0",
+                       chunk_start="whole0", layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                       compute_dtype="optcompute", activation_dtype="actdtype", overhead_s="nonneg"),
+    "steady_state": dict(model="modelobj", chip="chipobj", batch="pos", input_tokens="count", output_tokens="count",
+                         layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                         compute_dtype="optcompute", activation_dtype="actdtype", price_per_chip_hour="optpos",
+                         overhead_s="nonneg"),
+    "cost_per_million_tokens": dict(price_per_chip_hour="nonneg", tokens_per_s_per_chip="pos"),
     # layers
     "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
     "LayerSpec@linear": dict(state_bytes="nonneg", state_flops="nonneg", params="nonneg"),
@@ -342,6 +353,9 @@ for _name in ("compute_rate", "model_critical_batch", "decode_step", "speculativ
               "request_times", "serving_frontier"):
     DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
         "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed")
+for _name in ("mixed_step", "steady_state"):
+    DOMAIN_ERRORS[_name] = _NO_RATE + _LAYOUT_ERRORS + ("layout must use tensor", "is not modelled with a layout",
+                                                      "output_tokens must be at least 2", "has no in-switch")
 DOMAIN_ERRORS["compute_rate"] += ("mixes formats of different compute rates",)  # without the model: documented
 DOMAIN_ERRORS["decode_step"] += ("does not combine with layout", "does not divide the")  # one check for both paths
 for _name in ("chip_step", "layout_step_time"):
@@ -381,7 +395,7 @@ NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB
                 # steps, too slow for 1500 examples; tests/test_step_model.py checks its inputs
                 "speculation_break_even_batch",
                 "ChipStep", "DecodeStep", "EngineBudget", "Format", "Frontier", "RequestTimes", "Speculation",
-                "StepWork",
+                "StepWork", "MixedStep", "SteadyState",
                 # records built from data: fuzzed through their rows above (replace, check, the constructor)
                 "Link", "LayerSpec"}
 
