@@ -8,6 +8,7 @@ ipywidgets, and the tools that time this machine (:mod:`kvmath.measure`)
 serve one chapter only; all three are imported on first use, not here.
 """
 
+from .batching import MixedStep, SteadyState, cost_per_million_tokens, mixed_step, steady_state
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
 from .decode import (
     StepBreakdown,
@@ -123,4 +124,6 @@ __all__ = [
     "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
     # whole requests and the serving frontier
     "layout_step_time", "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
+    # continuous batching
+    "MixedStep", "SteadyState", "cost_per_million_tokens", "mixed_step", "steady_state",
 ]

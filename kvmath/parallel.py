@@ -410,7 +410,7 @@ def chip_step(
     # Under pp, max(B' / pp, 1) sequences per pass, unrounded: a bound over every micro-batch schedule (ChipStep)
     micro = batch
     if layout.dp > 1 or layout.pp > 1:
-        per_group = np.ceil(batch / layout.dp)
+        per_group = np.maximum(np.ceil(batch / layout.dp), 1.0)  # >= 1 for any batch > 0, even one that underflows
         micro = np.maximum(per_group / layout.pp, np.minimum(per_group, 1)) if layout.pp > 1 else per_group
     tokens = micro * tokens_per_seq
 

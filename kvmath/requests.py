@@ -413,7 +413,7 @@ def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_d
             step, weight_bytes_read=step.weight_bytes_read / pp, kv_bytes_read=step.kv_bytes_read / pp,
             weight_flops=step.weight_flops / pp, attention_flops=step.attention_flops / pp, comm_s=step.comm_s / pp)
     per_chunk = np.where(live, _prefill_strict(step), 0.0)
-    ttft = np.sum(per_chunk, axis=-1)
+    ttft = np.cumsum(per_chunk, axis=-1)[..., -1]  # in order: a longer prompt beside it (zero chunks) changes no bit
     if fills:
         hop = 0.0 if link is None else p2p_time(batch[..., 0] * size[..., 0] * model.d_model * b_act, link)
         ttft = ttft + fills * (per_chunk[..., 0] + hop)

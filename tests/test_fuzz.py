@@ -82,7 +82,7 @@ INVALID = {
                  {"quantization_config": {"quant_method": "gptq"}}, {"quantization_config": []}],
 }
 #: How each kind looks when numpy types or arrays carry the same value.
-_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "signed"}
+_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "signed", "whole0"}
 #: Kinds that are one whole number (an int or numpy int; "one" also takes 4.0), never an array.
 _WHOLE = {"int", "chips", "one"}
 
@@ -108,11 +108,15 @@ VALID.update({
     "frac0": st.floats(0.0, 1.0),                                                      # [0, 1]
     "signed": st.one_of(_real, st.just(0.0), _real.map(lambda x: -x)),                 # any finite real
     "optpos": st.one_of(st.none(), _real),
+    "whole0": st.one_of(st.just(0), st.integers(1, 10**6)),                            # whole >= 0 (a chunk of tokens)
     "optnonneg": st.one_of(st.none(), st.just(0.0), _real),
     "flag": st.booleans(),
     "modelobj": st.sampled_from(_MODELS),
     "optmodelobj": st.one_of(st.none(), st.sampled_from(_MODELS)),
     "chipobj": st.sampled_from(_CHIPS),
+    # functions that also take a preset name (step.as_presets): the objects, drawn as for modelobj and chipobj
+    "modelpreset": st.sampled_from(_MODELS),
+    "chippreset": st.sampled_from(_CHIPS),
     "chiporbytes": st.one_of(st.sampled_from(_CHIPS), st.floats(1e9, 1e13)),
     "link": st.sampled_from(_LINKS),
     "optlink": st.one_of(st.none(), st.sampled_from(_LINKS)),
@@ -137,6 +141,7 @@ VALID.update({
 _NUMBERS_NOT_NONE = [v for v in _NOT_NUMBERS if v is not None]
 INVALID.update({
     "int": _NOT_NUMBERS + [0, -3, 2.5, 4.0, np.float64(2)],
+    "whole0": _NOT_NUMBERS + [-1, 2.5, -1e-300, np.array([1, -1])],
     "one": _NOT_NUMBERS + [0, -3, 2.5, np.array([1, 2]), [4, 8]],
     "chunk": [v for v in _NOT_NUMBERS if v is not None] + [0, -3, 2.5],
     "chips": _NOT_NUMBERS + [0, -3, 2.5],
@@ -148,6 +153,8 @@ INVALID.update({
     "modelobj": _obj + ["llama-2-7b", _CHIPS[0]],
     "optmodelobj": [v for v in _obj if v is not None] + ["llama-2-7b", _CHIPS[0]],
     "chipobj": _obj + ["h100-sxm", _MODELS[0]],
+    "modelpreset": _obj + ["llama2-7b", _CHIPS[0]],  # a preset name is accepted; an unknown one is not
+    "chippreset": _obj + [_MODELS[0]],  # an unknown chip name is refused as "unknown hardware", not by argument
     "chiporbytes": _NOT_NUMBERS + [0, -1, "h100-sxm", _MODELS[0]],
     "link": _obj + ["nvlink9", _MODELS[0]],  # a preset name is accepted (as_link); a wrong one is not
     "optlink": [v for v in _obj if v is not None] + ["nvlink9", _MODELS[0]],
@@ -216,7 +223,7 @@ FUNCTIONS = {
     "Chip.flops@h100": dict(dtype="dtype"),
     # the step model, MoE and speculative decoding
     "compute_rate": dict(chip="chipobj", weights="weights", compute_dtype="optcompute", model="optmodelobj"),
-    "decode_step": dict(model="modelobj", chip="chipobj", batch="pos", context="pos", weights="weights",
+    "decode_step": dict(model="modelpreset", chip="chippreset", batch="pos", context="pos", weights="weights",
                         kv_dtype="kvdtype", compute_dtype="optcompute", n_chips="chips", shard="shard",
                         tokens_per_seq="pos", overhead_s="nonneg", efficiency="frac", routing="routing",
                         layout="optlayout", link="optlink", activation_dtype="actdtype"),
@@ -231,7 +238,7 @@ FUNCTIONS = {
                                  routing="routing"),
     "saturated_critical_batch": dict(total_params="pos", active_params="pos", flops="pos", bandwidth="pos",
                                      bytes_per_param="pos"),
-    "speculative_decode": dict(model="modelobj", chip="chipobj", batch="pos", context="pos", gamma="one",
+    "speculative_decode": dict(model="modelpreset", chip="chippreset", batch="pos", context="pos", gamma="one",
                                acceptance="frac0", draft="optmodelobj", routing="routing"),
     "speculative_improvement_factor": dict(acceptance="frac0", gamma="count", cost_ratio="nonneg"),
     "step_time": dict(work="stepwork", bandwidth="pos", flops="pos", n_chips="chips", shard="shard",
@@ -276,18 +283,27 @@ FUNCTIONS = {
     "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
     # whole requests and the serving frontier
     "prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
-    "prefill_bound": dict(model="modelobj", chip="chipobj", batch="pos", input_tokens="count", layout="optlayout",
+    "prefill_bound": dict(model="modelpreset", chip="chippreset", batch="pos", input_tokens="count", layout="optlayout",
                           link="optlink", weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
                           activation_dtype="actdtype", chunk_tokens="chunk", overhead_s="nonneg", efficiency="frac"),
-    "request_times": dict(model="modelobj", chip="chipobj", batch="count", input_tokens="count", output_tokens="count",
+    "request_times": dict(model="modelpreset", chip="chippreset", batch="count", input_tokens="count", output_tokens="count",
                           layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
                           compute_dtype="optcompute", activation_dtype="actdtype", chunk_tokens="chunk",
                           price_per_chip_hour="optpos", overhead_s="nonneg", efficiency="frac"),
-    "serving_frontier": dict(model="modelobj", chip="chipobj", input_tokens="count", output_tokens="count",
+    "serving_frontier": dict(model="modelpreset", chip="chippreset", input_tokens="count", output_tokens="count",
                              batch="optcount", tpot_limit_s="optpos", layout="optlayout", link="optlink",
                              weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
                              activation_dtype="actdtype", chunk_tokens="chunk", hbm_bytes="optpos",
                              price_per_chip_hour="optpos"),
+    # continuous batching
+    "mixed_step": dict(model="modelpreset", chip="chippreset", batch="pos", context="count", chunk_tokens="whole0",
+                       chunk_start="whole0", layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                       compute_dtype="optcompute", activation_dtype="actdtype", overhead_s="nonneg"),
+    "steady_state": dict(model="modelpreset", chip="chippreset", batch="pos", input_tokens="count", output_tokens="count",
+                         layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                         compute_dtype="optcompute", activation_dtype="actdtype", price_per_chip_hour="optpos",
+                         overhead_s="nonneg"),
+    "cost_per_million_tokens": dict(price_per_chip_hour="nonneg", tokens_per_s_per_chip="pos"),
     # layers
     "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
     "LayerSpec@linear": dict(state_bytes="nonneg", state_flops="nonneg", params="nonneg"),
@@ -343,6 +359,9 @@ for _name in ("compute_rate", "model_critical_batch", "decode_step", "speculativ
               "request_times", "serving_frontier"):
     DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
         "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed")
+for _name in ("mixed_step", "steady_state"):
+    DOMAIN_ERRORS[_name] = _NO_RATE + _LAYOUT_ERRORS + ("layout must use tensor", "is not modelled with a layout",
+                                                      "output_tokens must be at least 2", "has no in-switch")
 DOMAIN_ERRORS["compute_rate"] += ("mixes formats of different compute rates",)  # without the model: documented
 DOMAIN_ERRORS["decode_step"] += ("does not combine with layout", "does not divide the")  # one check for both paths
 for _name in ("chip_step", "layout_step_time"):
@@ -382,7 +401,7 @@ NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB
                 # steps, too slow for 1500 examples; tests/test_step_model.py checks its inputs
                 "speculation_break_even_batch",
                 "ChipStep", "DecodeStep", "EngineBudget", "Format", "Frontier", "RequestTimes", "Speculation",
-                "StepWork",
+                "StepWork", "MixedStep", "SteadyState",
                 # records built from data: fuzzed through their rows above (replace, check, the constructor)
                 "Link", "LayerSpec"}
 

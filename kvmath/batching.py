@@ -1,0 +1,381 @@
+"""Continuous batching: a decode step that also carries prompt tokens, its steady state, and the cost of a token.
+
+Continuous (iteration-level) batching, as Orca and vLLM schedule it, runs
+one forward pass per step over every running sequence: ``B`` decode tokens,
+each reading its own cache, and, where a request has just arrived, some of
+its prompt. The weights are read once for all of them. Two rules:
+
+- :func:`mixed_step`: one step of ``B`` decode sequences plus one prefill
+  chunk of ``c`` prompt tokens, ``c0`` of whose prompt are already cached.
+  The chunk adds ``2 P c`` weight FLOPs, its causal attention, and its cache
+  (it reads the ``c0`` tokens before it and writes its own); the weights are
+  read once for all ``B + c`` tokens. The strict bound is
+  ``overhead + max(bytes / W, FLOPs / C, comm)``, as for a decode step
+  (:func:`kvmath.decode_step`), so ``c = 0`` gives the decode step exactly.
+- :func:`steady_state`: ``B`` decode slots kept full. A request of
+  ``S_in`` prompt and ``S_out`` output tokens holds a slot for its
+  ``S_out - 1`` decode steps (its first token comes from its prefill), so
+  each step retires ``B / (S_out - 1)`` requests and admits as many
+  prompts: ``B S_in / (S_out - 1)`` prompt tokens per step on average. The
+  decode sequences' contexts are spread over ``S_in + 1 .. S_in + S_out -
+  1``, mean ``S_in + S_out / 2`` (the caches averaged exactly over them, windows
+  included). The step charges the prompts' FLOPs and
+  the cache they write, not the re-reads of earlier chunks, so it is a
+  lower bound under any chunking.
+
+:func:`cost_per_million_tokens` turns tokens per chip-second into a price,
+given a price per chip-hour (an input: no price here is a fact).
+
+Both step rules take one chip, or tensor (``tp``) and context (``cp``)
+parallelism; pipeline and data parallelism schedule micro-batches and
+replicas, which these rules do not model, and are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import Chip
+from .links import Link, as_link
+from .models import Model, Precision
+from .parallel import ParallelLayout, as_layout, chip_step
+from .requests import _rate, prefill_attention_flops
+from .step import as_presets, refuse_overflow
+from .units import dtype_bytes
+from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
+
+
+@checked
+def cost_per_million_tokens(price_per_chip_hour: ArrayLike, tokens_per_s_per_chip: ArrayLike) -> ArrayLike:
+    """Price of a million tokens at ``tokens_per_s_per_chip``: ``price / 3600 / rate x 1e6``.
+
+    Parameters
+    ----------
+    price_per_chip_hour : float or array
+        What one chip costs per hour, in any currency (an input the reader
+        sets; kvmath holds no prices).
+    tokens_per_s_per_chip : float or array
+        Tokens each chip produces per second.
+
+    Returns
+    -------
+    float or array
+        Currency per million tokens.
+
+    Examples
+    --------
+    At 2.00 per chip-hour and 1,000 tokens per chip-second: 2 / 3.6 million tokens.
+
+    >>> round(cost_per_million_tokens(2.0, 1000.0), 4)
+    0.5556
+    """
+    price = non_negative("price_per_chip_hour", price_per_chip_hour)
+    rate = positive("tokens_per_s_per_chip", tokens_per_s_per_chip)
+    return plain(price / 3600.0 / rate * 1e6)
+
+
+@dataclass(frozen=True)
+class MixedStep:
+    """Bounds on one continuous-batching step, per chip (seconds, bytes, FLOPs; arrays where the inputs were).
+
+    Attributes
+    ----------
+    batch, context : decode sequences and their (mean) cached tokens.
+    prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share).
+    n_chips : chips of the layout.
+    weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
+    flops : FLOPs one chip does (weights and attention, decode and prompt).
+    comm_s : the chip's communication chain for all the step's tokens (0 without a link).
+    bandwidth, flop_rate, overhead_s : the chip's rates and the per-step overhead.
+    decode_only_s : the strict bound of the same step without its prompt tokens.
+    """
+
+    batch: ArrayLike
+    context: ArrayLike
+    prefill_tokens: ArrayLike
+    n_chips: int
+    weight_bytes_read: ArrayLike
+    kv_bytes_read: ArrayLike
+    flops: ArrayLike
+    comm_s: ArrayLike
+    bandwidth: float
+    flop_rate: float
+    overhead_s: ArrayLike
+    decode_only_s: ArrayLike
+
+    @property
+    def memory_s(self) -> ArrayLike:
+        """``(weights + cache) / W``, seconds."""
+        return plain((self.weight_bytes_read + self.kv_bytes_read) / self.bandwidth)
+
+    @property
+    def compute_s(self) -> ArrayLike:
+        """``FLOPs / C``, seconds."""
+        return plain(self.flops / self.flop_rate)
+
+    @property
+    def strict_step_s(self) -> ArrayLike:
+        """``overhead + max(memory_s, compute_s, comm_s)``: the step's lower bound, seconds."""
+        return plain(self.overhead_s + np.maximum(np.maximum(self.memory_s, self.compute_s), self.comm_s))
+
+    @property
+    def slowdown(self) -> ArrayLike:
+        """``strict_step_s / decode_only_s``: how much longer every decode sequence waits for this step."""
+        return plain(self.strict_step_s / self.decode_only_s)
+
+
+def _layout(layout, model) -> ParallelLayout:
+    layout = as_layout(layout).check(model)
+    if layout.pp > 1 or layout.dp > 1 or layout.ep > 1:
+        raise ValueError(f"layout must use tensor (tp) and context (cp) parallelism only, got {layout}: "
+                         "pipeline and data parallelism schedule micro-batches these step rules do not model")
+    return layout
+
+
+def _mean_over(f, lo, hi, window) -> ArrayLike:
+    """Mean of ``f(t)`` over the integers ``t = lo .. hi``, for ``f`` affine on each side of a sliding window.
+
+    The cache and the attention FLOPs of a sequence are affine in its context
+    up to the window ``w`` and past it, so each stretch's sum is its length
+    times the mean of its two ends: exact, with no loop over contexts.
+    """
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    w = np.inf if window is None else float(window)
+    total = 0.0
+    for a, b in ((lo, np.minimum(hi, w)), (np.maximum(lo, w + 1), hi)):
+        n = np.maximum(b - a + 1, 0)
+        a1, b1 = np.where(n > 0, a, lo), np.where(n > 0, b, lo)  # ends of an empty stretch are never used
+        total = total + n * (f(a1) + f(b1)) / 2
+    return plain(total / (hi - lo + 1))
+
+
+def _step(model, chip, batch, context, prompts, prompt_start, prompt_tokens, lm_head, layout, link, weights,
+          kv_dtype, compute_dtype, activation_dtype, overhead_s) -> MixedStep:
+    """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts`` prompts of ``prompt_tokens`` each,
+    ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional: an average share)."""
+    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
+    bw, rate = chip.bandwidth, _rate(chip, weights, compute_dtype, model)
+    common = dict(weights=weights, link=link, activation_bytes=b_act)
+    lo, hi = context
+    kv = _mean_over(lambda t: model.kv_bytes_per_seq(t, b_kv), lo, hi, model.sliding_window)
+    att = _mean_over(model.attention_flops_per_token, lo, hi, model.sliding_window)
+    decode = chip_step(model, batch, hi, layout, bw, rate, kv_bytes_per_seq=kv, attention_flops_per_seq=att, **common)
+    has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
+    c = np.maximum(prompt_tokens, 1)
+    end = prompt_start + c
+    attention = prefill_attention_flops(model, end) - np.where(
+        prompt_start > 0, prefill_attention_flops(model, np.maximum(prompt_start, 1)), 0.0)
+    prompt = chip_step(model, np.where(has, prompts, 1.0), end, layout, bw, rate,
+                       kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
+                       tokens_per_seq=c, lm_head_tokens_per_seq=lm_head, **common)
+    tokens = batch + np.where(has, prompts * c, 0.0)
+    both = chip_step(model, 1, 1, layout, bw, rate, kv_bytes_per_seq=0.0, attention_flops_per_seq=0.0,
+                     tokens_per_seq=tokens, **common)
+    decode_only = overhead_s + np.maximum(np.maximum(
+        (decode.weight_bytes_read + decode.kv_bytes_read) / bw,
+        (decode.weight_flops + decode.attention_flops) / rate), decode.comm_s)
+    return MixedStep(
+        batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=layout.n_chips,
+        weight_bytes_read=plain(both.weight_bytes_read),
+        kv_bytes_read=plain(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)),
+        flops=plain(decode.weight_flops + decode.attention_flops
+                    + np.where(has, prompt.weight_flops + prompt.attention_flops, 0.0)),
+        comm_s=plain(both.comm_s), bandwidth=bw, flop_rate=rate, overhead_s=overhead_s,
+        decode_only_s=plain(decode_only))
+
+
+@checked
+def mixed_step(
+    model: Model | str,
+    chip: Chip | str,
+    batch: ArrayLike,
+    context: ArrayLike,
+    chunk_tokens: ArrayLike = 0,
+    chunk_start: ArrayLike = 0,
+    *,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    overhead_s: ArrayLike = 0.0,
+) -> MixedStep:
+    """A decode step of ``batch`` sequences at ``context`` that also runs a prefill chunk of ``chunk_tokens``.
+
+    The chunk belongs to a prompt of which ``chunk_start`` tokens are already
+    cached: it reads their cache, writes its own, and attends causally to
+    ``chunk_start + 1 .. chunk_start + chunk_tokens`` tokens. No logits are
+    charged for it (only a prompt's last chunk needs them, ``2 d V`` FLOPs:
+    left out, which keeps the bound safe). ``chunk_tokens = 0`` is the plain
+    decode step. See the module text.
+
+    Parameters
+    ----------
+    model, chip : Model, Chip, or preset names
+    batch : float or array
+        Decode sequences in the step (at least 1).
+    context : float or array
+        Their mean cached tokens (the cache is affine in the context for
+        full attention, so the mean gives the sum; with sliding windows use
+        contexts on one side of the window).
+    chunk_tokens, chunk_start : int or array
+        The chunk's prompt tokens, and its prompt's tokens already cached.
+    layout, link, weights, kv_dtype, compute_dtype, activation_dtype, overhead_s :
+        As in :func:`kvmath.request_times` (layouts: ``tp`` and ``cp`` only).
+
+    Returns
+    -------
+    MixedStep
+
+    Examples
+    --------
+    Llama 3 8B on an H100, 64 decode sequences at 2,000 tokens: a 512-token
+    chunk costs the memory-bound step almost nothing; a 4,096-token chunk
+    makes it compute-bound and 6.7 times as long.
+
+    >>> from kvmath import get_chip, get_model
+    >>> m, h100 = get_model("llama-3-8b"), get_chip("h100-sxm")
+    >>> [round(float(mixed_step(m, h100, 64, 2000, c).strict_step_s) * 1e3, 2) for c in (0, 512, 4096)]
+    [9.49, 9.51, 63.27]
+    """
+    model, chip = as_presets(model, chip)
+    layout = _layout(layout, model)
+    link = None if link is None else as_link(link)
+    batch = positive("batch", batch)
+    positive_int("context", context)
+    c = non_negative("chunk_tokens", chunk_tokens)
+    start = non_negative("chunk_start", chunk_start)
+    for name, value in (("chunk_tokens", c), ("chunk_start", start)):
+        if np.any(np.asarray(value) != np.floor(value)):
+            raise ValueError(f"{name} must be whole numbers of tokens, got {value!r}")
+    broadcast(batch=batch, context=context, chunk_tokens=c, chunk_start=start)
+    context = np.asarray(context, dtype=float)
+    step = _step(model, chip, batch, (context, context), 1.0, start, c, 0.0, layout, link, weights,
+                 kv_dtype, compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
+    refuse_overflow("mixed_step", {"step": step.strict_step_s, "slowdown": step.slowdown}, batch=batch,
+                    context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
+    return step
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Continuous batching with ``batch`` decode slots kept full (see :func:`steady_state`).
+
+    Attributes
+    ----------
+    step : MixedStep of one steady-state step (decode at the mean context, plus the prompts' share).
+    batch, input_tokens, output_tokens : slots and the request shape.
+    price_per_chip_hour : the price given (None for no cost).
+    """
+
+    step: MixedStep
+    batch: ArrayLike
+    input_tokens: ArrayLike
+    output_tokens: ArrayLike
+    price_per_chip_hour: ArrayLike | None = None
+
+    @property
+    def time_per_output_token_s(self) -> ArrayLike:
+        """Every slot gains one token per step: the step's strict bound, seconds."""
+        return self.step.strict_step_s
+
+    @property
+    def tokens_per_s_per_user(self) -> ArrayLike:
+        """``1 / time_per_output_token_s``."""
+        return plain(1.0 / self.step.strict_step_s)
+
+    @property
+    def output_tokens_per_s_per_chip(self) -> ArrayLike:
+        """``B`` decode tokens plus ``B / (S_out - 1)`` first tokens per step, over the chips."""
+        per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
+        return plain(per_step / self.step.strict_step_s / self.step.n_chips)
+
+    @property
+    def cost_per_million_tokens(self) -> ArrayLike | None:
+        """:func:`cost_per_million_tokens` of the output rate per chip (None without a price)."""
+        if self.price_per_chip_hour is None:
+            return None
+        # price x chip-seconds per token, as cost_per_million_tokens(price, rate) = price / 3600 / rate x 1e6
+        # but without dividing by a rate that underflows
+        per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
+        chip_s_per_token = self.step.strict_step_s * self.step.n_chips / per_step
+        return plain(self.price_per_chip_hour * chip_s_per_token / 3600.0 * 1e6)
+
+
+@checked
+def steady_state(
+    model: Model | str,
+    chip: Chip | str,
+    batch: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    *,
+    layout: ParallelLayout | str | None = None,
+    link: Link | str | None = None,
+    weights: Precision = "bf16",
+    kv_dtype: str | float = "bf16",
+    compute_dtype: str | None = None,
+    activation_dtype: str = "bf16",
+    price_per_chip_hour: ArrayLike | None = None,
+    overhead_s: ArrayLike = 0.0,
+) -> SteadyState:
+    """Lower bounds on continuous batching's steady state: ``batch`` slots, requests of ``input_tokens`` / ``output_tokens``.
+
+    One step: ``B`` decode sequences spread evenly over the contexts
+    ``S_in + 1 .. S_in + S_out - 1`` (mean ``S_in + S_out / 2``; their caches
+    and attention FLOPs averaged exactly, sliding windows included) plus ``B / (S_out - 1)`` prompts of ``S_in`` tokens (an average share;
+    each writes its cache and needs logits for its last token). See the
+    module text.
+
+    Parameters
+    ----------
+    batch : float or array
+        Decode slots (sequences decoding at once).
+    input_tokens, output_tokens : int or array
+        The request shape; ``output_tokens >= 2`` (one output token has no decode step).
+    price_per_chip_hour : float or array, optional
+        For ``cost_per_million_tokens`` (an input the reader sets).
+    Other arguments as in :func:`mixed_step`.
+
+    Returns
+    -------
+    SteadyState
+
+    Examples
+    --------
+    Llama 3 8B on an H100, 64 slots, 1,000 tokens in and 500 out: the
+    prompts' share (128 tokens a step) rides in a memory-bound step.
+
+    >>> from kvmath import get_chip, get_model
+    >>> s = steady_state(get_model("llama-3-8b"), get_chip("h100-sxm"), 64, 1000, 500, price_per_chip_hour=2.0)
+    >>> round(float(s.step.prefill_tokens)), round(float(s.time_per_output_token_s) * 1e3, 3)
+    (128, 7.616)
+    >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)
+    (8420, 0.066)
+    """
+    model, chip = as_presets(model, chip)
+    layout = _layout(layout, model)
+    link = None if link is None else as_link(link)
+    batch = positive("batch", batch)
+    s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
+    s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)
+    if np.any(s_out < 2):
+        raise ValueError(f"output_tokens must be at least 2 for a steady state of decode steps, got {output_tokens!r}")
+    broadcast(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+              price_per_chip_hour=price_per_chip_hour)
+    if price_per_chip_hour is not None:
+        price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
+    prompts = batch / (s_out - 1.0)
+    step = _step(model, chip, batch, (s_in + 1, s_in + s_out - 1), prompts, 0.0, s_in, 1.0, layout, link, weights, kv_dtype,
+                 compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
+    state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
+                        price_per_chip_hour=price_per_chip_hour)
+    cost = state.cost_per_million_tokens
+    refuse_overflow("steady_state", {"step": step.strict_step_s, "rate": state.output_tokens_per_s_per_chip,
+                                     "per user": state.tokens_per_s_per_user, "cost": 0.0 if cost is None else cost},
+                    batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
+    return state

@@ -1,0 +1,112 @@
+"""Continuous batching: the mixed decode-and-prefill step, the steady state, and the cost of a token."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvmath as km
+
+settings.register_profile("kvmath", deadline=None, derandomize=True)
+settings.load_profile("kvmath")
+
+A100, H100 = km.get_chip("a100-80gb"), km.get_chip("h100-sxm")
+L7 = km.get_model("llama-2-7b")
+# Llama 2 7B by hand: 32 layers, d = 4096, 32 heads of 128, vocab 32000, not tied
+L, D, H, DH, V = 32, 4096, 32, 128, 32000
+P = L7.param_count()
+MATMUL = P - V * D - (2 * L + 1) * D           # the input embedding and the norms do no matmuls
+KV_TOKEN = L * 2 * H * DH * 2                  # 524,288 B per cached token, bf16
+WEIGHTS = (P - V * D) * 2                      # every matrix once; embedding rows are added per token
+
+
+def attention(t):
+    return 4 * L * H * DH * t                  # one token attending to t cached tokens, all layers
+
+
+@pytest.mark.parametrize("name, layout", [("llama-3-8b", None), ("mixtral-8x7b", None), ("gemma-2-9b", "tp=2"),
+                                          ("llama-2-70b", "tp=8"), ("deepseek-v3", "tp=8")])
+def test_no_chunk_is_the_decode_step(name, layout):
+    m = km.get_model(name)
+    w = "fp8" if name == "deepseek-v3" else "bf16"
+    for batch, context in ((1, 100), (64, 4096), (512, 30000)):
+        s = km.mixed_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
+        d = km.decode_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
+        assert s.strict_step_s == pytest.approx(d.strict_step_s, rel=1e-12)
+        assert s.decode_only_s == pytest.approx(d.strict_step_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
+
+
+def test_mixed_step_by_hand():
+    # 2 decode sequences at 10 tokens, plus a 3-token chunk of a prompt with 4 tokens cached, on an A100-80GB
+    s = km.mixed_step(L7, A100, 2, 10, 3, 4)
+    bytes_ = WEIGHTS + 5 * D * 2 + 2 * 10 * KV_TOKEN + 7 * KV_TOKEN   # 5 embedding rows; the chunk reads 4, writes 3
+    flops = 2 * 2 * MATMUL + 2 * attention(10) + 2 * 3 * (MATMUL - V * D) + sum(attention(t) for t in (5, 6, 7))
+    assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(bytes_, rel=1e-12)
+    assert s.flops == pytest.approx(flops, rel=1e-12)
+    assert s.strict_step_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
+    assert s.prefill_tokens == 3 and s.n_chips == 1
+
+
+def test_a_big_chunk_makes_the_step_compute_bound():
+    # Llama 3 8B on an H100, 64 sequences at 2,000 tokens: 512 prompt tokens ride in the memory-bound step
+    # (9.49 -> 9.51 ms); 4,096 make it compute-bound (63.3 ms), about 2 x 8.03e9 x 4160 / 989.4e12 = 67.5 ms
+    # less the LM head the chunk does not need
+    m = km.get_model("llama-3-8b")
+    s = km.mixed_step(m, H100, 64, 2000, np.array([0, 512, 4096]))
+    assert s.strict_step_s[1] < 1.01 * s.strict_step_s[0]
+    assert s.compute_s[2] > s.memory_s[2] and 6 < s.slowdown[2] < 7
+    assert s.compute_s[2] < 2 * m.matmul_params_per_token() * 4160 / H100.flops() + 0.002
+
+
+def test_steady_state_by_hand():
+    # 4 slots, 6 tokens in, 3 out: 2 decode steps a request, so 2 prompts (12 tokens) a step; decode at 7.5
+    s = km.steady_state(L7, A100, 4, 6, 3, price_per_chip_hour=3.6)
+    bytes_ = WEIGHTS + 16 * D * 2 + 4 * 7.5 * KV_TOKEN + 2 * 6 * KV_TOKEN
+    prompt_flops = 2 * (MATMUL - V * D) * 6 + 2 * V * D + sum(attention(t) for t in range(1, 7))
+    flops = 4 * 2 * MATMUL + 4 * attention(7.5) + 2 * prompt_flops
+    step = max(bytes_ / 2.039e12, flops / 312e12)
+    assert s.time_per_output_token_s == pytest.approx(step, rel=1e-12)
+    assert s.output_tokens_per_s_per_chip == pytest.approx(4 * 3 / 2 / step, rel=1e-12)  # 4 decode + 2 first tokens
+    assert s.cost_per_million_tokens == pytest.approx(3.6 / 3600 / (6 / step) * 1e6, rel=1e-12)
+
+
+def test_cost_per_million_tokens_by_hand():
+    assert km.cost_per_million_tokens(3.6, 1.0) == pytest.approx(1000.0, rel=1e-15)  # 0.001 a second, a token a second
+    assert np.allclose(km.cost_per_million_tokens(np.array([1.0, 2.0]), 1000.0), [1 / 3.6, 2 / 3.6], rtol=1e-15)
+
+
+@settings(max_examples=40)
+@given(st.sampled_from(["llama-3-8b", "mixtral-8x7b", "qwen2.5-7b", "llama-2-7b", "gemma-2-9b"]), st.integers(1, 512),
+       st.integers(16, 32000), st.integers(2, 4000))
+def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out):
+    # the static batch's mean step is a mean of max(affine, affine): at least the max at the mean context
+    m = km.get_model(name)
+    s = km.steady_state(m, H100, batch, s_in, s_out)
+    r = km.request_times(m, H100, batch, s_in, s_out)
+    assert s.step.decode_only_s <= r.time_per_output_token_s * (1 + 1e-9)  # the closed-form sum rounds at 1e-12
+    assert s.time_per_output_token_s >= s.step.decode_only_s
+
+
+@settings(max_examples=40)
+@given(st.sampled_from(["llama-3-8b", "mixtral-8x7b", "gemma-2-9b"]), st.integers(1, 256), st.integers(1, 20000),
+       st.integers(0, 8192), st.integers(0, 8192), st.integers(0, 8192))
+def test_step_is_monotone_in_the_chunk(name, batch, context, c1, c2, start):
+    lo, hi = sorted((c1, c2))
+    m = km.get_model(name)
+    a, b = (km.mixed_step(m, H100, batch, context, c, start).strict_step_s for c in (lo, hi))
+    assert a <= b * (1 + 1e-12)
+
+
+def test_bad_inputs_are_refused_by_name():
+    with pytest.raises(ValueError, match="layout must use tensor"):
+        km.mixed_step(L7, A100, 1, 10, layout="pp=2")
+    with pytest.raises(ValueError, match="output_tokens must be at least 2"):
+        km.steady_state(L7, A100, 1, 10, 1)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        km.mixed_step(L7, A100, 1, 10, 2.5)
+    with pytest.raises(ValueError, match="chunk_start"):
+        km.mixed_step(L7, A100, 1, 10, 2, -1)
+    with pytest.raises(ValueError, match="price_per_chip_hour"):
+        km.steady_state(L7, A100, 1, 10, 5, price_per_chip_hour=-1.0)
+    with pytest.raises(ValueError, match="tokens_per_s_per_chip"):
+        km.cost_per_million_tokens(1.0, 0.0)
