@@ -317,7 +317,9 @@ def expert_parallel_comm_s(
     Spread evenly, ``1/ep`` of the copies stay on the chip. With
     ``chips_per_node = n > 1`` the ``(n - 1) / ep`` share bound for the
     chip's own node goes over ``node_link`` while the ``(ep - n) / ep``
-    share leaves through ``link``, at the same time:
+    share leaves through ``link``, at the same time (without ``node_link``
+    every peer shares ``link``; a group of fewer than ``n`` chips is all on
+    one node):
 
         t = max((ep - n) / ep * S / W_link + alpha, (n - 1) / ep * S / W_node + alpha_node)
 
@@ -346,11 +348,12 @@ def expert_parallel_comm_s(
     ep = positive_int("ep", ep)
     n = positive_int("chips_per_node", chips_per_node)
     link = as_link(link)
-    if np.any(np.asarray(n) > np.asarray(ep)):
-        raise ValueError(f"chips_per_node ({chips_per_node}) must not exceed ep ({ep})")
-    if np.any(np.asarray(n) > 1) and node_link is None:
-        raise ValueError("chips_per_node > 1 needs node_link: the link between chips of one node")
-    node = as_link(node_link) if node_link is not None else link
+    try:
+        node = as_link(node_link) if node_link is not None else link
+    except ValueError as err:
+        raise ValueError(f"node_link: {err}") from None
+    # a group smaller than a node: every peer is near; without node_link every peer shares link
+    n = np.minimum(n, ep) if node_link is not None else 1 + 0 * n
     moe_layers = model.n_layers - (model.n_dense_layers or 0)
     total = 0.0
     for b, name in ((dispatch_bytes, "dispatch_bytes"), (combine_bytes, "combine_bytes")):

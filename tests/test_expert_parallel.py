@@ -41,6 +41,10 @@ def test_all_to_all_one_level_is_the_links_all_to_all():
     inside = km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=8, node_link=NVL)
     assert inside == pytest.approx(2 * 58 * (7 / 8 * 8 * 8 * 7168 * 2 / 200e9 + 0.5e-6), rel=1e-12)
     assert km.expert_parallel_comm_s(DS, 8, 1, IB) == 0
+    # a group smaller than a node is all near; without node_link, near traffic uses link
+    assert km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=16, node_link=NVL) == inside
+    assert km.expert_parallel_comm_s(DS, 8, 16, IB, chips_per_node=8) == pytest.approx(
+        km.expert_parallel_comm_s(DS, 8, 16, IB), rel=1e-12)
 
 
 def test_all_to_all_is_monotone_in_tokens_and_broadcasts():
@@ -51,10 +55,8 @@ def test_all_to_all_is_monotone_in_tokens_and_broadcasts():
 def test_all_to_all_refuses_bad_input():
     with pytest.raises(ValueError, match="dense"):
         km.expert_parallel_comm_s(km.get_model("llama-2-70b"), 8, 8, IB)
-    with pytest.raises(ValueError, match="node_link"):
-        km.expert_parallel_comm_s(DS, 8, 16, IB, chips_per_node=8)
     with pytest.raises(ValueError, match="chips_per_node"):
-        km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=16, node_link=NVL)
+        km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=0)
     with pytest.raises(ValueError, match="tokens"):
         km.expert_parallel_comm_s(DS, 0, 8, IB)
 

@@ -112,6 +112,7 @@ VALID.update({
     "flag": st.booleans(),
     "modelobj": st.sampled_from(_MODELS),
     "optmodelobj": st.one_of(st.none(), st.sampled_from(_MODELS)),
+    "moemodelobj": st.sampled_from([m for m in _MODELS if m.n_experts]),
     "chipobj": st.sampled_from(_CHIPS),
     "chiporbytes": st.one_of(st.sampled_from(_CHIPS), st.floats(1e9, 1e13)),
     "link": st.sampled_from(_LINKS),
@@ -147,6 +148,7 @@ INVALID.update({
     "flag": ["true", 1, 0, None, "False", math.nan],
     "modelobj": _obj + ["llama-2-7b", _CHIPS[0]],
     "optmodelobj": [v for v in _obj if v is not None] + ["llama-2-7b", _CHIPS[0]],
+    "moemodelobj": _obj + ["deepseek-v3", _CHIPS[0], km.get_model("llama-2-7b")],  # a dense model has no experts
     "chipobj": _obj + ["h100-sxm", _MODELS[0]],
     "chiporbytes": _NOT_NUMBERS + [0, -1, "h100-sxm", _MODELS[0]],
     "link": _obj + ["nvlink9", _MODELS[0]],  # a preset name is accepted (as_link); a wrong one is not
@@ -270,6 +272,8 @@ FUNCTIONS = {
     "ring_allreduce_bytes": dict(message_bytes="nonneg", n_chips="count"),
     "tensor_parallel_comm_s": dict(model="modelobj", batch="pos", n_chips="count", link="optlink",
                                    tokens_per_seq="pos", activation_bytes="pos"),
+    "expert_parallel_comm_s": dict(model="moemodelobj", tokens="pos", ep="count", link="link", dispatch_bytes="pos",
+                                   combine_bytes="pos", chips_per_node="count", node_link="optlink"),
     "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips"),
     "ParallelLayout.check@tp2": dict(model="modelobj"),
     "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
