@@ -69,6 +69,7 @@ from .parallel import (
     ChipStep,
     ParallelLayout,
     chip_step,
+    expert_parallel_comm_s,
     kv_bytes_per_chip,
     parse_layout,
     tensor_parallel_comm_s,
@@ -122,6 +123,7 @@ __all__ = [
     # parallelism and links
     "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
     "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
+    "expert_parallel_comm_s",
     # whole requests and the serving frontier
     "layout_step_time", "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
     # continuous batching

@@ -157,6 +157,13 @@ class ParallelLayout:
         Expert parallelism: routed experts split by expert over ``ep``
         chips, which must be every chip of a stage (``ep = tp * cp * dp``);
         ``ep = 1`` splits them like the other weights.
+    redundant_experts : int
+        Extra copies of routed experts spread over the ``ep`` chips (default
+        0): ``ep`` must divide ``E + redundant_experts``, and each chip
+        holds that many over ``ep`` (DeepSeek-V3's decode: 256 + 32 experts
+        on 144 chips, 2 each). Reads and FLOPs are unchanged: the experts a
+        batch touches, split ``ep`` ways, stay a lower bound on the busiest
+        chip's, wherever the copies are.
 
     Examples
     --------
@@ -168,6 +175,8 @@ class ParallelLayout:
     ValueError: tp (3) must divide the 64 heads of kipply-52b; try pp=3 (pipeline by layers)
     >>> ParallelLayout(pp=3).check(get_model("kipply-52b")).n_chips
     3
+    >>> ParallelLayout(dp=144, ep=144, redundant_experts=32).check(get_model("deepseek-v3")).ep
+    144
     """
 
     tp: int = 1
@@ -175,14 +184,22 @@ class ParallelLayout:
     dp: int = 1
     pp: int = 1
     ep: int = 1
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("tp", "cp", "dp", "pp", "ep"):
+        for name in ("tp", "cp", "dp", "pp", "ep", "redundant_experts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"{name} must be a whole number, got {value!r}")
-            positive_int(name, value)
+            (non_negative if name == "redundant_experts" else positive_int)(name, value)
             object.__setattr__(self, name, int(value))  # numpy int32 would wrap in n_chips and not encode as JSON
+        if self.redundant_experts and self.ep == 1:
+            raise ValueError(f"redundant_experts ({self.redundant_experts}) needs expert parallelism (ep > 1)")
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)}" for n in ("tp", "cp", "dp", "pp", "ep"))
+        extra = f", redundant_experts={self.redundant_experts}" if self.redundant_experts else ""
+        return f"ParallelLayout({fields}{extra})"
 
     @property
     def n_chips(self) -> int:
@@ -208,8 +225,10 @@ class ParallelLayout:
             if self.ep != self.tp * self.cp * self.dp:
                 raise ValueError(f"ep ({self.ep}) must equal tp * cp * dp ({self.tp * self.cp * self.dp}): "
                                  "routed experts split over every chip of a stage")
-            if model.n_experts % self.ep:
-                raise ValueError(f"ep ({self.ep}) must divide the {model.n_experts} experts of {model.name}")
+            slots = model.n_experts + self.redundant_experts
+            if slots % self.ep:
+                extra = f" + {self.redundant_experts} redundant" if self.redundant_experts else ""
+                raise ValueError(f"ep ({self.ep}) must divide the {model.n_experts}{extra} experts of {model.name}")
         return self
 
 
@@ -280,6 +299,69 @@ def tensor_parallel_comm_s(
     if link is None:
         return plain(0.0 * message * n_chips)
     return plain(2 * model.n_layers * allreduce_time(message, n_chips, as_link(link)))
+
+
+@checked
+def expert_parallel_comm_s(
+    model: Model, tokens: ArrayLike, ep: ArrayLike, link: Link | str, *,
+    dispatch_bytes: ArrayLike = 2, combine_bytes: ArrayLike = 2,
+    chips_per_node: ArrayLike = 1, node_link: Link | str | None = None,
+) -> ArrayLike:
+    """Lower bound on expert parallelism's all-to-alls in one step on one chip, seconds.
+
+    Each MoE layer dispatches every token to the chips of its ``k`` routed
+    experts and combines the results back: two all-to-alls, one after the
+    other, each of ``S = T k d b`` bytes per chip (``T`` tokens on the
+    chip, one copy per token and routed expert, as DeepEP's low-latency
+    kernels send them; ``b`` = ``dispatch_bytes`` or ``combine_bytes``).
+    Spread evenly, ``1/ep`` of the copies stay on the chip. With
+    ``chips_per_node = n > 1`` the ``(n - 1) / ep`` share bound for the
+    chip's own node goes over ``node_link`` while the ``(ep - n) / ep``
+    share leaves through ``link``, at the same time (without ``node_link``
+    every peer shares ``link``; a group of fewer than ``n`` chips is all on
+    one node):
+
+        t = max((ep - n) / ep * S / W_link + alpha, (n - 1) / ep * S / W_node + alpha_node)
+
+    (``n = 1``: :func:`kvmath.all_to_all_time` on ``link``). The
+    ``2 (L - L_dense)`` all-to-alls are on one chain (the next layer needs
+    the combine), so their times add. Routing that puts a token's experts
+    on fewer chips, or a kernel that sends one copy per chip, moves less:
+    the bound is for spread routing and per-expert copies. 0 on one chip.
+
+    Examples
+    --------
+    DeepSeek-V3's decode on 144 H800s (18 nodes), 88 tokens per chip, fp8
+    dispatch, bf16 combine: 58 MoE layers of 5.0 MB and 10.1 MB, mostly over
+    the 50 GB/s InfiniBand port:
+
+    >>> from kvmath.links import get_link
+    >>> t = expert_parallel_comm_s(get_model("deepseek-v3"), 88, 144, get_link("ib-ndr400"),
+    ...                            dispatch_bytes=1, chips_per_node=8, node_link=get_link("nvlink4-h800"))
+    >>> round(t * 1e3, 2)
+    16.64
+    """
+    instance("model", model, Model, "a Model (get_model(name))")
+    if not model.n_experts:
+        raise ValueError(f"model {model.name} is dense: it has no experts to dispatch to")
+    tokens = positive("tokens", tokens)
+    ep = positive_int("ep", ep)
+    n = positive_int("chips_per_node", chips_per_node)
+    link = as_link(link)
+    try:
+        node = as_link(node_link) if node_link is not None else link
+    except ValueError as err:
+        raise ValueError(f"node_link: {err}") from None
+    # a group smaller than a node: every peer is near; without node_link every peer shares link
+    n = np.minimum(n, ep) if node_link is not None else 1 + 0 * n
+    moe_layers = model.n_layers - (model.n_dense_layers or 0)
+    total = 0.0
+    for b, name in ((dispatch_bytes, "dispatch_bytes"), (combine_bytes, "combine_bytes")):
+        size = finite(tokens * model.top_k * model.d_model * positive(name, b))
+        away = (ep - n) / ep * size / link.bandwidth + link.latency_s
+        near = np.where(n > 1, (n - 1) / ep * size / node.bandwidth + node.latency_s, 0.0)
+        total = total + np.maximum(np.where(ep > n, away, 0.0), near)
+    return plain(np.where(ep > 1, moe_layers * total, 0.0))
 
 
 @dataclass(frozen=True)
@@ -442,7 +524,8 @@ def chip_step(
     if layout.pp > 1:
         tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
     layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
-    routed_resident = resident["experts"] * stage / (layout.ep if layout.ep > 1 else g)
+    copies = (model.n_experts + layout.redundant_experts) / model.n_experts if model.n_experts else 1
+    routed_resident = resident["experts"] * copies * stage / (layout.ep if layout.ep > 1 else g)
     weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
     seqs_held = np.maximum(1, np.ceil(batch / layout.dp)) if layout.dp > 1 else batch
     kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage

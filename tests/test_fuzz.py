@@ -113,6 +113,7 @@ VALID.update({
     "flag": st.booleans(),
     "modelobj": st.sampled_from(_MODELS),
     "optmodelobj": st.one_of(st.none(), st.sampled_from(_MODELS)),
+    "moemodelobj": st.sampled_from([m for m in _MODELS if m.n_experts]),
     "chipobj": st.sampled_from(_CHIPS),
     # functions that also take a preset name (step.as_presets): the objects, drawn as for modelobj and chipobj
     "modelpreset": st.sampled_from(_MODELS),
@@ -152,6 +153,7 @@ INVALID.update({
     "flag": ["true", 1, 0, None, "False", math.nan],
     "modelobj": _obj + ["llama-2-7b", _CHIPS[0]],
     "optmodelobj": [v for v in _obj if v is not None] + ["llama-2-7b", _CHIPS[0]],
+    "moemodelobj": _obj + ["deepseek-v3", _CHIPS[0], km.get_model("llama-2-7b")],  # a dense model has no experts
     "chipobj": _obj + ["h100-sxm", _MODELS[0]],
     "modelpreset": _obj + ["llama2-7b", _CHIPS[0]],  # a preset name is accepted; an unknown one is not
     "chippreset": _obj + [_MODELS[0]],  # an unknown chip name is refused as "unknown hardware", not by argument
@@ -278,6 +280,8 @@ FUNCTIONS = {
     "ring_allreduce_bytes": dict(message_bytes="nonneg", n_chips="count"),
     "tensor_parallel_comm_s": dict(model="modelobj", batch="pos", n_chips="count", link="optlink",
                                    tokens_per_seq="pos", activation_bytes="pos"),
+    "expert_parallel_comm_s": dict(model="moemodelobj", tokens="pos", ep="count", link="link", dispatch_bytes="pos",
+                                   combine_bytes="pos", chips_per_node="count", node_link="optlink"),
     "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips"),
     "ParallelLayout.check@tp2": dict(model="modelobj"),
     "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
