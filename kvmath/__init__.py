@@ -9,6 +9,7 @@ serve one chapter only; all three are imported on first use, not here.
 """
 
 from .batching import MixedStep, SteadyState, cost_per_million_tokens, mixed_step, steady_state
+from .calibration import Calibration, Measurement, bound_for, calibrate, get_measurement, load_measurements
 from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
 from .decode import (
     StepBreakdown,
@@ -124,6 +125,8 @@ __all__ = [
     "ChipStep", "Link", "ParallelLayout", "all_to_all_time", "allreduce_estimate", "allreduce_time", "chip_step",
     "get_link", "link_names", "p2p_time", "parse_layout", "ring_allreduce_bytes", "tensor_parallel_comm_s",
     "expert_parallel_comm_s",
+    # published measurements against the bound
+    "Calibration", "Measurement", "bound_for", "calibrate", "get_measurement", "load_measurements",
     # whole requests and the serving frontier
     "layout_step_time", "Frontier", "RequestTimes", "prefill_attention_flops", "prefill_bound", "request_times", "serving_frontier",
     # continuous batching

@@ -459,7 +459,9 @@ def chip_step(
       ``b T d b_act``. All are on one chain, so their latencies add.
 
     ``lm_head_tokens_per_seq`` (default ``tokens_per_seq``): tokens per
-    sequence that need logits; a prefill needs them for its last token only.
+    sequence that need logits; a prefill needs them for its last token only,
+    and a pass with none (a prompt chunk before the last) neither reads nor
+    multiplies by the LM head.
 
     Memory: weights of the largest stage (``ceil(L / pp)`` layers, plus the
     larger of the embedding and the LM head when ``pp > 1``) and the
@@ -500,6 +502,10 @@ def chip_step(
     routed_read = (model.weight_bytes_read_by_group(micro * layout.dp, weights, routing, tokens_per_seq)["experts"]
                    / layout.ep if layout.ep > 1 else read["experts"] / g)
     weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
+    if lm_head_tokens_per_seq is not None:
+        # a pass that needs no logits (a prompt chunk before the last) reads no LM head either
+        no_logits = non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq) == 0
+        weight_read = weight_read - np.where(no_logits, read["lm_head"] / g, 0.0)
 
     kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
     kv_read = kv_bytes_per_chip(finite(micro * kv_per_seq), layout.tp, kv_heads) / layout.cp

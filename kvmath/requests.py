@@ -317,8 +317,9 @@ def prefill_bound(
 
     ``overhead + max(bytes / W, FLOPs / C, comm_s)`` per chip (see the module
     text). With ``chunk_tokens`` the prompt runs in chunks of that many
-    tokens, each a step of its own that re-reads the weights and reads the
-    cache of the chunks before it; the bound is the sum over chunks.
+    tokens, each a step of its own that re-reads the weights (all but the LM
+    head, which only the last chunk needs) and reads the cache of the chunks
+    before it; the bound is the sum over chunks.
 
     Under pipeline parallelism (``pp > 1``) the chunks flow through the
     stages, each stage's chip doing its share (``1 / pp``: the most even
@@ -345,7 +346,7 @@ def prefill_bound(
     >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
     88.54
     >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
-    216.09
+    212.1
 
     The 52B on three A100-40GB by layers: a third of the FLOPs per chip plus
     the fill of two stages, not the whole model on one chip:

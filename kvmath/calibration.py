@@ -1,0 +1,335 @@
+"""Published measurements against kvmath's lower bound: the calibration table.
+
+``kvmath/data/measurements.csv`` holds one row per published measurement:
+its source (a bibliography key, title and URL, and the source's own words),
+the configuration it ran (model and chip presets, layout and link, batch,
+prompt and output lengths, formats of the weights, the cache and the math),
+what it measured, and what the source leaves unknown. Where an unknown
+changes the bound, the row takes the value that keeps the bound lowest (the
+smallest context, the fewest bytes, the most tokens per step), so that a
+measurement faster than its bound is a bug in the bound, not in a guess.
+
+:func:`bound_for` computes the bound in the unit of the measurement with the
+package's own rules, nothing re-derived:
+
+====================  =========================================================
+metric                bound
+====================  =========================================================
+``seq_tok_s``         tokens/s per sequence over a run. With a prompt, the
+                      source's timer includes its prefill (gpt-fast):
+                      ``S_out / request_times(...).total_s``. Without one
+                      (``llama-bench tg N``) the run is ``N`` decode steps at
+                      contexts ``1 .. N``, each :func:`kvmath.decode_step`.
+``out_tok_s``         output tokens/s of the whole batch, prefill included:
+                      ``request_times(...).output_tokens_per_s`` (``per_chip``:
+                      the source divides it by the chips).
+``user_tok_s``        tokens/s each sequence sees while decoding at batch B and
+                      context S_in: ``tokens_per_step / step``, the step
+                      verifying ``tokens_per_step`` tokens per sequence.
+``s_per_token``       seconds per decode step at context S_in.
+``ttft_s``            seconds to the first token: :func:`kvmath.prefill_bound`.
+``prefill_tok_s``     prompt tokens/s: ``B S_in / prefill_bound(...)``, in
+                      micro-batches of ``chunk_tokens`` where given.
+====================  =========================================================
+
+The ratio ``measured / bound`` (rates) or ``bound / measured`` (times) is the
+fraction of the bound the system reached, phi; phi <= 1 for every row is a test.
+
+Layouts are :func:`kvmath.parse_layout` text (``"tp=2"``, ``"pp=8"``,
+``"dp=128,ep=128"``); ``"split=N"`` spreads the weights over N chips with
+no constraint from the heads (the 2D layouts of Pope et al., for which the
+by-heads check of a layout does not apply) through :func:`kvmath.step_time`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .hardware import Chip, get_chip
+from .links import get_link
+from .models import Model, get_model
+from .parallel import parse_layout
+from .presets import read_rows
+from .requests import prefill_bound, request_times
+from .step import compute_rate, decode_step, step_time, step_work
+
+#: What each measurement measured (see the module text).
+METRICS = ("seq_tok_s", "out_tok_s", "user_tok_s", "s_per_token", "ttft_s", "prefill_tok_s")
+#: Metrics given as a time (seconds); the others are rates (tokens/s).
+TIME_METRICS = ("s_per_token", "ttft_s")
+#: The regimes the rows fall in, with what the book calls them.
+REGIMES = {
+    "batch1": "one chip, batch 1, 16-bit weights",
+    "quantized": "one chip, batch 1, quantized weights (GGUF, int8/int4)",
+    "large_batch": "one chip, large batch",
+    "multi_chip": "several chips",
+    "moe": "mixture of experts",
+    "prefill": "prefill (prompt processing)",
+}
+
+#: Shapes a measurement needs that the presets do not have (with their source).
+#: LLaMA 65B: Touvron et al. 2023, Table 2 (80 layers, d = 8192, 64 heads), d_ff = 22016 from its params.json.
+EXTRA_MODELS = {
+    "llama-65b": Model(name="llama-65b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=64, head_dim=128,
+                       d_ff=22016, vocab=32000),
+}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of ``kvmath/data/measurements.csv`` (lengths in tokens, ``measured`` in the metric's unit)."""
+
+    id: str
+    regime: str
+    source: str  # bibliography key (book/references.bib)
+    title: str
+    url: str
+    model: str
+    chip: str
+    layout: str  # "" for one chip
+    link: str  # "" for none counted
+    batch: int
+    input_tokens: int
+    output_tokens: int
+    chunk_tokens: int | None
+    tokens_per_step: int
+    weights: object  # format name, bytes per weight, or {group: format}
+    kv_dtype: str
+    compute_dtype: str
+    metric: str
+    measured: float
+    per_chip: bool
+    unknowns: str
+    quote: str
+
+    @property
+    def model_preset(self) -> Model:
+        """The :class:`kvmath.Model` the row names (a preset, or one of :data:`EXTRA_MODELS`)."""
+        return EXTRA_MODELS[self.model] if self.model in EXTRA_MODELS else get_model(self.model)
+
+    @property
+    def chip_preset(self) -> Chip:
+        return get_chip(self.chip)
+
+    @property
+    def n_chips(self) -> int:
+        """Chips the measurement ran on."""
+        if not self.layout:
+            return 1
+        if self.layout.startswith("split="):
+            return int(self.layout.split("=")[1])
+        return parse_layout(self.layout).n_chips
+
+    @property
+    def measured_total(self) -> float:
+        """The measurement for the whole system (a per-chip throughput times the chips)."""
+        return self.measured * (self.n_chips if self.per_chip else 1)
+
+    @property
+    def configuration(self) -> str:
+        """A short description: chips, layout, batch, lengths, formats."""
+        chips = f"{self.n_chips}x {self.chip}" + (f" ({self.layout})" if self.layout else "")
+        w = self.weights if isinstance(self.weights, str) else (
+            f"{self.weights:g} B/weight" if isinstance(self.weights, float)
+            else "+".join(f"{v}" for v in dict.fromkeys(self.weights.values())))
+        lengths = f"{self.input_tokens}/{self.output_tokens}"
+        return f"{self.model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
+
+
+def _weights(cell: str):
+    """A weights cell: ``bf16``, ``0.625`` (bytes per weight) or ``default:q4_k;lm_head:q6_k``."""
+    if ":" in cell:
+        return dict(part.split(":") for part in cell.split(";"))
+    try:
+        return float(cell)
+    except ValueError:
+        return cell
+
+
+@lru_cache(maxsize=1)
+def _rows() -> tuple[Measurement, ...]:
+    out = []
+    for r in read_rows("measurements.csv"):
+        m = Measurement(
+            id=r["id"], regime=r["regime"], source=r["source"], title=r["title"], url=r["url"], model=r["model"],
+            chip=r["chip"], layout=r["layout"], link=r["link"], batch=int(r["batch"]),
+            input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]),
+            chunk_tokens=int(r["chunk_tokens"]) if r["chunk_tokens"] else None,
+            tokens_per_step=int(r["tokens_per_step"] or 1), weights=_weights(r["weights"]),
+            kv_dtype=r["kv_dtype"], compute_dtype=r["compute_dtype"], metric=r["metric"],
+            measured=float(r["measured"]), per_chip=r["per_chip"] == "true", unknowns=r["unknowns"],
+            quote=r["quote"])
+        if m.metric not in METRICS:
+            raise ValueError(f"measurement {m.id}: metric must be one of {METRICS}, got {m.metric!r}")
+        if m.regime not in REGIMES:
+            raise ValueError(f"measurement {m.id}: regime must be one of {sorted(REGIMES)}, got {m.regime!r}")
+        out.append(m)
+    return tuple(out)
+
+
+def load_measurements(regime: str | None = None) -> list[Measurement]:
+    """The rows of ``kvmath/data/measurements.csv``, optionally of one regime.
+
+    Examples
+    --------
+    >>> rows = load_measurements()
+    >>> len(rows) >= 30, len({m.source for m in rows}) >= 10
+    (True, True)
+    >>> get_measurement("gf-7b-bf16").measured     # gpt-fast: Llama 2 7B, bf16, one A100
+    104.9
+    """
+    if regime is not None and regime not in REGIMES:
+        raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {regime!r}")
+    return [m for m in _rows() if regime is None or m.regime == regime]
+
+
+def get_measurement(measurement_id: str) -> Measurement:
+    """The row with this ``id`` (a ValueError names the closest ids otherwise)."""
+    for m in _rows():
+        if m.id == measurement_id:
+            return m
+    import difflib
+
+    close = difflib.get_close_matches(measurement_id, [m.id for m in _rows()], n=3)
+    raise ValueError(f"measurement_id {measurement_id!r} is not in measurements.csv; did you mean {close}?")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A measurement next to its bound.
+
+    Attributes
+    ----------
+    measurement : Measurement
+    bound : float
+        kvmath's bound in the measurement's unit (a rate: the most it can be;
+        a time: the least), for the whole system as the source reports it
+        (per chip where the source divides by chips).
+    ratio : float
+        The fraction of the bound reached, phi = measured / bound for a rate,
+        bound / measured for a time. At most 1 unless the bound is wrong.
+    binds : str
+        What sets the bound: ``"memory"``, ``"compute"`` (or ``"mixed"`` over
+        a run whose steps change term).
+    step_s : float
+        The bound's time for one unit of the measurement (a token per
+        sequence, a step, a prefill).
+    """
+
+    measurement: Measurement
+    bound: float
+    ratio: float
+    binds: str
+    step_s: float
+
+
+def _opts(m: Measurement) -> dict:
+    return dict(weights=m.weights, kv_dtype=m.kv_dtype, compute_dtype=m.compute_dtype)
+
+
+def _layout(m: Measurement) -> dict:
+    out = {}
+    if m.layout:
+        out["layout"] = parse_layout(m.layout)
+    if m.link:
+        out["link"] = get_link(m.link)
+    return out
+
+
+def _steps(m: Measurement, contexts):
+    """Strict step bounds (and what binds) of decode steps at ``contexts``."""
+    model, chip = m.model_preset, m.chip_preset
+    if m.layout.startswith("split="):
+        work = step_work(model, m.batch, contexts, weights=m.weights, kv_dtype=m.kv_dtype,
+                         tokens_per_seq=m.tokens_per_step)
+        step = step_time(work, chip.bandwidth, compute_rate(chip, m.weights, m.compute_dtype, model),
+                         n_chips=m.n_chips)
+    else:
+        step = decode_step(model, chip, m.batch, contexts, tokens_per_seq=m.tokens_per_step, **_opts(m),
+                           **_layout(m))
+    return np.asarray(step.strict_step_s, dtype=float), np.atleast_1d(step.terms.strict_bound)
+
+
+def _binds(labels) -> str:
+    kinds = set(np.atleast_1d(labels).tolist())
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def bound_for(measurement: Measurement | str) -> Calibration:
+    """kvmath's lower bound for one measurement, and the fraction of it reached.
+
+    Parameters
+    ----------
+    measurement : Measurement or str
+        A row of :func:`load_measurements`, or its ``id``.
+
+    Returns
+    -------
+    Calibration
+
+    Examples
+    --------
+    gpt-fast's Llama 2 7B in bf16 on one A100: 104.9 tokens/s against a bound
+    of 153.7 (a step reads 13.3 GB at 2.039 TB/s), 68% of it:
+
+    >>> c = bound_for("gf-7b-bf16")
+    >>> round(c.bound, 1), round(c.ratio, 3), c.binds
+    (153.7, 0.683, 'memory')
+
+    The time to the first token of a 2,048-token prompt on an A100 (fp16): the
+    prefill's FLOPs at peak take 88.54 ms; TensorRT-LLM measured 133 ms:
+
+    >>> c = bound_for("trt-7b-a100-ttft")
+    >>> round(c.bound * 1e3, 2), round(c.ratio, 3), c.binds
+    (88.54, 0.666, 'compute')
+    """
+    m = get_measurement(measurement) if isinstance(measurement, str) else measurement
+    model, chip = m.model_preset, m.chip_preset
+    metric = m.metric
+    if metric in ("ttft_s", "prefill_tok_s"):
+        t = float(prefill_bound(model, chip, m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens, **_opts(m),
+                                **_layout(m)))
+        flops = 2 * m.batch * m.input_tokens * (model.matmul_params_per_token() - model.vocab * model.d_model)
+        rate = compute_rate(chip, m.weights, m.compute_dtype, model) * m.n_chips
+        binds = "compute" if flops / rate > 0.5 * t else "memory"
+        if metric == "ttft_s":
+            bound, unit_s = t, t
+        else:
+            bound, unit_s = m.batch * m.input_tokens / t, t / (m.batch * m.input_tokens)
+    elif metric == "s_per_token":
+        step, labels = _steps(m, float(m.input_tokens))
+        bound = unit_s = float(step)
+        binds = _binds(labels)
+    elif metric == "user_tok_s":
+        step, labels = _steps(m, float(m.input_tokens))
+        unit_s = float(step) / m.tokens_per_step
+        bound, binds = 1 / unit_s, _binds(labels)
+    elif metric == "seq_tok_s" and m.input_tokens == 0:
+        steps, labels = _steps(m, np.arange(1, m.output_tokens + 1, dtype=float))
+        unit_s = float(np.sum(steps)) / m.output_tokens
+        bound, binds = 1 / unit_s, _binds(labels)
+    else:  # seq_tok_s with a prompt, out_tok_s: whole runs, prefill included
+        r = request_times(model, chip, m.batch, m.input_tokens, m.output_tokens, **_opts(m), **_layout(m))
+        total = float(r.total_s)
+        unit_s = total / m.output_tokens
+        bound = m.output_tokens / total if metric == "seq_tok_s" else float(r.output_tokens_per_s)
+        contexts = m.input_tokens + np.arange(1, m.output_tokens, dtype=float)
+        binds = _binds(_steps(m, contexts)[1]) if m.output_tokens > 1 else "compute"
+        if m.per_chip:
+            bound /= m.n_chips
+    ratio = bound / m.measured if metric in TIME_METRICS else m.measured / bound
+    return Calibration(measurement=m, bound=float(bound), ratio=float(ratio), binds=binds, step_s=float(unit_s))
+
+
+def calibrate(regime: str | None = None) -> list[Calibration]:
+    """:func:`bound_for` of every row (of one regime).
+
+    Examples
+    --------
+    >>> max(c.ratio for c in calibrate()) <= 1      # no measurement beats its bound
+    True
+    """
+    return [bound_for(m) for m in load_measurements(regime)]
