@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -133,3 +134,38 @@ def test_the_books_key_has_one_line_per_exercise():
                 assert value in line
         else:
             assert line.endswith(f"*{answer_key.NO_ANSWER}*")
+
+
+# Chapters not yet held to the rule below. 12_reality_check and
+# 15_bring_your_own_model are owned by other sessions this round; 09, 10, 11,
+# 13 and 16 are new chapters written in parallel (they glue answers too). The
+# lead removes each from this set after merging it.
+NOT_YET_KEYED = {
+    "09_moe_decode", "10_speculative_decoding", "11_serving", "12_reality_check",
+    "13_calibration", "15_bring_your_own_model", "16_pitfalls",
+}
+PEN_AND_PAPER = re.compile(r"^(`{3,}|:{3,})\{exercise(?:-start)?\}[^\n]*pen and paper", re.M | re.I)
+
+
+def _keyed_chapters() -> list[str]:
+    return [c for c in workshop_pages.chapter_names() if c not in NOT_YET_KEYED]
+
+
+def test_every_exercise_of_the_books_chapters_has_a_recorded_answer():
+    """Issue 15 item 3: each exercise's solution glues ans_<label>_<quantity> for the key."""
+    chapters = _keyed_chapters()
+    assert {"00_sample_rhythm", "01_roofline", "08_fitting_52b", "14_measure_your_machine"} <= set(chapters)
+    key = answer_key.collect(ROOT / "notebooks")
+    keyed = [e for e in key if e["chapter"] in chapters]
+    assert {e["chapter"] for e in keyed} == set(chapters), "a chapter without exercises"
+    missing = [f"{e['chapter']}: {e['label']}" for e in keyed if not e["answers"]]
+    assert not missing, "exercises with no recorded answer: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("chapter", _keyed_chapters())
+def test_each_chapter_has_three_exercises_one_for_pen_and_paper(chapter):
+    """Issue 12: at least three exercises per chapter, one answerable with pen and paper (said in its title)."""
+    nb = json.loads((ROOT / "notebooks" / f"{chapter}.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert len(answer_key.exercises(nb)) >= 3
+    assert PEN_AND_PAPER.search(text), f"{chapter}: no exercise titled pen and paper"
