@@ -64,6 +64,15 @@ def test_no_errors_and_no_volatile_metadata(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_glue_name_is_glued_once(path):
+    """myst-nb warns (so the -W build fails) on a name glued twice in one notebook; catch it here, fast."""
+    names = [o.metadata.get("scrapbook", {}).get("name") for c in code_cells(nbformat.read(path, as_version=4))
+             for o in c.outputs if "scrapbook" in o.get("metadata", {})]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f"{path.name}: glued more than once: {twice}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_in_the_table_of_contents(path):
     assert f"notebooks/{path.stem}" in toc_files(), f"add notebooks/{path.stem} to _toc.yml"
 
