@@ -20,7 +20,8 @@ import numpy as np
 from .hardware import Chip
 from .models import Model
 from .step import decode_step
-from .validation import ArrayLike, checked, instance, non_negative, one_int, plain, positive, positive_int
+from .validation import (ArrayLike, as_number, as_scalar, checked, instance, non_negative, one_int, plain,
+                         positive, positive_int)
 
 
 @checked
@@ -126,8 +127,9 @@ def speculative_decode(
     through the target (default ``gamma + 1``, a chain; a tree of n
     candidates verifies n + 1), and ``tokens_per_step`` a measured mean
     number of tokens each verify step yields (the papers' acceptance
-    length), used instead of the chain's formula (``acceptance`` may then
-    be None).
+    length, in [1, verify_tokens]), used instead of the chain's formula
+    (``acceptance`` must then be None). ``tokens_per_seq`` is not an option:
+    the plain step runs 1 and the verify step ``verify_tokens``.
 
     Examples
     --------
@@ -155,14 +157,21 @@ def speculative_decode(
     if verify < gamma + 1:
         raise ValueError(f"verify_tokens must be at least gamma + 1 = {gamma + 1} (the draft's tokens and the "
                          f"target's own), got {verify_tokens!r}")
+    if "tokens_per_seq" in step_options:  # each step's own: 1 for the plain step, verify_tokens for the verify step
+        raise ValueError(f"tokens_per_seq is set by speculative_decode (pass verify_tokens for the verify step), "
+                         f"got tokens_per_seq={step_options['tokens_per_seq']!r}")
     if tokens_per_step is None:
         if acceptance is None:
             raise ValueError("acceptance must be a number in [0, 1] (None only with tokens_per_step)")
         expected = expected_tokens_per_step(acceptance, gamma)
     else:
-        expected = positive("tokens_per_step", tokens_per_step)
-        if np.any(np.asarray(expected) > verify):
-            raise ValueError(f"tokens_per_step must be at most verify_tokens = {verify}, got {tokens_per_step!r}")
+        if acceptance is not None:  # one or the other: a silently ignored acceptance would hide a mistake
+            raise ValueError(f"acceptance must be None when tokens_per_step is given (the measured tokens per "
+                             f"step replace the chain's formula), got acceptance={acceptance!r}")
+        expected = as_number("tokens_per_step", tokens_per_step)
+        bad = (np.asarray(expected) < 1) | (np.asarray(expected) > verify)
+        if bad.any():  # a verify step keeps at least the target's own token and at most what it verified
+            raise ValueError(f"tokens_per_step must be in [1, verify_tokens = {verify}], got {tokens_per_step!r}"[:300])
     batch = positive("batch", batch)
     def step_s(m: Model, tokens: int) -> ArrayLike:
         return decode_step(m, chip, batch, context, tokens_per_seq=tokens, routing=routing, **step_options).strict_step_s
@@ -204,7 +213,8 @@ def speculation_break_even_batch(
     ``ValueError`` where speculation pays at 10**7 (no break-even below it)
     or at no batch of the grid. ``step_options`` go to
     :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``) and
-    :func:`kvmath.decode_step`.
+    :func:`kvmath.decode_step`; like ``context`` and ``acceptance``, each
+    must be one number (an array raises ``ValueError`` naming it).
 
     Examples
     --------
@@ -214,6 +224,13 @@ def speculation_break_even_batch(
     >>> round(speculation_break_even_batch(get_model("llama-3-8b"), get_chip("h100-sxm"), 128, 4, 0.8))
     254
     """
+    if "batch" in step_options:
+        raise ValueError(f"batch is what speculation_break_even_batch solves for, got batch={step_options['batch']!r}")
+    # one break-even batch: every number but the batch grid must be one number (an array would broadcast
+    # against the grid and make the crossing ambiguous)
+    for name, value in dict(context=context, acceptance=acceptance, **step_options).items():
+        if value is not None and not isinstance(value, (str, dict, Model)) and np.ndim(value) != 0:
+            as_scalar(name, value)  # the complaint about strings or ragged lists first, if there is one
     def gain(b):
         return np.asarray(speculative_decode(model, chip, b, context, gamma, acceptance, draft, routing,
                                              **step_options).speedup, dtype=float) - 1

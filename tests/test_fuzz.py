@@ -352,7 +352,7 @@ DOMAIN_ERRORS = {
 # the configurations vLLM itself refuses to start (block sizes, tensor parallel sizes, no room).
 _VLLM_REFUSES = ("has no reported total", "no runtime total", "block_size must be one of", "does not divide the",
                  "neither divides", "vLLM refuses", "fewer than one", "no KV cache blocks", "0 blocks",
-                 "cannot hold", "too large to count")
+                 "cannot hold", "too large to count", "exceeds the model's")
 for _name in ("memory_budget", "runtime_total_bytes", "vllm_engine", "vllm_kv_cache", "vllm_available_kv_bytes",
               "vllm_kv_groups", "vllm_page_bytes", "vllm_max_num_batched_tokens", "vllm_activation_peak_bytes",
               "kv_budget_bytes", "min_chips_for_weights", "serving_frontier", "request_times"):

@@ -54,8 +54,17 @@ def test_a_tree_verifies_more_tokens_than_it_keeps():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(verify_tokens=4), "verify_tokens"), (dict(verify_tokens=0), "verify_tokens"),
-    (dict(tokens_per_step=6.0), "tokens_per_step"), (dict(tokens_per_step=0.0), "tokens_per_step"),
+    (dict(tokens_per_step=6.0, acceptance=None), "tokens_per_step"),
+    (dict(tokens_per_step=0.0, acceptance=None), "tokens_per_step"),
+    # a verify step keeps at least the target's own token: 0.5 tokens a step is no measurement
+    (dict(tokens_per_step=0.5, acceptance=None), "tokens_per_step"),
+    (dict(tokens_per_step=[1.5, 0.9], acceptance=None), "tokens_per_step"),
+    (dict(tokens_per_step=float("nan"), acceptance=None), "tokens_per_step"),
     (dict(acceptance=None), "acceptance"),
+    # both given: which one counts? Refused rather than silently dropping the acceptance (even a bad one)
+    (dict(tokens_per_step=3.0, acceptance=0.8), "acceptance"), (dict(tokens_per_step=3.0, acceptance=2.0), "acceptance"),
+    # the plain and verify steps set their own tokens per sequence
+    (dict(tokens_per_seq=3), "tokens_per_seq"),
 ])
 def test_tree_options_refuse_bad_input_by_name(kwargs, words):
     args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), batch=1, context=128, gamma=4,
@@ -96,3 +105,18 @@ def test_break_even_of_a_tree_and_no_break_even_at_long_context():
     assert 8 < b < 16  # by the test above: pays at 8... loses at 16
     with pytest.raises(ValueError, match="still pays"):  # the cache read dominates both steps
         km.speculation_break_even_batch(m, h100, 8192, 4, 0.8)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(context=[128, 256]), "context"), (dict(context=[[128], [256]]), "context"),
+    (dict(acceptance=[0.8, 0.9]), "acceptance"), (dict(acceptance=[[0.8], [0.9]]), "acceptance"),
+    (dict(acceptance=None, verify_tokens=64, tokens_per_step=[[3.0], [4.0]]), "tokens_per_step"),
+    (dict(overhead_s=[[0.0], [1e-3]]), "overhead_s"), (dict(batch=4), "batch"), (dict(tokens_per_seq=2), "tokens_per_seq"),
+])
+def test_break_even_refuses_arrays_and_the_batch_by_name(kwargs, words):
+    # one break-even batch: an (n, 1) array would broadcast against the batch grid and, before this
+    # check, failed inside the solver with numpy's "truth value of an array ... is ambiguous"
+    args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), context=128, gamma=4, acceptance=0.8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=words):
+        km.speculation_break_even_batch(**args)
