@@ -1,0 +1,97 @@
+/* The book's Python, in a Web Worker: Pyodide + numpy + matplotlib + kvmath, all served
+ * from the book itself (_vendor/pyodide/, _vendor/kvmath/), then the chapter's own figure
+ * code (_figures/<page>.py, cut from the notebook by scripts/figure_code.py).
+ *
+ * Messages in:  {type: "boot", indexURL, packages, wheel, helpers, code}
+ *               {type: "render", id, fig, positions}        positions: {control: index}
+ * Messages out: {type: "progress", step, steps, text, bytes}
+ *               {type: "ready", specs, ms}                    specs: JSON from kvmath_live.specs()
+ *               {type: "rendered", id, png (ArrayBuffer), texts, ms}
+ *               {type: "error", id?, message}
+ * No formula lives here: every pixel comes from the chapter's InteractiveFigure.render().
+ */
+"use strict";
+
+let py = null;
+let helpers = null;
+let received = 0;
+let step = 0;
+const STEPS = 5;
+const STEP_TEXT = ["", "the Python core", "numpy and matplotlib", "kvmath", "this chapter's figure code",
+                   "the first render"];
+let lastPost = 0;
+
+function progress(force) {
+  const now = Date.now();
+  if (!force && now - lastPost < 100) return;
+  lastPost = now;
+  postMessage({type: "progress", step: step, steps: STEPS, text: STEP_TEXT[step], bytes: received});
+}
+
+function setStep(n) { step = n; progress(true); }
+
+// Count the bytes as they arrive, for the progress bar (every fetch Pyodide makes goes through here).
+const baseFetch = self.fetch.bind(self);
+self.fetch = async function (input, init) {
+  const res = await baseFetch(input, init);
+  if (!res.body || !res.ok) return res;
+  const reader = res.body.getReader();
+  const body = new ReadableStream({
+    async pull(controller) {
+      const {done, value} = await reader.read();
+      if (done) { controller.close(); return; }
+      received += value.byteLength;
+      progress(false);
+      controller.enqueue(value);
+    },
+    cancel(reason) { reader.cancel(reason); },
+  });
+  return new Response(body, {status: res.status, statusText: res.statusText, headers: res.headers});
+};
+
+async function boot(m) {
+  const t0 = performance.now();
+  setStep(1);
+  importScripts(m.indexURL + "pyodide.js");
+  py = await loadPyodide({indexURL: m.indexURL, env: {HOME: "/home/pyodide", MPLBACKEND: "Agg"},
+                          stdout: () => {}, stderr: (s) => console.debug("python:", s)});
+  setStep(2);
+  await py.loadPackage(m.packages, {messageCallback: () => {}});
+  setStep(3);
+  await py.loadPackage([m.wheel], {messageCallback: () => {}});
+  setStep(4);
+  const [helperText, code] = await Promise.all([m.helpers, m.code].map(
+    async (u) => { const r = await fetch(u); if (!r.ok) throw new Error("HTTP " + r.status + " for " + u); return r.text(); }));
+  py.FS.writeFile("/home/pyodide/kvmath_live.py", helperText);
+  py.runPython("import sys; sys.path.insert(0, '/home/pyodide')");
+  helpers = py.pyimport("kvmath_live");
+  const figs = helpers.run(code, m.codeName || "<figures>");
+  const count = figs.length;
+  figs.destroy();
+  setStep(5);
+  const specs = helpers.specs();
+  postMessage({type: "ready", specs: specs, count: count, ms: performance.now() - t0, bytes: received});
+}
+
+function render(m) {
+  const t0 = performance.now();
+  const result = helpers.render(m.fig, JSON.stringify(m.positions));
+  const png = result.get(0);
+  const texts = result.get(1);
+  result.destroy();
+  const bytes = png.toJs();          // Python bytes -> Uint8Array (a copy)
+  png.destroy();
+  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  postMessage({type: "rendered", id: m.id, fig: m.fig, png: buffer, texts: texts,
+               ms: performance.now() - t0}, [buffer]);
+}
+
+self.onmessage = async (event) => {
+  const m = event.data;
+  try {
+    if (m.type === "boot") await boot(m);
+    else if (m.type === "render") render(m);
+  } catch (err) {
+    postMessage({type: "error", id: m.id, fig: m.fig, message: String(err && err.message || err)});
+  }
+};
