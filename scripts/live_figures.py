@@ -84,6 +84,7 @@ def install_runtime(outdir: Path) -> dict | None:
                if name != vendor_pyodide.LICENSES and name != vendor_pyodide.MANIFEST)
     return {"runtime": RUNTIME_DIR + "/", "packages": list(vendor_pyodide.PACKAGES),
             "wheel": final.relative_to(outdir).as_posix(), "helpers": f"{LIVE_DIR}/kvmath_live.py",
+            "fontlist": f"{RUNTIME_DIR}/{manifest['fontlist']}" if manifest.get("fontlist") else None,
             "bytes": core + final.stat().st_size}
 
 

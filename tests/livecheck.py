@@ -98,7 +98,8 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
     return {"state": state, "boot_s": (stats["bootMs"] or 0) / 1000, "bytes": stats["bytes"],
             "errors": stats["errors"], "moves": moves, "problems": problems, "off_localhost": off,
             "requests": len(requests), "statuses": statuses,
-            "median_move_ms": statistics.median(timed) if timed else None}
+            "median_move_ms": statistics.median(timed) if timed else None,
+            "median_render_ms": statistics.median(stats["renderMs"]) if stats["renderMs"] else None}
 
 
 def kernel_texts(code_file: Path, moves: list[dict]) -> list[list[str]]:
@@ -147,7 +148,7 @@ def check(report: dict, code_file: Path) -> list[str]:
 if __name__ == "__main__":
     from sitecheck import launch_browser, serve
 
-    site = Path(sys.argv[1])
+    site = Path(sys.argv[1]).resolve()
     with launch_browser() as browser, serve(site) as base:
         for rel in sys.argv[2:]:
             context = browser.new_context()
@@ -157,5 +158,6 @@ if __name__ == "__main__":
             code = site / "_figures" / rel.replace(".html", ".py")
             probs = check(rep, code)
             print(f"{rel}: {rep['state']}, boot {rep['boot_s']:.1f} s, {rep['bytes'] / 1e6:.1f} MB, "
-                  f"{len(rep['moves'])} moves, median move {rep['median_move_ms']} ms")
+                  f"{len(rep['moves'])} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
+                  f"(render in Python {rep['median_render_ms'] or 0:.0f} ms)")
             print("\n".join(probs) or "  no problems")

@@ -117,7 +117,8 @@ def test_live_figures_match_the_kernel(runtime, browser, request):
     writer = request.config.pluginmanager.get_plugin("terminalreporter")
     for rel, rep in reports.items():
         line = (f"live figures {rel}: boot {rep['boot_s']:.1f} s, {rep['bytes'] / 1e6:.1f} MB, "
-                f"{rep['moves']} moves, median move {rep['median_move_ms'] or 0:.0f} ms")
+                f"{rep['moves']} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
+                f"(of it, render in Python {rep['median_render_ms'] or 0:.0f} ms)")
         if writer is not None:
             writer.write_line(line)
         else:  # pragma: no cover

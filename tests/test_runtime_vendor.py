@@ -68,14 +68,14 @@ def test_a_wheel_that_does_not_match_the_lock_fails_the_vendoring(tmp_path):
     source.mkdir()
     for name in vendor_pyodide.PACKAGES:
         (source / f"{name}-1.0-py3-none-any.whl").write_bytes(good.getvalue())
-    cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm)
+    cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm, fontlist=False)
     assert vendor_pyodide.vendored(cache) == cache
     assert "MIT licence text" in (cache / vendor_pyodide.LICENSES).read_text()
 
     (source / "numpy-1.0-py3-none-any.whl").write_bytes(good.getvalue() + b"tampered")
     (cache / "numpy-1.0-py3-none-any.whl").unlink()
     with pytest.raises(vendor_pyodide.VendorError, match="does not match the official"):
-        vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm)
+        vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm, fontlist=False)
 
 
 def test_a_cache_with_a_changed_file_is_not_complete(tmp_path):
@@ -90,7 +90,7 @@ def test_a_cache_with_a_changed_file_is_not_complete(tmp_path):
     source.mkdir()
     for name in vendor_pyodide.PACKAGES:
         (source / f"{name}-1.0-py3-none-any.whl").write_bytes(good.getvalue())
-    cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm)
+    cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm, fontlist=False)
     (cache / "numpy-1.0-py3-none-any.whl").write_bytes(b"short")
     assert vendor_pyodide.vendored(cache) is None
 

@@ -222,6 +222,7 @@
       };
       worker.postMessage({type: "boot", indexURL: at(spec.runtime), packages: spec.packages,
                           wheel: at(spec.wheel), helpers: at(spec.helpers), code: at(spec.code),
+                          fontlist: spec.fontlist ? at(spec.fontlist) : null,
                           codeName: spec.code});
     });
     bootPromise.catch(() => {});

@@ -20,6 +20,7 @@ const STEPS = 5;
 const STEP_TEXT = ["", "the Python core", "numpy and matplotlib", "kvmath", "this chapter's figure code",
                    "the first render"];
 let lastPost = 0;
+const MPLDIR = "/home/pyodide/.mpl";
 
 function progress(force) {
   const now = Date.now();
@@ -53,10 +54,18 @@ async function boot(m) {
   const t0 = performance.now();
   setStep(1);
   importScripts(m.indexURL + "pyodide.js");
-  py = await loadPyodide({indexURL: m.indexURL, env: {HOME: "/home/pyodide", MPLBACKEND: "Agg"},
+  py = await loadPyodide({indexURL: m.indexURL, env: {HOME: "/home/pyodide", MPLBACKEND: "Agg", MPLCONFIGDIR: MPLDIR},
                           stdout: () => {}, stderr: (s) => console.debug("python:", s)});
   setStep(2);
   await py.loadPackage(m.packages, {messageCallback: () => {}});
+  if (m.fontlist) {
+    // matplotlib's font list, built once at vendoring time: no "building the font cache"
+    const r = await fetch(m.fontlist);
+    if (r.ok) {
+      py.FS.mkdirTree(MPLDIR);
+      py.FS.writeFile(MPLDIR + "/" + m.fontlist.split("/").pop(), new Uint8Array(await r.arrayBuffer()));
+    }
+  }
   setStep(3);
   await py.loadPackage([m.wheel], {messageCallback: () => {}});
   setStep(4);
