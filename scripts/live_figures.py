@@ -82,7 +82,10 @@ def install_runtime(outdir: Path) -> dict | None:
             _copy_if_changed(src, outdir / LIVE_DIR / src.name)
     core = sum(info["bytes"] for name, info in manifest["files"].items()
                if name != vendor_pyodide.LICENSES and name != vendor_pyodide.MANIFEST)
-    return {"runtime": RUNTIME_DIR + "/", "packages": list(vendor_pyodide.PACKAGES),
+    # the two scripts the worker loads with importScripts (not through fetch, so not
+    # counted as they arrive): added to the progress when Pyodide is up
+    scripts = sum(manifest["files"][n]["bytes"] for n in ("pyodide.js", "pyodide.asm.js"))
+    return {"runtime": RUNTIME_DIR + "/", "packages": list(vendor_pyodide.PACKAGES), "script_bytes": scripts,
             "wheel": final.relative_to(outdir).as_posix(), "helpers": f"{LIVE_DIR}/kvmath_live.py",
             "fontlist": f"{RUNTIME_DIR}/{manifest['fontlist']}" if manifest.get("fontlist") else None,
             "bytes": core + final.stat().st_size}

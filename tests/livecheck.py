@@ -102,6 +102,19 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
             "median_render_ms": statistics.median(stats["renderMs"]) if stats["renderMs"] else None}
 
 
+def boot_time(context, url: str) -> float:
+    """Seconds from "Make every control live" to live, on a new page of ``context`` (its HTTP cache warm)."""
+    page = context.new_page()
+    try:
+        page.goto(url, wait_until="load", timeout=60_000)
+        page.wait_for_function("() => window.kvmathLive && kvmathLive.figures.length > 0", timeout=30_000)
+        page.evaluate("() => kvmathLive.boot()")
+        page.wait_for_function("() => ['live', 'failed'].includes(kvmathLive.state())", timeout=BOOT_TIMEOUT_MS)
+        return page.evaluate("() => kvmathLive.stats.bootMs") / 1000
+    finally:
+        page.close()
+
+
 def kernel_texts(code_file: Path, moves: list[dict]) -> list[list[str]]:
     """The figures' texts when CPython renders each move's values (same code, same helpers)."""
     import kvmath_live
@@ -154,10 +167,12 @@ if __name__ == "__main__":
             context = browser.new_context()
             context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
             rep = drive(context, base + rel)
+            rep["boot_cached_s"] = boot_time(context, base + rel)
             context.close()
             code = site / "_figures" / rel.replace(".html", ".py")
             probs = check(rep, code)
-            print(f"{rel}: {rep['state']}, boot {rep['boot_s']:.1f} s, {rep['bytes'] / 1e6:.1f} MB, "
+            print(f"{rel}: {rep['state']}, boot {rep['boot_s']:.1f} s (from cache {rep['boot_cached_s']:.1f} s), "
+                  f"{rep['bytes'] / 1e6:.1f} MB, "
                   f"{len(rep['moves'])} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
                   f"(render in Python {rep['median_render_ms'] or 0:.0f} ms)")
             print("\n".join(probs) or "  no problems")

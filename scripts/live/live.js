@@ -80,13 +80,14 @@
       if (c.name === data.main) continue;
       const id = div.id + "-" + c.name;
       const wrap = el("span", {class: "kvmath-live-control"});
-      wrap.style.cssText = "display:inline-flex;gap:0.4em;align-items:center;";
+      wrap.style.cssText = "display:inline-flex;flex-wrap:wrap;gap:0.4em;align-items:center;max-width:100%;";
       wrap.appendChild(el("label", {for: id}, c.label));
       let input, out = null;
       if (c.kind === "choice") {
         input = el("select", {id: id, class: "kvmath-live-select"});
         c.labels.forEach((lab, k) => { const o = el("option", {value: String(k)}, lab); input.appendChild(o); });
         input.value = String(c.default);
+        input.style.maxWidth = "100%";
         wrap.appendChild(input);
       } else {
         input = el("input", {type: "range", id: id, class: "kvmath-live-range", min: "0",
@@ -222,7 +223,7 @@
       };
       worker.postMessage({type: "boot", indexURL: at(spec.runtime), packages: spec.packages,
                           wheel: at(spec.wheel), helpers: at(spec.helpers), code: at(spec.code),
-                          fontlist: spec.fontlist ? at(spec.fontlist) : null,
+                          fontlist: spec.fontlist ? at(spec.fontlist) : null, scriptBytes: spec.script_bytes,
                           codeName: spec.code});
     });
     bootPromise.catch(() => {});

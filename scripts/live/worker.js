@@ -56,6 +56,7 @@ async function boot(m) {
   importScripts(m.indexURL + "pyodide.js");
   py = await loadPyodide({indexURL: m.indexURL, env: {HOME: "/home/pyodide", MPLBACKEND: "Agg", MPLCONFIGDIR: MPLDIR},
                           stdout: () => {}, stderr: (s) => console.debug("python:", s)});
+  received += m.scriptBytes || 0;   // pyodide.js and pyodide.asm.js came by importScripts
   setStep(2);
   await py.loadPackage(m.packages, {messageCallback: () => {}});
   if (m.fontlist) {
