@@ -79,6 +79,11 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
         page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_function("() => window.kvmathLive && kvmathLive.figures.length > 0", timeout=30_000)
         page.evaluate("() => { kvmathLive.alwaysLive = true; }")
+        if page.evaluate("() => kvmathLive.figures.every(f => f.static)"):
+            return {"state": "static", "boot_s": 0, "bytes": 0, "errors": [], "moves": [],
+                    "problems": problems, "off_localhost": [r for r in requests if not is_local(r)],
+                    "requests": len(requests), "statuses": [], "median_move_ms": None,
+                    "median_render_ms": None}
         live = page.locator(".kvmath-live-button")
         if live.count():
             live.first.click()
@@ -119,6 +124,8 @@ def kernel_texts(code_file: Path, moves: list[dict]) -> list[list[str]]:
     """The figures' texts when CPython renders each move's values (same code, same helpers)."""
     import kvmath_live
 
+    if all(m.get("static") for m in moves):
+        return [None] * len(moves)  # a static figure's code (it measures the machine) is not run
     cwd = os.getcwd()
     os.chdir(ROOT / "notebooks")
     try:
@@ -138,6 +145,8 @@ def kernel_texts(code_file: Path, moves: list[dict]) -> list[list[str]]:
 def check(report: dict, code_file: Path) -> list[str]:
     """Problems of a :func:`drive` report, the kernel's texts compared."""
     problems = list(report["problems"]) + [f"request left localhost: {u}" for u in report["off_localhost"]]
+    if report["state"] == "static":
+        return problems
     if report["state"] != "live":
         return problems + [f"runtime did not start: {report['errors']} {report['statuses']}"]
     problems += [f"worker error: {e}" for e in report["errors"]]
@@ -167,7 +176,7 @@ if __name__ == "__main__":
             context = browser.new_context()
             context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
             rep = drive(context, base + rel)
-            rep["boot_cached_s"] = boot_time(context, base + rel)
+            rep["boot_cached_s"] = boot_time(context, base + rel) if rep["state"] == "live" else 0
             context.close()
             code = site / "_figures" / rel.replace(".html", ".py")
             probs = check(rep, code)
