@@ -80,7 +80,7 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
         page.wait_for_function("() => window.kvmathLive && kvmathLive.figures.length > 0", timeout=30_000)
         page.evaluate("() => { kvmathLive.alwaysLive = true; }")
         if page.evaluate("() => kvmathLive.figures.every(f => f.static)"):
-            return {"state": "static", "boot_s": 0, "bytes": 0, "errors": [], "moves": [],
+            return {"state": "static", "boot_s": 0, "bytes": 0, "errors": [], "moves": [], "boot_steps_ms": None,
                     "problems": problems, "off_localhost": [r for r in requests if not is_local(r)],
                     "requests": len(requests), "statuses": [], "median_move_ms": None,
                     "median_render_ms": None}
@@ -101,6 +101,7 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
     off = [r for r in requests if not is_local(r)]
     timed = [m["ms"] for m in moves if m.get("ms") is not None and m.get("source") == "live"]
     return {"state": state, "boot_s": (stats["bootMs"] or 0) / 1000, "bytes": stats["bytes"],
+            "boot_steps_ms": stats.get("stepMs"),
             "errors": stats["errors"], "moves": moves, "problems": problems, "off_localhost": off,
             "requests": len(requests), "statuses": statuses,
             "median_move_ms": statistics.median(timed) if timed else None,
@@ -183,5 +184,6 @@ if __name__ == "__main__":
             print(f"{rel}: {rep['state']}, boot {rep['boot_s']:.1f} s (from cache {rep['boot_cached_s']:.1f} s), "
                   f"{rep['bytes'] / 1e6:.1f} MB, "
                   f"{len(rep['moves'])} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
-                  f"(render in Python {rep['median_render_ms'] or 0:.0f} ms)")
+                  f"(render in Python {rep['median_render_ms'] or 0:.0f} ms); boot steps (ms) "
+                  f"{rep['boot_steps_ms']}")
             print("\n".join(probs) or "  no problems")

@@ -96,7 +96,7 @@ def _context(browser, **kw):
     return context, off
 
 
-def test_live_figures_match_the_kernel(runtime, browser, request):
+def test_live_figures_match_the_kernel(runtime, browser, capsys):
     import livecheck
 
     pages = live_pages(runtime) if os.environ.get("KVMATH_LIVE_ALL_PAGES") == "1" else QUICK_PAGES
@@ -116,16 +116,14 @@ def test_live_figures_match_the_kernel(runtime, browser, request):
             problems += [f"{rel}: {p}" for p in found]
             reports[rel] = {k: v for k, v in report.items() if k != "moves"} | {"moves": len(report["moves"])}
     REPORT.write_text(json.dumps(reports, indent=1), encoding="utf-8")
-    writer = request.config.pluginmanager.get_plugin("terminalreporter")
     for rel, rep in reports.items():
         cached = f" (from cache {rep['boot_cached_s']:.1f} s)" if "boot_cached_s" in rep else ""
         line = (f"live figures {rel}: boot {rep['boot_s']:.1f} s{cached}, {rep['bytes'] / 1e6:.1f} MB, "
                 f"{rep['moves']} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
-                f"(of it, render in Python {rep['median_render_ms'] or 0:.0f} ms)")
-        if writer is not None:
-            writer.write_line(line)
-        else:  # pragma: no cover
-            print(line)
+                f"(of it, render in Python {rep['median_render_ms'] or 0:.0f} ms); boot steps "
+                f"{rep['boot_steps_ms']} ms (core, numpy+matplotlib, kvmath, figure code, first render)")
+        with capsys.disabled():
+            print("\n" + line)
     assert not problems, "\n".join(problems)
     slow = [f"{rel}: {rep['median_move_ms']:.0f} ms" for rel, rep in reports.items()
             if (rep["median_move_ms"] or 0) > MEDIAN_MOVE_MAX_MS]

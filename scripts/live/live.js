@@ -19,7 +19,7 @@
   const root = new URL(script.dataset.root || "./", document.baseURI);
   const at = (path) => new URL(path, root).href;
   const figs = [];
-  const stats = {bootMs: null, moves: [], renderMs: [], bytes: 0, errors: []};
+  const stats = {bootMs: null, stepMs: null, moves: [], renderMs: [], bytes: 0, errors: []};
   let spec = null;
   let worker = null;
   let state = "frames";       // frames -> booting -> live | failed | unavailable
@@ -206,6 +206,7 @@
         } else if (m.type === "ready") {
           stats.bootMs = performance.now() - t0;
           stats.bytes = m.bytes;
+          stats.stepMs = m.steps;  // core, numpy+matplotlib, kvmath, figure code, first render
           const specs = JSON.parse(m.specs);
           const mismatch = specs.length !== figs.length ||
             specs.some((s, i) => JSON.stringify(s.controls) !== JSON.stringify(figs[i].data.controls));

@@ -29,7 +29,8 @@ function progress(force) {
   postMessage({type: "progress", step: step, steps: STEPS, text: STEP_TEXT[step], bytes: received});
 }
 
-function setStep(n) { step = n; progress(true); }
+const stepStart = [];
+function setStep(n) { step = n; stepStart[n] = performance.now(); progress(true); }
 
 // Count the bytes as they arrive, for the progress bar (every fetch Pyodide makes goes through here).
 const baseFetch = self.fetch.bind(self);
@@ -80,7 +81,9 @@ async function boot(m) {
   figs.destroy();
   setStep(5);
   const specs = helpers.specs();
-  postMessage({type: "ready", specs: specs, count: count, ms: performance.now() - t0, bytes: received});
+  const end = performance.now();
+  const steps = stepStart.slice(1).map((t, i) => Math.round((stepStart[i + 2] || end) - t));
+  postMessage({type: "ready", specs: specs, count: count, ms: end - t0, bytes: received, steps: steps});
 }
 
 function render(m) {
