@@ -80,21 +80,25 @@
       if (c.name === data.main) continue;
       const id = div.id + "-" + c.name;
       const wrap = el("span", {class: "kvmath-live-control"});
-      wrap.style.cssText = "display:inline-flex;flex-wrap:wrap;gap:0.4em;align-items:center;max-width:100%;";
-      wrap.appendChild(el("label", {for: id}, c.label));
+      wrap.style.cssText = "display:inline-flex;gap:0.4em;align-items:center;max-width:100%;min-width:0;";
+      const label = el("label", {for: id}, c.label);
+      label.style.whiteSpace = "nowrap";
+      wrap.appendChild(label);
       let input, out = null;
       if (c.kind === "choice") {
         input = el("select", {id: id, class: "kvmath-live-select"});
         c.labels.forEach((lab, k) => { const o = el("option", {value: String(k)}, lab); input.appendChild(o); });
         input.value = String(c.default);
         input.style.maxWidth = "100%";
+        input.style.minWidth = "0";
         wrap.appendChild(input);
       } else {
         input = el("input", {type: "range", id: id, class: "kvmath-live-range", min: "0",
                              max: String(c.labels.length - 1), step: "1", value: String(c.default),
                              "aria-valuetext": c.label + " " + c.labels[c.default]});
-        input.style.flex = "0 1 12em";
+        input.style.cssText = "flex:0 1 10em;min-width:4em;";
         out = el("output", {for: id, class: "kvmath-live-value", "aria-live": "polite"}, c.labels[c.default]);
+        out.style.whiteSpace = "nowrap";
         wrap.appendChild(input);
         wrap.appendChild(out);
       }
@@ -215,7 +219,11 @@
           worker.onmessage = received;
           statusAll("Live: every control runs this chapter's Python in your browser (started in " +
                     (stats.bootMs / 1000).toFixed(1) + " s).");
-          for (const f of figs) if (f.button) f.button.remove();
+          for (const f of figs) {
+            if (f.button) f.button.remove();
+            // the controls now say what is shown: "Shown with ... until you change them" is done
+            if (f.note && !f.static) f.note.hidden = true;
+          }
           resolve();
           pump();
         } else if (m.type === "error") {
