@@ -103,6 +103,9 @@
         wrap.appendChild(out);
       }
       input.addEventListener(c.kind === "choice" ? "change" : "input", () => changed(f, c.name));
+      // a head start: Python begins loading as the reader reaches for the control
+      for (const ev of ["pointerdown", "keydown"])
+        input.addEventListener(ev, () => { if (state === "frames" && !f.static) boot(); }, {passive: true});
       f.controls[c.name] = {el: input, out: out, spec: c};
       box.appendChild(wrap);
     }
