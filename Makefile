@@ -3,7 +3,9 @@
 #   make book     build the book into _build/html (renders with no network)
 #   make test     every test: unit + doctests, notebooks (nbval), the book
 #                 build, and a headless-browser check of every page
-#   make test-full  make test plus the slow checks (the learner build)
+#   make test-full  make test plus the slow checks (the learner build, every
+#                 page's live figures in the browser)
+#   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
 #   make lab      JupyterLab on notebooks/, with kvmath installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata)
@@ -13,7 +15,9 @@
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath installed
-# into it in editable mode, and the browser assets from npm (package-lock.json).
+# into it in editable mode, the browser assets from npm (package-lock.json) and
+# the in-browser Python runtime (make runtime: Pyodide from npm, its numpy and
+# matplotlib wheels checked against Pyodide's own lock; .cache/, outside git).
 
 SHELL       := /bin/bash
 PYTHON      ?= python3
@@ -27,7 +31,7 @@ CHROMIUM    ?= /usr/bin/chromium
 WORKSHOP    := _build/workshop
 WSRC        := _build/workshop-src
 
-.PHONY: book test test-full lab refresh env assets chromium poppler pdf clean help handout learner instructor answer-key workshop teaching-pages
+.PHONY: book test test-full lab refresh env assets runtime chromium poppler pdf clean help handout learner instructor answer-key workshop teaching-pages
 .DEFAULT_GOAL := help
 
 help:
@@ -64,15 +68,28 @@ $(NODE_STAMP): package.json package-lock.json
 
 assets: $(NODE_STAMP)
 
+# --- the in-browser runtime (every figure control live in the published book) ---
+# Pyodide's core from npm and numpy + matplotlib wheels, each checked against the
+# sha256 in Pyodide's official pyodide-lock.json (scripts/vendor_pyodide.py).
+RUNTIME_STAMP := .cache/pyodide-0.27.7/kvmath-runtime.json
+$(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json scripts/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
+	$(VPY) scripts/vendor_pyodide.py
+
+runtime: env assets $(RUNTIME_STAMP)
+
 # --- the book ----------------------------------------------------------------
 # Always a clean build of every page: the notebooks are re-executed, so the
 # numbers in the book are those of the kvmath in this tree.
 book: env assets
+	@$(MAKE) --no-print-directory runtime || { echo; \
+	  echo "WARNING: the in-browser runtime could not be vendored (see above): the book is built"; \
+	  echo "WARNING: with build-time frames only; each figure's main slider works, its other controls do not."; echo; }
 	@start=$$(date +%s); rm -rf $(HTML); \
 	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS) || exit $$?; \
 	echo; echo "Built in $$(( $$(date +%s) - start )) s. Open it with no network at all:"; \
-	echo "  file://$(CURDIR)/$(HTML)/index.html"; \
-	echo "or serve it:  $(VPY) -m http.server -d $(HTML) 8000   (then http://localhost:8000)"; \
+	echo "  file://$(CURDIR)/$(HTML)/index.html   (figures: build-time frames only)"; \
+	echo "or serve it, to make every figure control live (browsers run WebAssembly over HTTP only):"; \
+	echo "  cd $(HTML) && python3 -m http.server 8000   (then http://localhost:8000)"; \
 	echo "Run the notebooks live:  make lab"
 
 # --- tests -------------------------------------------------------------------
@@ -100,16 +117,16 @@ poppler:
 pdf: env assets chromium poppler book
 	$(VPY) scripts/make_pdf.py $(HTML)
 
-test: env assets chromium poppler book
+test: env assets runtime chromium poppler book
 	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
 
 # Everything `make test` runs, plus the checks too slow for it: the learner
 # build of the workshop kit (a second execution of every notebook) and its
 # test that no solution is left in it.
-test-full: env assets chromium poppler book learner
+test-full: env assets runtime chromium poppler book learner
 	$(VPY) scripts/make_pdf.py $(HTML)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 $(VPY) -m pytest
 
 # --- the workshop kit (book/teaching.md) ---------------------------------------
 # The plan, misconception and problem pages are generated from book/teaching/*.yaml.

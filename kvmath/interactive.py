@@ -411,8 +411,15 @@ class InteractiveFigure:
                     f"<code>make lab</code> and open this notebook.")
         else:
             note = "Frames were rendered when the book was built; run <code>make lab</code> for the live version."
+        # every control, for the page's live layer (scripts/live/): it builds the
+        # other controls before Python loads, and Python then drives them
+        controls = [{"name": n, "label": c.label or n,
+                     "kind": "choice" if isinstance(c, Choice) else "slider",
+                     "labels": [c.fmt(v) for v in c.values], "default": c.index(c.default)}
+                    for n, c in self.controls.items()]
         data = json.dumps({"frames": frames, "labels": labels, "alts": alts,
-                           "name": main_name}).replace("</", "<\\/")
+                           "name": main_name, "main": self.main,
+                           "controls": controls}).replace("</", "<\\/")
         return (
             f'<div class="kvmath-interactive" id="{uid}" data-main="{html.escape(self.main)}">\n'
             f'<img class="kvmath-interactive-img" src="{frames[start]}" alt="{html.escape(alts[start])}" '

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "scripts/offline_assets.py",
-           "scripts/book_pages.py", "_static",
+           "scripts/book_pages.py", "scripts/live_figures.py", "scripts/figure_code.py",
+           "scripts/live", "_static",
            "package-lock.json"]
 
 
