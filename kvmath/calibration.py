@@ -48,13 +48,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from .hardware import Chip, get_chip
+from .hardware import _RATE_COLUMN, Chip, get_chip
 from .links import get_link
 from .models import Model, get_model
 from .parallel import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .step import compute_rate, decode_step, step_time, step_work
+from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).
 METRICS = ("seq_tok_s", "out_tok_s", "user_tok_s", "s_per_token", "ttft_s", "prefill_tok_s")
@@ -104,6 +105,40 @@ class Measurement:
     per_chip: bool
     unknowns: str
     quote: str
+    #: FLOP/s the math can reach where it beats the chip preset's rate for
+    #: ``compute_dtype`` (the fastest mode the engine may use, e.g. fp16
+    #: accumulation on a GeForce card); None: the preset's rate.
+    compute_flops_per_s: float | None = None
+
+    def __post_init__(self):
+        # checked here so that a row edited with dataclasses.replace is checked too
+        where = f"measurement {self.id!r}: "
+        try:
+            for name in ("id", "source", "model", "chip", "layout", "link", "kv_dtype", "metric", "regime"):
+                instance(name, getattr(self, name), str, "a string")
+            choice("metric", self.metric, METRICS)
+            choice("regime", self.regime, REGIMES)
+            whole("batch", self.batch)
+            whole("input_tokens", self.input_tokens, minimum=0 if self.metric == "seq_tok_s" else 1)
+            whole("output_tokens", self.output_tokens)
+            whole("tokens_per_step", self.tokens_per_step)
+            if self.chunk_tokens is not None:
+                whole("chunk_tokens", self.chunk_tokens)
+            as_scalar("measured", positive("measured", self.measured))
+            flag("per_chip", self.per_chip)
+            if self.compute_flops_per_s is not None:
+                positive("compute_flops_per_s", self.compute_flops_per_s)
+                instance("compute_dtype", self.compute_dtype, str, "the format whose rate compute_flops_per_s replaces")
+            if self.layout.startswith("split="):
+                n = self.layout.split("=", 1)[1]
+                if not n.isdigit() or int(n) < 1:
+                    raise ValueError(f"layout 'split=N' needs a whole number of chips N >= 1, got {self.layout!r}")
+                if self.metric not in ("s_per_token", "user_tok_s") and not (
+                        self.metric == "seq_tok_s" and self.input_tokens == 0):
+                    raise ValueError(f"layout {self.layout!r} is supported for decode-step metrics only "
+                                     f"(s_per_token, user_tok_s, seq_tok_s without a prompt), not {self.metric!r}")
+        except ValueError as err:
+            raise ValueError(where + str(err)) from None
 
     @property
     def model_preset(self) -> Model:
@@ -112,7 +147,15 @@ class Measurement:
 
     @property
     def chip_preset(self) -> Chip:
-        return get_chip(self.chip)
+        """The :class:`kvmath.Chip` the row names, at ``compute_flops_per_s`` where the row gives one."""
+        chip = get_chip(self.chip)
+        if self.compute_flops_per_s is None:
+            return chip
+        rate = positive("compute_flops_per_s", self.compute_flops_per_s)
+        if rate < chip.flops(self.compute_dtype):
+            raise ValueError(f"compute_flops_per_s must be at least the preset's {self.compute_dtype} rate "
+                             f"{chip.flops(self.compute_dtype):g} (a bound takes the fastest mode), got {rate!r}")
+        return chip.replace(flops_by_dtype={**chip.flops_by_dtype, _RATE_COLUMN[self.compute_dtype.lower()]: rate})
 
     @property
     def n_chips(self) -> int:
@@ -161,11 +204,8 @@ def _rows() -> tuple[Measurement, ...]:
             tokens_per_step=int(r["tokens_per_step"] or 1), weights=_weights(r["weights"]),
             kv_dtype=r["kv_dtype"], compute_dtype=r["compute_dtype"], metric=r["metric"],
             measured=float(r["measured"]), per_chip=r["per_chip"] == "true", unknowns=r["unknowns"],
-            quote=r["quote"])
-        if m.metric not in METRICS:
-            raise ValueError(f"measurement {m.id}: metric must be one of {METRICS}, got {m.metric!r}")
-        if m.regime not in REGIMES:
-            raise ValueError(f"measurement {m.id}: regime must be one of {sorted(REGIMES)}, got {m.regime!r}")
+            quote=r["quote"],
+            compute_flops_per_s=float(r["compute_flops_per_s"]) if r["compute_flops_per_s"] else None)
         out.append(m)
     return tuple(out)
 
@@ -181,13 +221,14 @@ def load_measurements(regime: str | None = None) -> list[Measurement]:
     >>> get_measurement("gf-7b-bf16").measured     # gpt-fast: Llama 2 7B, bf16, one A100
     104.9
     """
-    if regime is not None and regime not in REGIMES:
+    if regime is not None and (not isinstance(regime, str) or regime not in REGIMES):
         raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {regime!r}")
     return [m for m in _rows() if regime is None or m.regime == regime]
 
 
 def get_measurement(measurement_id: str) -> Measurement:
     """The row with this ``id`` (a ValueError names the closest ids otherwise)."""
+    instance("measurement_id", measurement_id, str, "a row id of measurements.csv")
     for m in _rows():
         if m.id == measurement_id:
             return m
@@ -286,6 +327,7 @@ def bound_for(measurement: Measurement | str) -> Calibration:
     >>> round(c.bound * 1e3, 2), round(c.ratio, 3), c.binds
     (88.54, 0.666, 'compute')
     """
+    instance("measurement", measurement, (Measurement, str), "a Measurement (get_measurement(id)) or its id")
     m = get_measurement(measurement) if isinstance(measurement, str) else measurement
     model, chip = m.model_preset, m.chip_preset
     metric = m.metric

@@ -117,3 +117,50 @@ def test_bad_inputs_name_the_argument():
         km.get_measurement("gf-7b-bf61")
     with pytest.raises(ValueError, match="regime"):
         km.load_measurements("tiny_batch")
+
+
+def test_geforce_fp16_prefill_takes_the_fp16_accumulate_rate():
+    """llama.cpp multiplies F16 through cuBLAS with CUBLAS_COMPUTE_16F: a GeForce card's fastest 16-bit mode.
+
+    Hand bound for xd-4090-8b-f16-pp512 (Llama 3 8B, 512 prompt tokens, one
+    RTX 4090 at 330.3e12 FLOP/s): the prefill is compute-bound, so the bound is
+    at least the matmul FLOPs of 512 tokens (2 x 512 x (8.03e9 - the 0.53e9
+    embedding table), the LM head on the last token only) at that rate.
+    """
+    m = km.get_measurement("xd-4090-8b-f16-pp512")
+    assert m.compute_flops_per_s == 330.3e12 and m.chip_preset.flops("fp16") == 330.3e12
+    assert km.get_measurement("pr4766-3090-7b-f16-pp512").chip_preset.flops("fp16") == 142e12
+    l3 = km.get_model("llama-3-8b")
+    body = l3.param_count() - 2 * l3.vocab * l3.d_model  # neither the embedding nor the LM head
+    flops = 2 * 512 * body + 2 * l3.vocab * l3.d_model
+    c = km.bound_for(m)
+    assert c.binds == "compute"
+    assert 512 / c.bound >= flops / 330.3e12  # attention's FLOPs come on top
+    assert 512 / c.bound == pytest.approx(flops / 330.3e12, rel=0.1)
+    assert c.ratio < 0.5  # at the fp32-accumulate rate the row looked like 80% of its bound
+
+
+@pytest.mark.parametrize("change, name", [
+    (dict(measured=0.0), "measured"), (dict(measured=float("nan")), "measured"), (dict(measured="104.9"), "measured"),
+    (dict(batch=0), "batch"), (dict(batch=1.5), "batch"), (dict(output_tokens=0), "output_tokens"),
+    (dict(input_tokens=-5), "input_tokens"), (dict(metric="ttft_s", input_tokens=0), "input_tokens"),
+    (dict(tokens_per_step=0), "tokens_per_step"), (dict(chunk_tokens=0), "chunk_tokens"),
+    (dict(metric="tok_s"), "metric"), (dict(regime="tiny"), "regime"), (dict(per_chip="false"), "per_chip"),
+    (dict(layout="split=x"), "split"), (dict(layout="split=4"), "decode-step metrics"),
+    (dict(compute_flops_per_s=float("inf")), "compute_flops_per_s"),
+    (dict(compute_flops_per_s=1e12), "compute_flops_per_s"),
+])
+def test_a_bad_row_names_its_field(change, name):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=name):
+        km.bound_for(dataclasses.replace(km.get_measurement("gf-7b-bf16"), **change))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: km.bound_for(None), lambda: km.bound_for({"id": "gf-7b-bf16"}), lambda: km.get_measurement(1),
+    lambda: km.load_measurements([]), lambda: km.calibrate(1),
+])
+def test_wrong_types_are_value_errors(call):
+    with pytest.raises(ValueError, match="measurement|regime"):
+        call()
