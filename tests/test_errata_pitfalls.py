@@ -90,8 +90,30 @@ def test_llm_analysis_kv_twice_and_two_mlp_matrices():
     b = w.weight_bytes_read / w.kv_bytes_per_seq
     assert (w.weight_bytes_read + 2 * b * w.kv_bytes_per_seq) / (w.weight_bytes_read + b * w.kv_bytes_per_seq) \
         == pytest.approx(1.5, rel=1e-12)
+    # eleuther_cookbook_mem: num_mlp_linears 2 (default) of width intermediate_size, read from the config
     two = m.param_count() - m.n_layers * m.d_model * m.d_ff  # one of three MLP matrices dropped
     assert two == 8_030_261_248 - 32 * 4096 * 14336 == 6_151_213_056
+    # llmanalysis022: 2 * hidden_dim * ffn_embed_dim with ffn_embed_dim = 4 * hidden_dim unless set
+    # (intermediate_size is not read from a Hugging Face config, and 14336 is no multiple of 4096)
+    assert 2 * 4 * m.d_model < 3 * m.d_ff and m.d_ff % m.d_model != 0
+    # for Llama 2 7B (d_ff 11008) the 4d default almost makes up for the missing gate: 3 * 11008 / (2 * 16384)
+    assert 3 * 11008 / (2 * 4 * 4096) == 1.0078125
+
+
+def test_unsloth_pr4757_qwen3_06b_legacy_halves_the_cache():
+    # unsloth_pr4757: "Qwen3-0.6B | Standard GQA | 2.19 GB | 4.38 GB | -50% under"
+    # shape as lmcache_modelconfig lists it: 28 layers, hidden 1024, 16 heads, 8 KV heads, head_dim 128
+    s = 40_960  # not stated by the PR; with bf16 it reproduces both figures
+    legacy = 2 * 8 * (1024 // 16) * 28 * s * 2
+    assert round(legacy / GiB, 2) == 2.19
+    assert round(km.kv_bytes_per_token(28, 8, 128) * s / GiB, 2) == 4.38
+    assert legacy * 2 == km.kv_bytes_per_token(28, 8, 128) * s
+
+
+def test_lmcache_glm_entries_take_d_over_h():
+    # lmcache_modelconfig: GLM-4.5 hidden_size 5120, 96 heads, head_dim 128; lmcache_kvcalc uses
+    # hidden_size / num_attention_heads outside its Qwen3 and DeepSeek branches
+    assert 5120 / 96 / 128 == pytest.approx(0.4167, abs=5e-5)
 
 
 def test_embedding_table_read_every_step_overcounts_untied_models_only():
