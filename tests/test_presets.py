@@ -87,7 +87,7 @@ def test_lookup_is_case_insensitive_and_suggests():
         ("a100-40gb", 40e9, 1.555e12, 312e12),
         ("a100-80gb", 80e9, 2.039e12, 312e12),
         ("h100-sxm", 80e9, 3.35e12, 989.4e12),
-        ("h200", 141e9, 4.8e12, 989e12),
+        ("h200", 141e9, 4.8e12, 989.4e12),
         ("b200", 192e9, 8.0e12, 2.25e15),
         ("mi300x", 192e9, 5.3e12, 1307.4e12),
         ("tpu-v4", 32 * 2**30, 1.2e12, 275e12),
@@ -183,3 +183,14 @@ def test_verified_chip_rates(name, fmt, rate):
 def test_apple_rows_say_bf16_stands_in_with_the_fp16_rate():
     for name in ("m2-ultra", "m3-max", "m4-max"):
         assert "bf16 stands in with the GPU's FP16 rate" in km.get_chip(name).note
+
+
+def test_h100_and_h200_share_tensor_core_rates():
+    # Same GH100 tensor cores (132 SMs, 528 tensor cores at 1.83 GHz: 528 x 1024 x 1.83e9 = 989.43e12 bf16);
+    # the H200 differs only in memory. fp8 and int8 are twice bf16 in the silicon; the whitepaper's
+    # rounded 1978.9 / 989.4 is 2 to within 1e-4.
+    h100, h200 = km.get_chip("h100-sxm"), km.get_chip("h200")
+    for dtype in ("bf16", "fp8", "int8"):
+        assert h200.flops(dtype) == h100.flops(dtype)
+    assert h100.flops("fp8") / h100.flops("bf16") == pytest.approx(2, rel=1e-4)
+    assert h100.flops("bf16") == pytest.approx(528 * 1024 * 1.83e9, rel=1e-4)
