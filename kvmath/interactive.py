@@ -246,7 +246,8 @@ class _Blitter:
     A full redraw also happens on the first draw, when an artist not yet
     redrawn is touched, when an artist is added or removed, when any axes'
     position, limits, scales, tick locations or tick labels, an axis label
-    or a background patch change, and after anyone else drew the figure.
+    (their text, colour, size) or a background patch change, and after
+    anyone else drew the figure.
     Not seen: changes that bypass matplotlib's setters (editing an artist's
     data array in place) and tick styling (``tick_params``) in ``update``;
     pass ``blit=False`` for such a figure.
@@ -335,12 +336,9 @@ class _Blitter:
                 a._stale = False
         for ax in self.figure.axes:
             ax.patch._stale = False
-            for axis in ax._axis_map.values():
-                axis.label._stale = False
-                axis.offsetText._stale = False
 
     def _signature(self) -> tuple:
-        """What forces a full redraw when it changes: layout, limits, scales, ticks."""
+        """What forces a full redraw when it changes: layout, limits, scales, ticks, axis labels."""
         fig = self.figure
         sig: list = [fig.canvas.get_width_height()]
         for ax in fig.axes:
@@ -349,16 +347,16 @@ class _Blitter:
             for axis in ax._axis_map.values():
                 major = axis.get_majorticklocs()
                 labels = tuple(axis.major.formatter.format_ticks(major)) if len(major) else ()
-                sig += [axis.get_visible(), tuple(major), labels, tuple(axis.get_minorticklocs())]
+                label = axis.label
+                sig += [axis.get_visible(), tuple(major), labels, tuple(axis.get_minorticklocs()),
+                        label.get_text(), label.get_visible(), label.get_color(),
+                        label.get_fontsize(), label.get_rotation()]
         return tuple(sig)
 
     def _relabelled(self) -> bool:
-        """Whether update touched what _signature does not compare: patches and axis labels."""
+        """Whether update touched the background patches (drawn under everything)."""
         fig = self.figure
-        return fig.patch._stale or any(
-            ax.patch._stale or any(axis.label._stale or axis.offsetText._stale
-                                   for axis in ax._axis_map.values())
-            for ax in fig.axes)
+        return fig.patch._stale or any(ax.patch._stale for ax in fig.axes)
 
     def _structure(self) -> tuple:
         from matplotlib.axes import Axes
