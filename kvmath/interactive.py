@@ -348,7 +348,10 @@ class _Blitter:
                 major = axis.get_majorticklocs()
                 labels = tuple(axis.major.formatter.format_ticks(major)) if len(major) else ()
                 label = axis.label
-                sig += [axis.get_visible(), tuple(major), labels, tuple(axis.get_minorticklocs()),
+                # minor ticks follow from the limits and their locator (and cost
+                # more to compute: LogLocator's minor ticks)
+                sig += [axis.get_visible(), tuple(major), labels, id(axis.get_minor_locator()),
+                        id(axis.get_minor_formatter()),
                         label.get_text(), label.get_visible(), label.get_color(),
                         label.get_fontsize(), label.get_rotation()]
         return tuple(sig)
