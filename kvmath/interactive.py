@@ -638,11 +638,23 @@ class InteractiveFigure:
             # Once the background is cached, a move restores it and redraws
             # only the artists update touched (same pixels, see _Blitter).
             canvas = self.figure.canvas
-            if self._blitter is not None and not (self.relayout and self.figure.get_layout_engine()):
-                self.last_draw = self._blitter.draw()
-            else:
+            engine = self.figure.get_layout_engine()
+            if self._blitter is None:
                 canvas.draw()
                 self.last_draw = "full"
+            else:
+                if self.relayout and engine is not None and self._blitter.drawn:
+                    # Solve the layout now, once, as the draw would (a second
+                    # solve moves the axes a little): if no axes moved, the
+                    # move can still blit.
+                    engine.execute(self.figure)
+                    self.figure.set_layout_engine("none")
+                    try:
+                        self.last_draw = self._blitter.draw()
+                    finally:
+                        self.figure.set_layout_engine(engine)
+                else:
+                    self.last_draw = self._blitter.draw()
             if not self.relayout and self.figure.get_layout_engine() is not None:
                 # Lay out once (constrained layout, at the default values) and
                 # keep those axes positions: re-solving the layout on every

@@ -393,15 +393,31 @@ def test_adding_an_artist_or_drawing_elsewhere_forces_a_full_redraw():
     assert fig.last_draw == "full"
 
 
-def test_blit_false_and_relayout_redraw_in_full():
+def test_blit_false_redraws_in_full():
     fig, _ = make(blit=False)
     fig.render(batch=4)
     fig.render(batch=8)
     assert fig.last_draw == "full" and fig._blitter is None
-    again, _ = make(relayout=True)
-    again.render(batch=4)
-    again.render(batch=8)
-    assert again.last_draw == "full"
+
+
+def test_relayout_solves_the_layout_every_move_and_blits_when_no_axes_moved():
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([0, 1], [0, 1])
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 100)
+
+        def update(k, unit):
+            line.set_ydata([0, k])
+            ax.set_ylabel(f"y ({unit})")  # a longer label moves the axes
+
+        return update
+
+    controls = {"k": Slider([1, 2, 3, 4]), "unit": Choice(["s", "seconds per step"])}
+    moves = [{"k": 2}, {"k": 3}, {"unit": "seconds per step"}, {"k": 4}, {"k": 1}, {"unit": "s"}]
+    kinds, fig = same_renders(setup, controls, moves, relayout=True, figsize=(3, 2), dpi=50)
+    assert type(fig.figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+    assert kinds == ["full", "blit", "full", "blit", "blit", "full"]
 
 
 def test_frames_are_byte_identical_with_and_without_blitting():
