@@ -51,7 +51,7 @@ from kvmath.interactive import Choice, InteractiveFigure, Slider  # noqa: E402
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 CONTEXTS = np.unique(np.round(np.geomspace(128, 131072, 64)))
 MODELS = ["llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b-v0.1"]
-DEFAULT_NOTEBOOKS = ["00", "01", "03", "04", "05", "12"]
+DEFAULT_NOTEBOOKS = ["00", "01", "03", "04", "05", "08", "12"]
 TARGET_MS = 30.0
 
 

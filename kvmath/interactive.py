@@ -29,7 +29,11 @@ What the reader gets depends on where the page is shown:
 * **In a live kernel** (``make lab``) the object displays as ipywidgets
   controls above one reused image. Moving a control calls ``update`` with
   every control's value and re-renders the same figure with the Agg canvas;
-  the figure is never rebuilt.
+  the figure is never rebuilt. A move redraws only the artists ``update``
+  touched, over a cached background (blitting, see ``_Blitter``), with the
+  pixels of a full redraw; limits or ticks that change redraw everything.
+  ``render(**values)`` (build-time frames, the in-browser runtime) draws the
+  same way.
 * **In the published book** (no kernel) the object's ``text/html`` is used:
   the figure at its default values and an HTML range input over the
   ``main`` control whose frames were rendered at build time (with the other
@@ -866,6 +870,7 @@ def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: st
         Re-solve the figure's layout on every move. By default the layout is
         solved once, at the default values, and kept (faster); set this when
         ``update`` changes tick labels so much that they would be clipped.
+        A move still blits when the solved layout did not move any axes.
     caption : str, optional
         The figure's caption, used as alt text when ``alt`` is not given
         (the page's numbered caption comes from the chapter, see STYLE.md).
