@@ -395,6 +395,13 @@ class _Blitter:
             ax.apply_aspect(locator(ax, fig.canvas.get_renderer()) if locator else None)
         watched = self._watched()
         touched = {id(a) for a, arts in watched if any(x._stale for x in arts)}
+        for ax in fig.axes:
+            # a legend at loc="best" is placed at draw time, away from the data:
+            # it moves with what update touched without being touched itself
+            legend = ax.get_legend()
+            if (legend is not None and legend._loc == 0
+                    and any(id(k) in touched for k in ax.get_children())):
+                touched.add(id(legend))
         signature, structure = self._signature(), self._structure()
         full = (self.background is None or self.external or signature != self.signature
                 or structure != self.structure or not touched <= self.touched

@@ -371,6 +371,20 @@ def test_blitting_a_twin_axes_figure_with_bars_and_a_figure_text():
     assert "blit" in kinds
 
 
+def test_a_legend_placed_best_moves_with_the_data():
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([0, 1], [9, 9], label="a line that moves")
+        ax.legend()  # loc="best": placed at draw time, away from the line
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 10)
+        return lambda y: line.set_ydata([y, y])
+
+    kinds, _ = same_renders(setup, {"y": Slider([9, 1, 5])},
+                            [{"y": 9}, {"y": 5}, {"y": 9}, {"y": 1}, {"y": 5}], figsize=(3, 2), dpi=50)
+    assert kinds.count("blit") >= 2
+
+
 def test_adding_an_artist_or_drawing_elsewhere_forces_a_full_redraw():
     def setup(fig):
         ax = fig.add_subplot()
