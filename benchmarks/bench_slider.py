@@ -121,8 +121,11 @@ class OldPath(InteractiveFigure):
 class Naive:
     """A plain ``interact`` callback: a new figure (the chapter's own setup) per move."""
 
-    def __init__(self, bf: BookFigure) -> None:
+    def __init__(self, bf: BookFigure, like: InteractiveFigure | None = None) -> None:
         self.bf = bf
+        # the axis limits a fixed_limits figure holds, by axes number
+        self.limits = ([(like.figure.axes.index(ax), x, y) for ax, x, y in like._limits]
+                       if like is not None and like._limits else [])
         self.values = {n: c.default for n, c in bf.controls.items()}
         self.image = widgets.Image(format="png")
         self.timings_s: list[float] = []
@@ -139,6 +142,9 @@ class Naive:
         fig = plt.figure(figsize=(w, h), dpi=kw.get("dpi", 100.0) * kw.get("pixel_ratio", 2.0),
                          layout=layout)
         self.bf.setup(fig)(**self.values)
+        for k, xlim, ylim in self.limits:
+            fig.axes[k].set_xlim(xlim)
+            fig.axes[k].set_ylim(ylim)
         return fig
 
     def move(self, name, value) -> None:
@@ -179,7 +185,7 @@ def bench_figure(bf: BookFigure, n: int) -> dict[str, list[float]]:
     old = OldPath(bf.setup, bf.controls, **{**bf.kwargs, "blit": False})
     for f in (blit, old):
         f.widget()
-    naive = Naive(bf)
+    naive = Naive(bf, like=blit)
     kinds = []
     for k, (name, value) in enumerate(walk(controls, n)):
         order = [0, 1, 2][k % 3:] + [0, 1, 2][:k % 3]  # rotate who goes first

@@ -491,7 +491,7 @@ def _extent(artist: Any, renderer: Any):
         return None
     if isinstance(artist, Line2D) and len(artist.get_xydata()) == 0:
         return None
-    fig = artist.get_figure(root=True)
+    fig = artist.figure  # (not get_figure(root=True): matplotlib 3.8, in Pyodide 0.27, lacks it)
     try:
         box = artist.get_tightbbox(renderer)
     except Exception:  # pragma: no cover - an artist without extents: all of the figure
@@ -524,7 +524,7 @@ def _meet(a: Any, a_box: Any, b: Any, b_box: Any) -> bool:
         if box is None:
             return False
     width = max(line.get_linewidth(), line.get_markersize() if line.get_marker() not in (None, "None", "", " ") else 0)
-    box = box.padded(width * line.get_figure(root=True).dpi / 72 / 2 + 2)
+    box = box.padded(width * line.figure.dpi / 72 / 2 + 2)
     path = line.get_transform().transform_path(line.get_path())
     return bool(path.intersects_bbox(box, filled=False))
 
