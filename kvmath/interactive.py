@@ -486,6 +486,7 @@ def _extent(artist: Any, renderer: Any):
     import numpy as np
     from matplotlib.axis import Axis
     from matplotlib.lines import Line2D
+    from matplotlib.text import Text
 
     if not artist.get_visible():
         return None
@@ -496,6 +497,11 @@ def _extent(artist: Any, renderer: Any):
         box = artist.get_tightbbox(renderer)
     except Exception:  # pragma: no cover - an artist without extents: all of the figure
         return fig.bbox
+    if isinstance(artist, Text) and artist.get_bbox_patch() is not None and box is not None:
+        # a text's box (bbox=...) is drawn around it, larger than its extent
+        patch = artist.get_bbox_patch()
+        artist.update_bbox_position_size(renderer)
+        box = type(box).union([box, patch.get_window_extent(renderer)])
     if isinstance(artist, Axis):
         # tick labels are in the tight box; grid lines and ticks are not
         ticks = max(artist.majorTicks[0]._size if artist.majorTicks else 0,

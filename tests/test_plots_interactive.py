@@ -385,6 +385,27 @@ def test_a_legend_placed_best_moves_with_the_data():
     assert kinds.count("blit") >= 2
 
 
+def test_a_text_box_reaching_a_legend_drawn_above_it():
+    def setup(fig):
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 0], label="a legend entry")
+        ax.legend(loc="upper left")  # drawn above texts (zorder 5 against 3)
+        note = ax.text(0.9, 0.95, "note", transform=ax.transAxes, va="top",
+                       bbox={"facecolor": "gold", "edgecolor": "none", "pad": 12})
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-1, 1)
+
+        def update(x):
+            note.set_x(x)
+
+        return update
+
+    # the note's box (larger than its text) reaches the legend before the text does
+    xs = [0.9, 0.8, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4]
+    kinds, _ = same_renders(setup, {"x": Slider(xs)}, [{"x": x} for x in xs], figsize=(4, 3), dpi=50)
+    assert "blit" in kinds
+
+
 def test_adding_an_artist_or_drawing_elsewhere_forces_a_full_redraw():
     def setup(fig):
         ax = fig.add_subplot()
