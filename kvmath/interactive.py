@@ -512,7 +512,31 @@ def _extent(artist: Any, renderer: Any):
         return None
     if box.width == 0 and box.height == 0 and not box.x0 and not box.y0:
         return fig.bbox  # the default extent of an artist that does not say
-    return box.padded(2)
+    # Extents follow the geometry: strokes reach half a line width beyond it
+    # (a projecting cap's corner, 0.71 of it) and a legend's shadow a few points.
+    return box.padded(2 + _reach_pt(artist) * fig.dpi / 72)
+
+
+def _reach_pt(artist: Any) -> float:
+    """How far (points) ``artist``'s strokes may reach past its geometric extent."""
+    import numpy as np
+    from matplotlib.legend import Legend
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+
+    widths = [0.0]
+    if hasattr(artist, "get_linewidth"):
+        lw = np.atleast_1d(artist.get_linewidth())
+        widths.append(0.75 * float(lw.max()) if lw.size else 0.0)
+    if isinstance(artist, Line2D) and artist.get_marker() not in (None, "None", "", " "):
+        widths.append(artist.get_markersize() / 2 + artist.get_markeredgewidth())
+    if isinstance(artist, Text):
+        for patch in (artist.get_bbox_patch(), getattr(artist, "arrow_patch", None)):
+            if patch is not None:
+                widths.append(0.75 * patch.get_linewidth())
+    if isinstance(artist, Legend):
+        widths.append(0.75 * artist.legendPatch.get_linewidth() + (6.0 if artist.shadow else 0.0))
+    return max(widths)
 
 
 def _meet(a: Any, a_box: Any, b: Any, b_box: Any) -> bool:
@@ -529,8 +553,7 @@ def _meet(a: Any, a_box: Any, b: Any, b_box: Any) -> bool:
         box = Bbox.intersection(box, line.get_clip_box())
         if box is None:
             return False
-    width = max(line.get_linewidth(), line.get_markersize() if line.get_marker() not in (None, "None", "", " ") else 0)
-    box = box.padded(width * line.figure.dpi / 72 / 2 + 2)
+    box = box.padded(_reach_pt(line) * line.figure.dpi / 72 + 2)
     path = line.get_transform().transform_path(line.get_path())
     return bool(path.intersects_bbox(box, filled=False))
 
