@@ -280,3 +280,236 @@ def test_kvmath_core_does_not_import_matplotlib():
     code = "import sys, kvmath; kvmath.critical_batch(312e12, 1.5e12, 2); print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- blitting: a move redraws only what update touched, with a full redraw's pixels ------
+
+def pixels(png: bytes) -> np.ndarray:
+    from PIL import Image
+    import io
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def same_renders(setup, controls, moves, fast=True, **kw):
+    """Render ``moves`` with blitting and with a full redraw each time; return how each blitted
+    render was drawn, after asserting the two give the same pixels (tolerance: none)."""
+    blit = interactive_figure(setup, controls, blit=True, **kw)
+    full = interactive_figure(setup, controls, blit=False, **kw)
+    kinds = []
+    for values in moves:
+        a, b = blit.render(fast=fast, **values), full.render(fast=fast, **values)
+        kinds.append(blit.last_draw)
+        assert full.last_draw == "full"
+        diff = np.abs(pixels(a).astype(int) - pixels(b).astype(int))
+        assert diff.max() == 0, (values, blit.last_draw, int((diff.max(axis=2) > 0).sum()))
+    return kinds, blit
+
+
+def test_a_move_blits_and_gives_the_pixels_of_a_full_redraw():
+    kinds, fig = same_renders(lambda f: Recorder()(f), {"batch": Slider(BATCHES, default=16),
+                                           "chip": Choice(["h100-sxm", "a100-80gb"])},
+                              [{"batch": b} for b in BATCHES] + [{"chip": "a100-80gb"}],
+                              figsize=(4, 3), dpi=50)
+    assert kinds[0] == "full"  # the first move after the first draw learns what update touches
+    assert set(kinds[1:]) == {"blit"}
+    assert fig._blitter.blits == len(kinds) - 1
+
+
+def legend_and_moving_line(fig):
+    ax = fig.add_subplot()
+    (static,) = ax.plot([0, 10], [9, 9], label="static, above the moving line", zorder=3)
+    (line,) = ax.plot([0, 10], [1, 1], label="moving")
+    note = ax.text(0.5, 0.5, "", transform=ax.transAxes)
+    ax.legend(loc="upper left")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+
+    def update(y, limit, shown):
+        line.set_ydata([y, y])
+        note.set_text(f"y = {y}")
+        note.set_visible(shown == "yes")
+        ax.set_ylim(0, limit)
+
+    return update
+
+
+def test_blitting_keeps_the_draw_order_limits_and_visibility():
+    controls = {"y": Slider([1, 5, 8, 9, 9.5, 2]), "limit": Slider([10, 12]),
+                "shown": Choice(["yes", "no"])}
+    moves = ([{"y": y} for y in controls["y"].values] + [{"limit": 12}, {"y": 5}, {"shown": "no"},
+             {"y": 9}, {"shown": "yes"}, {"limit": 10}, {"y": 1}])
+    kinds, fig = same_renders(legend_and_moving_line, controls, moves, figsize=(4, 3), dpi=50)
+    # the line moved under the legend and the static line drawn above it: both joined the redraw
+    redrawn = {type(a).__name__ for _, a in fig._blitter.redraw}
+    assert "Legend" in redrawn
+    # a new y-limit redraws everything; going back to a seen state blits
+    assert kinds[moves.index({"limit": 12})] == "full" and kinds[moves.index({"limit": 10})] == "full"
+    assert kinds.count("blit") >= len(moves) // 2
+
+
+def twin_axes_and_bars(fig):
+    ax = fig.add_subplot()
+    bars = ax.bar([0, 1, 2], [1, 2, 3])  # under the grid: the axis is redrawn above them
+    twin = ax.twinx()
+    (line,) = twin.plot([0, 1, 2], [3, 2, 1], color="k")
+    fig.text(0.5, 0.02, "a figure text", ha="center")
+    ax.set_ylim(0, 10)
+    twin.set_ylim(0, 10)
+
+    def update(h):
+        for b, k in zip(bars, (1, 2, 3)):
+            b.set_height(h * k)
+        line.set_ydata([h, 2 * h, 3 - h])
+
+    return update
+
+
+def test_blitting_a_twin_axes_figure_with_bars_and_a_figure_text():
+    kinds, fig = same_renders(twin_axes_and_bars, {"h": Slider([1, 2, 3], default=2)},
+                              [{"h": 1}, {"h": 3}, {"h": 2}, {"h": 1}], figsize=(4, 3), dpi=50)
+    assert "blit" in kinds
+
+
+def test_a_legend_placed_best_moves_with_the_data():
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([0, 1], [9, 9], label="a line that moves")
+        ax.legend()  # loc="best": placed at draw time, away from the line
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 10)
+        return lambda y: line.set_ydata([y, y])
+
+    kinds, _ = same_renders(setup, {"y": Slider([9, 1, 5])},
+                            [{"y": 9}, {"y": 5}, {"y": 9}, {"y": 1}, {"y": 5}], figsize=(3, 2), dpi=50)
+    assert kinds.count("blit") >= 2
+
+
+def test_a_text_box_reaching_a_legend_drawn_above_it():
+    def setup(fig):
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 0], label="a legend entry")
+        ax.legend(loc="upper left")  # drawn above texts (zorder 5 against 3)
+        note = ax.text(0.9, 0.95, "note", transform=ax.transAxes, va="top",
+                       bbox={"facecolor": "gold", "edgecolor": "none", "pad": 12})
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-1, 1)
+
+        def update(x):
+            note.set_x(x)
+
+        return update
+
+    # the note's box (larger than its text) reaches the legend before the text does
+    xs = [0.9, 0.8, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4]
+    kinds, _ = same_renders(setup, {"x": Slider(xs)}, [{"x": x} for x in xs], figsize=(4, 3), dpi=50)
+    assert "blit" in kinds
+
+
+def test_adding_an_artist_or_drawing_elsewhere_forces_a_full_redraw():
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([0, 1], [0, 1])
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 4)
+
+        def update(k):
+            line.set_ydata([0, k])
+            if k == 3:
+                ax.axhline(2)  # a new artist: the background changes
+
+        return update
+
+    kinds, fig = same_renders(setup, {"k": Slider([1, 2, 3, 4])},
+                              [{"k": 2}, {"k": 4}, {"k": 3}, {"k": 2}, {"k": 4}], figsize=(3, 2), dpi=50)
+    assert kinds == ["full", "blit", "full", "blit", "blit"]
+    fig.figure.canvas.draw()  # someone else drew (e.g. layout_problems): the flags are cleared
+    fig.render(k=1)
+    assert fig.last_draw == "full"
+
+
+def test_blit_false_redraws_in_full():
+    fig, _ = make(blit=False)
+    fig.render(batch=4)
+    fig.render(batch=8)
+    assert fig.last_draw == "full" and fig._blitter is None
+
+
+def test_relayout_solves_the_layout_every_move_and_blits_when_no_axes_moved():
+    def setup(fig):
+        ax = fig.add_subplot()
+        (line,) = ax.plot([0, 1], [0, 1])
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 100)
+
+        def update(k, unit):
+            line.set_ydata([0, k])
+            ax.set_ylabel(f"y ({unit})")  # a longer label moves the axes
+
+        return update
+
+    controls = {"k": Slider([1, 2, 3, 4]), "unit": Choice(["s", "seconds per step"])}
+    moves = [{"k": 2}, {"k": 3}, {"unit": "seconds per step"}, {"k": 4}, {"k": 1}, {"unit": "s"}]
+    kinds, fig = same_renders(setup, controls, moves, relayout=True, figsize=(3, 2), dpi=50)
+    assert type(fig.figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+    assert kinds == ["full", "blit", "full", "blit", "blit", "full"]
+
+
+def test_frames_are_byte_identical_with_and_without_blitting():
+    a, _ = make()
+    b, _ = make(blit=False)
+    assert a.frames() == b.frames()  # same pixels, same (non-fast) PNG encoder
+    assert a._blitter.blits > 0
+
+
+def test_the_fast_png_has_the_pixels_of_the_canvas():
+    from kvmath.interactive import _fast_png
+
+    fig, _ = make()
+    png = fig.render(batch=4, fast=True)
+    canvas = np.asarray(fig.figure.canvas.buffer_rgba())[:, :, :3]
+    assert png_size(png) == (400, 300)
+    assert np.array_equal(pixels(png), canvas)
+    rgba = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    assert np.array_equal(pixels(_fast_png(rgba)), rgba[:, :, :3])
+
+
+def test_widget_moves_blit():
+    pytest.importorskip("ipywidgets")
+    fig, _ = make()
+    fig.widget()
+    for b in (4, 8, 32):
+        fig._controls_w["batch"].value = b
+    assert fig.last_draw == "blit" and len(fig.timings_s) == 3
+
+
+# --- the book's own figures: blitted renders equal full redraws --------------------------
+
+BOOK = ["00_sample_rhythm", "03_min_step", "05_sharing_kv_heads", "12_reality_check"]
+
+
+@pytest.mark.parametrize("stem", BOOK)
+def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
+    """Every value of every control, then a walk over them: exact pixels, and most moves blit."""
+    import random
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from book_figures import book_figures
+    finally:
+        sys.path.pop(0)
+    for bf in book_figures(root / "notebooks" / f"{stem}.ipynb"):
+        moves = [{name: v} for name, c in bf.controls.items() for v in c.values]
+        rng = random.Random(0)
+        names = list(bf.controls)
+        moves += [{n: rng.choice(bf.controls[n].values)} for n in (rng.choice(names) for _ in range(8))]
+        blit, full = bf.make(blit=True), bf.make(blit=False)
+        kinds = []
+        for values in moves:
+            a, b = blit.render(fast=True, **values), full.render(fast=True, **values)
+            kinds.append(blit.last_draw)
+            assert np.array_equal(pixels(a), pixels(b)), (bf.name, values, blit.last_draw)
+        assert kinds.count("blit") >= len(kinds) // 2, (bf.name, kinds)
