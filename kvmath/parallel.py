@@ -315,13 +315,18 @@ def expert_parallel_comm_s(
     chip, one copy per token and routed expert, as DeepEP's low-latency
     kernels send them; ``b`` = ``dispatch_bytes`` or ``combine_bytes``).
     Spread evenly, ``1/ep`` of the copies stay on the chip. With
-    ``chips_per_node = n > 1`` the ``(n - 1) / ep`` share bound for the
-    chip's own node goes over ``node_link`` while the ``(ep - n) / ep``
-    share leaves through ``link``, at the same time (without ``node_link``
-    every peer shares ``link``; a group of fewer than ``n`` chips is all on
-    one node):
+    ``chips_per_node = n > 1``, ``link`` is the chip's network port and
+    ``node_link`` the fabric inside its node, two separate paths: the
+    ``(ep - n) / ep`` share bound for other nodes must leave through the
+    port, while the ``(n - 1) / ep`` share for the chip's own node may take
+    either (a kernel can send it through the port and the switch, as
+    DeepEP's first low-latency kernels did). So the port carries at least
+    the first share, and the two paths together all ``(ep - 1) / ep``
+    (without ``node_link`` every peer shares ``link``; a group of fewer
+    than ``n`` chips is all on one node):
 
-        t = max((ep - n) / ep * S / W_link + alpha, (n - 1) / ep * S / W_node + alpha_node)
+        t = max((ep - n) / ep * S / W_link + alpha,
+                (ep - 1) / ep * S / (W_link + W_node) + min(alpha, alpha_node))
 
     (``n = 1``: :func:`kvmath.all_to_all_time` on ``link``). The
     ``2 (L - L_dense)`` all-to-alls are on one chain (the next layer needs
@@ -359,8 +364,8 @@ def expert_parallel_comm_s(
     for b, name in ((dispatch_bytes, "dispatch_bytes"), (combine_bytes, "combine_bytes")):
         size = finite(tokens * model.top_k * model.d_model * positive(name, b))
         away = (ep - n) / ep * size / link.bandwidth + link.latency_s
-        near = np.where(n > 1, (n - 1) / ep * size / node.bandwidth + node.latency_s, 0.0)
-        total = total + np.maximum(np.where(ep > n, away, 0.0), near)
+        both_paths = (ep - 1) / ep * size / (link.bandwidth + node.bandwidth) + min(link.latency_s, node.latency_s)
+        total = total + np.maximum(np.where(ep > n, away, 0.0), np.where(n > 1, both_paths, 0.0))
     return plain(np.where(ep > 1, moe_layers * total, 0.0))
 
 

@@ -62,6 +62,17 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     with ``M(S) = sum_t min(t, w)``; ``alpha`` and ``beta`` are read off
     ``A`` itself.
 
+    MLA (a model whose fields define it, ``layers`` None) is charged the
+    cheaper of its two forms per query and cached token: the absorbed form
+    of decode, ``2 h (r + r_rope) + 2 h r``, or the per-head form prefill
+    kernels use, ``2 h (d_nope + r_rope) + 2 h d_v`` (DeepSeek-V3: 640 FLOPs
+    per head against 2,176). The per-head form needs each token's keys and
+    values up-projected from the latent, ``2 r h (d_nope + d_v)`` FLOPs per
+    token and layer: exactly the absorbed form's ``W_UK`` and ``W_UV``
+    products, which the weight FLOPs already charge once per token. (A
+    chunk that attends to an earlier chunk's latent would up-project it
+    again; leaving that out keeps the sum a lower bound.)
+
     Examples
     --------
     Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
@@ -69,10 +80,18 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     >>> from kvmath import get_model
     >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
     1.100...
+
+    DeepSeek-V3, 4,096 tokens: ``61 * 128 * (2 * 192 + 2 * 128) * 4096 * 4097 / 2``.
+
+    >>> round(prefill_attention_flops(get_model("deepseek-v3"), 4096) / 1e12, 2)
+    41.93
     """
     s = positive_int("input_tokens", input_tokens)
     if instance("model", model, Model, "a Model (get_model(name))").sliding_window is None:
         alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
+        if model.attention == "mla" and model.layers is None:
+            per_head = 2 * (model.head_dim + model.qk_rope_dim) + 2 * model.v_head_dim
+            alpha = min(alpha, model.n_layers * model.n_heads * per_head)
     else:
         w = model.sliding_window
         alpha = model.attention_flops_per_token(w + 1) - model.attention_flops_per_token(w)

@@ -24,9 +24,10 @@ def test_link_presets_for_the_h800_deployment():
 
 def test_all_to_all_by_hand_two_levels():
     # 88 tokens x top-8 x 7168: 5,046,272 B in fp8; 136 of 144 chips are on other nodes, 7 on this one
+    # (the same-node share may also take the port: all 143 peers' copies over both paths, 250 GB/s)
     s = 88 * 8 * 7168
-    dispatch = max(136 / 144 * s / 50e9 + 0.5e-6, 7 / 144 * s / 200e9 + 0.5e-6)
-    combine = max(136 / 144 * 2 * s / 50e9 + 0.5e-6, 7 / 144 * 2 * s / 200e9 + 0.5e-6)
+    dispatch = max(136 / 144 * s / 50e9 + 0.5e-6, 143 / 144 * s / 250e9 + 0.5e-6)
+    combine = max(136 / 144 * 2 * s / 50e9 + 0.5e-6, 143 / 144 * 2 * s / 250e9 + 0.5e-6)
     t = km.expert_parallel_comm_s(DS, 88, 144, IB, dispatch_bytes=1, combine_bytes=2,
                                   chips_per_node=8, node_link=NVL)
     assert t == pytest.approx(58 * (dispatch + combine), rel=1e-12)  # 61 layers, 3 dense
@@ -37,9 +38,10 @@ def test_all_to_all_one_level_is_the_links_all_to_all():
     one = km.expert_parallel_comm_s(DS, 128, 128, IB, dispatch_bytes=1, combine_bytes=2)
     by_hand = 58 * (km.all_to_all_time(128 * 8 * 7168, 128, IB) + km.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
     assert one == pytest.approx(by_hand, rel=1e-12)
-    # one node: every peer is near; one chip: nothing moves
+    # one node: every peer is near, and its copies may take NVLink or the port (200 + 50 GB/s);
+    # one chip: nothing moves
     inside = km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=8, node_link=NVL)
-    assert inside == pytest.approx(2 * 58 * (7 / 8 * 8 * 8 * 7168 * 2 / 200e9 + 0.5e-6), rel=1e-12)
+    assert inside == pytest.approx(2 * 58 * (7 / 8 * 8 * 8 * 7168 * 2 / 250e9 + 0.5e-6), rel=1e-12)
     assert km.expert_parallel_comm_s(DS, 8, 1, IB) == 0
     # a group smaller than a node is all near; without node_link, near traffic uses link
     assert km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=16, node_link=NVL) == inside
@@ -87,3 +89,16 @@ def test_redundant_experts_in_a_layout():
     assert step.weight_bytes_read == pytest.approx(sum(read.values()) - read["experts"]
                                                    + 8 * 3 * 7168 * 2048 * 58 / 144, rel=1e-12)
     assert step.kv_bytes_read == pytest.approx(88 * 4989 * 61 * 576, rel=1e-12)
+
+
+def test_two_level_bound_is_below_each_path_alone():
+    # the two-path bound never exceeds the port alone carrying every copy (all_to_all_time on the port),
+    # nor NVLink carrying the same-node share while the port carries the rest (the one-path split)
+    for ep in (2, 8, 16, 32, 144, 256):
+        for n in (1, 2, 4, 8, 16):
+            t = km.expert_parallel_comm_s(DS, 128, ep, IB, chips_per_node=n, node_link=NVL)
+            port_only = km.expert_parallel_comm_s(DS, 128, ep, IB)
+            m = min(n, ep)
+            split = 2 * 58 * max((ep - m) / ep * 128 * 8 * 7168 * 2 / 50e9 + 0.5e-6 if ep > m else 0.0,
+                                 (m - 1) / ep * 128 * 8 * 7168 * 2 / 200e9 + 0.5e-6 if m > 1 else 0.0)
+            assert t <= port_only * (1 + 1e-12) and t <= split * (1 + 1e-12)
