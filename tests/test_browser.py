@@ -208,3 +208,22 @@ def test_old_page_names_redirect_to_their_renumbered_chapters(built_book, browse
         page.wait_for_url(f"**/{new}#exercises", timeout=10_000)
         assert page.locator("h1").first.inner_text().strip()
         page.close()
+
+
+def test_interactive_figures_are_numbered_figures_with_captions(built_book):
+    """Each interactive figure sits in a numbered figure ("Fig. 4.3 ...") like a static one."""
+    from bs4 import BeautifulSoup
+
+    seen = 0
+    for rel in html_pages(built_book):
+        if not rel.startswith("notebooks/"):
+            continue
+        soup = BeautifulSoup((built_book / rel).read_text(encoding="utf-8"), "html.parser")
+        for div in soup.select("div.kvmath-interactive"):
+            figure = div.find_parent("figure")
+            assert figure is not None, f"{rel}: {div.get('id')} is not in a figure"
+            caption = figure.find("figcaption")
+            assert caption is not None and caption.get_text(" ", strip=True).startswith("Fig. "), (
+                f"{rel}: {div.get('id')} has no numbered caption")
+            seen += 1
+    assert seen >= 15, f"only {seen} interactive figures found"

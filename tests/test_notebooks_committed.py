@@ -73,6 +73,20 @@ def test_every_glue_name_is_glued_once(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_interactive_figure_has_a_numbered_caption_the_prose_can_cite(path):
+    """The cell of an interactive figure carries myst-nb figure metadata (caption and a name), so the
+    page numbers it like a static figure and {numref} can cite it; one display output per such cell
+    (myst-nb would wrap each output in its own figure)."""
+    for i, c in enumerate(code_cells(nbformat.read(path, as_version=4))):
+        if not any("kvmath-interactive" in str(o.get("data", {}).get("text/html", "")) for o in c.outputs):
+            continue
+        figure = c.metadata.get("mystnb", {}).get("figure", {})
+        assert figure.get("caption", "").strip() and figure.get("name", "").startswith("fig-"), (
+            f"{path.name}: interactive figure in code cell {i} has no caption/name in metadata.mystnb.figure")
+        assert len(c.outputs) == 1, f"{path.name}: code cell {i} has {len(c.outputs)} outputs besides its figure"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_in_the_table_of_contents(path):
     assert f"notebooks/{path.stem}" in toc_files(), f"add notebooks/{path.stem} to _toc.yml"
 
