@@ -143,3 +143,21 @@ def test_no_published_throughput_beats_the_steady_state_bound(chip):
         most = np.floor(free / m.kv_bytes_per_seq(s_in + s_out / 2, 1.0))
         s = km.steady_state(m, c, np.arange(1, most + 1), s_in, s_out, weights="fp8", kv_dtype="fp8")
         assert measured < np.max(s.output_tokens_per_s_per_chip), (s_in, s_out)
+
+
+def test_steady_caches_are_the_exact_mean_for_windows_given_as_layers():
+    # windows may come as per-layer specs (Llama 4's chunked layers, configs with layer_types) instead of
+    # sliding_window; the steady state's mean cache must still be the mean over every decode context
+    from kvmath.layers import LayerSpec
+    chunked = tuple(LayerSpec("full", 32, 8, 128) if i % 4 == 3 else LayerSpec("chunked", 32, 8, 128, window=8192)
+                    for i in range(32))
+    two = tuple(LayerSpec("sliding", 32, 8, 128, window=w) if i % 2 else LayerSpec("full", 32, 8, 128)
+                for i, w in enumerate([512, 4096] * 16))
+    for layers in (chunked, two):
+        m = km.get_model("llama-3-8b").replace(layers=layers, name="windows-as-layers")
+        for s_in, s_out in ((4000, 10000), (100, 9000), (9000, 500)):
+            t = np.arange(s_in + 1, s_in + s_out)
+            s = km.steady_state(m, H100, 8, s_in, s_out)
+            decode = 8 * np.mean(m.kv_bytes_per_seq(t, 2.0))           # brute force over every context
+            prompts = 8 / (s_out - 1) * m.kv_bytes_per_seq(s_in, 2.0)  # the prompts' share writes its cache
+            assert s.step.kv_bytes_read == pytest.approx(decode + prompts, rel=1e-12)
