@@ -220,7 +220,7 @@ def mixed_step(
     ----------
     model, chip : Model, Chip, or preset names
     batch : float or array
-        Decode sequences in the step (at least 1).
+        Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :func:`kvmath.decode_step`).
     context : float or array
         Their mean cached tokens (the cache is affine in the context for
         full attention, so the mean gives the sum; with sliding windows use
