@@ -134,17 +134,19 @@ def _layout(layout, model) -> ParallelLayout:
     return layout
 
 
-def _mean_over(f, lo, hi, window) -> ArrayLike:
-    """Mean of ``f(t)`` over the integers ``t = lo .. hi``, for ``f`` affine on each side of a sliding window.
+def _mean_over(f, lo, hi, windows) -> ArrayLike:
+    """Mean of ``f(t)`` over the integers ``t = lo .. hi``, for ``f`` affine between the layers' windows.
 
     The cache and the attention FLOPs of a sequence are affine in its context
-    up to the window ``w`` and past it, so each stretch's sum is its length
-    times the mean of its two ends: exact, with no loop over contexts.
+    between consecutive windows ``w`` (each windowed layer holds ``min(t, w)``
+    tokens), so each stretch's sum is its length times the mean of its two
+    ends: exact, with no loop over contexts.
     """
     lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
-    w = np.inf if window is None else float(window)
+    edges = [0.0, *sorted(float(w) for w in set(windows)), np.inf]
     total = 0.0
-    for a, b in ((lo, np.minimum(hi, w)), (np.maximum(lo, w + 1), hi)):
+    for w0, w1 in zip(edges[:-1], edges[1:]):
+        a, b = np.maximum(lo, w0 + 1), np.minimum(hi, w1)
         n = np.maximum(b - a + 1, 0)
         a1, b1 = np.where(n > 0, a, lo), np.where(n > 0, b, lo)  # ends of an empty stretch are never used
         total = total + n * (f(a1) + f(b1)) / 2
@@ -160,8 +162,9 @@ def _step(model, chip, batch, context, prompts, prompt_start, prompt_tokens, lm_
     bw, rate = chip.bandwidth, _rate(chip, weights, compute_dtype, model)
     common = dict(weights=weights, link=link, activation_bytes=b_act)
     lo, hi = context
-    kv = _mean_over(lambda t: model.kv_bytes_per_seq(t, b_kv), lo, hi, model.sliding_window)
-    att = _mean_over(model.attention_flops_per_token, lo, hi, model.sliding_window)
+    windows = {layer.window for layer in model.layer_specs() if layer.window is not None}
+    kv = _mean_over(lambda t: model.kv_bytes_per_seq(t, b_kv), lo, hi, windows)
+    att = _mean_over(model.attention_flops_per_token, lo, hi, windows)
     decode = chip_step(model, batch, hi, layout, bw, rate, kv_bytes_per_seq=kv, attention_flops_per_seq=att, **common)
     has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
     c = np.maximum(prompt_tokens, 1)
@@ -217,7 +220,7 @@ def mixed_step(
     ----------
     model, chip : Model, Chip, or preset names
     batch : float or array
-        Decode sequences in the step (at least 1).
+        Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :func:`kvmath.decode_step`).
     context : float or array
         Their mean cached tokens (the cache is affine in the context for
         full attention, so the mean gives the sum; with sliding windows use

@@ -129,7 +129,7 @@ class Chip:
     def flops(self, dtype: str = "bf16") -> float:
         """Dense FLOP/s when the math runs in ``dtype`` (bf16, fp16, fp8, int8 or fp4)."""
         key = dtype.lower() if isinstance(dtype, str) else dtype
-        if key not in _RATE_COLUMN:
+        if not isinstance(key, str) or key not in _RATE_COLUMN:  # a list or array is unhashable: refuse it by name
             raise ValueError(
                 f"compute_dtype must be one of {sorted(_RATE_COLUMN)}, got {dtype!r}"
             )

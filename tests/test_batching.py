@@ -110,3 +110,54 @@ def test_bad_inputs_are_refused_by_name():
         km.steady_state(L7, A100, 1, 10, 5, price_per_chip_hour=-1.0)
     with pytest.raises(ValueError, match="tokens_per_s_per_chip"):
         km.cost_per_million_tokens(1.0, 0.0)
+
+
+@pytest.mark.parametrize("fn", [km.mixed_step, km.steady_state, km.decode_step])
+@pytest.mark.parametrize("bad", [[1], {"a": 1}, np.ones(2)])
+def test_an_unhashable_compute_dtype_is_refused_by_name(fn, bad):
+    # a list, dict or array once reached a dict lookup and raised TypeError: unhashable type
+    args = (L7, A100, 1, 10) + ((5,) if fn is km.steady_state else ())
+    with pytest.raises(ValueError, match="compute_dtype"):
+        fn(*args, compute_dtype=bad)
+
+
+# TensorRT-LLM's published "Total Output Throughput (tokens/sec)", nvidia/Llama-3.1-8B-Instruct-FP8, TP1,
+# trtllm-bench offline throughput (requests queued at once), NVIDIA/TensorRT-LLM
+# docs/source/performance/perf-overview.md (commit 00f37686aa854010d68bcbd0f4ab000221541ca6), (ISL, OSL): tok/s
+TRTLLM_LLAMA31_8B_FP8 = {
+    "h200": {(128, 128): 27911, (128, 2048): 26221, (128, 4096): 18027, (500, 2000): 20770, (1000, 1000): 17744,
+             (1000, 2000): 16828, (2048, 128): 3538, (2048, 2048): 12194, (5000, 500): 3902, (20000, 2000): 1804},
+    "h100-sxm": {(128, 128): 28312, (128, 2048): 22714, (128, 4096): 14325, (500, 2000): 17660, (1000, 1000): 15220,
+                 (1000, 2000): 13899, (2048, 128): 3450, (2048, 2048): 9305, (5000, 500): 3459, (20000, 2000): 1351},
+}
+
+
+@pytest.mark.parametrize("chip", sorted(TRTLLM_LLAMA31_8B_FP8))
+def test_no_published_throughput_beats_the_steady_state_bound(chip):
+    # The most generous reading of each row: fp8 weights and fp8 cache, the marketed memory, and the paged
+    # steady state's mean context (more sequences than at their longest). The bound at the largest batch
+    # that fits must stay above the measurement (20 rows; the closest was 0.67 of the bound when written).
+    m, c = km.get_model("llama-3.1-8b"), km.get_chip(chip)
+    free = km.memory_budget(c, "device") - m.weight_bytes_resident("fp8")
+    for (s_in, s_out), measured in TRTLLM_LLAMA31_8B_FP8[chip].items():
+        most = np.floor(free / m.kv_bytes_per_seq(s_in + s_out / 2, 1.0))
+        s = km.steady_state(m, c, np.arange(1, most + 1), s_in, s_out, weights="fp8", kv_dtype="fp8")
+        assert measured < np.max(s.output_tokens_per_s_per_chip), (s_in, s_out)
+
+
+def test_steady_caches_are_the_exact_mean_for_windows_given_as_layers():
+    # windows may come as per-layer specs (Llama 4's chunked layers, configs with layer_types) instead of
+    # sliding_window; the steady state's mean cache must still be the mean over every decode context
+    from kvmath.layers import LayerSpec
+    chunked = tuple(LayerSpec("full", 32, 8, 128) if i % 4 == 3 else LayerSpec("chunked", 32, 8, 128, window=8192)
+                    for i in range(32))
+    two = tuple(LayerSpec("sliding", 32, 8, 128, window=w) if i % 2 else LayerSpec("full", 32, 8, 128)
+                for i, w in enumerate([512, 4096] * 16))
+    for layers in (chunked, two):
+        m = km.get_model("llama-3-8b").replace(layers=layers, name="windows-as-layers")
+        for s_in, s_out in ((4000, 10000), (100, 9000), (9000, 500)):
+            t = np.arange(s_in + 1, s_in + s_out)
+            s = km.steady_state(m, H100, 8, s_in, s_out)
+            decode = 8 * np.mean(m.kv_bytes_per_seq(t, 2.0))           # brute force over every context
+            prompts = 8 / (s_out - 1) * m.kv_bytes_per_seq(s_in, 2.0)  # the prompts' share writes its cache
+            assert s.step.kv_bytes_read == pytest.approx(decode + prompts, rel=1e-12)
