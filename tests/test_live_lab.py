@@ -78,6 +78,11 @@ def test_slider_redraws_the_figure_in_jupyterlab(lab, browser):
         image = page.query_selector(".widget-image")
         before = image.get_attribute("src")
         assert before and before.startswith(("blob:", "data:"))
+        # Run All leaves the view at the last cell, and JupyterLab 4 renders cells out of view lazily:
+        # bring the figure into view before reading its slider's readout.
+        image.scroll_into_view_if_needed()
+        page.wait_for_function("() => { const r = document.querySelector('.widget-readout');"
+                               " return r && r.innerText.trim() !== ''; }", timeout=20_000)
         readout = page.query_selector(".widget-readout")
         assert readout.inner_text().strip() == "16"
         handle = page.query_selector(".widget-slider .noUi-handle, .widget-hslider [role=slider]")
