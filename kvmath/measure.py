@@ -142,8 +142,9 @@ def matmul_flops(n: int = 1024, dtype=np.float32, repeats: int = 3) -> float:
 
     A product of two ``n x n`` matrices does ``n**3`` multiplies and as many
     adds: ``2 * n**3`` FLOPs. numpy hands it to its BLAS library, which uses
-    every core it is allowed to, so this is close to the machine's peak for
-    ``dtype``. Its arithmetic intensity, ``2 n**3 / (3 n**2 * itemsize)``
+    every core it is allowed to; how close that comes to the machine's peak
+    for ``dtype`` depends on the library's kernels (compare
+    :func:`cpu_peak_flops`). Its arithmetic intensity, ``2 n**3 / (3 n**2 * itemsize)``
     FLOPs per byte, is far right of any ridge point for ``n`` in the
     thousands, so memory does not limit it.
 
