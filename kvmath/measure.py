@@ -268,12 +268,16 @@ class CpuInfo:
     flags : tuple of str
         The flags of the first processor that bear on it, of
         ``("avx2", "avx512f", "fma")``.
+    threads_per_core : int or None
+        ``siblings / cpu cores`` (2 with simultaneous multithreading, whose
+        two threads share one core's FMA units), where both are listed.
     """
 
     model: str | None
     clock_hz: float | None
     vector_bits: int | None
     flags: tuple[str, ...]
+    threads_per_core: int | None = None
 
 
 def parse_cpuinfo(text: str) -> CpuInfo:
@@ -303,6 +307,8 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     ...                      "flags\t\t: fpu sse2 fma avx2 avx512f\n")
     >>> info.model, info.clock_hz, info.vector_bits, info.flags
     ('Some CPU', 2596096000.0, 512, ('avx2', 'avx512f', 'fma'))
+    >>> parse_cpuinfo("siblings : 16\ncpu cores : 8\n").threads_per_core
+    2
     >>> parse_cpuinfo("").vector_bits is None
     True
     """
@@ -326,7 +332,13 @@ def parse_cpuinfo(text: str) -> CpuInfo:
         clock_hz = float(fields["cpu mhz"]) * 1e6
     except (KeyError, ValueError):
         clock_hz = None
-    return CpuInfo(model=fields.get("model name"), clock_hz=clock_hz, vector_bits=vector_bits, flags=relevant)
+    try:
+        siblings, cores = int(fields["siblings"]), int(fields["cpu cores"])
+        threads_per_core = siblings // cores if cores > 0 and siblings >= cores else None
+    except (KeyError, ValueError):
+        threads_per_core = None
+    return CpuInfo(model=fields.get("model name"), clock_hz=clock_hz, vector_bits=vector_bits, flags=relevant,
+                   threads_per_core=threads_per_core)
 
 
 @dataclass(frozen=True)

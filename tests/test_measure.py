@@ -94,6 +94,8 @@ def test_cpu_peak_flops_is_cores_clock_fma_units_two_lanes():
 CPUINFO = """processor\t: 0
 model name\t: AMD EPYC
 cpu MHz\t\t: 2596.096
+siblings\t: 4
+cpu cores\t: 2
 flags\t\t: fpu sse2 fma avx2 avx512f avx512bw
 
 processor\t: 1
@@ -108,11 +110,14 @@ def test_parse_cpuinfo_reads_the_first_processor_and_guesses_nothing():
     assert info.model == "AMD EPYC"
     assert info.clock_hz == pytest.approx(2596.096e6, rel=1e-12)
     assert info.vector_bits == 512 and info.flags == ("avx2", "avx512f", "fma")
+    assert info.threads_per_core == 2                                            # 4 siblings on 2 cores
+    assert measure.parse_cpuinfo("siblings : 2\ncpu cores : 2\n").threads_per_core == 1
+    assert measure.parse_cpuinfo("cpu cores : 2\n").threads_per_core is None
     assert measure.parse_cpuinfo("flags : sse2 fma avx2\n").vector_bits == 256
     assert measure.parse_cpuinfo("flags : sse2 avx2\n").vector_bits is None        # no FMA: no FMA width
     arm = measure.parse_cpuinfo("processor : 0\nFeatures : fp asimd\n")
-    assert (arm.model, arm.clock_hz, arm.vector_bits, arm.flags) == (None, None, None, ())
-    assert measure.parse_cpuinfo("") == measure.CpuInfo(None, None, None, ())
+    assert (arm.model, arm.clock_hz, arm.vector_bits, arm.flags, arm.threads_per_core) == (None, None, None, (), None)
+    assert measure.parse_cpuinfo("") == measure.CpuInfo(None, None, None, (), None)
 
 
 BAD = [
