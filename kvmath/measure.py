@@ -39,13 +39,16 @@ import numpy as np
 from .validation import ArrayLike, choice, plain, positive, positive_int
 
 __all__ = [
+    "CpuInfo",
     "DecodeLoopCost",
     "DecodeLoopResult",
+    "cpu_peak_flops",
     "decode_loop",
     "decode_loop_cost",
     "decode_sweep",
     "matmul_flops",
     "memory_bandwidth",
+    "parse_cpuinfo",
 ]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -139,8 +142,9 @@ def matmul_flops(n: int = 1024, dtype=np.float32, repeats: int = 3) -> float:
 
     A product of two ``n x n`` matrices does ``n**3`` multiplies and as many
     adds: ``2 * n**3`` FLOPs. numpy hands it to its BLAS library, which uses
-    every core it is allowed to, so this is close to the machine's peak for
-    ``dtype``. Its arithmetic intensity, ``2 n**3 / (3 n**2 * itemsize)``
+    every core it is allowed to; how close that comes to the machine's peak
+    for ``dtype`` depends on the library's kernels (compare
+    :func:`cpu_peak_flops`). Its arithmetic intensity, ``2 n**3 / (3 n**2 * itemsize)``
     FLOPs per byte, is far right of any ridge point for ``n`` in the
     thousands, so memory does not limit it.
 
@@ -183,6 +187,158 @@ def matmul_flops(n: int = 1024, dtype=np.float32, repeats: int = 3) -> float:
     out = np.empty((n, n), dtype=dtype)
     median_s, _ = _median_seconds(lambda: np.matmul(a, b, out=out), repeats)
     return 2.0 * n**3 / median_s
+
+
+def cpu_peak_flops(cores: ArrayLike, clock_hz: ArrayLike, vector_bits: ArrayLike, fma_units: ArrayLike = 2,
+                   bytes_per_elem: ArrayLike = 4) -> ArrayLike:
+    """Peak vector FLOP/s of a CPU: cores x clock x FMA units x 2 x lanes.
+
+    Each fused multiply-add (FMA) instruction does a multiply and an add
+    (2 FLOPs) in every lane of a vector register; a core that issues
+    ``fma_units`` of them per cycle, on vectors of ``vector_bits`` bits,
+    holding ``lanes = vector_bits / (8 * bytes_per_elem)`` numbers, peaks at
+    ``clock_hz * fma_units * 2 * lanes`` FLOP/s. The default of two FMA
+    units per core, each as wide as the vector, is an assumption: it holds
+    for AVX2 cores since Intel Haswell and AMD Zen 2, and for AVX-512 on
+    Intel Xeon Gold/Platinum since Skylake-SP and AMD Zen 5 server parts;
+    it overstates by 2x AMD Zen 4 (which runs a 512-bit FMA as two 256-bit
+    halves: pass ``vector_bits=256``) and Intel parts with one 512-bit FMA
+    unit (pass ``fma_units=1``). ``clock_hz`` is the clock the cores really
+    run vector code at; boost and AVX-frequency offsets move it, so the
+    result is as good as the clock given. Broadcasts over every argument.
+
+    Parameters
+    ----------
+    cores : float or array
+        Cores doing the arithmetic (BLAS threads, one per core).
+    clock_hz : float or array
+        Clock in Hz.
+    vector_bits : float or array
+        Width of one vector register used by the arithmetic: 128 (SSE, NEON),
+        256 (AVX2) or 512 (AVX-512).
+    fma_units : float or array
+        FMA instructions issued per core per cycle (2 by default; see above).
+    bytes_per_elem : float or array
+        4 for float32 (default), 8 for float64.
+
+    Returns
+    -------
+    float or array
+        FLOP/s.
+
+    Raises
+    ------
+    ValueError
+        If any argument is not positive, naming it.
+
+    Examples
+    --------
+    One core at 2.6 GHz with AVX-512 (16 float32 lanes) and two FMA units:
+
+    >>> cpu_peak_flops(cores=1, clock_hz=2.6e9, vector_bits=512) / 1e9     # GFLOP/s
+    166.4
+    >>> cpu_peak_flops(cores=1, clock_hz=2.6e9, vector_bits=256) / 1e9     # AVX2: 8 lanes
+    83.2
+    >>> cpu_peak_flops(8, 3e9, 256, bytes_per_elem=8) / 1e9                 # float64
+    384.0
+    """
+    cores = positive("cores", cores)
+    clock_hz = positive("clock_hz", clock_hz)
+    vector_bits = positive("vector_bits", vector_bits)
+    fma_units = positive("fma_units", fma_units)
+    bytes_per_elem = positive("bytes_per_elem", bytes_per_elem)
+    lanes = vector_bits / (8.0 * bytes_per_elem)
+    return plain(cores * clock_hz * fma_units * 2.0 * lanes)
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What :func:`parse_cpuinfo` read; ``None`` where the text does not say.
+
+    Attributes
+    ----------
+    model : str or None
+        The ``model name`` line.
+    clock_hz : float or None
+        The first ``cpu MHz`` line, in Hz (the clock Linux reports at that
+        moment, or the nominal one in many virtual machines; not the boost).
+    vector_bits : int or None
+        The widest vector with FMA: 512 with ``avx512f`` and ``fma``, 256
+        with ``avx2`` and ``fma``; ``None`` without ``fma`` or without flags.
+    flags : tuple of str
+        The flags of the first processor that bear on it, of
+        ``("avx2", "avx512f", "fma")``.
+    threads_per_core : int or None
+        ``siblings / cpu cores`` (2 with simultaneous multithreading, whose
+        two threads share one core's FMA units), where both are listed.
+    """
+
+    model: str | None
+    clock_hz: float | None
+    vector_bits: int | None
+    flags: tuple[str, ...]
+    threads_per_core: int | None = None
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    r"""Model, clock and FMA vector width from the text of Linux's ``/proc/cpuinfo``.
+
+    Only the first processor's lines are read. Nothing is guessed: a field the
+    text lacks (``/proc/cpuinfo`` on ARM has no ``cpu MHz``; macOS and
+    Windows have no such file) comes back as ``None``.
+
+    Parameters
+    ----------
+    text : str
+        The file's contents (pass ``""`` where it cannot be read).
+
+    Returns
+    -------
+    CpuInfo
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not a string.
+
+    Examples
+    --------
+    >>> info = parse_cpuinfo("model name\t: Some CPU\ncpu MHz\t\t: 2596.096\n"
+    ...                      "flags\t\t: fpu sse2 fma avx2 avx512f\n")
+    >>> info.model, info.clock_hz, info.vector_bits, info.flags
+    ('Some CPU', 2596096000.0, 512, ('avx2', 'avx512f', 'fma'))
+    >>> parse_cpuinfo("siblings : 16\ncpu cores : 8\n").threads_per_core
+    2
+    >>> parse_cpuinfo("").vector_bits is None
+    True
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break          # end of the first processor's block
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    flags = set(fields.get("flags", fields.get("features", "")).split())
+    relevant = tuple(f for f in ("avx2", "avx512f", "fma") if f in flags)
+    vector_bits = None
+    if "fma" in flags:
+        vector_bits = 512 if "avx512f" in flags else 256 if "avx2" in flags else None
+    try:
+        clock_hz = float(fields["cpu mhz"]) * 1e6
+    except (KeyError, ValueError):
+        clock_hz = None
+    try:
+        siblings, cores = int(fields["siblings"]), int(fields["cpu cores"])
+        threads_per_core = siblings // cores if cores > 0 and siblings >= cores else None
+    except (KeyError, ValueError):
+        threads_per_core = None
+    return CpuInfo(model=fields.get("model name"), clock_hz=clock_hz, vector_bits=vector_bits, flags=relevant,
+                   threads_per_core=threads_per_core)
 
 
 @dataclass(frozen=True)

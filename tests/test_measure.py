@@ -79,6 +79,47 @@ def test_measured_rates_are_positive_and_finite():
     assert measure.matmul_flops(n=32, dtype=np.float64, repeats=1) > 0
 
 
+def test_cpu_peak_flops_is_cores_clock_fma_units_two_lanes():
+    # Hand counts: 2 cores x 2.5 GHz x 2 FMA units x 2 FLOPs x 16 float32 lanes (512 bits) = 320 GFLOP/s.
+    assert measure.cpu_peak_flops(2, 2.5e9, 512) == pytest.approx(2 * 2.5e9 * 2 * 2 * 16, rel=1e-12)
+    assert measure.cpu_peak_flops(2, 2.5e9, 512) == pytest.approx(320e9, rel=1e-12)
+    # AVX2 (8 float32 lanes) halves it; float64 halves it again; one FMA unit halves it again.
+    assert measure.cpu_peak_flops(2, 2.5e9, 256) == pytest.approx(160e9, rel=1e-12)
+    assert measure.cpu_peak_flops(2, 2.5e9, 256, bytes_per_elem=8) == pytest.approx(80e9, rel=1e-12)
+    assert measure.cpu_peak_flops(2, 2.5e9, 256, fma_units=1, bytes_per_elem=8) == pytest.approx(40e9, rel=1e-12)
+    cores = np.array([1, 2, 4])
+    assert np.allclose(measure.cpu_peak_flops(cores, 3e9, 256), cores * 96e9, rtol=1e-12)
+
+
+CPUINFO = """processor\t: 0
+model name\t: AMD EPYC
+cpu MHz\t\t: 2596.096
+siblings\t: 4
+cpu cores\t: 2
+flags\t\t: fpu sse2 fma avx2 avx512f avx512bw
+
+processor\t: 1
+model name\t: other
+cpu MHz\t\t: 1000.000
+flags\t\t: fpu sse2
+"""
+
+
+def test_parse_cpuinfo_reads_the_first_processor_and_guesses_nothing():
+    info = measure.parse_cpuinfo(CPUINFO)
+    assert info.model == "AMD EPYC"
+    assert info.clock_hz == pytest.approx(2596.096e6, rel=1e-12)
+    assert info.vector_bits == 512 and info.flags == ("avx2", "avx512f", "fma")
+    assert info.threads_per_core == 2                                            # 4 siblings on 2 cores
+    assert measure.parse_cpuinfo("siblings : 2\ncpu cores : 2\n").threads_per_core == 1
+    assert measure.parse_cpuinfo("cpu cores : 2\n").threads_per_core is None
+    assert measure.parse_cpuinfo("flags : sse2 fma avx2\n").vector_bits == 256
+    assert measure.parse_cpuinfo("flags : sse2 avx2\n").vector_bits is None        # no FMA: no FMA width
+    arm = measure.parse_cpuinfo("processor : 0\nFeatures : fp asimd\n")
+    assert (arm.model, arm.clock_hz, arm.vector_bits, arm.flags, arm.threads_per_core) == (None, None, None, (), None)
+    assert measure.parse_cpuinfo("") == measure.CpuInfo(None, None, None, (), None)
+
+
 BAD = [
     (lambda: measure.memory_bandwidth(n_bytes=0), "n_bytes"),
     (lambda: measure.memory_bandwidth(n_bytes=-1e6), "n_bytes"),
@@ -105,6 +146,12 @@ BAD = [
     (lambda: measure.decode_sweep([(1, 2, 3)]), "configs"),
     (lambda: measure.decode_sweep(5), "configs"),
     (lambda: measure.decode_sweep([(0, 4)], d_model=16), "batch"),
+    (lambda: measure.cpu_peak_flops(0, 2e9, 256), "cores"),
+    (lambda: measure.cpu_peak_flops(1, -2e9, 256), "clock_hz"),
+    (lambda: measure.cpu_peak_flops(1, 2e9, 0), "vector_bits"),
+    (lambda: measure.cpu_peak_flops(1, 2e9, 256, fma_units=0), "fma_units"),
+    (lambda: measure.cpu_peak_flops(1, 2e9, 256, bytes_per_elem=0), "bytes_per_elem"),
+    (lambda: measure.parse_cpuinfo(None), "text"),
 ]
 
 
