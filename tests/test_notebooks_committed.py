@@ -96,8 +96,6 @@ def test_notebook_is_in_the_table_of_contents(path):
 MAX_NOTEBOOK_BYTES = 200_000
 
 
-@pytest.mark.xfail(strict=False, reason="notebooks still carry frames; chapters adopt small outputs next "
-                   "(`python scripts/refresh_notebooks.py --small notebooks/*.ipynb`)")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_committed_notebook_is_under_200_kb(path):
     size = path.stat().st_size
