@@ -187,7 +187,7 @@ def build(out: Path = OUT, src: Path = SRC, lite_venv: Path = LITE_VENV) -> Path
     if out.exists():
         shutil.rmtree(out)
     cmd = [str(jupyter), "lite", "build", "--lite-dir", str(src), "--contents", str(src / "contents"),
-           "--output-dir", str(out)]
+           "--output-dir", str(out), "--no-sourcemaps"]
     for wheel in wheels:
         cmd += ["--piplite-wheels", str(wheel)]
     proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
