@@ -76,10 +76,35 @@ the pages' prose. myst-nb does not run in the browser, so this site (and only th
 site) ships this module instead: ``glue(name, value, display=True)`` records the
 value in ``GLUED`` and, when ``display`` is true, shows it as the book would.
 Nothing is published from the browser.
+
+It also carries the repository files the notebooks read (``../tests/data/...``):
+served to a room without service workers, the kernel cannot see the site's files,
+so on import this writes its copies where the notebooks look, unless they are
+already there (on localhost, with the drive mounted, they are).
 """
+
+import os as _os
 
 __all__ = ["glue", "GLUED"]
 GLUED = {}
+
+
+def _place_repository_files():
+    here = _os.path.join(_os.path.dirname(__file__), "_repo")
+    for folder, _dirs, files in _os.walk(here):
+        for name in files:
+            rel = _os.path.relpath(_os.path.join(folder, name), here)
+            target = _os.path.join("..", rel)
+            if not _os.path.exists(target):
+                try:
+                    _os.makedirs(_os.path.dirname(target), exist_ok=True)
+                    with open(_os.path.join(folder, name), "rb") as src, open(target, "wb") as dst:
+                        dst.write(src.read())
+                except OSError:
+                    pass
+
+
+_place_repository_files()
 
 
 def glue(name, variable, display=True):
@@ -100,10 +125,12 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def build_glue_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
-    """A pure wheel ``kvmath_lite_glue`` holding the ``myst_nb`` stand-in (deterministic)."""
+    """A pure wheel ``kvmath_lite_glue``: the ``myst_nb`` stand-in and the ``DATA`` files (deterministic)."""
     dist = f"kvmath_lite_glue-{version}.dist-info"
     files = {
         "myst_nb/__init__.py": GLUE_STANDIN.encode(),
+        **{f"myst_nb/_repo/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
+           for rel in DATA for p in sorted((ROOT / rel).rglob("*")) if p.is_file()},
         f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: kvmath-lite-glue\nVersion: {version}\n"
                              "Summary: myst_nb.glue stand-in for the kvmath JupyterLite site only\n"
                              "License: MIT\n").encode(),
