@@ -119,22 +119,22 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
         figures = page.locator(".jp-OutputArea-output img, .jp-RenderedImage img").count()
         assert figures >= 1, "no figure rendered"
 
-        # edit: a new cell at the end computing from the notebook's state, run, change, re-run
-        cells = page.locator(".jp-Notebook .jp-Cell")
-        cells.last.click()
+        # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
+        # (keyboard only: the notebook is a windowed list, off-screen cells are not in the page)
+        page.evaluate("() => document.querySelector('.jp-Notebook').focus()")
         page.keyboard.press("Escape")
         page.keyboard.press("b")
-        editor = page.locator(".jp-Notebook .jp-Cell").last.locator(".cm-content")
-        editor.click()
-        page.keyboard.type("import kvmath; x = 2; print('lite result', x * 21)")
-        page.keyboard.press("Shift+Enter")
-        page.wait_for_function("() => document.body.innerText.includes('lite result 42')", timeout=60_000)
-        editor = page.locator(".jp-Notebook .jp-Cell").nth(cells.count() - 2).locator(".cm-content")
-        editor.click()
+        page.keyboard.press("Enter")
+        page.keyboard.type("import kvmath; x = 2; print('lite result', x * 21, kvmath.__name__)")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_function("() => document.body.innerText.includes('lite result 42 kvmath')",
+                               timeout=60_000)
+        page.keyboard.press("Enter")
         page.keyboard.press("Control+a")
-        page.keyboard.type("import kvmath; x = 3; print('lite result', x * 21)")
-        page.keyboard.press("Shift+Enter")
-        page.wait_for_function("() => document.body.innerText.includes('lite result 63')", timeout=60_000)
+        page.keyboard.type("import kvmath; x = 3; print('lite result', x * 21, kvmath.__name__)")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_function("() => document.body.innerText.includes('lite result 63 kvmath')",
+                               timeout=60_000)
         browser.close()
     print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
           f"{figures} figures, {loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
