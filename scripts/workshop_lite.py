@@ -25,14 +25,15 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
 - **The contents**: copies of the notebooks with the lite kernel's kernelspec
   (``python``: no "Select kernel" dialog) and their outputs cleared, plus the files
   they read from the repository (``tests/data/hf_configs``).
-- **Checked output.** The build starts from an empty lite dir and output dir every
-  time. jupyterlite's ``patch:jupyter-lite.json`` task, which writes ``pyodideUrl``,
-  depends only on ``static/pyodide/pyodide.js`` in its doit database
-  (``.jupyterlite.doit.db``): on a rebuild over an old output the task counts as up
-  to date while the output's ``jupyter-lite.json`` is written anew, so the URL is
-  lost and the kernel falls back to cdn.jsdelivr.net. After the build,
-  :func:`check_site` fails unless the output's configuration points every URL at the
-  site itself.
+- **Checked output.** ``jupyter lite build`` takes its lite dir from the working
+  directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
+  the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
+  output whose kernel has no ``pyodideUrl`` and no ``disablePyPIFallback``, so the
+  kernel falls back to cdn.jsdelivr.net (reproduced: the same build from ``/`` and
+  from the lite dir). This script passes ``--lite-dir``, runs in it, starts from an
+  empty lite dir and output dir every time, and :func:`check_site` fails unless the
+  output's configuration points every URL at the site itself and the vendored files
+  are the lock's.
 
 Usage::
 

@@ -21,6 +21,9 @@ import threading
 import time
 from pathlib import Path
 
+import json
+import sys
+
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +31,26 @@ WORKSHOP = ROOT / "_build" / "workshop"
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import workshop_lite  # noqa: E402
+
+
+def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():
+    nb = {"metadata": {"kernelspec": {"name": "python3"}}, "cells": [
+        {"cell_type": "code", "source": "1", "outputs": [{"output_type": "stream"}], "execution_count": 3}]}
+    out = workshop_lite.lite_notebook(nb)
+    assert out["metadata"]["kernelspec"]["name"] == "python"      # no "Select kernel" dialog
+    assert out["cells"][0]["outputs"] == [] and nb["cells"][0]["outputs"]
+
+
+def test_check_site_fails_when_the_kernel_would_fetch_pyodide_from_a_cdn(tmp_path):
+    # what a build run outside its lite dir writes: no pyodideUrl, no disablePyPIFallback
+    (tmp_path / "jupyter-lite.json").write_text(json.dumps({"jupyter-config-data": {"litePluginSettings": {
+        workshop_lite.KERNEL_PLUGIN: {"pipliteUrls": ["./pypi/all.json"]}}}}))
+    with pytest.raises(workshop_lite.LiteError, match="pyodideUrl is None"):
+        workshop_lite.check_site(tmp_path)
 
 
 def _need_site():
