@@ -162,3 +162,30 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
     print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
           f"{figures} figures, {loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
     assert not off, off[:5]
+
+
+def test_kernel_closure_is_in_the_official_lock():
+    import vendor_pyodide
+    lock_path = vendor_pyodide.NPM_DIR / "pyodide-lock.json"
+    if not lock_path.exists():
+        pytest.skip("node_modules/pyodide missing (npm ci)")
+    names = vendor_pyodide.closure(json.loads(lock_path.read_text()),
+                                   (*vendor_pyodide.PACKAGES, *vendor_pyodide.KERNEL_PACKAGES))
+    # ipython's depends spell prompt_toolkit; the lock's key is prompt-toolkit
+    for name in ("micropip", "ssl", "openssl", "sqlite3", "ipython", "traitlets", "prompt-toolkit",
+                 "numpy", "matplotlib"):
+        assert name in names
+
+
+def test_glue_standin_glues_and_places_the_repository_files(tmp_path):
+    import subprocess
+    import zipfile
+    wheel = workshop_lite.build_glue_wheel(tmp_path / "whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    work = tmp_path / "drive" / "notebooks"
+    work.mkdir(parents=True)
+    code = ("from myst_nb import glue, GLUED; glue('a', 3, display=False); assert GLUED == {'a': 3}; "
+            "import pathlib; p = pathlib.Path('..') / 'tests/data/hf_configs/openai--gpt-oss-20b/config.json'; "
+            "assert p.is_file(), p")
+    subprocess.run([sys.executable, "-c", code], cwd=work, check=True,
+                   env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
