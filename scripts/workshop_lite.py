@@ -17,7 +17,8 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   lite dir's ``static/pyodide/``, and ``pyodideUrl`` points there.
 - **piplite wheels**: kvmath's own (built from the tree), ``comm`` (the kernel
   installs it on start-up and the lock has none; pinned with its hash in
-  ``requirements-lite-browser.txt``), and ``kvmath-lite-glue``, a stand-in for
+  ``requirements-lite-browser.txt``), ipywidgets 8.1.7 (live sliders; its lab
+  extension, jupyterlab_widgets 3.0.15, is in ``requirements-lite.txt``), and ``kvmath-lite-glue``, a stand-in for
   ``myst_nb.glue`` that exists only in this site (see ``GLUE_STANDIN``). PyPI is off
   (``disablePyPIFallback``). kvmath, the stand-in, numpy and matplotlib are loaded
   when the kernel starts (``loadPyodideOptions.packages``): the kernel's import scan
@@ -195,7 +196,9 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
         (contents / "notebooks" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     for rel in DATA:
         shutil.copytree(ROOT / rel, contents / rel)
-    preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels[:2]]
+    # jupyterlab_widgets is the front end's; the kernel needs kvmath, the stand-in, comm, ipywidgets
+    preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels
+                                         if not w.name.startswith("jupyterlab_widgets")]
     config = {"jupyter-lite-schema-version": 0, "jupyter-config-data": {
         "appName": "kvmath workshop (JupyterLite)",
         "litePluginSettings": {KERNEL_PLUGIN: {
@@ -208,6 +211,7 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
 
 
 def build(out: Path = OUT, src: Path = SRC, lite_venv: Path = LITE_VENV) -> Path:
+    out = Path(out).resolve()
     jupyter = lite_venv / "bin" / "jupyter"
     if not jupyter.exists():
         raise LiteError(f"{jupyter} missing: make lite-env (a venv from requirements-lite.txt)")

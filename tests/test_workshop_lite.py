@@ -27,7 +27,7 @@ import sys
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKSHOP = ROOT / "_build" / "workshop"
+WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -141,7 +141,8 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
         assert not tracebacks, tracebacks[:3]
         figures = page.locator(".jp-OutputArea-output img, .jp-RenderedImage img").count()
         assert figures >= 1, "no figure rendered"
-
+        widgets = page.locator(".jp-OutputArea-output .widget-slider, .jp-OutputArea-output .widget-dropdown").count()
+        assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
         # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
         # (keyboard only: the notebook is a windowed list, off-screen cells are not in the page)
         page.evaluate("() => document.querySelector('.jp-Notebook').focus()")
@@ -160,7 +161,7 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
                                timeout=60_000)
         browser.close()
     print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
-          f"{figures} figures, {loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
+          f"{figures} figures, {widgets} live widget controls, {loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
     assert not off, off[:5]
 
 
