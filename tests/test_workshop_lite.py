@@ -145,6 +145,7 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
         assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
         # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
         # (keyboard only: the notebook is a windowed list, off-screen cells are not in the page)
+        page.wait_for_timeout(1500)   # let Run All's last cell become active before typing
         page.evaluate("() => document.querySelector('.jp-Notebook').focus()")
         page.keyboard.press("Escape")
         page.keyboard.press("b")
