@@ -56,19 +56,27 @@ def _fake_npm(tmp_path: Path, wheel_bytes: bytes) -> Path:
     return npm
 
 
-def test_a_wheel_that_does_not_match_the_lock_fails_the_vendoring(tmp_path):
+def _vendor_fake_wheels(tmp_path, member: str, text: str):
+    """Vendor one fake wheel (holding ``member``) per package, with a lock that matches it.
+
+    Returns the wheel's bytes, the wheel source, the fake npm package and the filled cache."""
     import io
     import zipfile
 
     good = io.BytesIO()
     with zipfile.ZipFile(good, "w") as zf:
-        zf.writestr("x-1.0.dist-info/LICENSE", "MIT licence text")
+        zf.writestr(member, text)
     npm = _fake_npm(tmp_path, good.getvalue())
     source = tmp_path / "wheels"
     source.mkdir()
     for name in vendor_pyodide.PACKAGES:
         (source / f"{name}-1.0-py3-none-any.whl").write_bytes(good.getvalue())
     cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm, fontlist=False)
+    return good, source, npm, cache
+
+
+def test_a_wheel_that_does_not_match_the_lock_fails_the_vendoring(tmp_path):
+    good, source, npm, cache = _vendor_fake_wheels(tmp_path, "x-1.0.dist-info/LICENSE", "MIT licence text")
     assert vendor_pyodide.vendored(cache) == cache
     assert "MIT licence text" in (cache / vendor_pyodide.LICENSES).read_text()
 
@@ -79,18 +87,7 @@ def test_a_wheel_that_does_not_match_the_lock_fails_the_vendoring(tmp_path):
 
 
 def test_a_cache_with_a_changed_file_is_not_complete(tmp_path):
-    import io
-    import zipfile
-
-    good = io.BytesIO()
-    with zipfile.ZipFile(good, "w") as zf:
-        zf.writestr("x-1.0.dist-info/METADATA", "Name: x\nLicense: BSD\n\nbody")
-    npm = _fake_npm(tmp_path, good.getvalue())
-    source = tmp_path / "wheels"
-    source.mkdir()
-    for name in vendor_pyodide.PACKAGES:
-        (source / f"{name}-1.0-py3-none-any.whl").write_bytes(good.getvalue())
-    cache = vendor_pyodide.vendor(tmp_path / "cache", wheels_from=source, npm_dir=npm, fontlist=False)
+    _, _, _, cache = _vendor_fake_wheels(tmp_path, "x-1.0.dist-info/METADATA", "Name: x\nLicense: BSD\n\nbody")
     (cache / "numpy-1.0-py3-none-any.whl").write_bytes(b"short")
     assert vendor_pyodide.vendored(cache) is None
 
