@@ -635,14 +635,15 @@ class InteractiveFigure:
         self._widget = None
         self._image = None
         self.timings_s: list[float] = []
-        self._limits: list | None = None
+        self.fixed_limits = bool(fixed_limits)
+        self._limits: list | None = None  # (axes, xlim, ylim) held in the current frame
+        self._limit_sets: dict[tuple, list] = {}  # those limits, by the other controls' values
+        self._autoscale: list = []  # (axes, autoscale x on, y on) before any limits were held
         # Moves redraw only what update touched (see _Blitter); blit=False
         # redraws the whole figure every time (the reference the tests use).
         self._blitter = _Blitter(self.figure) if blit else None
         self.last_draw: str | None = None  # "full" or "blit": how the last render drew
         self.render(**self.values)  # first draw at the defaults: fixes the layout
-        if fixed_limits:
-            self._fix_limits()
 
     # -- rendering ---------------------------------------------------------
     def render(self, fast: bool = False, **values: Any) -> bytes:
@@ -668,6 +669,8 @@ class InteractiveFigure:
                 raise ValueError(f"{name} must be one of {self.controls[name].values!r}, got {value!r}")
         self.values.update(values)
         with self._style():
+            if self.fixed_limits:
+                self._limits = self._held_limits()
             self.update(**self.values)
             if self._limits is not None:
                 for ax, xlim, ylim in self._limits:
@@ -709,48 +712,62 @@ class InteractiveFigure:
             image.convert("RGB").save(buf, format="png", compress_level=6)
         return buf.getvalue()
 
-    def _fix_limits(self) -> None:
-        """Hold every axes at the union of its limits over the main control's frames."""
+    def _held_limits(self) -> list:
+        """The limits to hold: for every axes, the union of its limits over the main
+        control's values at the other controls' current values (computed once per
+        combination of those). Moving the main control keeps the axes still; moving
+        another one rescales them to what its frames need."""
         import math
 
-        defaults = {name: c.default for name, c in self.controls.items()}
+        key = tuple(c.index(self.values[n]) for n, c in self.controls.items() if n != self.main)
+        if key in self._limit_sets:
+            return self._limit_sets[key]
+        if not self._limit_sets:  # before any limits are held: how each axes scales itself
+            self._autoscale = [(ax, ax.get_autoscalex_on(), ax.get_autoscaley_on())
+                               for ax in self.figure.axes]
+        for ax, x_on, y_on in self._autoscale:  # holding limits switched autoscaling off
+            ax.set_autoscalex_on(x_on)
+            ax.set_autoscaley_on(y_on)
         seen: dict[int, list] = {}
         for value in self.controls[self.main].values:
-            with self._style():
-                self.update(**{**defaults, self.main: value})
+            self.update(**{**self.values, self.main: value})
             for ax in self.figure.axes:
                 entry = seen.setdefault(id(ax), [ax, [math.inf, -math.inf], [math.inf, -math.inf]])
                 for k, lim in ((1, ax.get_xlim()), (2, ax.get_ylim())):
                     entry[k] = [min(entry[k][0], *lim), max(entry[k][1], *lim)]
-        self._limits = []
+        limits = []
         for ax, xlim, ylim in seen.values():
             # keep an inverted axis inverted
             if ax.xaxis_inverted():
                 xlim = xlim[::-1]
             if ax.yaxis_inverted():
                 ylim = ylim[::-1]
-            self._limits.append((ax, tuple(xlim), tuple(ylim)))
-        self.render(**self.values)
+            limits.append((ax, tuple(xlim), tuple(ylim)))
+        self._limit_sets[key] = limits
+        return limits
 
     def layout_problems(self) -> list[str]:
-        """Render every frame of the main control and report clipped or colliding text and markers.
+        """Render every value of every control and report clipped or colliding text and markers.
 
-        Uses :func:`kvmath.plots.layout_problems` on each frame (the other
-        controls at their defaults); each problem is prefixed with the frame,
-        e.g. ``"batch B = 64: label 'S = 1' runs past the edge of its axes"``.
-        A chapter's test asserts the list is empty.
+        Uses :func:`kvmath.plots.layout_problems` on each frame: every value
+        of each control in turn, the other controls at their defaults (the
+        frames a reader reaches by moving one control). Each problem is
+        prefixed with the frame, e.g. ``"batch B = 64: label 'S = 1' runs
+        past the edge of its axes"``. A chapter's test asserts the list is empty.
         """
         from .plots import layout_problems
 
         defaults = {name: c.default for name, c in self.controls.items()}
         previous = dict(self.values)
-        main = self.controls[self.main]
         out: list[str] = []
-        for value in main.values:
-            self.render(fast=True, **{**defaults, self.main: value})
-            with self._style():
-                for problem in layout_problems(self.figure):
-                    out.append(f"{main.label or self.main} = {main.fmt(value)}: {problem}")
+        for k, (name, control) in enumerate(self.controls.items()):
+            for value in control.values:
+                if k and value == control.default:
+                    continue  # the all-defaults frame, checked under the first control
+                self.render(fast=True, **{**defaults, name: value})
+                with self._style():
+                    for problem in layout_problems(self.figure):
+                        out.append(f"{control.label or name} = {control.fmt(value)}: {problem}")
         self.render(**previous)
         return out
 
@@ -921,7 +938,8 @@ def interactive_figure(setup: Callable, controls: Mapping[str, Slider], main: st
         Rendered pixels per CSS pixel (2: sharp on HiDPI screens).
     fixed_limits : bool
         Hold every axes at the union of its limits over all frames of the
-        main control, so bars grow instead of the axis jumping.
+        main control, so bars grow instead of the axis jumping; moving
+        another control rescales the axes to that control's frames.
     blit : bool
         Redraw only the artists ``update`` touched over a cached background
         (same pixels as a full redraw, several times faster); a full redraw

@@ -361,8 +361,10 @@ def expert_parallel_comm_s(
     n = np.minimum(n, ep) if node_link is not None else 1 + 0 * n
     moe_layers = model.n_layers - (model.n_dense_layers or 0)
     total = 0.0
-    for b, name in ((dispatch_bytes, "dispatch_bytes"), (combine_bytes, "combine_bytes")):
-        size = finite(tokens * model.top_k * model.d_model * positive(name, b))
+    # both checked before either is used, so a bad one is named even when the other overflows
+    per_element = (positive("dispatch_bytes", dispatch_bytes), positive("combine_bytes", combine_bytes))
+    for b in per_element:
+        size = finite(tokens * model.top_k * model.d_model * b)
         away = (ep - n) / ep * size / link.bandwidth + link.latency_s
         both_paths = (ep - 1) / ep * size / (link.bandwidth + node.bandwidth) + min(link.latency_s, node.latency_s)
         total = total + np.maximum(np.where(ep > n, away, 0.0), np.where(n > 1, both_paths, 0.0))

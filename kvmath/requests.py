@@ -635,6 +635,8 @@ def serving_frontier(
     marketed size, by default; ``"reported"``, ``"reserve"`` or ``"engine"``:
     vLLM's ``gpu_memory_utilization`` share, without its activation peak),
     or ``hbm_bytes`` per chip, taken as that budget's size when given.
+    Where a chip's share of the weights alone exceeds that memory, no batch
+    fits: ``max_batch`` is 0 and ``found`` is False.
 
     Examples
     --------
@@ -669,7 +671,10 @@ def serving_frontier(
     b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
     one = _chip_step(model, chip, 1, s_in + s_out - 1, layout, weights=weights, kv_dtype=kv_dtype,
                      compute_dtype=compute_dtype, link=link, b_act=b_act, overhead_s=0.0, efficiency=1.0)
-    kv_room = kv_budget_bytes(1, hbm, one.weight_bytes_resident)
+    # weights that do not fit leave no room: no batch fits (found is False), not an error,
+    # so a sweep over models and chips can show where a model does not fit
+    w = one.weight_bytes_resident
+    kv_room = kv_budget_bytes(1, hbm, w) if w <= hbm else 0.0
     most = np.floor(kv_room / one.kv_bytes_resident) * layout.dp
     requests = request_times(model, chip, batch[:, None], s_in, s_out, layout=layout, link=link, weights=weights,
                              kv_dtype=kv_dtype, compute_dtype=compute_dtype, activation_dtype=activation_dtype,

@@ -207,9 +207,11 @@ def _numeric_parts(result) -> list:
 
 
 def _show(value) -> str:
-    if np.ndim(value) == 0:
+    try:
+        shape = np.shape(value)
+    except ValueError:  # a ragged list (another argument's error, reported as it is)
         return repr(value)
-    return f"an array of shape {np.shape(value)}"
+    return repr(value) if shape == () else f"an array of shape {shape}"
 
 
 def checked(func):

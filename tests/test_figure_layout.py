@@ -3,7 +3,8 @@
 ``kvmath.plots.layout_problems`` compares matplotlib's text extents with the
 figure, the axes and each other; ``InteractiveFigure.layout_problems`` runs
 it on every frame. The last test runs it on every interactive figure of
-every chapter (slow: it executes the notebooks, so only under `make test`).
+every chapter, and renders every pair of control values there (slow: it
+executes the notebooks, so only under `make test`).
 """
 
 from __future__ import annotations
@@ -162,38 +163,100 @@ def test_interactive_html_is_accessible():
 
 # --- every interactive figure of every chapter ------------------------------------------
 
-PATCH = r'''
-import json as _json, kvmath.interactive as _ki
+def all_pairs(sizes: list[int]) -> list[list[int]]:
+    """Rows of value indices (one per control) in which every pair of values of every two
+    controls appears at least once: a greedy covering array, far fewer rows than the
+    product (chapter 8's seven controls: about 130 rows instead of 254,016)."""
+    names = range(len(sizes))
+
+    def key(a, i, b, j):
+        return (a, i, b, j) if a < b else (b, j, a, i)
+
+    todo = {(a, i, b, j) for a in names for b in names if a < b
+            for i in range(sizes[a]) for j in range(sizes[b])}
+    rows = []
+    while todo:
+        a, i, b, j = min(todo)
+        row = {a: i, b: j}
+        for n in names:
+            if n not in row:
+                row[n] = max(range(sizes[n]),
+                             key=lambda v: sum(key(m, row[m], n, v) in todo for m in row))
+        rows.append([row[n] for n in names])
+        todo -= {key(a, row[a], b, row[b]) for a in names for b in names if a < b}
+    return rows
+
+
+def test_all_pairs_covers_every_pair_in_few_rows():
+    import itertools
+
+    sizes = [14, 9, 7, 2, 4, 4, 9]  # chapter 8's planner
+    rows = all_pairs(sizes)
+    for a, b in itertools.combinations(range(len(sizes)), 2):
+        assert {(r[a], r[b]) for r in rows} == set(itertools.product(range(sizes[a]), range(sizes[b])))
+    assert 14 * 9 <= len(rows) < 200
+    assert all_pairs([5]) == [] and all_pairs([2, 3]) == [[i, j] for i in range(2) for j in range(3)]
+
+
+PATCH = r"""
+import json as _json, re as _re, kvmath.interactive as _ki
 _kvmath_layout = []
 _kvmath_to_html = _ki.InteractiveFigure.to_html
+_NOT_A_NUMBER = _re.compile(r"\b(nan|inf)\b", _re.I)
+
+def _pairwise_problems(self):
+    # every pair of values of every two controls, as a reader can set them
+    names = list(self.controls)
+    previous, out = dict(self.values), []
+    for row in all_pairs([len(self.controls[n].values) for n in names]):
+        values = {n: self.controls[n].values[i] for n, i in zip(names, row)}
+        try:
+            self.render(fast=True, **values)
+        except Exception as e:
+            out.append(f"{values}: {type(e).__name__}: {e}")
+            continue
+        for t in self.figure.findobj(lambda a: hasattr(a, "get_text")):
+            if t.get_visible() and _NOT_A_NUMBER.search(t.get_text()):
+                out.append(f"{values}: text {t.get_text()!r} shows a number that is not one")
+    self.render(**previous)
+    return out
+
 def _checked_to_html(self):
     _kvmath_layout.extend(self.layout_problems())
+    _kvmath_layout.extend(_pairwise_problems(self))
     return _kvmath_to_html(self)
 _ki.InteractiveFigure.to_html = _checked_to_html
-'''
+"""
 
 
 def chapter_layout_problems(path: Path) -> list[str]:
+    import inspect
+
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(PATCH))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(inspect.getsource(all_pairs) + PATCH))
     nb.cells.append(nbformat.v4.new_code_cell("print(_json.dumps(_kvmath_layout))"))
-    NotebookClient(nb, timeout=300, kernel_name="python3",
+    NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     out = nb.cells[-1].outputs[0]["text"]
     return json.loads(out)
 
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# figures whose labels cross lines at some value of a control other than the main one,
+# found when the check moved from the main control's frames to every control's: the
+# chapter pass places those labels (issue 13); strict, so a fixed one must leave the list
+NOT_YET = {"00_sample_rhythm", "02_kv_cache", "08_fitting_52b", "11_serving"}
+NOTEBOOKS = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="labels not yet placed"))
+             if p.stem in NOT_YET else p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
 
 
 @pytest.mark.skipif(os.environ.get("KVMATH_REQUIRE_BROWSER") != "1" and os.environ.get("KVMATH_SLOW") != "1",
                     reason="executes every notebook: runs under `make test` (or KVMATH_SLOW=1)")
-@pytest.mark.xfail(strict=False, reason="the chapters' figures adopt mark_vline placement, fixed_limits "
-                   "and padded limits in the chapter pass (issue 13); this reports what is left")
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_no_chapter_figure_has_clipped_or_colliding_labels_at_any_frame(path):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: Path(p).stem)
+def test_no_chapter_figure_fails_or_has_clipped_or_colliding_labels_at_any_frame(path):
+    """Every value of every control (the others at their defaults) is laid out cleanly, and every
+    pair of values of any two controls renders without an error or a NaN/inf in its text."""
     problems = chapter_layout_problems(path)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)

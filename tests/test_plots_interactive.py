@@ -490,7 +490,8 @@ BOOK = ["00_sample_rhythm", "03_min_step", "05_sharing_kv_heads", "12_reality_ch
 
 @pytest.mark.parametrize("stem", BOOK)
 def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
-    """Every value of every control, then a walk over them: exact pixels, and most moves blit."""
+    """Every value of every control, then a walk over them: exact pixels, and most moves of
+    the main control blit (a move of another control may rescale the axes: a full redraw)."""
     import random
     import sys
     from pathlib import Path
@@ -512,4 +513,5 @@ def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
             a, b = blit.render(fast=True, **values), full.render(fast=True, **values)
             kinds.append(blit.last_draw)
             assert np.array_equal(pixels(a), pixels(b)), (bf.name, values, blit.last_draw)
-        assert kinds.count("blit") >= len(kinds) // 2, (bf.name, kinds)
+        main = [k for values, k in zip(moves, kinds) if blit.main in values]
+        assert main.count("blit") >= len(main) // 2, (bf.name, kinds)

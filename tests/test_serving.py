@@ -604,3 +604,14 @@ def test_item15_frontier_says_when_nothing_meets_the_limit():
     assert not f.found[0] and f.best_batch[0] == 0 and f.best_throughput_per_chip[0] == 0.0
     ok = km.serving_frontier(M8, H100, 1000, 100, batch=[1, 2])
     assert ok.found[0] and ok.best_batch[0] == 2
+
+
+def test_frontier_of_weights_that_do_not_fit_has_no_batch_not_an_error():
+    # Mixtral 8x7B in bf16: 46.70e9 parameters x 2 bytes = 93.4 GB, over the H100's 80 GB
+    # (the chapter 11 figure asks for exactly this pair); on the 141 GB H200 it fits
+    m = km.get_model("mixtral-8x7b")
+    assert 2 * m.param_count() > H100.hbm_bytes
+    f = km.serving_frontier(m, H100, 1000, 1000, batch=[1, 64])
+    assert f.max_batch[0] == 0 and not f.fits.any() and not f.found[0] and f.best_batch[0] == 0
+    assert np.isnan(f.throughput_per_chip).all()
+    assert km.serving_frontier(m, "h200", 1000, 1000, batch=[1, 64]).fits[:, 0].all()

@@ -4,8 +4,10 @@ Serves ``_build/workshop`` (``make workshop``) on localhost with service workers
 blocked, as they are for a page served over plain HTTP from a LAN address, and
 every request off localhost aborted and recorded. Opens ``lite/notebooks/`` on
 01_roofline, runs all its cells, asserts no error output and a rendered figure,
-changes a value in a cell, re-runs it and sees a new result, and prints the time
-to the first result and the bytes loaded.
+moves a figure's slider and sees its image change, changes a value in a cell,
+re-runs it and sees a new result, and prints the time to the first result and
+the bytes loaded. The browser is the session's (conftest ``browser``): a second
+Playwright in the same thread would find the first one's event loop running.
 
 Slow (a Pyodide kernel start: about two minutes on a loaded 2-core machine): runs only
 with KVMATH_REQUIRE_WORKSHOP=1 (``make test-full``, where a missing site fails) or
@@ -30,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -92,12 +93,10 @@ def _wait_idle(page, timeout_s):
     raise AssertionError(f"cells still busy after {timeout_s} s: {_prompts(page)[:20]}")
 
 
-def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
-    playwright = pytest.importorskip("playwright.sync_api")
+def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
     off, loaded, logs = [], [0], []
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        ctx = browser.new_context(service_workers="block", viewport={"width": 1400, "height": 1000})
+    ctx = browser.new_context(service_workers="block", viewport={"width": 1400, "height": 1000})
+    try:
 
         def route(r):
             url = r.request.url
@@ -143,6 +142,20 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
         assert figures >= 1, "no figure rendered"
         widgets = page.locator(".jp-OutputArea-output .widget-slider, .jp-OutputArea-output .widget-dropdown").count()
         assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
+        # a slider move re-runs the figure's update in the kernel: its image changes
+        # (in script: JupyterLab skips rendering off-screen cells, which Playwright's own
+        # scrolling waits on as "not visible")
+        figure = page.locator(".jp-OutputArea-output .widget-vbox:has(.widget-slider)").first
+        figure.evaluate("el => el.scrollIntoView({block: 'center'})")
+        page.wait_for_timeout(500)
+        before = figure.evaluate("el => el.querySelector('.widget-image').getAttribute('src')")
+        figure.evaluate("el => el.querySelector('.widget-slider .noUi-handle').focus()")
+        page.keyboard.press("ArrowRight")
+        t_move = time.time()
+        page.wait_for_function(
+            "([el, src]) => el.querySelector('.widget-image').getAttribute('src') !== src",
+            arg=[figure.element_handle(), before], timeout=60_000)
+        slider_move = time.time() - t_move
         # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
         # (keyboard only: the notebook is a windowed list, off-screen cells are not in the page)
         page.wait_for_timeout(1500)   # let Run All's last cell become active before typing
@@ -160,9 +173,11 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server):
         page.keyboard.press("Control+Enter")
         page.wait_for_function("() => document.body.innerText.includes('lite result 63 kvmath')",
                                timeout=60_000)
-        browser.close()
+    finally:
+        ctx.close()
     print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
-          f"{figures} figures, {widgets} live widget controls, {loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
+          f"{figures} figures, {widgets} live widget controls, slider move {slider_move:.2f} s, "
+          f"{loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
     assert not off, off[:5]
 
 
