@@ -4,7 +4,8 @@
 #   make test     every test: unit + doctests, notebooks (nbval), the book
 #                 build, and a headless-browser check of every page
 #   make test-full  make test plus the slow checks (the learner build, every
-#                 page's live figures in the browser)
+#                 page's live figures in the browser, every notebook run in
+#                 the workshop's JupyterLite)
 #   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
 #   make lab      JupyterLab on notebooks/, with kvmath installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
@@ -127,7 +128,7 @@ test: env assets runtime chromium poppler book
 # test that no solution is left in it.
 test-full: env assets runtime chromium poppler book learner lite
 	$(VPY) scripts/make_pdf.py $(HTML)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 KVMATH_LITE_ALL=1 $(VPY) -m pytest
 
 # --- the workshop kit (book/teaching.md) ---------------------------------------
 # The plan, misconception and problem pages are generated from book/teaching/*.yaml.

@@ -201,6 +201,10 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
                                          if not w.name.startswith("jupyterlab_widgets")]
     config = {"jupyter-lite-schema-version": 0, "jupyter-config-data": {
         "appName": "kvmath workshop (JupyterLite)",
+        # every cell stays rendered: the browser's find reaches the whole notebook, and a
+        # figure's controls scrolled back into view work at once (JupyterLab otherwise
+        # skips laying out off-screen cells)
+        "settingsOverrides": {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}},
         "litePluginSettings": {KERNEL_PLUGIN: {
             "pyodideUrl": "./static/pyodide/pyodide.js",
             "disablePyPIFallback": True,

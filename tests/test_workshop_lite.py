@@ -1,13 +1,15 @@
-"""The workshop's JupyterLite site runs a notebook in the browser, as in a room (issue 15 item 7).
+"""The workshop's JupyterLite site runs the notebooks in the browser, as in a room (issue 15 item 7).
 
-Serves ``_build/workshop`` (``make workshop``) on localhost with service workers
-blocked, as they are for a page served over plain HTTP from a LAN address, and
-every request off localhost aborted and recorded. Opens ``lite/notebooks/`` on
-01_roofline, runs all its cells, asserts no error output and a rendered figure,
-moves a figure's slider and sees its image change, changes a value in a cell,
-re-runs it and sees a new result, and prints the time to the first result and
-the bytes loaded. The browser is the session's (conftest ``browser``): a second
-Playwright in the same thread would find the first one's event loop running.
+Serves ``_build/workshop`` (``make workshop``) on localhost with every request off
+localhost aborted and recorded. In the room's LAN mode (service workers unavailable,
+as for a page served over plain HTTP from a LAN address) it opens ``lite/notebooks/``
+on 01_roofline, runs all its cells, asserts no error output and a rendered figure,
+drags a figure's slider and sees its image change, changes a value in a cell, re-runs
+it and sees a new result, and prints the time to the first result and the bytes
+loaded. It runs the same notebook as a laptop serving its own copy on localhost does
+(under JupyterLite's service worker), and, with KVMATH_LITE_ALL=1, every chapter.
+The browser is the session's (conftest ``browser``): a second Playwright in the same
+thread would find the first one's event loop running.
 
 Slow (a Pyodide kernel start: about two minutes on a loaded 2-core machine): runs only
 with KVMATH_REQUIRE_WORKSHOP=1 (``make test-full``, where a missing site fails) or
@@ -16,6 +18,7 @@ KVMATH_LITE=1, so ``make test`` keeps its time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -93,71 +96,91 @@ def _wait_idle(page, timeout_s):
     raise AssertionError(f"cells still busy after {timeout_s} s: {_prompts(page)[:20]}")
 
 
-def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
-    off, loaded, logs = [], [0], []
-    ctx = browser.new_context(service_workers="block", viewport={"width": 1400, "height": 1000})
-    try:
+@contextlib.contextmanager
+def _lite_page(browser, server, lan=True):
+    """A page on the lite site; every request off localhost aborted and recorded.
 
-        def route(r):
-            url = r.request.url
-            if url.startswith(server) or url.startswith(("data:", "blob:")):
-                r.continue_()
-            else:
-                off.append(url)
-                r.abort()
+    ``lan``: as a room's LAN serves it. A page served over plain HTTP from a LAN address
+    is not a secure context: navigator.serviceWorker is undefined there. Playwright's
+    "block" alone lets register() resolve, so JupyterLite would mount its drive through
+    a service worker that never answers and the kernel would hang; the API is removed
+    as the room does. Without ``lan``: a laptop serving its own copy on localhost, a
+    secure context, where JupyterLite registers its service worker.
+    """
+    off, loaded = [], [0]
+    ctx = browser.new_context(service_workers="block" if lan else "allow",
+                              viewport={"width": 1400, "height": 1000})
 
-        ctx.route("**/*", route)
-        # A page served over plain HTTP from a LAN address is not a secure context:
-        # navigator.serviceWorker is undefined there. Playwright's "block" alone lets
-        # register() resolve, so JupyterLite would mount its drive through a service
-        # worker that never answers and the kernel would hang; remove the API as the room does.
+    def route(r):
+        url = r.request.url
+        if url.startswith(server) or url.startswith(("data:", "blob:")):
+            r.continue_()
+        else:
+            off.append(url)
+            r.abort()
+
+    def on_finished(req):
+        try:
+            loaded[0] += req.sizes()["responseBodySize"]
+        except Exception:   # a request whose sizes are gone
+            pass
+
+    ctx.route("**/*", route)
+    if lan:
         ctx.add_init_script(
             "Object.defineProperty(Navigator.prototype, 'serviceWorker', {get: () => undefined});")
-        page = ctx.new_page()
-        page.on("console", lambda m: logs.append(m.text))
+    ctx.on("requestfinished", on_finished)   # the page's and its kernel worker's
+    try:
+        yield ctx.new_page(), off, loaded
+    finally:
+        ctx.close()
 
-        def on_finished(req):
-            try:
-                loaded[0] += req.sizes()["responseBodySize"]
-            except Exception:   # a request whose sizes are gone
-                pass
 
-        ctx.on("requestfinished", on_finished)   # the page's and its kernel worker's
-        t0 = time.time()
-        page.goto(server + "lite/notebooks/index.html?path=" + NOTEBOOK)
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
-        page.locator(".jp-Notebook").first.click()
-        page.get_by_text("Run", exact=True).first.click()
-        page.get_by_text("Run All Cells", exact=True).first.click()
-        page.wait_for_function("() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
-                               ".some(e => /\\[\\d+\\]/.test(e.textContent))", timeout=300_000)
-        first_result = time.time() - t0
-        _wait_idle(page, 300)
-        all_cells = time.time() - t0
-        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-        tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
+def _run_all(page, server, notebook, timeout_s=300):
+    """Open a notebook, Run All Cells; (seconds to the first result, to the last, tracebacks)."""
+    t0 = time.time()
+    page.goto(server + "lite/notebooks/index.html?path=" + notebook)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
+    page.locator(".jp-Notebook").first.click()
+    page.get_by_text("Run", exact=True).first.click()
+    page.get_by_text("Run All Cells", exact=True).first.click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
+                           ".some(e => /\\[\\d+\\]/.test(e.textContent))", timeout=timeout_s * 1000)
+    first_result = time.time() - t0
+    _wait_idle(page, timeout_s)
+    all_cells = time.time() - t0
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
+    return first_result, all_cells, tracebacks
+
+
+def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
+    with _lite_page(browser, server) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)
         assert not tracebacks, tracebacks[:3]
         figures = page.locator(".jp-OutputArea-output img, .jp-RenderedImage img").count()
         assert figures >= 1, "no figure rendered"
         widgets = page.locator(".jp-OutputArea-output .widget-slider, .jp-OutputArea-output .widget-dropdown").count()
         assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
         # a slider move re-runs the figure's update in the kernel: its image changes
-        # (in script: JupyterLab skips rendering off-screen cells, which Playwright's own
-        # scrolling waits on as "not visible")
+        # (dragged with the mouse, as a learner does)
         figure = page.locator(".jp-OutputArea-output .widget-vbox:has(.widget-slider)").first
-        figure.evaluate("el => el.scrollIntoView({block: 'center'})")
-        page.wait_for_timeout(500)
+        figure.scroll_into_view_if_needed()
+        page.wait_for_timeout(800)  # let the scroll settle before reading where the handle is
         before = figure.evaluate("el => el.querySelector('.widget-image').getAttribute('src')")
-        figure.evaluate("el => el.querySelector('.widget-slider .noUi-handle').focus()")
-        page.keyboard.press("ArrowRight")
+        box = figure.locator(".widget-slider .noUi-handle").first.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 60, y, steps=6)
+        page.mouse.up()
         t_move = time.time()
         page.wait_for_function(
             "([el, src]) => el.querySelector('.widget-image').getAttribute('src') !== src",
             arg=[figure.element_handle(), before], timeout=60_000)
         slider_move = time.time() - t_move
         # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
-        # (keyboard only: the notebook is a windowed list, off-screen cells are not in the page)
         page.wait_for_timeout(1500)   # let Run All's last cell become active before typing
         page.evaluate("() => document.querySelector('.jp-Notebook').focus()")
         page.keyboard.press("Escape")
@@ -173,11 +196,35 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
         page.keyboard.press("Control+Enter")
         page.wait_for_function("() => document.body.innerText.includes('lite result 63 kvmath')",
                                timeout=60_000)
-    finally:
-        ctx.close()
     print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
           f"{figures} figures, {widgets} live widget controls, slider move {slider_move:.2f} s, "
           f"{loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
+    assert not off, off[:5]
+
+
+def test_lite_on_a_laptops_own_localhost_runs_under_its_service_worker(server, browser):
+    """The other way to use the kit: each laptop serves its own copy on localhost."""
+    with _lite_page(browser, server, lan=False) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)
+        assert not tracebacks, tracebacks[:3]
+        workers = page.evaluate("async () => (await navigator.serviceWorker.getRegistrations())"
+                                ".map(r => (r.active || r.installing || r.waiting || {}).scriptURL)")
+    print(f"\nlite on localhost: all cells {all_cells:.1f} s, service workers {workers}")
+    assert any("/lite/service-worker.js" in str(w) for w in workers), workers
+    assert not off, off[:5]
+
+
+CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.skipif(not os.environ.get("KVMATH_LITE_ALL"),
+                    reason="every chapter in the browser, about 30-60 s each: make test-full sets KVMATH_LITE_ALL")
+@pytest.mark.parametrize("notebook", CHAPTERS)
+def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
+    with _lite_page(browser, server) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, "notebooks/" + notebook, timeout_s=600)
+    print(f"\nlite {notebook}: all cells {all_cells:.1f} s, {loaded[0] / 1e6:.1f} MB")
+    assert not tracebacks, tracebacks[:3]
     assert not off, off[:5]
 
 
