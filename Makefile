@@ -128,7 +128,7 @@ test: env assets runtime chromium poppler book
 # test that no solution is left in it.
 test-full: env assets runtime chromium poppler book learner lite
 	$(VPY) scripts/make_pdf.py $(HTML)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 KVMATH_LITE_ALL=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 KVMATH_LITE_ALL=1 KVMATH_ALL_PAIRS=1 $(VPY) -m pytest
 
 # --- the workshop kit (book/teaching.md) ---------------------------------------
 # The plan, misconception and problem pages are generated from book/teaching/*.yaml.
