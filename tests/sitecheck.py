@@ -216,10 +216,14 @@ _LAYOUT_JS = r"""
   }
   // Code as the reader sees it: a collapsed code cell (hide-input) takes only its
   // "Show code cell source" bar, which is counted; its hidden source is not.
+  // A cell inside a collapsed solution (sphinx-togglebutton keeps it laid out, invisible)
+  // is not seen at all.
   let code = 0;
   for (const el of article.querySelectorAll('.cell .cell_input')) {
     const closed = el.closest('details:not([open])');
-    code += (closed ? closed.querySelector('summary') : el).getBoundingClientRect().height;
+    if (closed) { code += closed.querySelector('summary').getBoundingClientRect().height; continue; }
+    if (!el.checkVisibility({visibilityProperty: true, opacityProperty: true})) continue;
+    code += el.getBoundingClientRect().height;
   }
   const height = article.getBoundingClientRect().height;
   return {overflow: overflow, wide: Array.from(new Set(wide)), codeShare: height ? code / height : 0};
