@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sitecheck import CODE_SHARE_MAX, budget, check_site, format_problems, html_pages, is_local
+from sitecheck import CODE_SHARE_MAX, budget, check_site, format_problems, html_pages, is_local, serve
 
 REPORT = Path(__file__).resolve().parents[1] / "_build" / "sitecheck.json"
 
@@ -227,3 +227,27 @@ def test_interactive_figures_are_numbered_figures_with_captions(built_book):
                 f"{rel}: {div.get('id')} has no numbered caption")
             seen += 1
     assert seen >= 15, f"only {seen} interactive figures found"
+
+
+def test_every_page_links_to_the_books_own_source(built_book, browser):
+    """The footer's link reaches kvmath-source.tar.gz from a page at any depth, and the archive
+    holds what `make lab` needs."""
+    import tarfile
+
+    archive = built_book / "kvmath-source.tar.gz"
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    for need in ("Makefile", "README.md", "requirements.txt", "pyproject.toml", "kvmath/__init__.py",
+                 "notebooks/01_roofline.ipynb", "kvmath/data/models.csv"):
+        assert f"kvmath/{need}" in names, need
+    assert not any("/.venv/" in n or "/_build/" in n for n in names)
+    with serve(built_book) as base:
+        page = browser.new_page()
+        try:
+            for rel in ("book/intro.html", "notebooks/01_roofline.html", "book/teaching/run-it.html"):
+                page.goto(base + rel)
+                href = page.evaluate("() => document.querySelector('footer a.kvmath-source, a.kvmath-source').href")
+                assert href == base + "kvmath-source.tar.gz", (rel, href)
+                assert page.request.head(href).status == 200, href
+        finally:
+            page.close()
