@@ -68,8 +68,6 @@ def test_code_is_under_15_percent_of_every_chapter(site_reports):
     assert not over, "code share over 15%:\n" + "\n".join(over)
 
 
-@pytest.mark.xfail(strict=False, reason="depends on the chapters: print tables become kvmath.tables "
-                   "tables and code lines stay under 88 characters in the chapter pass (issue 13, item 2)")
 def test_no_block_scrolls_sideways(site_reports):
     wide = [f"{rel}: {w}" for rel, rep in site_reports.items() for w in rep["wide_blocks"]]
     assert not wide, "blocks wider than the column:\n" + "\n".join(wide)

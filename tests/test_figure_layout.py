@@ -246,17 +246,12 @@ def chapter_layout_problems(path: Path) -> list[str]:
     return json.loads(out)
 
 
-# figures whose labels cross lines at some value of a control other than the main one,
-# found when the check moved from the main control's frames to every control's: the
-# chapter pass places those labels (issue 13); strict, so a fixed one must leave the list
-NOT_YET = {"08_fitting_52b", "11_serving"}
-NOTEBOOKS = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="labels not yet placed"))
-             if p.stem in NOT_YET else p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.skipif(os.environ.get("KVMATH_REQUIRE_BROWSER") != "1" and os.environ.get("KVMATH_SLOW") != "1",
                     reason="executes every notebook: runs under `make test` (or KVMATH_SLOW=1)")
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: Path(p).stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_chapter_figure_fails_or_has_clipped_or_colliding_labels_at_any_frame(path):
     """Every value of every control (the others at their defaults) is laid out cleanly; with
     KVMATH_ALL_PAIRS=1 (make test-full: about 3 minutes more), every pair of values of any two
