@@ -88,8 +88,6 @@ def test_chapter_one_prints_its_figures(book_pdf):
     assert len(figures_on(book_pdf, first, last)) >= 3  # two static figures and the interactive one
 
 
-@pytest.mark.xfail(strict=False, reason="chapter one opens with its import cell and a screen of code; "
-                   "the chapter pass hides the plumbing (remove-input) and its first figure moves up")
 def test_chapter_one_first_page_has_a_figure(book_pdf):
     n, _ = chapter_one_pages(book_pdf)
     assert figures_on(book_pdf, n, n), "no figure on chapter one's first page"
