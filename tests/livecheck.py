@@ -55,7 +55,7 @@ async (perControl) => {
         const after = await digest(f.img);
         const pos = {};
         for (const m of Object.keys(f.controls)) pos[m] = Number(f.controls[m].el.value);
-        out.push({fig: f.index, control: name, position: k, positions: pos, source: f.source,
+        out.push({fig: f.index, control: name, main: name === f.data.main, position: k, positions: pos, source: f.source,
                   changed: after !== before, texts: f.lastTexts, ms: L.stats.moves[L.stats.moves.length - 1]});
         before = after;
       }
@@ -64,6 +64,11 @@ async (perControl) => {
   return out;
 }
 """
+
+
+def _median(moves) -> float | None:
+    ms = [m["ms"] for m in moves]
+    return statistics.median(ms) if ms else None
 
 
 def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
@@ -83,7 +88,7 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
             return {"state": "static", "boot_s": 0, "bytes": 0, "errors": [], "moves": [], "boot_steps_ms": None,
                     "problems": problems, "off_localhost": [r for r in requests if not is_local(r)],
                     "requests": len(requests), "statuses": [], "median_move_ms": None,
-                    "median_render_ms": None}
+                    "median_main_move_ms": None, "median_other_move_ms": None, "median_render_ms": None}
         live = page.locator(".kvmath-live-button")
         if live.count():
             live.first.click()
@@ -99,12 +104,17 @@ def drive(context, url: str, per_control: int = MOVES_PER_CONTROL) -> dict:
     finally:
         page.close()
     off = [r for r in requests if not is_local(r)]
-    timed = [m["ms"] for m in moves if m.get("ms") is not None and m.get("source") == "live"]
+    live = [m for m in moves if m.get("ms") is not None and m.get("source") == "live"]
+    timed = [m["ms"] for m in live]
     return {"state": state, "boot_s": (stats["bootMs"] or 0) / 1000, "bytes": stats["bytes"],
             "boot_steps_ms": stats.get("stepMs"),
             "errors": stats["errors"], "moves": moves, "problems": problems, "off_localhost": off,
             "requests": len(requests), "statuses": statuses,
             "median_move_ms": statistics.median(timed) if timed else None,
+            # the main slider (dragged; blitted) and the other controls (a new combination of
+            # them also recomputes the axes' held limits: several updates and a full redraw)
+            "median_main_move_ms": _median(m for m in live if m["main"]),
+            "median_other_move_ms": _median(m for m in live if not m["main"]),
             "median_render_ms": statistics.median(stats["renderMs"]) if stats["renderMs"] else None}
 
 

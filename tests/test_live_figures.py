@@ -120,7 +120,9 @@ def test_live_figures_match_the_kernel(runtime, browser, capsys):
         cached = f" (from cache {rep['boot_cached_s']:.1f} s)" if "boot_cached_s" in rep else ""
         line = (f"live figures {rel}: boot {rep['boot_s']:.1f} s{cached}, {rep['bytes'] / 1e6:.1f} MB, "
                 f"{rep['moves']} moves, median move {rep['median_move_ms'] or 0:.0f} ms "
-                f"(of it, render in Python {rep['median_render_ms'] or 0:.0f} ms); boot steps "
+                f"(main slider {rep['median_main_move_ms'] or 0:.0f} ms, other controls "
+                f"{rep['median_other_move_ms'] or 0:.0f} ms; render in Python "
+                f"{rep['median_render_ms'] or 0:.0f} ms); boot steps "
                 f"{rep['boot_steps_ms']} ms (core, numpy+matplotlib, kvmath, figure code, first render)")
         with capsys.disabled():
             print("\n" + line)
