@@ -19,7 +19,7 @@ import pytest
 matplotlib.use("Agg")
 
 from kvmath import plots  # noqa: E402
-from kvmath.interactive import Slider, interactive_figure  # noqa: E402
+from kvmath.interactive import Choice, Slider, interactive_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,6 +149,37 @@ def test_fixed_limits_hold_the_axes_over_every_frame():
         f.render(h=h)
         tops.append(f.figure.axes[0].get_ylim()[1])
     assert len(set(tops)) == 1 and tops[0] >= 100
+
+
+def test_fixed_limits_rescale_when_another_control_moves():
+    # bars of height h * scale, autoscaled by update: the axes hold over h, follow scale
+    def setup(fig):
+        ax = fig.add_subplot()
+        bars = ax.bar([0, 1], [1, 1])
+
+        def update(h, scale):
+            for b in bars:
+                b.set_height(h * scale)
+            ax.relim()
+            ax.autoscale_view()
+
+        return update
+
+    f = interactive_figure(setup, {"h": Slider([1, 10, 100], default=10),
+                                   "scale": Choice([1, 1000], default=1)}, fixed_limits=True)
+    ax = f.figure.axes[0]
+
+    def tops(scale):
+        out = []
+        for h in (1, 10, 100):
+            f.render(h=h, scale=scale)
+            out.append(ax.get_ylim()[1])
+        return out
+
+    small, large = tops(1), tops(1000)
+    assert len(set(small)) == 1 and 100 <= small[0] < 1000  # held over h; fits h = 100
+    assert len(set(large)) == 1 and large[0] >= 100_000     # rescaled: fits 100 x 1000
+    assert tops(1) == small                                   # the same limits again
 
 
 def test_interactive_html_is_accessible():
