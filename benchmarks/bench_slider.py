@@ -106,11 +106,7 @@ class OldPath(InteractiveFigure):
 
         self.values.update(values)
         with self._style():
-            self.update(**self.values)
-            if self._limits is not None:
-                for ax, xlim, ylim in self._limits:
-                    ax.set_xlim(xlim)
-                    ax.set_ylim(ylim)
+            self._apply()  # the same update and held limits as today's path: only drawing differs
             canvas = self.figure.canvas
             canvas.draw()
             if not self.relayout and self.figure.get_layout_engine() is not None:

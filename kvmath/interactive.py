@@ -669,13 +669,7 @@ class InteractiveFigure:
                 raise ValueError(f"{name} must be one of {self.controls[name].values!r}, got {value!r}")
         self.values.update(values)
         with self._style():
-            if self.fixed_limits:
-                self._limits = self._held_limits()
-            self.update(**self.values)
-            if self._limits is not None:
-                for ax, xlim, ylim in self._limits:
-                    ax.set_xlim(xlim)
-                    ax.set_ylim(ylim)
+            self._apply()
             # Draw the one figure with Agg and encode its pixels directly:
             # cheaper than savefig, which lays out and draws a second time.
             # Once the background is cached, a move restores it and redraws
@@ -711,6 +705,16 @@ class InteractiveFigure:
             buf = io.BytesIO()
             image.convert("RGB").save(buf, format="png", compress_level=6)
         return buf.getvalue()
+
+    def _apply(self) -> None:
+        """Call ``update`` at the current values and hold the axes' limits (inside the style)."""
+        if self.fixed_limits:
+            self._limits = self._held_limits()
+        self.update(**self.values)
+        if self._limits is not None:
+            for ax, xlim, ylim in self._limits:
+                ax.set_xlim(xlim)
+                ax.set_ylim(ylim)
 
     def _held_limits(self) -> list:
         """The limits to hold: for every axes, the union of its limits over the main
