@@ -118,8 +118,9 @@ def test_check_cells_split_at_each_cli_command_and_glue_stays_apart():
         {"cell_type": "code", "id": "k3", "metadata": {}, "source": "", "outputs": [
             {"output_type": "execute_result", "data": {"text/plain": "<Figure size 1400x720 with 1 Axes>"}},
             {"output_type": "stream", "name": "stdout", "text": "B = 4"}]}]}
-    assert extract_notebook(nb) == {"glue": {"x": "3.5"}, "check": {}, "output": {"k3": "B = 4"},
-                                    "cli": {"$ kvmath decode --batch 1": "step 1.59 ms\n", "$ kvmath models": "llama\n"}}
+    assert extract_notebook(nb) == {
+        "glue": {"x": "3.5"}, "check": {}, "output": {"k3": "B = 4"},
+        "cli": {"$ kvmath decode --batch 1": "step 1.59 ms\n", "$ kvmath models": "llama\n"}}
 
 
 def test_a_glued_float_may_move_in_its_last_digits_only():
