@@ -36,9 +36,9 @@ The ratio ``measured / bound`` (rates) or ``bound / measured`` (times) is the
 fraction of the bound the system reached, phi; phi <= 1 for every row is a test.
 
 Layouts are :func:`kvmath.parse_layout` text (``"tp=2"``, ``"pp=8"``,
-``"dp=128,ep=128"``); ``"split=N"`` spreads the weights over N chips with
-no constraint from the heads (the 2D layouts of Pope et al., for which the
-by-heads check of a layout does not apply) through :func:`kvmath.step_time`.
+``"dp=128,ep=128"``); ``"split=N"`` spreads the weights over N chips and
+the attention by batch (``"tp=N,kv=batch"``: the 2D layouts of Pope et al.,
+whose heads need not divide N).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from .models import Model, get_model
 from .parallel import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
-from .step import compute_rate, decode_step, step_time, step_work
+from .deployment import Deployment
+from .step import compute_rate
 from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).
@@ -280,18 +281,19 @@ def _layout(m: Measurement) -> dict:
     return out
 
 
+def _deployment(m: Measurement) -> Deployment:
+    """The row's deployment: its model, chip, layout, link (none counted where the row names none) and formats."""
+    layout = m.layout
+    if layout.startswith("split="):  # Pope et al.'s 2D layouts: weights over N chips, attention by batch
+        layout = f"tp={layout.split('=', 1)[1]},kv=batch"
+    return Deployment(m.model_preset, m.chip_preset, layout or None, link=m.link or None,
+                      weights=m.weights, kv=m.kv_dtype, compute=m.compute_dtype)
+
+
 def _steps(m: Measurement, contexts):
     """Strict step bounds (and what binds) of decode steps at ``contexts``."""
-    model, chip = m.model_preset, m.chip_preset
-    if m.layout.startswith("split="):
-        work = step_work(model, m.batch, contexts, weights=m.weights, kv_dtype=m.kv_dtype,
-                         tokens_per_seq=m.tokens_per_step)
-        step = step_time(work, chip.bandwidth, compute_rate(chip, m.weights, m.compute_dtype, model),
-                         n_chips=m.n_chips)
-    else:
-        step = decode_step(model, chip, m.batch, contexts, tokens_per_seq=m.tokens_per_step, **_opts(m),
-                           **_layout(m))
-    return np.asarray(step.strict_step_s, dtype=float), np.atleast_1d(step.terms.strict_bound)
+    step = _deployment(m).step(m.batch, contexts, tokens_per_seq=m.tokens_per_step)
+    return np.asarray(step.strict_s, dtype=float), np.atleast_1d(step.binds)
 
 
 def _binds(labels) -> str:

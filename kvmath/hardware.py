@@ -84,10 +84,12 @@ class Chip:
     device_source: str = ""
     runtime_bytes: float | None = None
     runtime_source: str = ""
+    link_name: str = ""
 
     def __post_init__(self) -> None:
         # Checked and converted here, so Chip.replace() validates like a preset.
-        for attr in ("name", "display_name", "source", "note", "device_report", "device_source", "runtime_source"):
+        for attr in ("name", "display_name", "source", "note", "device_report", "device_source", "runtime_source",
+                     "link_name"):
             if not isinstance(getattr(self, attr), str):
                 raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
         if not self.name.strip():
@@ -114,6 +116,22 @@ class Chip:
             raise ValueError(f"chip {self.name!r} needs a bf16 FLOP/s rate")
         # A read-only copy: a preset's table cannot be changed through one Chip.
         object.__setattr__(self, "flops_by_dtype", FrozenRates(rates))
+
+    @property
+    def link(self):
+        """The chip's own interconnect between chips of one node (a :class:`kvmath.Link`), or None if unknown.
+
+        From the chip's datasheet (the ``link`` column of ``hardware.csv``):
+        NVLink 4 for an H100 SXM, PCIe 4.0 x16 for an RTX 4090. A
+        :class:`kvmath.Deployment` over several chips uses it unless told
+        otherwise; None (single-device systems, TPU v4/v6e) counts no
+        communication.
+        """
+        if not self.link_name:
+            return None
+        from .links import get_link  # links depends on nothing here; imported late to keep hardware light
+
+        return get_link(self.link_name)
 
     @property
     def vendor(self) -> str:
@@ -185,6 +203,7 @@ def _chips() -> dict[str, Chip]:
             device_source=row["device_source"],
             runtime_bytes=optional_float(row["runtime_bytes"]),
             runtime_source=row["runtime_source"],
+            link_name=row["link"],
         )
     return chips
 

@@ -206,6 +206,8 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
     link = as_link(link)
     size = non_negative("message_bytes", message_bytes)
     n = positive_int("n_chips", n_chips)
+    if algorithm == "best":
+        return plain(_allreduce_s(size, n, link))
     w, alpha = link.bandwidth, link.latency_s
     fewest = 2 * (n - 1) / n * size
     times = {
@@ -215,11 +217,24 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
     }
     if link.in_switch_reduction:
         times["in_switch"] = size / w + 2 * alpha
-        fewest = np.minimum(fewest, size)
-    times["best"] = fewest / w + alpha
     if algorithm not in times:
         raise ValueError(f"link {link.name!r} has no in-switch reduction")
     return plain(np.where(n > 1, times[algorithm], 0.0))
+
+
+def _allreduce_s(size, n, link: Link | None):
+    """The best all-reduce's floor on checked inputs: one step, and the fewest bytes any algorithm sends.
+
+    ``min(2 (N - 1) / N S, S if the switch reduces) / W + alpha``; 0 on one
+    chip or without a link (communication not counted).
+    """
+    if link is None:
+        return 0.0
+    fewest = 2 * (n - 1) / n * size
+    if link.in_switch_reduction:
+        fewest = np.minimum(fewest, size)
+    t = fewest / link.bandwidth + link.latency_s
+    return t if np.ndim(n) == 0 and n > 1 else np.where(n > 1, t, 0.0)
 
 
 def as_link(link) -> Link:
@@ -274,8 +289,34 @@ def all_to_all_time(bytes_per_chip: ArrayLike, n_chips: ArrayLike, link: Link | 
     1.392
     """
     n, link = positive_int("n_chips", n_chips), as_link(link)
-    t = (n - 1) / n * non_negative("bytes_per_chip", bytes_per_chip) / link.bandwidth + link.latency_s
-    return plain(np.where(n > 1, t, 0.0))
+    return plain(_all_to_all_s(non_negative("bytes_per_chip", bytes_per_chip), n, link))
+
+
+def _all_to_all_s(size, n, link: Link | None):
+    """:func:`all_to_all_time` on checked inputs; 0 without a link."""
+    if link is None:
+        return 0.0
+    t = (n - 1) / n * size / link.bandwidth + link.latency_s
+    return t if np.ndim(n) == 0 and n > 1 else np.where(n > 1, t, 0.0)
+
+
+def _two_tier_all_to_all_s(size, ep, per_node, port: Link | None, node: Link | None):
+    """One all-to-all of ``size`` bytes per chip over ``ep`` chips in nodes of ``per_node``, seconds.
+
+    The share bound for other nodes must leave through the chip's network
+    ``port``; the share for its own node may take either path, so the two
+    together carry all ``(ep - 1) / ep`` of it (see
+    :func:`kvmath.expert_parallel_comm_s`, which states the bound)::
+
+        max((ep - n) / ep * S / W_port + alpha_port, (ep - 1) / ep * S / (W_port + W_node) + min(alpha))
+    """
+    if port is None:
+        return 0.0
+    node = port if node is None else node
+    n = np.minimum(per_node, ep)
+    away = (ep - n) / ep * size / port.bandwidth + port.latency_s
+    both = (ep - 1) / ep * size / (port.bandwidth + node.bandwidth) + min(port.latency_s, node.latency_s)
+    return np.maximum(np.where(ep > n, away, 0.0), np.where(n > 1, both, 0.0))
 
 
 @checked

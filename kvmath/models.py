@@ -17,7 +17,7 @@ from typing import Mapping, Union
 import numpy as np
 
 from . import layers as _layers
-from .kv_cache import kv_bytes_per_token
+from .formulas import kv_bytes_per_token
 from .layers import LayerSpec
 from .moe import ROUTINGS, experts_touched
 from .presets import lookup, optional_int, read_rows

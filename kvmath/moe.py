@@ -55,15 +55,19 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     tokens = positive("tokens", tokens)
     if np.any(np.asarray(top_k) > np.asarray(n_experts)):
         raise ValueError(f"top_k ({top_k}) must not exceed n_experts ({n_experts})")
+    return plain(_touched(n_experts, top_k, tokens, routing))
+
+
+def _touched(n_experts, top_k, tokens, routing: str):
+    """:func:`experts_touched` on checked inputs (the deployment's step calls it directly)."""
     if routing == "floor":
-        return plain(top_k + 0 * tokens)
+        return top_k + 0 * tokens
     if routing == "ceiling":
         # below one token (fractional sweeps) k T would dip under the floor
-        return plain(np.minimum(n_experts, np.maximum(top_k, top_k * tokens)))
-    if routing == "uniform":
-        expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
-        # below one token (fractional sweeps) the expectation would dip under the floor
-        return plain(np.maximum(expected, top_k))
+        return np.minimum(n_experts, np.maximum(top_k, top_k * tokens))
+    expected = n_experts * (1 - np.power(1 - top_k / n_experts, tokens))
+    # below one token (fractional sweeps) the expectation would dip under the floor
+    return np.maximum(expected, top_k)
 
 
 @checked

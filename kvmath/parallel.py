@@ -20,13 +20,14 @@ from functools import cached_property
 
 import numpy as np
 
-from .decode import StepBreakdown, step_breakdown
-from .links import Link, all_to_all_time, allreduce_time, as_link, p2p_time
+from .formulas import StepBreakdown, step_breakdown
+from .links import Link, _two_tier_all_to_all_s, allreduce_time, as_link
+from .moe import ROUTINGS
+from .layout import KV_SHARDINGS, ParallelLayout, as_layout, parse_layout  # noqa: F401  (re-exported)
 from .models import Model, Precision, get_model  # noqa: F401  (get_model: doctests)
 from .validation import (ArrayLike, ResultOverflow, checked, choice, finite, instance, non_negative, plain, positive,
                          positive_int)
 
-KV_SHARDINGS = ("heads", "batch")
 
 
 @checked
@@ -129,146 +130,6 @@ def tensor_parallel_step(
 # ----- one parallelism model: a layout, what each chip holds, reads, computes and sends ---------
 
 
-@dataclass(frozen=True)
-class ParallelLayout:
-    """How a model is spread over ``tp * cp * dp * pp`` chips.
-
-    Attributes
-    ----------
-    tp : int
-        Tensor parallelism by heads: query heads, and the weights, split
-        ``tp`` ways; each chip holds ``ceil(h_kv / tp)`` KV heads (a cache
-        with fewer KV heads than ``tp`` is replicated; an MLA latent, shared
-        by all heads, is replicated on every chip). Only the query heads
-        are checked: ``tp = 7`` on 28 heads with 4 KV heads is accepted
-        (one KV head per chip), a layout vLLM refuses (it needs
-        ``tp % h_kv == 0`` or ``h_kv % tp == 0``); optimistic, as a bound may be.
-    cp : int
-        Context parallelism: each sequence's cache is split by position
-        ``cp`` ways; every chip attends to its slice and the partial outputs
-        are combined by their log-sum-exp. The ``cp`` chips also split the
-        weight matmuls (the weights shard ``tp * cp`` ways).
-    dp : int
-        Data-parallel attention: the sequences split ``dp`` ways; attention,
-        dense MLPs and shared experts are replicated on every group.
-    pp : int
-        Pipeline stages, by layers (``ceil(L / pp)`` on the largest).
-    ep : int
-        Expert parallelism: routed experts split by expert over ``ep``
-        chips, which must be every chip of a stage (``ep = tp * cp * dp``);
-        ``ep = 1`` splits them like the other weights.
-    redundant_experts : int
-        Extra copies of routed experts spread over the ``ep`` chips (default
-        0): ``ep`` must divide ``E + redundant_experts``, and each chip
-        holds that many over ``ep`` (DeepSeek-V3's decode: 256 + 32 experts
-        on 144 chips, 2 each). Reads and FLOPs are unchanged: the experts a
-        batch touches, split ``ep`` ways, stay a lower bound on the busiest
-        chip's, wherever the copies are.
-
-    Examples
-    --------
-    >>> ParallelLayout(tp=4, pp=2).n_chips
-    8
-    >>> ParallelLayout(tp=3).check(get_model("kipply-52b"))  # 64 heads do not split 3 ways
-    Traceback (most recent call last):
-    ...
-    ValueError: tp (3) must divide the 64 heads of kipply-52b; try pp=3 (pipeline by layers)
-    >>> ParallelLayout(pp=3).check(get_model("kipply-52b")).n_chips
-    3
-    >>> ParallelLayout(dp=144, ep=144, redundant_experts=32).check(get_model("deepseek-v3")).ep
-    144
-    """
-
-    tp: int = 1
-    cp: int = 1
-    dp: int = 1
-    pp: int = 1
-    ep: int = 1
-    redundant_experts: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("tp", "cp", "dp", "pp", "ep", "redundant_experts"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"{name} must be a whole number, got {value!r}")
-            (non_negative if name == "redundant_experts" else positive_int)(name, value)
-            object.__setattr__(self, name, int(value))  # numpy int32 would wrap in n_chips and not encode as JSON
-        if self.redundant_experts and self.ep == 1:
-            raise ValueError(f"redundant_experts ({self.redundant_experts}) needs expert parallelism (ep > 1)")
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={getattr(self, n)}" for n in ("tp", "cp", "dp", "pp", "ep"))
-        extra = f", redundant_experts={self.redundant_experts}" if self.redundant_experts else ""
-        return f"ParallelLayout({fields}{extra})"
-
-    @property
-    def n_chips(self) -> int:
-        """Chips the layout uses: tp * cp * dp * pp."""
-        return self.tp * self.cp * self.dp * self.pp
-
-    @property
-    def weight_shards(self) -> int:
-        """Ways the (non-routed) weights split within one data-parallel group: tp * cp."""
-        return self.tp * self.cp
-
-    def check(self, model: Model) -> "ParallelLayout":
-        """This layout, if ``model`` can run on it; else ``ValueError`` naming the field."""
-        instance("model", model, Model, "a Model (get_model(name))")
-        if model.n_heads % self.tp:
-            raise ValueError(f"tp ({self.tp}) must divide the {model.n_heads} heads of {model.name}; "
-                             f"try pp={self.tp} (pipeline by layers)")
-        if self.pp > model.n_layers:
-            raise ValueError(f"pp ({self.pp}) must not exceed the {model.n_layers} layers of {model.name}")
-        if self.ep > 1:
-            if not model.n_experts:
-                raise ValueError(f"ep ({self.ep}) needs a mixture-of-experts model; {model.name} is dense")
-            if self.ep != self.tp * self.cp * self.dp:
-                raise ValueError(f"ep ({self.ep}) must equal tp * cp * dp ({self.tp * self.cp * self.dp}): "
-                                 "routed experts split over every chip of a stage")
-            slots = model.n_experts + self.redundant_experts
-            if slots % self.ep:
-                extra = f" + {self.redundant_experts} redundant" if self.redundant_experts else ""
-                raise ValueError(f"ep ({self.ep}) must divide the {model.n_experts}{extra} experts of {model.name}")
-        return self
-
-
-def parse_layout(text: str) -> ParallelLayout:
-    """A layout from ``"tp=2,pp=4"`` (fields tp, cp, dp, pp, ep; omitted ones are 1).
-
-    Examples
-    --------
-    >>> parse_layout("tp=8")
-    ParallelLayout(tp=8, cp=1, dp=1, pp=1, ep=1)
-    """
-    fields = {}
-    for part in str(text).replace(" ", "").split(","):
-        key, _, value = part.partition("=")
-        if key not in ("tp", "cp", "dp", "pp", "ep") or not (value.isascii() and value.isdigit()) or key in fields:
-            raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep), got {text!r}")
-        fields[key] = int(value)
-    try:
-        return ParallelLayout(**fields)
-    except ValueError as err:  # "tp=0": say which text the field came from
-        raise ValueError(f"parallel layout {text!r}: {err}") from None
-
-
-def as_layout(layout) -> ParallelLayout:
-    """``layout`` as a :class:`ParallelLayout`: None is one chip, text is parsed (:func:`parse_layout`).
-
-    Examples
-    --------
-    >>> as_layout("tp=2,pp=2").n_chips
-    4
-    """
-    if layout is None:
-        return ParallelLayout()
-    if isinstance(layout, ParallelLayout):
-        return layout
-    if isinstance(layout, str):
-        return parse_layout(layout)
-    raise ValueError(f"layout must be a ParallelLayout or text such as 'tp=2,pp=4', got {layout!r}")
-
-
 @checked
 def tensor_parallel_comm_s(
     model: Model, batch: ArrayLike, n_chips: ArrayLike, link: Link | None,
@@ -365,64 +226,8 @@ def expert_parallel_comm_s(
     per_element = (positive("dispatch_bytes", dispatch_bytes), positive("combine_bytes", combine_bytes))
     for b in per_element:
         size = finite(tokens * model.top_k * model.d_model * b)
-        away = (ep - n) / ep * size / link.bandwidth + link.latency_s
-        both_paths = (ep - 1) / ep * size / (link.bandwidth + node.bandwidth) + min(link.latency_s, node.latency_s)
-        total = total + np.maximum(np.where(ep > n, away, 0.0), np.where(n > 1, both_paths, 0.0))
+        total = total + _two_tier_all_to_all_s(size, ep, n, link, node)
     return plain(np.where(ep > 1, moe_layers * total, 0.0))
-
-
-@dataclass(frozen=True)
-class ChipStep:
-    """One decode step on the busiest chip of a :class:`ParallelLayout`.
-
-    Under pipeline parallelism a step is one round, in which every sequence
-    gains one token. The figures are those of the schedule of ``pp``
-    micro-batches of ``b = max(B' / pp, 1)`` sequences (``B' = ceil(B / dp)``,
-    **unrounded**): per chip, its stage's weights ``pp`` times (all ``L``
-    layers' worth once) and its stage's share of ``pp b`` sequences' cache;
-    per micro-batch, the whole model. That is a lower bound over every
-    schedule of ``m <= B'`` micro-batches: with ``m >= pp`` a chip's own
-    work is at least this, and with ``m < pp`` one micro-batch of
-    ``B' / m >= b`` sequences must pass every stage in turn. So at ``B' = 1``
-    a pipeline is no faster than one chip. (The stage that holds
-    ``ceil(L / pp)`` layers does a little more; leaving that out keeps
-    the bound safe.)
-
-    Attributes
-    ----------
-    layout : ParallelLayout
-    micro_batch : sequences a chip's weights see per pass, max(ceil(B / dp) / pp, 1) (unrounded).
-    weight_bytes_read, kv_bytes_read : bytes the chip reads in the step.
-    weight_flops, attention_flops : FLOPs the chip does (attention includes
-        the log-sum-exp combine under context parallelism).
-    weight_bytes_resident, kv_bytes_resident : what the chip must hold.
-    comm_s : lower bound on the chip's communication (links), seconds.
-    bandwidth, flops, overhead_s : the chip's rates and the per-step overhead.
-    """
-
-    layout: ParallelLayout
-    micro_batch: ArrayLike
-    weight_bytes_read: ArrayLike
-    kv_bytes_read: ArrayLike
-    weight_flops: ArrayLike
-    attention_flops: ArrayLike
-    weight_bytes_resident: ArrayLike
-    kv_bytes_resident: ArrayLike
-    comm_s: ArrayLike
-    bandwidth: ArrayLike
-    flops: ArrayLike
-    overhead_s: ArrayLike = 0.0
-
-    @cached_property
-    def terms(self) -> StepBreakdown:
-        """:class:`kvmath.StepBreakdown` of the chip's bytes and FLOPs (without communication)."""
-        return step_breakdown(1, self.kv_bytes_read, self.weight_bytes_read, self.weight_flops / 2, self.bandwidth,
-                              self.flops, attention_flops_per_seq=self.attention_flops, overhead_s=self.overhead_s)
-
-    @property
-    def memory_bytes(self) -> ArrayLike:
-        """Bytes the chip holds: its weights and its share of the cache."""
-        return plain(self.weight_bytes_resident + self.kv_bytes_resident)
 
 
 @checked
@@ -443,7 +248,7 @@ def chip_step(
     overhead_s: ArrayLike = 0,
     routing: str = "floor",
     lm_head_tokens_per_seq: ArrayLike | None = None,
-) -> ChipStep:
+) -> "Step":
     """Bytes, FLOPs, memory and communication of one decode step on each chip of ``layout``.
 
     ``kv_bytes_per_seq`` and ``attention_flops_per_seq`` are one sequence's
@@ -490,6 +295,8 @@ def chip_step(
     >>> round(s.weight_bytes_read / 1e9, 3), round(s.kv_bytes_read / 1e6, 2), round(s.comm_s * 1e6, 1)
     (17.179, 167.77, 85.8)
     """
+    from .deployment import _Plan, comm_s  # the one step model; deployment imports this module's layout
+
     layout = as_layout(layout).check(model)
     link = None if link is None else as_link(link)
     batch = positive("batch", batch)
@@ -497,75 +304,15 @@ def chip_step(
     b_act = positive("activation_bytes", activation_bytes)
     kv_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
-    g, L = layout.weight_shards, model.n_layers
-    # Under pp, max(B' / pp, 1) sequences per pass, unrounded: a bound over every micro-batch schedule (ChipStep)
-    micro = batch
-    if layout.dp > 1 or layout.pp > 1:
-        per_group = np.maximum(np.ceil(batch / layout.dp), 1.0)  # >= 1 for any batch > 0, even one that underflows
-        micro = np.maximum(per_group / layout.pp, np.minimum(per_group, 1)) if layout.pp > 1 else per_group
-    tokens = micro * tokens_per_seq
+    routing = choice("routing", routing, ROUTINGS)
+    lm_head = None if lm_head_tokens_per_seq is None else non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
+    plan = _Plan(model, layout, weights, 2.0)
 
-    read = model.weight_bytes_read_by_group(micro, weights, routing, tokens_per_seq)
-    routed_read = (model.weight_bytes_read_by_group(micro * layout.dp, weights, routing, tokens_per_seq)["experts"]
-                   / layout.ep if layout.ep > 1 else read["experts"] / g)
-    weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
-    if lm_head_tokens_per_seq is not None:
-        # a pass that needs no logits (a prompt chunk before the last) reads no LM head either
-        no_logits = non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq) == 0
-        weight_read = weight_read - np.where(no_logits, read["lm_head"] / g, 0.0)
+    def comm(tokens):
+        return comm_s(model, layout, tokens, link=link, node_link=link, chips_per_node=layout.n_chips,
+                      b_act=b_act, b_dispatch=b_act)
 
-    kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
-    kv_read = kv_bytes_per_chip(finite(micro * kv_per_seq), layout.tp, kv_heads) / layout.cp
-
-    groups = model.param_groups()
-    routed_active = groups["experts"] * (model.top_k or 0) / (model.n_experts or 1)
-    dense_active = model.matmul_params_per_token() - routed_active
-    routed_flops = (2 * tokens * layout.dp * routed_active / layout.ep if layout.ep > 1
-                    else 2 * tokens * routed_active / g)
-    weight_flops = 2 * tokens * dense_active / g + routed_flops
-    if lm_head_tokens_per_seq is not None:
-        skipped = tokens_per_seq - non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
-        weight_flops = weight_flops - 2 * micro * skipped * model.vocab * model.d_model / g
-    d_v = model.v_head_dim or model.head_dim
-    heads = model.n_heads / layout.tp
-    combine = (layout.cp * (2 * d_v + 4) * heads * L * tokens) if layout.cp > 1 else 0.0
-    attention_flops = micro * attention / g + combine
-
-    resident = model.weight_bytes_resident_by_group(weights)
-    stage = np.ceil(L / layout.pp) / L
-    tables = resident["embedding"] + resident["lm_head"] + resident["positions"]
-    if layout.pp > 1:
-        tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
-    layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
-    copies = (model.n_experts + layout.redundant_experts) / model.n_experts if model.n_experts else 1
-    routed_resident = resident["experts"] * copies * stage / (layout.ep if layout.ep > 1 else g)
-    weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
-    seqs_held = np.maximum(1, np.ceil(batch / layout.dp)) if layout.dp > 1 else batch
-    kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage
-
-    comm = _layout_comm_s(model, layout, tokens, b_act, link)
-    return ChipStep(layout=layout, micro_batch=plain(micro), weight_bytes_read=plain(weight_read),
-                    kv_bytes_read=plain(kv_read), weight_flops=plain(weight_flops),
-                    attention_flops=plain(attention_flops), weight_bytes_resident=plain(weight_resident),
-                    kv_bytes_resident=plain(kv_resident), comm_s=comm, bandwidth=positive("bandwidth", bandwidth),
-                    flops=positive("flops", flops), overhead_s=non_negative("overhead_s", overhead_s))
-
-
-def _layout_comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, b_act: float, link: Link | None):
-    """The communication chain of one chip per step (see :func:`chip_step`), seconds."""
-    g, L = layout.weight_shards, model.n_layers
-    if link is None or (g == 1 and layout.pp == 1 and layout.ep == 1):
-        return plain(0.0 * tokens)
-    activation = finite(tokens * model.d_model * b_act)
-    moe_layers = (L - (model.n_dense_layers or 0)) if (model.n_experts and layout.ep > 1) else 0
-    all_reduces = 2 * L - moe_layers
-    comm = all_reduces * allreduce_time(activation, g, link)
-    if moe_layers:
-        comm = comm + 2 * moe_layers * all_to_all_time(activation * model.top_k / g, layout.ep, link)
-    if layout.cp > 1:
-        d_v = model.v_head_dim or model.head_dim
-        partial = finite(tokens * model.n_heads / layout.tp * (d_v + 1) * b_act)
-        comm = comm + L * allreduce_time(partial, layout.cp, link)
-    if layout.pp > 1:
-        comm = comm + (layout.pp - 1) * p2p_time(activation, link)
-    return plain(comm)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return plan.pass_(batch, context, tokens_per_seq, kv_per_seq, attention, bandwidth=positive("bandwidth", bandwidth),
+                          flops=positive("flops", flops), comm=comm, routing=routing,
+                          overhead_s=non_negative("overhead_s", overhead_s), lm_head_tokens=lm_head)

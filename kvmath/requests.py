@@ -46,8 +46,9 @@ from .hardware import Chip
 from .links import Link, as_link, p2p_time
 from .memory import BUDGETS, memory_budget
 from .models import Model, Precision, group_formats
-from .parallel import ChipStep, ParallelLayout, as_layout, chip_step
-from .prefill import prefill_time
+from .deployment import Step
+from .parallel import ParallelLayout, as_layout, chip_step
+from .formulas import prefill_time
 from .step import as_presets, compute_rate, format_rate, overflow_named, refuse_overflow
 from .units import dtype_bytes
 from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
@@ -159,7 +160,7 @@ def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: 
 
 
 @dataclass(frozen=True)
-class RequestTimes:
+class Request:
     """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
 
     Attributes
@@ -235,7 +236,7 @@ _MAX_CHUNK_CELLS = 2**22
 
 
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
-               overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> ChipStep:
+               overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> Step:
     """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
     b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     attention = (prefill_attention_flops(model, context) if prefill
@@ -248,14 +249,14 @@ def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, comput
     )
 
 
-def _prefill_strict(step: ChipStep) -> ArrayLike:
+def _prefill_strict(step: Step) -> ArrayLike:
     """The strict bound of a prefill on a chip: overhead + max(:func:`kvmath.prefill_time`, comm)."""
     memory_or_math = prefill_time(step.weight_flops + step.attention_flops, step.flops, step.weight_bytes_read,
                                   step.kv_bytes_read, step.bandwidth)
     return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
 
 
-def _stage_share(model, chip, batch, context, layout, **opts) -> ChipStep:
+def _stage_share(model, chip, batch, context, layout, **opts) -> Step:
     """A prefill pass on one chip of one pipeline stage: the stage group's work over ``pp``, memory of the layout.
 
     The pass is run on the layout without its pipeline (every layer on the
@@ -270,7 +271,7 @@ def _stage_share(model, chip, batch, context, layout, **opts) -> ChipStep:
     held = _chip_step(model, chip, 1, 1, layout, prefill=True, **{**opts, "tokens_per_seq": 1})
     pp = layout.pp
     return dataclasses.replace(
-        whole, layout=layout, weight_bytes_read=plain(whole.weight_bytes_read / pp),
+        whole, weight_bytes_read=plain(whole.weight_bytes_read / pp),
         kv_bytes_read=plain(whole.kv_bytes_read / pp), weight_flops=plain(whole.weight_flops / pp),
         attention_flops=plain(whole.attention_flops / pp), comm_s=plain(whole.comm_s / pp),
         weight_bytes_resident=held.weight_bytes_resident, kv_bytes_resident=plain(whole.kv_bytes_resident / pp))
@@ -288,7 +289,7 @@ def prefill_chip_step(
     kv_dtype: str | float = "bf16",
     compute_dtype: str | None = None,
     activation_dtype: str = "bf16",
-) -> ChipStep:
+) -> Step:
     """One prefill pass of ``batch`` prompts on each chip of ``layout`` (bytes, FLOPs, comm): see :func:`prefill_bound`.
 
     Under pipeline parallelism the figures are one chip's: its stage's share
@@ -454,14 +455,14 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
             slope = f(t2) - f(t1)
             return f(t1) - slope * s1, slope
 
-        mem = line(lambda t: t.terms.kv_s + t.terms.weight_memory_s)
-        comp = line(lambda t: t.terms.attention_compute_s + t.terms.weight_compute_s)
-        kv, att = line(lambda t: t.terms.kv_s), line(lambda t: t.terms.attention_compute_s)
+        mem = line(lambda t: t.memory_s)
+        comp = line(lambda t: t.compute_s)
+        kv, att = line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s)
         first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
         steps = np.maximum(last - first + 1, 0)
-        fixed = t1.terms.overhead_s
+        fixed = t1.overhead_s
         strict = strict + _sum_max2_and_constant(mem, comp, t1.comm_s, first, last) + fixed * steps
-        weights_s = np.maximum(t1.terms.weight_memory_s, t1.terms.weight_compute_s)
+        weights_s = np.maximum(t1.weight_read_s, t1.weight_compute_s)
         no_overlap = no_overlap + _sum_max2(kv, att, first, last) + (fixed + weights_s + t1.comm_s) * steps
     return strict, no_overlap
 
@@ -484,7 +485,7 @@ def request_times(
     price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
-) -> RequestTimes:
+) -> Request:
     """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
 
     Parameters
@@ -508,7 +509,7 @@ def request_times(
 
     Returns
     -------
-    RequestTimes
+    Request
 
     Examples
     --------
@@ -528,7 +529,7 @@ def request_times(
 
 
 def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                   activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s, efficiency) -> RequestTimes:
+                   activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s, efficiency) -> Request:
     """:func:`request_times`'s body."""
     model, chip = as_presets(model, chip)
     layout = as_layout(layout)
@@ -555,7 +556,7 @@ def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link
         ttft = np.asarray(ttft)[..., back]
     decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
                                              layout, opts)
-    times = RequestTimes(
+    times = Request(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
@@ -576,7 +577,7 @@ class Frontier:
 
     Attributes
     ----------
-    requests : RequestTimes over the whole grid.
+    requests : Request over the whole grid.
     budget : the memory budget the cap used (:func:`kvmath.memory_budget`:
         ``"device"``, the marketed size, by default).
     memory_bytes : the bytes per chip that budget gives.
@@ -594,7 +595,7 @@ class Frontier:
     found : per shape, whether any batch fits and meets the limit.
     """
 
-    requests: RequestTimes
+    requests: Request
     budget: str
     memory_bytes: float
     max_batch: np.ndarray

@@ -19,7 +19,8 @@ import numpy as np
 
 from .hardware import Chip
 from .models import Model
-from .step import decode_step
+from .deployment import Deployment
+from .models import get_model
 from .validation import (ArrayLike, as_number, as_scalar, checked, instance, non_negative, one_int, plain,
                          positive, positive_int)
 
@@ -97,8 +98,7 @@ class Speculation:
 
 @checked
 def speculative_decode(
-    model: Model,
-    chip: Chip,
+    deployment: "Deployment",
     batch: ArrayLike,
     context: ArrayLike,
     gamma: int,
@@ -108,19 +108,19 @@ def speculative_decode(
     *,
     verify_tokens: int | None = None,
     tokens_per_step: ArrayLike | None = None,
-    **step_options,
 ) -> Speculation:
     """Speed-up of speculative decoding over plain decoding, both at their strict lower bounds.
 
-    ``draft`` runs ``gamma`` plain steps on the same chip before each verify
+    ``draft`` (a Model or preset name) runs ``gamma`` plain steps on the
+    same chips, in the same layout, before each verify
     step; ``None`` means a draft that costs nothing (n-gram lookup, or a
     multi-token-prediction head whose cost is folded into the target). The
     acceptance rate is an assumption about the data, so the speed-up is an
     estimate built from bounds, not a bound. An MoE target's verify step
     touches more experts than a plain step; both are charged the experts
     ``routing`` gives (uniform by default: the k-expert floor would make
-    the verify step as cheap as a plain one). ``step_options`` go to
-    :func:`kvmath.decode_step` for both models (``weights``, ``n_chips``, ...).
+    the verify step as cheap as a plain one). Both models' steps are
+    ``deployment.step`` (its layout, links and formats).
 
     Tree drafting (Medusa, EAGLE) verifies more tokens than it keeps:
     ``verify_tokens`` is the tokens per sequence the verify step runs
@@ -128,8 +128,8 @@ def speculative_decode(
     candidates verifies n + 1), and ``tokens_per_step`` a measured mean
     number of tokens each verify step yields (the papers' acceptance
     length, in [1, verify_tokens]), used instead of the chain's formula
-    (``acceptance`` must then be None). ``tokens_per_seq`` is not an option:
-    the plain step runs 1 and the verify step ``verify_tokens``.
+    (``acceptance`` must then be None). The plain step runs 1 token per
+    sequence and the verify step ``verify_tokens``.
 
     Examples
     --------
@@ -137,29 +137,32 @@ def speculative_decode(
     at batch 1, so the verify step costs about one plain step; at batch 1,024
     with short contexts the verify step is compute-bound and speculation loses.
 
-    >>> from kvmath import get_chip, get_model
-    >>> s = speculative_decode(get_model("llama-3-8b"), get_chip("h100-sxm"), [1, 1024], 128, 4, 0.8)
+    >>> from kvmath import Deployment
+    >>> dep = Deployment("llama-3-8b", "h100-sxm")
+    >>> s = speculative_decode(dep, [1, 1024], 128, 4, 0.8)
     >>> [round(float(x), 2) for x in s.speedup]
     [3.36, 0.67]
 
     A 63-candidate tree (64 tokens verified) yielding 3 tokens a step pays
     at batch 1 and loses by batch 16:
 
-    >>> t = speculative_decode(get_model("llama-3-8b"), get_chip("h100-sxm"), [1, 16], 128, 4, None,
-    ...                        verify_tokens=64, tokens_per_step=3.0)
+    >>> t = speculative_decode(dep, [1, 16], 128, 4, None, verify_tokens=64, tokens_per_step=3.0)
     >>> [round(float(x), 2) for x in t.speedup]
     [3.0, 0.88]
     """
+    instance("deployment", deployment, Deployment, "a Deployment")
     gamma = one_int("gamma", gamma)
-    if draft is not None:  # named as the draft, not as the model decode_step would call it
-        instance("draft", draft, Model, "a Model (get_model(name)) or None")
+    if draft is not None:  # named as the draft, not as the model a deployment would call it
+        draft = get_model(draft) if isinstance(draft, str) else instance("draft", draft, Model,
+                                                                       "a Model, a preset name or None")
+        try:
+            drafting = deployment.replace(model=draft)
+        except ValueError as err:
+            raise ValueError(f"draft: {err}") from None
     verify = gamma + 1 if verify_tokens is None else one_int("verify_tokens", verify_tokens)
     if verify < gamma + 1:
         raise ValueError(f"verify_tokens must be at least gamma + 1 = {gamma + 1} (the draft's tokens and the "
                          f"target's own), got {verify_tokens!r}")
-    if "tokens_per_seq" in step_options:  # each step's own: 1 for the plain step, verify_tokens for the verify step
-        raise ValueError(f"tokens_per_seq is set by speculative_decode (pass verify_tokens for the verify step), "
-                         f"got tokens_per_seq={step_options['tokens_per_seq']!r}")
     if tokens_per_step is None:
         if acceptance is None:
             raise ValueError("acceptance must be a number in [0, 1] (None only with tokens_per_step)")
@@ -173,11 +176,11 @@ def speculative_decode(
         if bad.any():  # a verify step keeps at least the target's own token and at most what it verified
             raise ValueError(f"tokens_per_step must be in [1, verify_tokens = {verify}], got {tokens_per_step!r}"[:300])
     batch = positive("batch", batch)
-    def step_s(m: Model, tokens: int) -> ArrayLike:
-        return decode_step(m, chip, batch, context, tokens_per_seq=tokens, routing=routing, **step_options).strict_step_s
+    def step_s(dep, tokens: int) -> ArrayLike:
+        return dep.step(batch, context, tokens_per_seq=tokens, routing=routing).strict_s
 
-    plain_step, verify_s = step_s(model, 1), step_s(model, verify)
-    draft_s = 0.0 if draft is None else gamma * step_s(draft, 1)
+    plain_step, verify_s = step_s(deployment, 1), step_s(deployment, verify)
+    draft_s = 0.0 if draft is None else gamma * step_s(drafting, 1)
     return Speculation(
         expected_tokens=expected,
         plain_step_s=plain_step,
@@ -188,14 +191,13 @@ def speculative_decode(
 
 
 def speculation_break_even_batch(
-    model: Model,
-    chip: Chip,
+    deployment: "Deployment",
     context: ArrayLike,
     gamma: int,
     acceptance: ArrayLike,
     draft: Model | None = None,
     routing: str = "uniform",
-    **step_options,
+    **options,
 ) -> float:
     """The batch at which speculative decoding stops paying: where its speed-up last falls to 1.
 
@@ -211,29 +213,29 @@ def speculation_break_even_batch(
     the speed-up (:func:`speculative_decode`, which broadcasts) and refined
     on finer grids: an estimate, like the speed-up it solves. Raises
     ``ValueError`` where speculation pays at 10**7 (no break-even below it)
-    or at no batch of the grid. ``step_options`` go to
-    :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``) and
-    :func:`kvmath.decode_step`; like ``context`` and ``acceptance``, each
-    must be one number (an array raises ``ValueError`` naming it).
+    or at no batch of the grid. ``options`` go to
+    :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``); like
+    ``context`` and ``acceptance``, each must be one number (an array raises
+    ``ValueError`` naming it).
 
     Examples
     --------
     Llama 3 8B on one H100 with a free draft, gamma = 4, a = 0.8, short contexts:
 
-    >>> from kvmath import get_chip, get_model
-    >>> round(speculation_break_even_batch(get_model("llama-3-8b"), get_chip("h100-sxm"), 128, 4, 0.8))
+    >>> from kvmath import Deployment
+    >>> round(speculation_break_even_batch(Deployment("llama-3-8b", "h100-sxm"), 128, 4, 0.8))
     254
     """
-    if "batch" in step_options:
-        raise ValueError(f"batch is what speculation_break_even_batch solves for, got batch={step_options['batch']!r}")
+    if "batch" in options:
+        raise ValueError(f"batch is what speculation_break_even_batch solves for, got batch={options['batch']!r}")
     # one break-even batch: every number but the batch grid must be one number (an array would broadcast
     # against the grid and make the crossing ambiguous)
-    for name, value in dict(context=context, acceptance=acceptance, **step_options).items():
+    for name, value in dict(context=context, acceptance=acceptance, **options).items():
         if value is not None and not isinstance(value, (str, dict, Model)) and np.ndim(value) != 0:
             as_scalar(name, value)  # the complaint about strings or ragged lists first, if there is one
     def gain(b):
-        return np.asarray(speculative_decode(model, chip, b, context, gamma, acceptance, draft, routing,
-                                             **step_options).speedup, dtype=float) - 1
+        return np.asarray(speculative_decode(deployment, b, context, gamma, acceptance, draft, routing,
+                                             **options).speedup, dtype=float) - 1
 
     lo_b, hi_b = 1.0, 1e7
     grid = np.geomspace(lo_b, hi_b, 8 * 24)  # eight points an octave

@@ -11,7 +11,6 @@ import dataclasses
 import datetime
 import difflib
 import functools
-import inspect
 import math
 import numbers
 import warnings
@@ -154,8 +153,10 @@ def whole(name: str, value, minimum: int = 1) -> int:
 
 
 def _shape(value) -> tuple | None:
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
         return None
+    if isinstance(value, np.ndarray):
+        return value.shape or None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -223,15 +224,19 @@ def checked(func):
     :class:`ResultOverflow` (a ``ValueError``) names the function and its
     inputs instead of returning inf.
     """
-    sig = inspect.signature(func)
+    code = func.__code__
+    # argument names by position, as Python binds them (no inspect on the import path or per call)
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    positional = code.co_varnames[:code.co_argcount]
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
+        if len(args) > len(positional):
             return func(*args, **kwargs)  # let Python word the arity error
-        inputs = {k: v for k, v in bound.arguments.items() if k != "self"}
+        inputs = {k: v for k, v in zip(positional, args) if k != "self"}
+        for k, v in kwargs.items():
+            if k in names and k != "self":
+                inputs[k] = v
         broadcast(**inputs)
         def overflow():
             shown = ", ".join(f"{k}={_show(v)}" for k, v in inputs.items())

@@ -1,4 +1,11 @@
-"""Decode cost: the bounds on one step, throughput and the critical batch size.
+"""The notes' closed forms, by the names the chapters cite: one decode step, the critical batch, the KV cache, prefill.
+
+These take plain numbers (bytes, parameters, bandwidth, FLOP/s) and
+broadcast over arrays; :class:`kvmath.Deployment` applies the same rules to
+a real model on real chips. The chapters use both: the formula to derive,
+the deployment to compute.
+
+Decode cost: the bounds on one step, throughput and the critical batch size.
 
 One decode *step* produces one token for each of the ``batch`` sequences. It
 must at least read every sequence's KV cache and the weights the step uses,
@@ -60,9 +67,22 @@ class StepBreakdown:
     overhead_s: ArrayLike
     step_s: ArrayLike
     strict_step_s: ArrayLike
-    bound: str | np.ndarray
-    attention_bound: str | np.ndarray
-    strict_bound: str | np.ndarray
+
+    # the labels are computed only when asked for: on a grid they are string arrays as large as the grid
+    @property
+    def bound(self) -> str | np.ndarray:
+        """Which weight term binds in the no-overlap form, "memory" or "compute" (equality: memory)."""
+        return _which(self.weight_memory_s, self.weight_compute_s)
+
+    @property
+    def attention_bound(self) -> str | np.ndarray:
+        """Which attention term binds in the no-overlap form."""
+        return _which(self.kv_s, self.attention_compute_s)
+
+    @property
+    def strict_bound(self) -> str | np.ndarray:
+        """Which resource binds in the strict form."""
+        return _which(self.kv_s + self.weight_memory_s, self.attention_compute_s + self.weight_compute_s)
 
 
 @checked
@@ -127,9 +147,6 @@ def step_breakdown(
         overhead_s=overhead_s,
         step_s=plain(overhead_s + np.maximum(kv_s, attention_compute_s) + np.maximum(weight_memory_s, weight_compute_s)),
         strict_step_s=plain(overhead_s + np.maximum(memory_s, compute_s)),
-        bound=_which(weight_memory_s, weight_compute_s),
-        attention_bound=_which(kv_s, attention_compute_s),
-        strict_bound=_which(memory_s, compute_s),
     )
 
 
@@ -155,9 +172,14 @@ def strict_step(
     >>> round(strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3, 2)  # the notes' 20.86 ms case
     18.27
     """
-    return step_breakdown(
-        batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops, attention_flops_per_seq
-    ).strict_step_s
+    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
+    attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
+    memory = batch * kv
+    memory = np.add(memory, p_bytes, out=_out(memory, p_bytes))
+    memory = np.divide(memory, w, out=_out(memory, w))
+    compute = batch * (attention + 2 * p_count)
+    compute = np.divide(compute, c, out=_out(compute, c))
+    return plain(np.maximum(memory, compute, out=_out(memory, compute)))
 
 
 @checked
@@ -208,7 +230,26 @@ def min_step(
     >>> round(min_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3, 2)
     20.86
     """
-    return step_breakdown(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops).step_s
+    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
+    # B KV / W + max(P_bytes / W, 2 P B / C), in place: the notes' formula and nothing else
+    weights = batch * (2 * p_count / c)
+    weights = np.maximum(weights, p_bytes / w, out=_out(weights, p_bytes / w))
+    attention = batch * (kv / w)
+    return plain(np.add(attention, weights, out=_out(attention, weights)))
+
+
+def _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops):
+    """The six arguments of the notes' step forms, checked and named."""
+    return (positive("batch", batch), non_negative("kv_bytes_per_seq", kv_bytes_per_seq),
+            positive("param_bytes", param_bytes), positive("param_count", param_count),
+            positive("bandwidth", bandwidth), positive("flops", flops))
+
+
+def _out(a, b):
+    """``a`` as the output of an elementwise op with ``b`` where it is an array of the full shape, else None."""
+    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+        return a
+    return None
 
 
 @checked
@@ -370,3 +411,122 @@ def arithmetic_intensity(flops: ArrayLike, bytes_moved: ArrayLike) -> ArrayLike:
     1.0
     """
     return positive("flops", flops) / positive("bytes_moved", bytes_moved)
+
+
+# ----- the KV cache -------------------------------------------------------------
+
+@checked
+def kv_bytes_per_token(
+    n_layers: ArrayLike, n_kv_heads: ArrayLike, head_dim: ArrayLike, bytes_per_elem: ArrayLike = 2
+) -> ArrayLike:
+    """Bytes of KV cache one token adds: ``2 * L * h_kv * d_h * b_kv``.
+
+    Parameters
+    ----------
+    n_layers : int or array
+        Transformer layers L.
+    n_kv_heads : int or array
+        Key/value heads h_kv (= query heads for MHA, 1 for MQA).
+    head_dim : int or array
+        Elements per head d_h.
+    bytes_per_elem : float or array
+        Bytes per cached element b_kv (2 for bf16, 1 for int8/fp8).
+
+    Returns
+    -------
+    float or ndarray
+        Bytes per token (the leading 2 counts K and V).
+
+    Examples
+    --------
+    >>> kv_bytes_per_token(32, 32, 128)  # codellama-7b in bf16
+    524288.0
+    >>> kv_bytes_per_token(32, 1, 128)   # the same with one KV head (MQA)
+    16384.0
+    """
+    n_layers = positive_int("n_layers", n_layers)
+    n_kv_heads = positive_int("n_kv_heads", n_kv_heads)
+    head_dim = positive_int("head_dim", head_dim)
+    bytes_per_elem = positive("bytes_per_elem", bytes_per_elem)
+    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_elem
+
+
+@checked
+def kv_bytes_per_seq(kv_bytes_per_token: ArrayLike, context: ArrayLike) -> ArrayLike:
+    """Bytes of KV cache one sequence of ``context`` tokens holds, in bytes.
+
+    Examples
+    --------
+    >>> kv_bytes_per_seq(524288, 8192) / 2**30  # GiB
+    4.0
+    """
+    return positive("kv_bytes_per_token", kv_bytes_per_token) * positive_int("context", context)
+
+
+@checked
+def kv_cache_bytes(kv_bytes_per_token: ArrayLike, context: ArrayLike, batch: ArrayLike) -> ArrayLike:
+    """Bytes of KV cache for ``batch`` sequences of ``context`` tokens each.
+
+    Both are counts of whole sequences and tokens (4.0 is fine, 4.5 is not).
+
+    Examples
+    --------
+    >>> kv_cache_bytes(524288, 8192, 16) / 1e9  # the thread's "67 GB"
+    68.719476736
+    """
+    return kv_bytes_per_seq(kv_bytes_per_token, context) * positive_int("batch", batch)
+
+
+# ----- prefill ---------------------------------------------------------------------
+
+@checked
+def prefill_flops(
+    prompt_len: ArrayLike,
+    param_count: ArrayLike,
+    n_layers: ArrayLike,
+    n_heads: ArrayLike,
+    head_dim: ArrayLike,
+    batch: ArrayLike = 1,
+) -> ArrayLike:
+    """FLOPs to prefill ``batch`` prompts of ``prompt_len`` tokens with causal attention.
+
+    Weights: ``2 * P * S`` per prompt. Attention: each token attends to the
+    tokens before it, ``4 * L * h * d_h * S^2 / 2`` per prompt.
+
+    ``param_count`` should be the parameters every prompt token multiplies
+    by. A preset's ``param_count()`` also counts the input embedding (a
+    lookup, no FLOPs) and the LM head (needed for the last position only);
+    for a strict lower bound pass the count without them.
+
+    Examples
+    --------
+    >>> prefill_flops(2048, 6.74e9, 32, 32, 128) / 1e12
+    28.70...
+    """
+    s = positive_int("prompt_len", prompt_len)
+    weights = 2 * positive("param_count", param_count) * s
+    attention = 2 * positive_int("n_layers", n_layers) * positive_int("n_heads", n_heads) * positive_int("head_dim", head_dim) * s**2
+    return positive_int("batch", batch) * (weights + attention)
+
+
+@checked
+def prefill_time(
+    flops_needed: ArrayLike,
+    flops: ArrayLike,
+    param_bytes: ArrayLike,
+    kv_bytes_written: ArrayLike,
+    bandwidth: ArrayLike,
+) -> ArrayLike:
+    """Lower bound on prefill time (time to first token), in seconds.
+
+    ``max(FLOPs / C, (P_bytes + KV bytes written) / W)``: the compute bound,
+    with the memory floor of reading the weights once and writing the cache.
+
+    Examples
+    --------
+    >>> round(prefill_time(28.7e12, 312e12, 13.48e9, 2048 * 524288, 2.039e12) * 1e3, 1)
+    92.0
+    """
+    compute_s = non_negative("flops_needed", flops_needed) / positive("flops", flops)
+    memory_s = (positive("param_bytes", param_bytes) + non_negative("kv_bytes_written", kv_bytes_written)) / positive("bandwidth", bandwidth)
+    return plain(np.maximum(compute_s, memory_s))

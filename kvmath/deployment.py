@@ -1,0 +1,710 @@
+"""One description of what is served and how, and every question asked of it.
+
+A :class:`Deployment` holds the model, the chip, the layout over chips, the
+links and the formats. It resolves preset names and checks everything once,
+when it is built, and precomputes what depends on the model alone (bytes per
+tensor group, each layer kind's cache and attention coefficients, the
+compute rate), so that a question costs a few numpy operations:
+
+>>> from kvmath import Deployment
+>>> dep = Deployment("llama-2-70b", "h100-sxm", "tp=8")
+>>> s = dep.step(64, 4096)
+>>> round(s.strict_s * 1e3, 3), s.binds
+(9.138, 'memory')
+
+Every step is a **lower bound** (:attr:`Step.is_lower_bound`) unless an
+efficiency below 1, an overhead or a routing other than ``"floor"`` is
+given: then it is an estimate, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from .hardware import Chip, get_chip
+from .links import Link, as_link, _allreduce_s, _all_to_all_s, _two_tier_all_to_all_s
+from .models import Model, Precision, _group_bytes, get_model
+from .moe import ROUTINGS, _touched
+from .layout import ParallelLayout, as_layout
+from .units import dtype_bytes
+from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
+
+#: Which resource binds the strict bound: the one whose time is the bound.
+RESOURCES = ("memory", "compute", "communication")
+
+_CHIP_LINK = object()  # Deployment's default link: the chip preset's own interconnect
+
+
+@dataclass(frozen=True)
+class Formats:
+    """How the weights, the cache and the activations are stored, and what the matmuls run at.
+
+    Attributes
+    ----------
+    weights : str, float or mapping
+        The weights' format: a name (``"bf16"``, ``"fp8"``, ``"q4_0"``),
+        bytes per weight, or a mapping from tensor group to either with an
+        optional ``"default"`` (see :data:`kvmath.models.WEIGHT_GROUPS`).
+    kv : str or float
+        The cache's format, or bytes per element.
+    compute : str, optional
+        The rate the matmuls run at; default each weight group's own
+        format's native rate (bf16 where the chip has none).
+    activations : str
+        The format the collectives move (default bf16).
+    dispatch : str, optional
+        The format of expert parallelism's dispatch (default ``activations``;
+        DeepSeek-V3 dispatches in fp8 and combines in bf16).
+    """
+
+    weights: Precision = "bf16"
+    kv: str | float = "bf16"
+    compute: str | None = None
+    activations: str = "bf16"
+    dispatch: str | None = None
+
+
+def _bytes_per_elem(name: str, value) -> float:
+    if isinstance(value, str):
+        return dtype_bytes(value, argument=name)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a format name or bytes per element, got {value!r}")
+    return float(positive(name, value))
+
+
+def _link_or_none(name: str, link) -> Link | None:
+    if link is None:
+        return None
+    try:
+        return as_link(link)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+
+
+class Deployment:
+    """A model served on chips: model, chip, layout, links and formats, checked once.
+
+    Parameters
+    ----------
+    model : Model or str
+        The model, or a preset name (``"llama-3-8b"``).
+    chip : Chip or str
+        One chip of the deployment, or a preset name.
+    layout : ParallelLayout or str, optional
+        How the model spreads over chips (``"tp=8"``, ``"tp=8,pp=2"``,
+        ``ParallelLayout(dp=144, ep=144)``); default one chip.
+    link : Link, str or None
+        The links between chips of one node; default the chip preset's own
+        interconnect (NVLink 4 for an H100 SXM). ``None`` counts no
+        communication at all (the bound is then looser, never wrong).
+    node_link : Link, str or None
+        The links between nodes (one chip's network port); default the same
+        as ``link``: the whole layout on one fabric.
+    chips_per_node : int, optional
+        Chips one node holds; default every chip of the layout. A collective
+        over a group that fits in a node uses ``link``, one that spans nodes
+        ``node_link``; the pipeline hop crosses nodes once a stage fills one.
+    formats : Formats, optional
+        How weights, cache and activations are stored (default all bf16).
+    weights, kv, compute : optional
+        Shorthand for the fields of ``formats`` (not both).
+
+    Examples
+    --------
+    >>> dep = Deployment("llama-3-8b", "rtx-4090")
+    >>> round(dep.step(1, 256).tokens_per_s, 1)   # llama.cpp measured 65.21 (PR #15131)
+    67.0
+    """
+
+    __slots__ = ("model", "chip", "layout", "link", "node_link", "chips_per_node", "formats", "_plan", "flops",
+                 "b_act", "b_dispatch")
+
+    def __init__(self, model: Model | str, chip: Chip | str, layout: ParallelLayout | str | None = None, *,
+                 link: Link | str | None = _CHIP_LINK, node_link: Link | str | None = _CHIP_LINK,
+                 chips_per_node: int | None = None, formats: Formats | None = None,
+                 weights: Precision | None = None, kv: str | float | None = None, compute: str | None = None):
+        model = get_model(model) if isinstance(model, str) else instance("model", model, Model, "a Model or a preset name")
+        chip = get_chip(chip) if isinstance(chip, str) else instance("chip", chip, Chip, "a Chip or a preset name")
+        try:
+            layout = as_layout(layout).check(model)
+        except ValueError as err:
+            raise ValueError(f"layout: {err}") from None
+        shorthand = {k: v for k, v in (("weights", weights), ("kv", kv), ("compute", compute)) if v is not None}
+        if formats is None:
+            formats = Formats(**shorthand)
+        else:
+            instance("formats", formats, Formats, "a Formats(weights=..., kv=...)")
+            if shorthand:
+                raise ValueError(f"give {sorted(shorthand)} either in formats or as arguments, not both")
+        link = chip.link if link is _CHIP_LINK else _link_or_none("link", link)
+        node_link = link if node_link is _CHIP_LINK else _link_or_none("node_link", node_link)
+        if chips_per_node is None:
+            chips_per_node = layout.n_chips
+        else:
+            chips_per_node = int(positive_int("chips_per_node", chips_per_node))
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "chip", chip)
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "link", link)
+        object.__setattr__(self, "node_link", node_link)
+        object.__setattr__(self, "chips_per_node", chips_per_node)
+        object.__setattr__(self, "formats", formats)
+        object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
+        from .step import compute_rate  # the one rule for a step's FLOP rate
+
+        object.__setattr__(self, "flops", compute_rate(chip, formats.weights, formats.compute, model))
+        object.__setattr__(self, "b_act", dtype_bytes(formats.activations, argument="activations"))
+        object.__setattr__(self, "b_dispatch", self.b_act if formats.dispatch is None
+                           else dtype_bytes(formats.dispatch, argument="dispatch"))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a Deployment is immutable: build a new one with .replace(...)")
+
+    def __repr__(self) -> str:
+        links = "" if self.link is None else f", link={self.link.name!r}"
+        return (f"Deployment({self.model.name!r}, {self.chip.name!r}, {self.layout!r}{links}, "
+                f"formats={self.formats!r})")
+
+    def replace(self, **changes) -> "Deployment":
+        """A copy with some of the constructor's arguments changed (checked again)."""
+        args = {"model": self.model, "chip": self.chip, "layout": self.layout, "link": self.link,
+                "node_link": self.node_link, "chips_per_node": self.chips_per_node, "formats": self.formats}
+        if "chips_per_node" not in changes and "layout" in changes and self.chips_per_node == self.layout.n_chips:
+            args["chips_per_node"] = None  # a one-node default follows the new layout
+        if "link" in changes and "node_link" not in changes and self.node_link is self.link:
+            args["node_link"] = _CHIP_LINK
+        args.update(changes)
+        return Deployment(**args)
+
+    @property
+    def n_chips(self) -> int:
+        """Chips the deployment uses."""
+        return self.layout.n_chips
+
+    # ----- the decode step ----------------------------------------------------
+
+    def step(self, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
+             routing: str = "floor", efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0) -> "Step":
+        """One decode step of ``batch`` sequences of ``context`` cached tokens each, on the busiest chip.
+
+        Parameters
+        ----------
+        batch, context : float or array
+            Sequences decoded together (B) and tokens in each one's cache (S);
+            real-valued for smooth sweeps; arrays broadcast.
+        tokens_per_seq : float or array
+            Tokens each sequence pushes through the weights: gamma + 1 for a
+            speculative verify step (more FLOPs and experts, the same cache).
+        routing : str
+            Which MoE expert reads to charge: ``"floor"`` (top-k per layer: the
+            strict bound), ``"uniform"`` (an estimate) or ``"ceiling"``.
+        efficiency, overhead_s : float or array
+            Achieved fraction of peak bandwidth, and a fixed time per step:
+            with either, the step is an estimate, not a bound.
+
+        Returns
+        -------
+        Step
+            A lower bound (``is_lower_bound``) unless an estimate was asked for.
+        """
+        batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq)
+        routing = choice("routing", routing, ROUTINGS)
+        efficiency = fraction("efficiency", efficiency)
+        overhead_s = non_negative("overhead_s", overhead_s)
+        plan = self._plan
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            step = plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(np.ceil(context)),
+                              plan.attention_per_token(context) * tokens_per_seq, bandwidth=self.chip.bandwidth * efficiency,
+                              flops=self.flops, comm=self._comm, routing=routing, overhead_s=overhead_s,
+                              is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)
+                                                  and routing == "floor"))
+        if not (np.all(np.isfinite(step.strict_s)) and np.all(np.isfinite(step.no_overlap_s))):
+            raise ResultOverflow(f"step: the result overflows float64 (it would be inf) for batch={_show(batch)}, "
+                                 f"context={_show(context)}; use smaller numbers")
+        return step
+
+    def strict_s(self, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1) -> ArrayLike:
+        """The strict lower bound on one decode step alone, seconds: :attr:`Step.strict_s` without the rest.
+
+        For grids too large to keep every term of :meth:`step`: it keeps
+        about two arrays of the grid's shape alive at a time.
+        """
+        batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            out = self._strict_only(batch, context, tokens_per_seq)
+        if not np.all(np.isfinite(out)):
+            raise ResultOverflow(f"strict_s: the result overflows float64 for batch={_show(batch)}, "
+                                 f"context={_show(context)}; use smaller numbers")
+        return out
+
+    def _strict_only(self, batch, context, tokens_per_seq):
+        """:meth:`Plan.pass_`'s strict bound for a plain decode step, with at most two grid-sized arrays alive."""
+        plan, lay = self._plan, self.layout
+        micro = plan.micro(batch)
+        tokens = micro * tokens_per_seq
+        kv_seq = plan.kv_per_seq(np.ceil(context))
+        if lay.kv_split == "batch":
+            seqs = np.minimum(micro, np.ceil(micro / lay.tp))
+            memory, compute = seqs * kv_seq, seqs * plan.attention_per_token(context)
+            memory /= lay.cp
+            compute *= tokens_per_seq / lay.cp
+        else:
+            memory = micro * plan._chip_share(kv_seq)
+            memory /= lay.cp
+            compute = micro * plan.attention_per_token(context)
+            compute *= tokens_per_seq / plan.g
+        fixed = plan.fixed_read + np.minimum(tokens, plan.n_positions) * plan.position_row
+        if plan.embedding_row:
+            fixed = fixed + np.minimum(tokens, plan.vocab) * plan.embedding_row
+        memory += fixed / plan.g
+        if plan.n_experts:
+            ways = lay.ep if lay.ep > 1 else plan.g
+            memory += _touched(plan.n_experts, plan.top_k, tokens * (lay.dp if lay.ep > 1 else 1), "floor") \
+                * plan.expert_bytes / ways
+        memory /= self.chip.bandwidth
+        routed = 2 * tokens * lay.dp * plan.routed_active / lay.ep if lay.ep > 1 else 2 * tokens * plan.routed_active / plan.g
+        compute += 2 * tokens * plan.dense_active / plan.g + routed
+        if plan.cp_combine:
+            compute += lay.cp * plan.cp_combine * tokens
+        compute /= self.flops
+        out = np.maximum(memory, compute, out=memory) if isinstance(memory, np.ndarray) and \
+            memory.shape == np.broadcast_shapes(np.shape(memory), np.shape(compute)) else np.maximum(memory, compute)
+        comm_s = self._comm(tokens)
+        if np.ndim(comm_s) or comm_s:
+            out = np.maximum(out, comm_s, out=out) if isinstance(out, np.ndarray) else np.maximum(out, comm_s)
+        return out
+
+    # ----- the other questions, each asked of the same deployment ----------------
+
+    def prefill(self, batch: ArrayLike, input_tokens: ArrayLike) -> "Step":
+        """One prefill pass of ``batch`` prompts of ``input_tokens`` each, on one chip of the first stage.
+
+        A :class:`Step` whose ``tokens_per_seq`` is the prompt (every prompt
+        token through the weights, logits for the last), ``context`` the
+        cache it writes, and whose ``strict_s`` bounds the pass; under
+        pipeline parallelism a chip does its stage's ``1 / pp`` share. The
+        time to the first token, with chunking and the pipeline's fill, is
+        :meth:`request`'s ``ttft_s``.
+        """
+        from .requests import prefill_chip_step
+
+        return prefill_chip_step(self.model, self.chip, batch, input_tokens, layout=self.layout, link=self.link,
+                                 **self._options())
+
+    def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
+                efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0) -> "Request":
+        """A batch of whole requests: prefill, then ``output_tokens - 1`` decode steps (:class:`Request`).
+
+        ``chunk_tokens`` runs the prompt in chunks (each re-reads the
+        weights); a price per chip-hour adds the cost per million tokens.
+        Lower bounds unless an efficiency or overhead is given.
+        """
+        from .requests import request_times
+
+        return request_times(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
+                             link=self.link, chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour,
+                             efficiency=efficiency, overhead_s=overhead_s, **self._options())
+
+    def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
+                   chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
+        """One step of continuous batching: ``batch`` decode sequences plus a prompt chunk (:class:`kvmath.batching.MixedStep`).
+
+        With ``chunk_tokens = 0`` it is :meth:`step`'s decode step.
+        """
+        from .batching import mixed_step
+
+        return mixed_step(self.model, self.chip, batch, context, chunk_tokens, chunk_start, layout=self.layout,
+                          link=self.link, overhead_s=overhead_s, **self._options())
+
+    def steady_state(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                     price_per_chip_hour: ArrayLike | None = None, overhead_s: ArrayLike = 0.0):
+        """Continuous batching at ``batch`` requests in flight (:class:`kvmath.batching.SteadyState`)."""
+        from .batching import steady_state
+
+        return steady_state(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
+                            link=self.link, price_per_chip_hour=price_per_chip_hour, overhead_s=overhead_s,
+                            **self._options())
+
+    def frontier(self, input_tokens: ArrayLike, output_tokens: ArrayLike, *, batch: ArrayLike | None = None,
+                 tpot_limit_s: float | None = None, chunk_tokens: int | None = None, budget: str = "device",
+                 hbm_bytes: float | None = None, price_per_chip_hour: float | None = None) -> "Frontier":
+        """Throughput per chip against tokens/s per user as the batch grows, capped by memory (:class:`Frontier`)."""
+        from .requests import serving_frontier
+
+        return serving_frontier(self.model, self.chip, input_tokens, output_tokens, batch=batch,
+                                tpot_limit_s=tpot_limit_s, layout=self.layout, link=self.link,
+                                chunk_tokens=chunk_tokens, budget=budget, hbm_bytes=hbm_bytes,
+                                price_per_chip_hour=price_per_chip_hour, **self._options())
+
+    def critical_batch(self, routing: str = "uniform") -> float:
+        """The batch at which the weight matmuls take as long as reading the weights they touch (one chip's).
+
+        ``C b_w / (2 W)`` for a dense model; for MoE the bytes grow with
+        the batch until every expert is touched (``routing="uniform"``, an
+        estimate, by default).
+        """
+        from .step import model_critical_batch
+
+        return model_critical_batch(self.model, self.chip, self.formats.weights, self.formats.compute, routing)
+
+    def speculate(self, batch: ArrayLike, context: ArrayLike, gamma: int, acceptance: ArrayLike,
+                  draft: Model | str | None = None, routing: str = "uniform", *, verify_tokens: int | None = None,
+                  tokens_per_step: ArrayLike | None = None):
+        """Speculative decoding against plain decoding on this deployment (:class:`kvmath.speculative.Speculation`)."""
+        from .speculative import speculative_decode
+
+        return speculative_decode(self, batch, context, gamma, acceptance, draft, routing,
+                                  verify_tokens=verify_tokens, tokens_per_step=tokens_per_step)
+
+    def _options(self) -> dict:
+        f = self.formats
+        return dict(weights=f.weights, kv_dtype=f.kv, compute_dtype=f.compute, activation_dtype=f.activations)
+
+    # ----- communication --------------------------------------------------------
+
+    def _comm(self, tokens: ArrayLike) -> ArrayLike:
+        """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
+        return comm_s(self.model, self.layout, tokens, link=self.link, node_link=self.node_link,
+                      chips_per_node=self.chips_per_node, b_act=self.b_act, b_dispatch=self.b_dispatch)
+
+
+def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Link | None, node_link: Link | None,
+           chips_per_node: int, b_act: float, b_dispatch: float) -> ArrayLike:
+    """Lower bound on one chip's communication in a pass of ``tokens`` tokens (per chip, per pass), seconds.
+
+    Tensor parallelism's two all-reduces per layer of ``T d b_act`` bytes
+    over ``g = tp * cp`` chips (with ``ep > 1`` an MoE layer's second is a
+    dispatch and a combine all-to-all of ``T k d b / g`` over ``ep`` chips);
+    one log-sum-exp combine per layer over ``cp`` chips; ``pp - 1``
+    point-to-point sends of ``T d b_act``. All are on one chain, so their
+    latencies add. Chips fill nodes of ``chips_per_node`` in the order tp,
+    cp, dp, pp: a collective whose group fits in a node uses ``link``, one
+    that spans nodes ``node_link`` (expert parallelism's all-to-all across
+    nodes takes the two-tier bound of :func:`kvmath.links._two_tier_all_to_all_s`).
+    0 without a link.
+    """
+    lay, m = layout, model
+    g, L = lay.weight_shards, m.n_layers
+    if link is None or (g == 1 and lay.pp == 1 and lay.ep == 1):
+        return 0.0
+
+    def over(size: int) -> Link | None:
+        return link if size <= chips_per_node else node_link
+
+    activation = tokens * (m.d_model * b_act)
+    moe_layers = (L - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
+    comm = 0.0
+    if g > 1:
+        comm = (2 * L - moe_layers) * _allreduce_s(activation, g, over(g))
+    if moe_layers:
+        per_chip = tokens * (m.top_k * m.d_model) / g
+        if chips_per_node < lay.ep and node_link is not link:
+            hop = sum(_two_tier_all_to_all_s(per_chip * b, lay.ep, chips_per_node, node_link, link)
+                      for b in (b_dispatch, b_act))
+        else:
+            hop = sum(_all_to_all_s(per_chip * b, lay.ep, over(lay.ep)) for b in (b_dispatch, b_act))
+        comm = comm + moe_layers * hop
+    if lay.cp > 1:
+        d_v = m.v_head_dim or m.head_dim
+        partial = tokens * (m.n_heads / lay.tp * (d_v + 1) * b_act)
+        comm = comm + L * _allreduce_s(partial, lay.cp, over(lay.tp * lay.cp))
+    if lay.pp > 1:
+        # stages fill nodes in order: the hops that cross a node boundary take node_link
+        stage = lay.tp * lay.cp * lay.dp
+        crossing = lay.pp - 1 if stage >= chips_per_node else max(0, -(-lay.pp * stage // chips_per_node) - 1)
+        for hops, hop_link in ((lay.pp - 1 - crossing, link), (crossing, node_link)):
+            if hops and hop_link is not None:
+                comm = comm + hops * (activation / hop_link.bandwidth + hop_link.latency_s)
+    return comm
+
+
+def _show(value) -> str:
+    return repr(value) if np.ndim(value) == 0 else f"an array of shape {np.shape(value)}"
+
+
+def _shape_args(batch, context, tokens_per_seq):
+    """The step's shape, checked: positive finite numbers or arrays of them."""
+    return positive("batch", batch), positive("context", context), positive("tokens_per_seq", tokens_per_seq)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decode step on the busiest chip of a deployment: what it moves and computes, and how long at least.
+
+    Times are in seconds, bytes and FLOPs per chip; each field is a float or
+    an array of the broadcast shape of the step's inputs.
+
+    Attributes
+    ----------
+    batch, context, tokens_per_seq : the step's shape.
+    micro_batch : sequences the chip's weights see per pass (``B`` on one
+        chip; ``max(ceil(B / dp) / pp, 1)`` under data and pipeline parallelism).
+    weight_bytes_read, kv_bytes_read : bytes the chip reads.
+    weight_flops, attention_flops : FLOPs the chip does.
+    weight_bytes_resident, kv_bytes_resident : bytes the chip holds.
+    kv_read_s, weight_read_s : reading the cache and the weights at the
+        chip's bandwidth.
+    weight_compute_s, attention_compute_s : the weight matmuls and
+        attention's math at the chip's FLOP rate.
+    comm_s : the chain of communication between chips (0 if none counted).
+    overhead_s : the fixed overhead given (0 for a bound).
+    strict_s : the strict lower bound, ``overhead + max(all bytes / W,
+        all FLOPs / C, comm_s)``: each resource works in parallel.
+    no_overlap_s : the no-overlap form, ``overhead + max(kv_read_s,
+        attention_compute_s) + max(weight_read_s, weight_compute_s) + comm_s``:
+        the notes' min-step, an upper estimate of a bound.
+    is_lower_bound : False where an efficiency, an overhead or a routing
+        estimate was given.
+    n_chips : chips of the deployment.
+    bandwidth, flops : the chip's rates the times use (bandwidth times any efficiency given).
+    """
+
+    batch: ArrayLike
+    context: ArrayLike
+    tokens_per_seq: ArrayLike
+    micro_batch: ArrayLike
+    weight_bytes_read: ArrayLike
+    kv_bytes_read: ArrayLike
+    weight_flops: ArrayLike
+    attention_flops: ArrayLike
+    weight_bytes_resident: float
+    kv_bytes_resident: ArrayLike
+    kv_read_s: ArrayLike
+    weight_read_s: ArrayLike
+    weight_compute_s: ArrayLike
+    attention_compute_s: ArrayLike
+    comm_s: ArrayLike
+    overhead_s: ArrayLike
+    strict_s: ArrayLike
+    no_overlap_s: ArrayLike
+    is_lower_bound: bool
+    n_chips: int
+    bandwidth: ArrayLike
+    flops: float
+
+    @property
+    def memory_s(self) -> ArrayLike:
+        """All the chip's reads at its bandwidth: kv_read_s + weight_read_s."""
+        return self.kv_read_s + self.weight_read_s
+
+    @property
+    def compute_s(self) -> ArrayLike:
+        """All the chip's math at its FLOP rate: weight_compute_s + attention_compute_s."""
+        return self.weight_compute_s + self.attention_compute_s
+
+    @property
+    def binds(self) -> str | np.ndarray:
+        """What sets the strict bound: ``"memory"``, ``"compute"`` or ``"communication"`` (ties: in that order)."""
+        return binds(self.memory_s, self.compute_s, self.comm_s)
+
+    @property
+    def tokens_per_s(self) -> ArrayLike:
+        """Sequences times steps per second at the strict bound, B / strict_s: tokens per second for a decode step."""
+        return self.batch / self.strict_s
+
+    @property
+    def memory_bytes(self) -> ArrayLike:
+        """Bytes the chip holds: its weights and its share of the cache."""
+        return self.weight_bytes_resident + self.kv_bytes_resident
+
+    def to_dict(self) -> dict:
+        """Every field and property by its attribute name, arrays as lists (the CLI's ``--json``)."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        for name in ("memory_s", "compute_s", "binds", "tokens_per_s", "memory_bytes"):
+            out[name] = _plain(getattr(self, name))
+        return out
+
+
+def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
+    """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
+
+    The one rule for "what binds" everywhere (steps, prefill passes, the CLI).
+
+    Examples
+    --------
+    >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
+    ('memory', 'memory', 'communication')
+    """
+    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
+    which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
+    if which.ndim == 0:
+        return RESOURCES[int(which)]
+    return np.array(RESOURCES)[which]
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class _Plan:
+    """What a deployment's passes need that depends on the model, layout and formats alone.
+
+    Built once per Deployment (and by :func:`kvmath.parallel.chip_step`);
+    :meth:`pass_` then runs on numbers and arrays checked at the boundary,
+    with no further checks. This is the one step model: decode steps,
+    verify steps, prefill passes and mixed steps are all passes of it.
+    """
+
+    def __init__(self, model: Model, layout: ParallelLayout, weights: Precision, b_kv: float):
+        m, lay = model, layout
+        self.model, self.layout, self.b_kv = m, lay, b_kv
+        per_weight = _group_bytes(weights, m.tied_embeddings)
+        groups = m.param_groups()
+        g = lay.weight_shards
+        self.g = g
+        # weights read: fixed groups, plus embedding rows and position rows per token, plus routed experts
+        fixed = sum(groups[n] * per_weight[n] for n in ("attention", "mlp", "shared_experts", "router", "norms"))
+        self.lm_head_read = m.vocab * m.d_model * per_weight["lm_head"]
+        self.fixed_read = fixed + self.lm_head_read
+        self.embedding_row = 0.0 if m.tied_embeddings else m.d_model * per_weight["embedding"]
+        self.vocab, self.n_positions = m.vocab, m.n_positions
+        self.position_row = m.d_model * per_weight["positions"]
+        self.n_experts, self.top_k = m.n_experts or 0, m.top_k or 0
+        self.expert_bytes = groups["experts"] / m.n_experts * per_weight["experts"] if m.n_experts else 0.0
+        # FLOPs: dense matmul parameters split g ways; routed ones g ways, or ep ways over the stage's tokens
+        self.routed_active = groups["experts"] * (m.top_k or 0) / (m.n_experts or 1)
+        self.dense_active = m.matmul_params_per_token() - self.routed_active
+        self.lm_head_params = m.vocab * m.d_model
+        # the cache and attention, by layer kind: {(coefficient, window or None): layers}
+        self.kv_terms, self.flop_terms, self.state_bytes, self.state_flops = _layer_terms(m)
+        self.state_heads = min((s.n_heads for s in m.layer_specs() if s.kind == "linear"), default=0)
+        self.kv_heads = 1 if m.attention == "mla" else m.n_kv_heads
+        self.cp_combine = ((2 * (m.v_head_dim or m.head_dim) + 4) * m.n_heads / lay.tp * m.n_layers
+                           if lay.cp > 1 else 0.0)
+        # resident weights: the largest stage's layers, plus the tables
+        resident = m.weight_bytes_resident_by_group(weights)
+        self.stage = np.ceil(m.n_layers / lay.pp) / m.n_layers
+        tables = resident["embedding"] + resident["lm_head"] + resident["positions"]
+        if lay.pp > 1:
+            tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
+        layer_groups = sum(resident.values()) - resident["embedding"] - resident["lm_head"] - resident["positions"]
+        copies = (m.n_experts + lay.redundant_experts) / m.n_experts if m.n_experts else 1
+        routed_resident = resident["experts"] * copies * self.stage / (lay.ep if lay.ep > 1 else g)
+        self.weight_resident = ((layer_groups - resident["experts"]) * self.stage + tables) / g + routed_resident
+
+    def kv_per_seq(self, context):
+        """Cache bytes one sequence of ``context`` (whole) tokens holds, windows applied, linear states included."""
+        total = self.state_bytes
+        for (coefficient, window), layers in self.kv_terms.items():
+            held = context if window is None else np.minimum(context, window)
+            total = total + (coefficient * self.b_kv * layers) * held
+        return total
+
+    def attention_per_token(self, context):
+        """Attention FLOPs of one new token over a ``context``-token cache, all layers."""
+        total = self.state_flops
+        for (coefficient, window), layers in self.flop_terms.items():
+            held = context if window is None else np.minimum(context, window)
+            total = total + (coefficient * layers) * held
+        return total
+
+    def _chip_share(self, kv_seq):
+        """The part of one sequence's cache ``kv_seq`` a chip holds when a tp group splits it by heads."""
+        tp = self.layout.tp
+        share = np.ceil(self.kv_heads / tp) / self.kv_heads
+        if self.state_bytes and tp > 1:
+            # a linear layer's state splits by its own heads (evenly where they are unknown), the rest by KV heads
+            state_share = np.ceil(self.state_heads / tp) / self.state_heads if self.state_heads else 1 / tp
+            return (kv_seq - self.state_bytes) * share + self.state_bytes * state_share
+        return kv_seq * share
+
+    def micro(self, batch):
+        """Sequences per pass on a chip: B, or max(ceil(B / dp) / pp, 1) under dp and pp (unrounded)."""
+        lay = self.layout
+        if lay.dp == 1 and lay.pp == 1:
+            return batch
+        per_group = np.maximum(np.ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
+        if lay.pp == 1:
+            return per_group
+        return np.maximum(per_group / lay.pp, np.minimum(per_group, 1))
+
+    def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
+              routing="floor", overhead_s=0.0, lm_head_tokens=None, is_lower_bound=True) -> "Step":
+        """One pass of ``batch`` sequences: per-sequence cache ``kv_seq`` and attention FLOPs given.
+
+        ``lm_head_tokens`` (default ``tokens_per_seq``): tokens per sequence
+        that need logits; 0 (a prompt chunk before the last) reads and
+        multiplies by no LM head.
+        """
+        lay, g = self.layout, self.g
+        micro = self.micro(batch)
+        tokens = micro * tokens_per_seq
+        # weights read
+        read = self.fixed_read + np.minimum(tokens, self.n_positions) * self.position_row
+        if self.embedding_row:
+            read = read + np.minimum(tokens, self.vocab) * self.embedding_row
+        if lm_head_tokens is not None:
+            read = read - np.where(lm_head_tokens == 0, self.lm_head_read, 0.0)
+        weight_read = read / g
+        if self.n_experts:
+            if lay.ep > 1:
+                touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
+                weight_read = weight_read + touched * self.expert_bytes / lay.ep
+            else:
+                weight_read = weight_read + _touched(self.n_experts, self.top_k, tokens, routing) * self.expert_bytes / g
+        # FLOPs
+        if lay.ep > 1:
+            weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * lay.dp * self.routed_active / lay.ep
+        else:
+            weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * self.routed_active / g
+        if lm_head_tokens is not None:
+            weight_flops = weight_flops - 2 * micro * (tokens_per_seq - lm_head_tokens) * self.lm_head_params / g
+        # the cache and attention: split by heads over tp (or by sequences), by position over cp
+        if lay.kv_split == "batch":
+            seqs = np.minimum(micro, np.ceil(micro / lay.tp))
+            kv_read = seqs * kv_seq / lay.cp
+            attention = seqs * attention_per_seq / lay.cp
+        else:
+            kv_read = micro * self._chip_share(kv_seq) / lay.cp
+            attention = micro * attention_per_seq / g
+        if self.cp_combine:
+            attention = attention + lay.cp * self.cp_combine * tokens
+        comm_s = comm(tokens)
+        kv_s, w_s = kv_read / bandwidth, weight_read / bandwidth
+        wc_s, ac_s = weight_flops / flops, attention / flops
+        strict = overhead_s + np.maximum(np.maximum(kv_s + w_s, ac_s + wc_s), comm_s)
+        no_overlap = overhead_s + np.maximum(kv_s, ac_s) + np.maximum(w_s, wc_s) + comm_s
+        # what the chip holds: the largest stage's share of its sequences' caches
+        seqs_held = np.maximum(1, np.ceil(batch / lay.dp)) if lay.dp > 1 else batch
+        if lay.kv_split == "batch":
+            kv_resident = np.minimum(seqs_held, np.ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
+        else:
+            kv_resident = seqs_held * self._chip_share(kv_seq) / lay.cp * self.stage
+        return Step(batch=batch, context=context, tokens_per_seq=tokens_per_seq, micro_batch=micro,
+                    weight_bytes_read=weight_read, kv_bytes_read=kv_read, weight_flops=weight_flops,
+                    attention_flops=attention, weight_bytes_resident=self.weight_resident,
+                    kv_bytes_resident=kv_resident, kv_read_s=kv_s, weight_read_s=w_s, weight_compute_s=wc_s,
+                    attention_compute_s=ac_s, comm_s=comm_s + 0 * strict, overhead_s=overhead_s,
+                    strict_s=strict, no_overlap_s=no_overlap, is_lower_bound=is_lower_bound, n_chips=lay.n_chips,
+                    bandwidth=bandwidth, flops=flops)
+
+
+def _layer_terms(model: Model):
+    """Each layer kind's cache bytes and attention FLOPs per held token, counted once per kind.
+
+    Returns ``(kv_terms, flop_terms, state_bytes, state_flops)``: the first two
+    map ``(coefficient, window)`` (window None: the whole context) to a count
+    of layers; the last two are linear layers' fixed per-sequence figures.
+    """
+    from collections import Counter
+
+    kv, flops = Counter(), Counter()
+    state_bytes = state_flops = 0.0
+    for spec, count in Counter(model.layer_specs()).items():
+        if spec.kind == "linear":
+            state_bytes += count * spec.state_bytes
+            state_flops += count * spec.state_flops
+            continue
+        window = spec.window if spec.kind in ("sliding", "chunked") else None
+        kv[(spec.elems_per_token(), window)] += count
+        flops[(spec.flops_per_cached_token(), window)] += count
+    return dict(kv), dict(flops), state_bytes, state_flops
