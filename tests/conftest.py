@@ -66,7 +66,7 @@ def built_book() -> Path:
 @pytest.fixture(scope="session")
 def browser():
     """Headless Debian Chromium (/usr/bin/chromium) driven by Playwright."""
-    from sitecheck import CHROMIUM, launch_browser
+    from tests.browser.sitecheck import CHROMIUM, launch_browser
 
     if not Path(CHROMIUM).exists():
         message = f"{CHROMIUM} not found: `make test` installs it (apt-get install chromium)"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kvmath as km
-from test_hf_config import DEEPSEEK, GEMMA2, LLAMA, MIXTRAL, NEXT, edited, path
+from tests.unit.test_hf_config import DEEPSEEK, GEMMA2, LLAMA, MIXTRAL, NEXT, edited, path
 
 GPT_OSS = json.loads(path("openai--gpt-oss-20b").read_text())
 GEMMA3 = json.loads(path("google--gemma-3-12b-it").read_text())

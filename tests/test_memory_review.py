@@ -11,8 +11,8 @@ from kvmath import GiB, get_chip, get_model
 from kvmath.memory import (
     memory_budget, runtime_total_bytes, vllm_engine, vllm_kv_cache, vllm_kv_groups, vllm_page_bytes,
 )
-from test_hf_config import NEXT, edited
-from test_hf_config_review import GPT_OSS
+from tests.unit.test_hf_config import NEXT, edited
+from tests.unit.test_hf_config import GPT_OSS
 
 LLAMA_3_8B = get_model("llama-3-8b")
 

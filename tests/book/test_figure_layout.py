@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 from kvmath import plots  # noqa: E402
 from kvmath.interactive import Choice, Slider, interactive_figure  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_clean_figure_has_no_problems():

@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import kvmath
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import handout  # noqa: E402
-import workshop_pages  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+import handout
+import workshop_pages
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -107,9 +107,7 @@ def test_committed_notebook_is_under_200_kb(path):
 def test_refresh_small_keeps_the_checked_text_and_drops_images(tmp_path):
     """--small on a copy of the sample chapter: executed, checked text kept, no images, < 200 KB."""
     import shutil
-    import sys
 
-    sys.path.insert(0, str(ROOT / "scripts"))
     from refresh_notebooks import refresh
 
     source = ROOT / "notebooks" / "00_sample_rhythm.ipynb"

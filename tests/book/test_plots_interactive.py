@@ -12,8 +12,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from kvmath import plots  # noqa: E402
-from kvmath.interactive import Choice, InteractiveFigure, Slider, interactive_figure  # noqa: E402
+from kvmath import plots
+from kvmath.interactive import Choice, InteractiveFigure, Slider, interactive_figure
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
 
@@ -493,15 +493,11 @@ def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
     """Every value of every control, then a walk over them: exact pixels, and most moves of
     the main control blit (a move of another control may rescale the axes: a full redraw)."""
     import random
-    import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        from book_figures import book_figures
-    finally:
-        sys.path.pop(0)
+    from book_figures import book_figures  # benchmarks/ is on pytest.ini's pythonpath
+
+    root = Path(__file__).resolve().parents[2]
     for bf in book_figures(root / "notebooks" / f"{stem}.ipynb"):
         moves = [{name: v} for name, c in bf.controls.items() for v in c.values]
         rng = random.Random(0)

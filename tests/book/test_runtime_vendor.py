@@ -13,17 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "scripts" / "live"))
+ROOT = Path(__file__).resolve().parents[2]
 
-import figure_code  # noqa: E402
-import vendor_pyodide  # noqa: E402
+import figure_code
+import vendor_pyodide
 
 NPM = ROOT / "node_modules" / "pyodide"
 

@@ -11,7 +11,7 @@ import pytest
 from kvmath.formatting import GROUP_SEP, fmt_number, group_digits
 from kvmath.tables import CHECK_COLUMNS, Table, check_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sample():

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import workshop_pages  # noqa: E402
+import workshop_pages
 
 
 def test_data_names_only_what_the_chapters_have_and_every_chapter_has_a_slot():

@@ -1,8 +1,8 @@
 """Drive a page's live figures in headless Chromium and compare them with the kernel.
 
-Used by ``tests/test_live_figures.py``; also runnable by hand::
+Used by ``tests/browser/test_live_figures.py``; also runnable by hand::
 
-    python tests/livecheck.py _build/html notebooks/03_min_step.html [...]
+    PYTHONPATH=scripts/live python -m tests.browser.livecheck _build/html notebooks/03_min_step.html [...]
 
 For one page it boots the in-browser runtime (the figure's "Make every control
 live" button), moves every control of every figure through several values
@@ -22,11 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts" / "live"))
+from tests.browser.sitecheck import is_local
 
-from sitecheck import is_local  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 BOOT_TIMEOUT_MS = 240_000
 MOVES_PER_CONTROL = 3
@@ -179,7 +177,7 @@ def check(report: dict, code_file: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    from sitecheck import launch_browser, serve
+    from tests.browser.sitecheck import launch_browser, serve
 
     site = Path(sys.argv[1]).resolve()
     with launch_browser() as browser, serve(site) as base:

@@ -1,8 +1,8 @@
 """Check a built HTML site in headless Chromium: offline, typeset, complete.
 
-Used by ``tests/test_browser.py``; also runnable by hand::
+Used by ``tests/browser/test_site.py``; also runnable by hand::
 
-    python tests/sitecheck.py _build/html
+    python -m tests.browser.sitecheck _build/html
 
 For every page it records each request the page makes and reports a problem
 when any request leaves the local machine (only 127.0.0.1 / localhost and

@@ -31,14 +31,13 @@ import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
 
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import workshop_lite  # noqa: E402
+import workshop_lite
 
 
 def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():

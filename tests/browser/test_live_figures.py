@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from sitecheck import html_pages, is_local, serve
+from tests.browser.sitecheck import html_pages, is_local, serve
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+ROOT = Path(__file__).resolve().parents[2]
 
 QUICK_PAGES = ["notebooks/00_sample_rhythm.html", "notebooks/03_min_step.html"]
 REPORT = ROOT / "_build" / "livecheck.json"
@@ -97,7 +95,7 @@ def _context(browser, **kw):
 
 
 def test_live_figures_match_the_kernel(runtime, browser, capsys):
-    import livecheck
+    from tests.browser import livecheck
 
     pages = live_pages(runtime) if os.environ.get("KVMATH_LIVE_ALL_PAGES") == "1" else QUICK_PAGES
     reports, problems = {}, []

@@ -12,15 +12,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+ROOT = Path(__file__).resolve().parents[2]
 
-from make_pdf import main as make_pdf, page_count, reading_order  # noqa: E402
+from make_pdf import main as make_pdf, page_count, reading_order
 
 TOOLS = ("pdfinfo", "pdftotext", "pdftoppm", "pdfimages", "pdfunite")
 

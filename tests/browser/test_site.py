@@ -1,7 +1,7 @@
 """The built book renders completely in a browser with no network.
 
 Every HTML page of ``_build/html`` is opened in headless Chromium; see
-``tests/sitecheck.py`` for what is checked on each page.
+``tests/browser/sitecheck.py`` for what is checked on each page.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sitecheck import CODE_SHARE_MAX, budget, check_site, format_problems, html_pages, is_local, serve
+from tests.browser.sitecheck import CODE_SHARE_MAX, budget, check_site, format_problems, html_pages, is_local, serve
 
-REPORT = Path(__file__).resolve().parents[1] / "_build" / "sitecheck.json"
+REPORT = Path(__file__).resolve().parents[2] / "_build" / "sitecheck.json"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_search_tools_load_on_the_search_page_only_and_search_works_offline(buil
     for rel in html_pages(built_book):
         if rel != "search.html":
             assert "searchindex.js" not in (built_book / rel).read_text(encoding="utf-8"), rel
-    from sitecheck import serve
+    from tests.browser.sitecheck import serve
     with serve(built_book) as base:
         context = browser.new_context()
         context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
@@ -161,7 +161,7 @@ def test_phone_width_has_no_sideways_page_scroll_and_readable_figures(built_book
 
     Leaves a screenshot of chapter one at _build/phone-01_roofline.png for a person to look at.
     """
-    from sitecheck import serve
+    from tests.browser.sitecheck import serve
 
     with serve(built_book) as base:
         context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2,
@@ -192,13 +192,13 @@ def test_old_page_names_redirect_to_their_renumbered_chapters(built_book, browse
 
     redirects = yaml.safe_load((built_book.parents[1] / "_config.yml").read_text())["sphinx"]["config"]["redirects"]
     assert len(redirects) == 9
-    from sitecheck import redirect_target
+    from tests.browser.sitecheck import redirect_target
     for old, new in redirects.items():
         stub = built_book / f"{old}.html"
         assert redirect_target(stub) == new, old
         assert (stub.parent / new).is_file(), f"{old} points to missing {new}"
         assert f"{old}.html" not in html_pages(built_book)
-    from sitecheck import serve
+    from tests.browser.sitecheck import serve
     old, new = next(iter(redirects.items()))
     with serve(built_book) as base:
         page = browser.new_page()

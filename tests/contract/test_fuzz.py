@@ -42,7 +42,7 @@ FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
 # ----- kinds of argument -------------------------------------------------------
 
 #: config.json files (paths and dicts) that name their stored precision.
-_HF_DATA = pathlib.Path(__file__).parent / "data" / "hf_configs"
+_HF_DATA = pathlib.Path(__file__).parents[1] / "data" / "hf_configs"
 _HF_CONFIGS = [str(_HF_DATA / "meta-llama--Llama-3.1-8B" / "config.json"), _HF_DATA / "google--gemma-3-12b-it",
                {"torch_dtype": "float16"}, {"quantization_config": {"quant_method": "mxfp4"}},
                {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}]
@@ -92,7 +92,7 @@ _CHIPS = [km.get_chip(n) for n in km.chip_names()]
 _LINKS = [km.get_link(n) for n in km.link_names()]
 _LAYOUTS = [km.ParallelLayout(), km.ParallelLayout(tp=2), km.ParallelLayout(tp=8), km.ParallelLayout(tp=2, pp=2),
             km.ParallelLayout(dp=2), km.ParallelLayout(cp=2), km.ParallelLayout(tp=4, ep=4)]
-_HF_DIR = __import__("pathlib").Path(__file__).parent / "data" / "hf_configs"
+_HF_DIR = __import__("pathlib").Path(__file__).parents[1] / "data" / "hf_configs"
 _HF_CONFIGS = [json.loads(p.read_text()) for p in sorted(_HF_DIR.rglob("*.json"))]
 _WEIGHTS = st.one_of(st.sampled_from(km.format_names() + ["BF16", "Q4_K"]), st.sampled_from([0.5, 1, 2.0, 0.5625]),
                      st.sampled_from([{"default": "fp8"}, {"default": "int4", "attention": "bf16", "lm_head": "q6_k"},

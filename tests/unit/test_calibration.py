@@ -10,7 +10,7 @@ import kvmath as km
 from kvmath.calibration import EXTRA_MODELS, METRICS, REGIMES
 
 ROWS = km.load_measurements()
-BIB = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text(encoding="utf-8")
+BIB = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text(encoding="utf-8")
 
 
 def test_enough_rows_and_sources():

@@ -8,7 +8,7 @@ import pytest
 import kvmath as km
 from kvmath.cli import main
 
-DATA = Path(__file__).parent / "data" / "hf_configs"
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
 LLAMA31 = str(DATA / "meta-llama--Llama-3.1-8B" / "config.json")
 NEXT = str(DATA / "reconstructed" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json")
 

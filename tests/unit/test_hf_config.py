@@ -14,7 +14,7 @@ import pytest
 
 import kvmath as km
 
-DATA = Path(__file__).parent / "data" / "hf_configs"
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
 
 
 def path(name):

@@ -14,7 +14,7 @@ import json
 import pytest
 
 import kvmath as km
-from test_hf_config import DATA, path
+from tests.unit.test_hf_config import DATA, path
 
 GPT_OSS_MIRROR = json.loads(path("openai--gpt-oss-20b").read_text())
 GPT_OSS_UPSTREAM_QUANT = {
