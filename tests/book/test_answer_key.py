@@ -9,9 +9,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 import answer_key
 import workshop_pages
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXERCISES = """## Exercises
 

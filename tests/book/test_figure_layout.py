@@ -3,14 +3,13 @@
 ``kvmath.plots.layout_problems`` compares matplotlib's text extents with the
 figure, the axes and each other; ``InteractiveFigure.layout_problems`` runs
 it on every frame. The last test runs it on every interactive figure of
-every chapter (slow: it executes the notebooks, so only under `make test`), and
-under `make test-full` renders every pair of control values there.
+every chapter (it executes the notebooks), and its ``slow`` variant (``make test-full``)
+renders every pair of control values there.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import matplotlib
@@ -261,14 +260,14 @@ _ki.InteractiveFigure.to_html = _checked_to_html
 """
 
 
-def chapter_layout_problems(path: Path) -> list[str]:
+def chapter_layout_problems(path: Path, every_pair: bool = False) -> list[str]:
     import inspect
 
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    pairs = f"_ALL_PAIRS = {bool(os.environ.get('KVMATH_ALL_PAIRS'))}\n"
+    pairs = f"_ALL_PAIRS = {every_pair}\n"
     nb.cells.insert(0, nbformat.v4.new_code_cell(inspect.getsource(all_pairs) + pairs + PATCH))
     nb.cells.append(nbformat.v4.new_code_cell("print(_json.dumps(_kvmath_layout))"))
     NotebookClient(nb, timeout=600, kernel_name="python3",
@@ -280,12 +279,12 @@ def chapter_layout_problems(path: Path) -> list[str]:
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.skipif(os.environ.get("KVMATH_REQUIRE_BROWSER") != "1" and os.environ.get("KVMATH_SLOW") != "1",
-                    reason="executes every notebook: runs under `make test` (or KVMATH_SLOW=1)")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_no_chapter_figure_fails_or_has_clipped_or_colliding_labels_at_any_frame(path):
-    """Every value of every control (the others at their defaults) is laid out cleanly; with
-    KVMATH_ALL_PAIRS=1 (make test-full: about 3 minutes more), every pair of values of any two
-    controls renders without an error or a NaN/inf in its text."""
-    problems = chapter_layout_problems(path)
+@pytest.mark.parametrize("every_pair", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["each-value", "every-pair"])
+def test_no_chapter_figure_fails_or_has_clipped_or_colliding_labels_at_any_frame(path, every_pair):
+    """Every value of every control (the others at their defaults) is laid out cleanly; in the
+    slow variant (make test-full: about 3 minutes more in all), also every pair of values of any
+    two controls renders without an error or a NaN/inf in its text."""
+    problems = chapter_layout_problems(path, every_pair)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 import figure_code
 import vendor_pyodide
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NPM = ROOT / "node_modules" / "pyodide"
 

@@ -1,4 +1,4 @@
-"""The workshop's JupyterLite site runs the notebooks in the browser, as in a room (issue 15 item 7).
+"""The workshop's JupyterLite site runs the notebooks in the browser, as in a room.
 
 Serves ``_build/workshop`` (``make workshop``) on localhost with every request off
 localhost aborted and recorded. In the room's LAN mode (service workers unavailable,
@@ -7,13 +7,14 @@ on 01_roofline, runs all its cells, asserts no error output and a rendered figur
 drags a figure's slider and sees its image change, changes a value in a cell, re-runs
 it and sees a new result, and prints the time to the first result and the bytes
 loaded. It runs the same notebook as a laptop serving its own copy on localhost does
-(under JupyterLite's service worker), and, with KVMATH_LITE_ALL=1, every chapter.
+(under JupyterLite's service worker), and every chapter.
 The browser is the session's (conftest ``browser``): a second Playwright in the same
 thread would find the first one's event loop running.
 
-Slow (a Pyodide kernel start: about two minutes on a loaded 2-core machine): runs only
-with KVMATH_REQUIRE_WORKSHOP=1 (``make test-full``, where a missing site fails) or
-KVMATH_LITE=1, so ``make test`` keeps its time.
+The tests that run the site are ``slow`` (a Pyodide kernel start: about two minutes on a
+loaded 2-core machine; every chapter, 30-60 s more each): ``make test-full`` builds the site
+and runs them, and a missing site fails them. ``KVMATH_WORKSHOP_DIR`` (a path, not a
+selection) points them at a site built elsewhere.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ import sys
 
 import pytest
 
+import workshop_lite
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
-
-
-import workshop_lite
 
 
 def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():
@@ -57,12 +57,8 @@ def test_check_site_fails_when_the_kernel_would_fetch_pyodide_from_a_cdn(tmp_pat
 
 
 def _need_site():
-    if not (os.environ.get("KVMATH_REQUIRE_WORKSHOP") or os.environ.get("KVMATH_LITE")):
-        pytest.skip("slow: runs in make test-full (KVMATH_REQUIRE_WORKSHOP=1) or with KVMATH_LITE=1")
     if not (LITE / "notebooks" / "index.html").exists():
-        if os.environ.get("KVMATH_REQUIRE_WORKSHOP"):
-            pytest.fail(f"{LITE} missing: run make workshop")
-        pytest.skip(f"{LITE} not built (make lite)")
+        pytest.fail(f"{LITE} missing: run make lite (make test-full builds it first)")
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -154,6 +150,7 @@ def _run_all(page, server, notebook, timeout_s=300):
     return first_result, all_cells, tracebacks
 
 
+@pytest.mark.slow
 def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
     with _lite_page(browser, server) as (page, off, loaded):
         first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)
@@ -201,6 +198,7 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
     assert not off, off[:5]
 
 
+@pytest.mark.slow
 def test_lite_on_a_laptops_own_localhost_runs_under_its_service_worker(server, browser):
     """The other way to use the kit: each laptop serves its own copy on localhost."""
     with _lite_page(browser, server, lan=False) as (page, off, loaded):
@@ -216,8 +214,7 @@ def test_lite_on_a_laptops_own_localhost_runs_under_its_service_worker(server, b
 CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-@pytest.mark.skipif(not os.environ.get("KVMATH_LITE_ALL"),
-                    reason="every chapter in the browser, about 30-60 s each: make test-full sets KVMATH_LITE_ALL")
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", CHAPTERS)
 def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
     with _lite_page(browser, server) as (page, off, loaded):

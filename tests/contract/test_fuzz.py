@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the input contract (issue 11).
+"""Property-based fuzzing of the input contract.
 
 Every public function in ``kvmath.__all__``, the ``Model`` and ``Chip``
 constructors (through ``replace``), the preset methods and every CLI

@@ -12,7 +12,6 @@ least the precision it is written to).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 

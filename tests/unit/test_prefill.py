@@ -1,4 +1,4 @@
-"""MLA prefill is charged its cheaper per-head form (review of chapter 09, the DeepSeek prefill check)."""
+"""Prefill attention FLOPs: MLA is charged its cheaper per-head form, other attention the standard one."""
 
 import numpy as np
 import pytest
