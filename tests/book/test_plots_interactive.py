@@ -488,6 +488,7 @@ def test_widget_moves_blit():
 BOOK = ["00_sample_rhythm", "03_min_step", "05_sharing_kv_heads", "12_reality_check"]
 
 
+@pytest.mark.slow  # 74 s for the four chapters (27.7 + 21.1 + 19.5 + 5.8 s, review of 3f3cb8a)
 @pytest.mark.parametrize("stem", BOOK)
 def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
     """Every value of every control, then a walk over them: exact pixels, and most moves of

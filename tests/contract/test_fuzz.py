@@ -401,16 +401,16 @@ NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB
                 "Model", "Chip", "chip_names", "model_names",
                 # tuples of names, listings, and records returned as results (their numbers are checked there)
                 "BUDGETS", "LAYER_KINDS", "WEIGHT_GROUPS", "format_names", "link_names",
-                # functions of text and table rows, not of numbers (tests/test_tables.py checks them)
+                # functions of text and table rows, not of numbers (tests/book/test_tables.py checks them)
                 "Table", "check_table", "group_digits",
                 # a solver over speculative_decode (fuzzed here): each of its ~40 evaluations is three decode
-                # steps, too slow for 1500 examples; tests/test_step_model.py checks its inputs
+                # steps, too slow for 1500 examples; tests/unit/test_step.py checks its inputs
                 "speculation_break_even_batch",
                 "ChipStep", "DecodeStep", "EngineBudget", "Format", "Frontier", "RequestTimes", "Speculation",
                 "StepWork", "MixedStep", "SteadyState",
                 # records built from data: fuzzed through their rows above (replace, check, the constructor)
                 "Link", "LayerSpec",
-                # functions of the rows of measurements.csv, not of numbers (tests/test_calibration.py checks them)
+                # functions of the rows of measurements.csv, not of numbers (tests/unit/test_calibration.py checks them)
                 "Calibration", "Measurement", "bound_for", "calibrate", "get_measurement", "load_measurements"}
 
 
@@ -420,7 +420,7 @@ def _function(name):
 
 def test_every_public_name_is_covered():
     missing = set(km.__all__) - set(FUNCTIONS) - NOT_IN_TABLE
-    assert not missing, f"add these to FUNCTIONS in tests/test_fuzz.py: {sorted(missing)}"
+    assert not missing, f"add these to FUNCTIONS in tests/contract/test_fuzz.py: {sorted(missing)}"
     assert km.chip_names() and km.model_names()
 
 

@@ -486,7 +486,7 @@ def test_prefill_counts_the_batch_and_both_memory_terms():
 
 
 #: param_count() and active_param_count() of every preset, exactly. They agree with the
-#: published totals to 2% (tests/test_presets.py); pinned here so that a slip in a small
+#: published totals to 2% (tests/unit/test_presets.py); pinned here so that a slip in a small
 #: term (norms, routers, MLA projections, learned positions) cannot hide inside that 2%.
 EXACT_PARAMS = {
     "codellama-7b": (6738546688, 6738546688), "llama-2-7b": (6738415616, 6738415616),

@@ -2,7 +2,7 @@
 
 The problems and their answers live in ``book/teaching/problems.yaml`` and
 nowhere else; the page ``book/teaching/problems.md`` is generated from it
-(``tests/test_workshop.py`` checks it is not stale). Here each answer, in the
+(``tests/book/test_workshop.py`` checks it is not stale). Here each answer, in the
 unit it is stated in, is converted to base units and compared with kvmath's
 value to the problem's relative tolerance ``tol``; each given number that
 comes from a preset is checked against that preset to the same tolerance (at

@@ -347,7 +347,7 @@ def test_decode_with_a_config_equals_decode_with_the_same_model_as_a_preset(caps
 
 def test_capacity_and_decode_charge_linear_layers_their_fixed_state(capsys):
     r = run_json(capsys, "decode", "--config", NEXT, "--hardware", "h200", "--batch", "8", "--context", "8192")
-    # 24,576 B/token in the 12 full layers + 39,518,208 B of state per sequence (tests/test_hf_config.py)
+    # 24,576 B/token in the 12 full layers + 39,518,208 B of state per sequence (tests/unit/test_hf_config.py)
     assert r["kv_cache_bytes"] == 8 * (24_576 * 8192 + 39_518_208)
     c = run_json(capsys, "capacity", "--config", NEXT, "--hardware", "h200", "--context", "8192", "--chips", "2")
     assert c["kv_bytes_per_token"] == (24_576 * 8192 + 39_518_208) / 8192
