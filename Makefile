@@ -119,16 +119,19 @@ poppler:
 pdf: env assets chromium poppler book
 	$(VPY) scripts/make_pdf.py $(HTML)
 
+# The tests marked slow (pytest.ini) are left out: each takes over about 30 s.
+# The browser tests run and must find Chromium (they fail without it).
 test: env assets runtime chromium poppler book
-	$(VPY) scripts/make_pdf.py $(HTML)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest -m "not slow"
 
-# Everything `make test` runs, plus the checks too slow for it: the learner
-# build of the workshop kit (a second execution of every notebook) and its
-# test that no solution is left in it.
+# Everything `make test` runs, plus the tests marked slow: the PDF, the live
+# figures of every page, the JupyterLite site (one chapter, then every chapter),
+# the learner build of the workshop kit (a second execution of every notebook)
+# and its test that no solution is left in it, every pair of figure controls,
+# and the blitted figures' pixels against full redraws.
 test-full: env assets runtime chromium poppler book learner lite
 	$(VPY) scripts/make_pdf.py $(HTML)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KVMATH_REQUIRE_BROWSER=1 KVMATH_REQUIRE_WORKSHOP=1 KVMATH_LIVE_ALL_PAGES=1 KVMATH_LITE_ALL=1 KVMATH_ALL_PAIRS=1 $(VPY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest
 
 # --- the workshop kit (book/teaching.md) ---------------------------------------
 # The plan, misconception and problem pages are generated from book/teaching/*.yaml.

@@ -7,7 +7,7 @@ chapter's own ``setup`` and ``controls``, so a test or a benchmark can make
 the figure again with other options (``make(blit=False)``). The code is the
 notebook's, unchanged: no figure is written a second time.
 
-Used by tests/test_plots_interactive.py (blitted pixels equal full redraws)
+Used by tests/book/test_plots_interactive.py (blitted pixels equal full redraws)
 and benchmarks/bench_slider.py (time per move on real figures).
 """
 

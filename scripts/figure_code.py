@@ -18,7 +18,7 @@ static: its page keeps the frames rendered when the book was built, and says
 why.
 
 Used by ``scripts/book_pages.py`` (writes ``_figures/<page>.py`` beside the
-build) and ``tests/test_live_figures.py`` (runs the same code natively to
+build) and ``tests/browser/test_live_figures.py`` (runs the same code natively to
 compare with the browser).
 """
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import workshop_pages  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# As tests/sitecheck.py launches it, plus what printing needs.
+# As tests/browser/sitecheck.py launches it, plus what printing needs.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-pdf-header-footer"]

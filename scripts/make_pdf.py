@@ -6,7 +6,7 @@ Usage: python scripts/make_pdf.py [HTML_DIR] [OUT]   (or `make pdf`)
 
 Every page of the table of contents (_toc.yml), in reading order, is opened
 from a local server in Debian's Chromium (/usr/bin/chromium, driven by
-Playwright as in tests/sitecheck.py; no browser is downloaded), with the
+Playwright as in tests/browser/sitecheck.py; no browser is downloaded), with the
 print stylesheet (_static/kvmath.css): hidden code and solutions opened,
 controls hidden, code wrapped. Each page is printed once MathJax has typeset
 it; poppler's ``pdfunite`` joins the pages into one file. Beside the PDF,
@@ -26,9 +26,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from sitecheck import launch_browser, serve  # noqa: E402
+from tests.browser.sitecheck import launch_browser, serve  # noqa: E402
 
 
 def reading_order(toc_path: Path = ROOT / "_toc.yml") -> list[str]:

@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["capacity.py", "decode.py", "formatting.py", "kv_cache.py", "parallel.py", "prefill.py", "hardware.py",
            "units.py", "models.py"]
-FAST_TESTS = ["tests/test_errata_notes.py", "tests/test_errata_thread.py", "tests/test_presets.py",
-              "tests/test_hardening.py", "tests/test_bad_inputs.py", "tests/test_cli.py", "tests/test_properties.py",
+FAST_TESTS = ["tests/sources/test_notes.py", "tests/sources/test_thread.py", "tests/unit/test_presets.py",
+              "tests/contract/test_inputs.py", "tests/unit/test_cli.py", "tests/contract/test_properties.py",
               # the step model, layers, configs, memory and serving pin their own formulas
-              "tests/test_step_model.py", "tests/test_layers.py", "tests/test_hf_config.py", "tests/test_memory.py",
-              "tests/test_serving.py", "tests/test_parallel_terms.py"]
+              "tests/unit/test_step.py", "tests/unit/test_layers.py", "tests/unit/test_hf_config.py", "tests/unit/test_memory.py",
+              "tests/unit/test_serving.py", "tests/unit/test_parallel.py"]
 SWAP_OPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SWAP_CMP = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.LtE: ast.Lt, ast.Lt: ast.LtE}
 SWAP_CALLS = {"ceil": "floor", "floor": "ceil", "maximum": "minimum", "minimum": "maximum"}

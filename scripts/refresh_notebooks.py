@@ -15,7 +15,7 @@ really changed:
   could not be shown anyway): the saved notebook keeps the figure's
   ``text/html`` version, frames included, which needs no kernel.
 
-Execution counts and outputs are kept, so `tests/test_notebooks_committed.py`
+Execution counts and outputs are kept, so `tests/book/test_notebooks_committed.py`
 can check that every code cell was run.
 
 With ``--small`` the committed copy also leaves out what the book build

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from sitecheck import launch_browser, serve  # noqa: E402
+from tests.browser.sitecheck import launch_browser, serve  # noqa: E402
 
 
 def main(page: str = "notebooks/00_sample_rhythm.html", out: str = "book/images/screenshot.png",

@@ -269,7 +269,7 @@ def problems_page(learner: bool = False) -> str:
     if learner:
         out.append("\nYour instructor has the worked answers.\n")
     else:
-        out.append("\nEach worked answer is checked against `kvmath` by `tests/test_pen_and_paper.py`, "
+        out.append("\nEach worked answer is checked against `kvmath` by `tests/sources/test_problems.py`, "
                    "to the tolerance stated in `book/teaching/problems.yaml`.\n")
     for p in problems():
         out.append(f"\n({p['id']})=\n## {p['title']}\n\n")

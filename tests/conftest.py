@@ -1,4 +1,11 @@
-"""Shared fixtures: the built book, and a headless Chromium for it.
+"""Shared fixtures (the built book, and a headless Chromium for it) and the markers' rules.
+
+Markers (registered in pytest.ini): a test that uses the ``browser`` fixture is
+marked ``browser``; a test under tests/book/ is marked ``book``; ``slow`` is
+written on each test that takes more than about 30 s. ``make test`` runs
+``-m "not slow"``, ``make test-full`` everything. A selected test that needs
+Chromium, poppler or a build that `make test` / `make test-full` makes does not
+skip when it is missing: it fails and names the make target.
 
 ``pytest`` alone works from a fresh clone: the ``built_book`` fixture builds
 the book (``jupyter-book build . -W -n --keep-going``, after ``npm ci`` when
@@ -8,7 +15,6 @@ source. ``make test`` builds it first, so the fixture finds it fresh.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -66,12 +72,23 @@ def built_book() -> Path:
 @pytest.fixture(scope="session")
 def browser():
     """Headless Debian Chromium (/usr/bin/chromium) driven by Playwright."""
-    from sitecheck import CHROMIUM, launch_browser
+    from tests.browser.sitecheck import CHROMIUM, launch_browser
 
     if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} not found: `make test` installs it (apt-get install chromium)"
-        if os.environ.get("KVMATH_REQUIRE_BROWSER") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.fail(f"{CHROMIUM} not found: `make chromium` installs it (apt-get install chromium), "
+                    "or deselect these tests with -m 'not browser'")
     with launch_browser() as b:
         yield b
+
+
+BOOK_TESTS = Path(__file__).resolve().parent / "book"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config, items):
+    """Mark by what a test needs: Chromium (it uses the ``browser`` fixture) or the book (tests/book/)."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+        if BOOK_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.book)

@@ -1,6 +1,6 @@
 """Python side of the page's live figures (loaded into Pyodide by worker.js).
 
-The same helpers run natively in ``tests/test_live_figures.py``, which renders
+The same helpers run natively in ``tests/browser/test_live_figures.py``, which renders
 the same values with CPython and compares the figures' texts (the readouts,
 e.g. "B = 64: 12.3 ms") with what the browser rendered.
 """

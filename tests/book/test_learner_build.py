@@ -1,0 +1,151 @@
+"""The learner build holds no solution text or code; the instructor build adds notes.
+
+The stripping is checked on every chapter here (fast). The built learner book
+(``_build/workshop-src/learner/_build/html``, made by ``make learner`` or
+``make workshop``) is checked by the ``slow`` tests (``make test-full``, which
+builds it first; a missing build fails them): the distinctive words of every
+solution (identifiers and words of its code and prose that appear nowhere
+else in the chapter) must be absent from the learner pages and the search
+index, and present in the default build, which shows that the check can fail.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import workshop_build
+import workshop_pages
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LEARNER = workshop_build.SRC / "learner" / "_build" / "html"
+DEFAULT = ROOT / "_build" / "html"
+CHAPTERS = workshop_pages.chapter_names()
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{5,}")
+GLUE_KEY = re.compile(r"\{glue(?::\w+)?\}`[^`]*`|glue\(\s*[\"'][^\"']*[\"']")
+
+
+def _text(cells) -> str:
+    return "\n".join("".join(c["source"]) for c in cells)
+
+
+def _elsewhere(notebook: str) -> set[str]:
+    """Words of every other source the learner build holds (other chapters stripped, book pages)."""
+    words: set[str] = set()
+    for other in CHAPTERS:
+        nb = json.loads((ROOT / "notebooks" / f"{other}.ipynb").read_text())
+        if other == notebook:
+            nb = workshop_build.strip_solutions(nb)
+        words |= set(WORD.findall(_text(nb["cells"])))
+    for md in (ROOT / "book").rglob("*.md"):
+        words |= set(WORD.findall(md.read_text()))
+    return words
+
+
+def solution_only_words(notebook: str) -> set[str]:
+    """Words of a chapter's solutions that appear in no other source of the learner build."""
+    nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+    # a glue key (in a role or a glue() call) is never shown on a page: only its value
+    text = GLUE_KEY.sub(" ", _text(nb["cells"]))
+    return set(WORD.findall(text)) - _elsewhere(notebook) - {"solution", "dropdown"}
+
+
+def page_text(path: Path) -> str:
+    raw = path.read_text()
+    raw = re.sub(r"<(script|style)\b.*?</\1>", " ", raw, flags=re.S)
+    return htmllib.unescape(re.sub(r"<[^>]+>", "", raw))
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS)
+def test_stripping_removes_every_solution(notebook):
+    nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+    stripped = workshop_build.strip_solutions(nb)
+    text = _text(stripped["cells"])
+    assert "{solution" not in text
+    assert text.count("{exercise-start}") == _text(nb["cells"]).count("{exercise-start}")
+    if "{solution-start}" in _text(nb["cells"]):
+        assert len(stripped["cells"]) < len(nb["cells"])
+
+
+def test_stripping_a_gated_solution_keeps_what_follows():
+    nb = {"cells": [
+        {"cell_type": "markdown", "metadata": {}, "source":
+         "Intro.\n\n```{exercise-start}\n:label: ex-a\n```\nQ?\n```{exercise-end}\n```\n\n"
+         "```{solution-start} ex-a\n:class: dropdown\n```\nSECRET prose.\n"},
+        {"cell_type": "code", "metadata": {}, "source": "secret_code = 1", "outputs": []},
+        {"cell_type": "markdown", "metadata": {}, "source": "```{solution-end}\n```\n\nAfter.\n"},
+        {"cell_type": "markdown", "metadata": {}, "source": ":::{solution} ex-a\nSECRET too\n:::\nKept.\n"}]}
+    out = _text(workshop_build.strip_solutions(nb)["cells"])
+    assert "SECRET" not in out and "secret_code" not in out
+    assert "Intro." in out and "Q?" in out and "After." in out and "Kept." in out
+
+
+def test_instructor_copy_has_a_note_in_every_chapter():
+    for notebook in CHAPTERS:
+        nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+        noted = workshop_build.add_facilitator_note(nb, notebook)
+        assert len(noted["cells"]) == len(nb["cells"]) + 1
+        assert "Facilitator's note" in _text(noted["cells"])
+
+
+def _need(path: Path) -> None:
+    if not (path / "index.html").exists():
+        pytest.fail(f"{path} missing: run make learner (make test-full builds it first)")
+
+
+def page_index_terms(site: Path) -> dict[str, set[str]]:
+    """The search index's terms of each page (Sphinx's searchindex.js), by page name."""
+    raw = (site / "searchindex.js").read_text()
+    index = json.loads(raw[raw.index("(") + 1:raw.rindex(")")])
+    out: dict[str, set[str]] = {name: set() for name in index["docnames"]}
+    for key in ("terms", "titleterms"):
+        for term, docs in index[key].items():
+            for doc in (docs if isinstance(docs, list) else [docs]):
+                out[index["docnames"][doc]].add(term)
+    return out
+
+
+@pytest.mark.slow
+def test_learner_build_has_no_solution_text_or_code():
+    _need(LEARNER)
+    _need(DEFAULT)
+    # a page's own terms: a solution word that another page shows (a source's title in a
+    # computed table, say) is in the index for that page, not leaked from this one
+    terms = page_index_terms(LEARNER)
+    tested = 0
+    # words any page may carry: the theme's own (search page) and the bibliography's (a solution may cite)
+    chrome = set(WORD.findall(page_text(LEARNER / "search.html")))
+    chrome |= set(WORD.findall(page_text(LEARNER / "book" / "references.html")))
+    for notebook in CHAPTERS:
+        words = solution_only_words(notebook) - chrome
+        tested += len(words)
+        page = LEARNER / "notebooks" / f"{notebook}.html"
+        text = set(WORD.findall(page_text(page)))
+        assert 'class="solution' not in page.read_text()
+        index = terms[f"notebooks/{notebook}"]
+        leaked = sorted(w for w in words if w in text or w.lower() in index)
+        assert not leaked, f"{notebook}: solution words in the learner build: {leaked[:10]}"
+        if words:
+            shown = page_text(DEFAULT / "notebooks" / f"{notebook}.html")
+            assert words & set(WORD.findall(shown)), f"{notebook}: the default build should show its solutions"
+    assert tested >= 20, "too few distinctive solution words to test with"
+    for source in (LEARNER / "_sources" / "notebooks").glob("*.ipynb"):
+        assert "{solution-start}" not in source.read_text()
+    problems = page_text(LEARNER / "book" / "teaching" / "problems.html")
+    assert "Worked answer" not in problems
+
+
+@pytest.mark.slow
+def test_instructor_build_shows_a_facilitator_note_in_every_chapter():
+    built = workshop_build.SRC / "instructor" / "_build" / "html"
+    if not (built / "index.html").exists():
+        pytest.skip("instructor build not made (make instructor)")
+    for notebook in CHAPTERS:
+        text = page_text(built / "notebooks" / f"{notebook}.html")
+        assert "(instructor build)" in text and "Watch for" in text, notebook
+        assert "Watch for" not in page_text(LEARNER / "notebooks" / f"{notebook}.html")

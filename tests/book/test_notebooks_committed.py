@@ -1,0 +1,131 @@
+"""Committed notebooks were executed, top to bottom, by the refresh command.
+
+`make refresh` (scripts/refresh_notebooks.py) re-executes every notebook in a
+fresh kernel and drops volatile metadata; these tests fail when a notebook is
+committed without that, so a reader of the repository (and of a diff) sees
+real outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+
+def toc_files() -> set[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    found = {toc["root"]}
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                found.add(e["file"])
+            walk(e.get("sections"))
+            walk(e.get("chapters"))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    return found
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks under notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_cell_was_executed_in_order(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = code_cells(nb)
+    missing = [i for i, c in enumerate(cells) if c.execution_count is None]
+    assert not missing, f"{path.name}: code cells {missing} have no execution_count: run `make refresh`"
+    counts = [c.execution_count for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{path.name}: execution counts {counts} are not 1..n: re-run it top to bottom with `make refresh`")
+    assert any(c.outputs for c in cells), f"{path.name}: no outputs at all"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_errors_and_no_volatile_metadata(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, c in enumerate(code_cells(nb)):
+        assert not [o for o in c.outputs if o.output_type == "error"], f"{path.name}: cell {i} raised"
+        assert "execution" not in c.metadata, f"{path.name}: cell {i} has timestamps: use `make refresh`"
+    assert "widgets" not in nb.metadata, f"{path.name}: stored widget state: use `make refresh`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_glue_name_is_glued_once(path):
+    """myst-nb warns (so the -W build fails) on a name glued twice in one notebook; catch it here, fast."""
+    names = [o.metadata.get("scrapbook", {}).get("name") for c in code_cells(nbformat.read(path, as_version=4))
+             for o in c.outputs if "scrapbook" in o.get("metadata", {})]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f"{path.name}: glued more than once: {twice}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_interactive_figure_has_a_numbered_caption_the_prose_can_cite(path):
+    """The cell of an interactive figure carries myst-nb figure metadata (caption and a name), so the
+    page numbers it like a static figure and {numref} can cite it; one display output per such cell
+    (myst-nb would wrap each output in its own figure)."""
+    for i, c in enumerate(code_cells(nbformat.read(path, as_version=4))):
+        if not any("kvmath-interactive" in str(o.get("data", {}).get("text/html", "")) for o in c.outputs):
+            continue
+        figure = c.metadata.get("mystnb", {}).get("figure", {})
+        assert figure.get("caption", "").strip() and figure.get("name", "").startswith("fig-"), (
+            f"{path.name}: interactive figure in code cell {i} has no caption/name in metadata.mystnb.figure")
+        assert len(c.outputs) == 1, f"{path.name}: code cell {i} has {len(c.outputs)} outputs besides its figure"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_in_the_table_of_contents(path):
+    assert f"notebooks/{path.stem}" in toc_files(), f"add notebooks/{path.stem} to _toc.yml"
+
+
+# --- small notebooks in git (issue 13, item 8) ------------------------------------------
+
+MAX_NOTEBOOK_BYTES = 200_000
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_is_under_200_kb(path):
+    size = path.stat().st_size
+    assert size <= MAX_NOTEBOOK_BYTES, (
+        f"{path.name} is {size / 1e3:.0f} KB (> {MAX_NOTEBOOK_BYTES / 1e3:.0f} KB): images and frames are "
+        "build outputs; refresh it with `scripts/refresh_notebooks.py --small`")
+
+
+def test_refresh_small_keeps_the_checked_text_and_drops_images(tmp_path):
+    """--small on a copy of the sample chapter: executed, checked text kept, no images, < 200 KB."""
+    import shutil
+
+    from refresh_notebooks import refresh
+
+    source = ROOT / "notebooks" / "00_sample_rhythm.ipynb"
+    copy = tmp_path / source.name
+    shutil.copy(source, copy)
+    refresh(copy, keep_images=False)
+    before, after = nbformat.read(source, as_version=4), nbformat.read(copy, as_version=4)
+    assert copy.stat().st_size < MAX_NOTEBOOK_BYTES
+    outputs = [o for c in code_cells(after) for o in c.outputs]
+    assert not [o for o in outputs if any(k.startswith("image/") for k in o.get("data", {}))]
+    htmls = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert all("kvmath-interactive-data" not in h for h in htmls)
+    assert any("kvmath-interactive-static" in h and h.count("data:image/png") == 1 for h in htmls)
+
+    def checked_text(nb):
+        return [[o.get("text") or o.get("data", {}).get("text/plain") for o in c.outputs]
+                for c in code_cells(nb)
+                if "NBVAL_CHECK_OUTPUT" in c.source or "nbval-check-output" in c.metadata.get("tags", [])]
+
+    assert checked_text(after) == checked_text(before) and checked_text(after)
+    assert [c.execution_count for c in code_cells(after)] == list(range(1, len(code_cells(after)) + 1))

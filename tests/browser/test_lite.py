@@ -1,0 +1,251 @@
+"""The workshop's JupyterLite site runs the notebooks in the browser, as in a room.
+
+Serves ``_build/workshop`` (``make workshop``) on localhost with every request off
+localhost aborted and recorded. In the room's LAN mode (service workers unavailable,
+as for a page served over plain HTTP from a LAN address) it opens ``lite/notebooks/``
+on 01_roofline, runs all its cells, asserts no error output and a rendered figure,
+drags a figure's slider and sees its image change, changes a value in a cell, re-runs
+it and sees a new result, and prints the time to the first result and the bytes
+loaded. It runs the same notebook as a laptop serving its own copy on localhost does
+(under JupyterLite's service worker), and every chapter.
+The browser is the session's (conftest ``browser``): a second Playwright in the same
+thread would find the first one's event loop running.
+
+The tests that run the site are ``slow`` (a Pyodide kernel start: about two minutes on a
+loaded 2-core machine; every chapter, 30-60 s more each): ``make test-full`` builds the site
+and runs them, and a missing site fails them. ``KVMATH_WORKSHOP_DIR`` (a path, not a
+selection) points them at a site built elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import threading
+import time
+from pathlib import Path
+
+import json
+import sys
+
+import pytest
+
+import workshop_lite
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
+LITE = WORKSHOP / "lite"
+NOTEBOOK = "notebooks/01_roofline.ipynb"
+
+
+def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():
+    nb = {"metadata": {"kernelspec": {"name": "python3"}}, "cells": [
+        {"cell_type": "code", "source": "1", "outputs": [{"output_type": "stream"}], "execution_count": 3}]}
+    out = workshop_lite.lite_notebook(nb)
+    assert out["metadata"]["kernelspec"]["name"] == "python"      # no "Select kernel" dialog
+    assert out["cells"][0]["outputs"] == [] and nb["cells"][0]["outputs"]
+
+
+def test_check_site_fails_when_the_kernel_would_fetch_pyodide_from_a_cdn(tmp_path):
+    # what a build run outside its lite dir writes: no pyodideUrl, no disablePyPIFallback
+    (tmp_path / "jupyter-lite.json").write_text(json.dumps({"jupyter-config-data": {"litePluginSettings": {
+        workshop_lite.KERNEL_PLUGIN: {"pipliteUrls": ["./pypi/all.json"]}}}}))
+    with pytest.raises(workshop_lite.LiteError, match="pyodideUrl is None"):
+        workshop_lite.check_site(tmp_path)
+
+
+def _need_site():
+    if not (LITE / "notebooks" / "index.html").exists():
+        pytest.fail(f"{LITE} missing: run make lite (make test-full builds it first)")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    _need_site()
+    handler = functools.partial(_Quiet, directory=str(WORKSHOP))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/"
+    srv.shutdown()
+
+
+def _prompts(page):
+    return page.locator(".jp-Notebook .jp-Cell .jp-InputArea-prompt").all_inner_texts()
+
+
+def _wait_idle(page, timeout_s):
+    """Until no cell shows [*] and at least one has run."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        prompts = _prompts(page)
+        if prompts and not any("*" in p for p in prompts) and any(p.strip("[]: ") for p in prompts):
+            return prompts
+        time.sleep(0.5)
+    raise AssertionError(f"cells still busy after {timeout_s} s: {_prompts(page)[:20]}")
+
+
+@contextlib.contextmanager
+def _lite_page(browser, server, lan=True):
+    """A page on the lite site; every request off localhost aborted and recorded.
+
+    ``lan``: as a room's LAN serves it. A page served over plain HTTP from a LAN address
+    is not a secure context: navigator.serviceWorker is undefined there. Playwright's
+    "block" alone lets register() resolve, so JupyterLite would mount its drive through
+    a service worker that never answers and the kernel would hang; the API is removed
+    as the room does. Without ``lan``: a laptop serving its own copy on localhost, a
+    secure context, where JupyterLite registers its service worker.
+    """
+    off, loaded = [], [0]
+    ctx = browser.new_context(service_workers="block" if lan else "allow",
+                              viewport={"width": 1400, "height": 1000})
+
+    def route(r):
+        url = r.request.url
+        if url.startswith(server) or url.startswith(("data:", "blob:")):
+            r.continue_()
+        else:
+            off.append(url)
+            r.abort()
+
+    def on_finished(req):
+        try:
+            loaded[0] += req.sizes()["responseBodySize"]
+        except Exception:   # a request whose sizes are gone
+            pass
+
+    ctx.route("**/*", route)
+    if lan:
+        ctx.add_init_script(
+            "Object.defineProperty(Navigator.prototype, 'serviceWorker', {get: () => undefined});")
+    ctx.on("requestfinished", on_finished)   # the page's and its kernel worker's
+    try:
+        yield ctx.new_page(), off, loaded
+    finally:
+        ctx.close()
+
+
+def _run_all(page, server, notebook, timeout_s=300):
+    """Open a notebook, Run All Cells; (seconds to the first result, to the last, tracebacks)."""
+    t0 = time.time()
+    page.goto(server + "lite/notebooks/index.html?path=" + notebook)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
+    page.locator(".jp-Notebook").first.click()
+    page.get_by_text("Run", exact=True).first.click()
+    page.get_by_text("Run All Cells", exact=True).first.click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
+                           ".some(e => /\\[\\d+\\]/.test(e.textContent))", timeout=timeout_s * 1000)
+    first_result = time.time() - t0
+    _wait_idle(page, timeout_s)
+    all_cells = time.time() - t0
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
+    return first_result, all_cells, tracebacks
+
+
+@pytest.mark.slow
+def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
+    with _lite_page(browser, server) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)
+        assert not tracebacks, tracebacks[:3]
+        figures = page.locator(".jp-OutputArea-output img, .jp-RenderedImage img").count()
+        assert figures >= 1, "no figure rendered"
+        widgets = page.locator(".jp-OutputArea-output .widget-slider, .jp-OutputArea-output .widget-dropdown").count()
+        assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
+        # a slider move re-runs the figure's update in the kernel: its image changes
+        # (dragged with the mouse, as a learner does)
+        figure = page.locator(".jp-OutputArea-output .widget-vbox:has(.widget-slider)").first
+        figure.scroll_into_view_if_needed()
+        page.wait_for_timeout(800)  # let the scroll settle before reading where the handle is
+        before = figure.evaluate("el => el.querySelector('.widget-image').getAttribute('src')")
+        box = figure.locator(".widget-slider .noUi-handle").first.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 60, y, steps=6)
+        page.mouse.up()
+        t_move = time.time()
+        page.wait_for_function(
+            "([el, src]) => el.querySelector('.widget-image').getAttribute('src') !== src",
+            arg=[figure.element_handle(), before], timeout=60_000)
+        slider_move = time.time() - t_move
+        # edit: after Run All the last cell is active; a new cell below it, run, change, re-run
+        page.wait_for_timeout(1500)   # let Run All's last cell become active before typing
+        page.evaluate("() => document.querySelector('.jp-Notebook').focus()")
+        page.keyboard.press("Escape")
+        page.keyboard.press("b")
+        page.keyboard.press("Enter")
+        page.keyboard.type("import kvmath; x = 2; print('lite result', x * 21, kvmath.__name__)")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_function("() => document.body.innerText.includes('lite result 42 kvmath')",
+                               timeout=60_000)
+        page.keyboard.press("Enter")
+        page.keyboard.press("Control+a")
+        page.keyboard.type("import kvmath; x = 3; print('lite result', x * 21, kvmath.__name__)")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_function("() => document.body.innerText.includes('lite result 63 kvmath')",
+                               timeout=60_000)
+    print(f"\nlite: first result {first_result:.1f} s, all cells {all_cells:.1f} s, "
+          f"{figures} figures, {widgets} live widget controls, slider move {slider_move:.2f} s, "
+          f"{loaded[0] / 1e6:.1f} MB loaded, off localhost {len(off)}")
+    assert not off, off[:5]
+
+
+@pytest.mark.slow
+def test_lite_on_a_laptops_own_localhost_runs_under_its_service_worker(server, browser):
+    """The other way to use the kit: each laptop serves its own copy on localhost."""
+    with _lite_page(browser, server, lan=False) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)
+        assert not tracebacks, tracebacks[:3]
+        workers = page.evaluate("async () => (await navigator.serviceWorker.getRegistrations())"
+                                ".map(r => (r.active || r.installing || r.waiting || {}).scriptURL)")
+    print(f"\nlite on localhost: all cells {all_cells:.1f} s, service workers {workers}")
+    assert any("/lite/service-worker.js" in str(w) for w in workers), workers
+    assert not off, off[:5]
+
+
+CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", CHAPTERS)
+def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
+    with _lite_page(browser, server) as (page, off, loaded):
+        first_result, all_cells, tracebacks = _run_all(page, server, "notebooks/" + notebook, timeout_s=600)
+    print(f"\nlite {notebook}: all cells {all_cells:.1f} s, {loaded[0] / 1e6:.1f} MB")
+    assert not tracebacks, tracebacks[:3]
+    assert not off, off[:5]
+
+
+def test_kernel_closure_is_in_the_official_lock():
+    import vendor_pyodide
+    lock_path = vendor_pyodide.NPM_DIR / "pyodide-lock.json"
+    if not lock_path.exists():
+        pytest.skip("node_modules/pyodide missing (npm ci)")
+    names = vendor_pyodide.closure(json.loads(lock_path.read_text()),
+                                   (*vendor_pyodide.PACKAGES, *vendor_pyodide.KERNEL_PACKAGES))
+    # ipython's depends spell prompt_toolkit; the lock's key is prompt-toolkit
+    for name in ("micropip", "ssl", "openssl", "sqlite3", "ipython", "traitlets", "prompt-toolkit",
+                 "numpy", "matplotlib"):
+        assert name in names
+
+
+def test_glue_standin_glues_and_places_the_repository_files(tmp_path):
+    import subprocess
+    import zipfile
+    wheel = workshop_lite.build_glue_wheel(tmp_path / "whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    work = tmp_path / "drive" / "notebooks"
+    work.mkdir(parents=True)
+    code = ("from myst_nb import glue, GLUED; glue('a', 3, display=False); assert GLUED == {'a': 3}; "
+            "import pathlib; p = pathlib.Path('..') / 'tests/data/hf_configs/openai--gpt-oss-20b/config.json'; "
+            "assert p.is_file(), p")
+    subprocess.run([sys.executable, "-c", code], cwd=work, check=True,
+                   env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})

@@ -1,0 +1,740 @@
+"""Property-based fuzzing of the input contract.
+
+Every public function in ``kvmath.__all__``, the ``Model`` and ``Chip``
+constructors (through ``replace``), the preset methods and every CLI
+subcommand is called with valid and invalid values of every kind. The
+contract: a correct value (finite, >= 0, the same for every numeric type and
+for arrays as element by element), or a ``ValueError`` / exit status 2 whose
+message names the argument; never a traceback, never inf, NaN or a negative.
+
+To cover a new public function, add a row to ``FUNCTIONS``: its argument
+names with their kinds (see ``VALID``). ``test_every_public_name_is_covered``
+fails until you do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import functools
+import io
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvmath as km
+from kvmath import cli
+from kvmath.validation import ResultOverflow
+
+settings.register_profile("kvmath", deadline=None, derandomize=True)
+settings.load_profile("kvmath")
+# 1500 examples a test: about 10 s on an idle 2-core machine, under 30 s on a loaded one (the
+# bound is 2 minutes in CI); the hunts that found the bugs here used 3000 and random seeds.
+FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+# ----- kinds of argument -------------------------------------------------------
+
+#: config.json files (paths and dicts) that name their stored precision.
+_HF_DATA = pathlib.Path(__file__).parents[1] / "data" / "hf_configs"
+_HF_CONFIGS = [str(_HF_DATA / "meta-llama--Llama-3.1-8B" / "config.json"), _HF_DATA / "google--gemma-3-12b-it",
+               {"torch_dtype": "float16"}, {"quantization_config": {"quant_method": "mxfp4"}},
+               {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}]
+_real = st.one_of(st.floats(1e-6, 1e18), st.sampled_from([1e-300, 1e300, 1.7e308, 5e-324]))
+VALID = {
+    "pos": _real,                                                     # > 0, real-valued
+    "nonneg": st.one_of(st.just(0.0), _real),                          # >= 0
+    "count": st.one_of(st.integers(1, 10**6), st.sampled_from([10**15, 2**31, 2**32 + 1])),  # whole >= 1
+    "frac": st.floats(1e-3, 1.0),                                      # (0, 1]
+    "optcount": st.one_of(st.none(), st.integers(1, 10**6)),           # a count, or None for "not given"
+    "digits": st.integers(0, 15),
+    "model": st.sampled_from(km.model_names() + ["LLAMA-2-7B", " mixtral-8x7b "]),
+    "chip": st.sampled_from(km.chip_names() + ["H100-SXM"]),
+    "dtype": st.sampled_from(sorted(km.DTYPE_BYTES) + ["BF16"]),
+    "shard": st.sampled_from(["heads", "batch", "BATCH"]),
+    "hfconfig": st.sampled_from(_HF_CONFIGS),
+}
+#: Refused for every numeric kind.
+_NOT_NUMBERS = [
+    "32", b"32", True, np.bool_(False), None, float("nan"), float("inf"), -math.inf, 1 + 0j, np.complex64(1),
+    np.datetime64("2024-01-01"), datetime.timedelta(seconds=1), datetime.date(2024, 1, 1), np.timedelta64(1, "s"),
+    np.ma.masked_array([1.0], mask=[True]), np.array([1, None], dtype=object), ["32"], [1.0, "2"], [1.0, None],
+    np.array(["1"]), np.array([True]), [[1.0], [2.0, 3.0]], {"a": 1}, 10**400, [1.0, math.nan],
+]
+INVALID = {
+    "pos": _NOT_NUMBERS + [0, 0.0, -1, -1e-300, np.int32(-5), np.array([1.0, -1.0])],
+    "nonneg": _NOT_NUMBERS + [-1, -1e-300, np.array([0.0, -2.0])],
+    "count": _NOT_NUMBERS + [0, -3, 2.5, 1e-300, np.float32(0.5), np.array([1, 0])],
+    "frac": _NOT_NUMBERS + [0, 1.5, -0.5, 1.0000001],
+    "optcount": [v for v in _NOT_NUMBERS if v is not None] + [0, -3, 2.5],
+    "digits": ["2", None, True, -1, 2.5, 16, math.nan],
+    "model": [3, None, b"llama-2-7b", "llama2-7b", "", ["llama-2-7b"]],
+    "chip": [3, None, b"h100-sxm", "h100", ""],
+    "dtype": [2, None, "bf8", "", b"bf16"],
+    "shard": ["layers", 3, None, ""],
+    "hfconfig": [3, None, b"{}", "", "no/such/config.json", {}, {"torch_dtype": "int3"},
+                 {"quantization_config": {"quant_method": "gptq"}}, {"quantization_config": []}],
+}
+#: How each kind looks when numpy types or arrays carry the same value.
+_NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "signed", "whole0"}
+#: Kinds that are one whole number (an int or numpy int; "one" also takes 4.0), never an array.
+_WHOLE = {"int", "chips", "one"}
+
+# Objects and names of the step, memory, links and serving models.
+_MODELS = [km.get_model(n) for n in km.model_names()]
+_CHIPS = [km.get_chip(n) for n in km.chip_names()]
+_LINKS = [km.get_link(n) for n in km.link_names()]
+_LAYOUTS = [km.ParallelLayout(), km.ParallelLayout(tp=2), km.ParallelLayout(tp=8), km.ParallelLayout(tp=2, pp=2),
+            km.ParallelLayout(dp=2), km.ParallelLayout(cp=2), km.ParallelLayout(tp=4, ep=4)]
+_HF_DIR = __import__("pathlib").Path(__file__).parents[1] / "data" / "hf_configs"
+_HF_CONFIGS = [json.loads(p.read_text()) for p in sorted(_HF_DIR.rglob("*.json"))]
+_WEIGHTS = st.one_of(st.sampled_from(km.format_names() + ["BF16", "Q4_K"]), st.sampled_from([0.5, 1, 2.0, 0.5625]),
+                     st.sampled_from([{"default": "fp8"}, {"default": "int4", "attention": "bf16", "lm_head": "q6_k"},
+                                      {"default": 1.0, "experts": "mxfp4"}]))
+_COMPUTE = ["bf16", "fp8", "int8", "BF16"]
+_obj = [3, None, b"x", {"n_layers": 32}, [1.0]]
+VALID.update({
+    "int": st.one_of(st.integers(1, 4096), st.sampled_from([2**20, 10**6])),          # whole >= 1, ints only
+    # prefill chunks: few enough to evaluate quickly (a million cells take seconds; more are refused by name)
+    "chunk": st.one_of(st.none(), st.integers(256, 10**6), st.just(1)),
+    "one": st.one_of(st.integers(1, 4096), st.sampled_from([2**20, 10**6])),          # one whole number >= 1 (4.0 too)
+    "chips": st.sampled_from([1, 2, 4, 8, 16]),                                        # a small count of chips
+    "frac0": st.floats(0.0, 1.0),                                                      # [0, 1]
+    "signed": st.one_of(_real, st.just(0.0), _real.map(lambda x: -x)),                 # any finite real
+    "optpos": st.one_of(st.none(), _real),
+    "whole0": st.one_of(st.just(0), st.integers(1, 10**6)),                            # whole >= 0 (a chunk of tokens)
+    "optnonneg": st.one_of(st.none(), st.just(0.0), _real),
+    "flag": st.booleans(),
+    "modelobj": st.sampled_from(_MODELS),
+    "optmodelobj": st.one_of(st.none(), st.sampled_from(_MODELS)),
+    "moemodelobj": st.sampled_from([m for m in _MODELS if m.n_experts]),
+    "chipobj": st.sampled_from(_CHIPS),
+    # functions that also take a preset name (step.as_presets): the objects, drawn as for modelobj and chipobj
+    "modelpreset": st.sampled_from(_MODELS),
+    "chippreset": st.sampled_from(_CHIPS),
+    "chiporbytes": st.one_of(st.sampled_from(_CHIPS), st.floats(1e9, 1e13)),
+    "link": st.sampled_from(_LINKS),
+    "optlink": st.one_of(st.none(), st.sampled_from(_LINKS)),
+    "layout": st.sampled_from(_LAYOUTS),
+    "optlayout": st.one_of(st.none(), st.sampled_from(_LAYOUTS)),
+    "weights": _WEIGHTS,
+    "format": st.sampled_from(km.format_names() + ["Q4_K"]),
+    "kvdtype": st.one_of(st.sampled_from(["bf16", "fp8", "fp16", "FP8"]), st.sampled_from([1, 2.0, 0.5])),
+    "compute": st.sampled_from(_COMPUTE),
+    "actdtype": st.sampled_from(["bf16", "fp8", "fp16", "FP8"]),
+    "optcompute": st.one_of(st.none(), st.sampled_from(_COMPUTE)),
+    "routing": st.sampled_from(["floor", "uniform", "ceiling", "UNIFORM"]),
+    "budget": st.sampled_from(list(km.BUDGETS) + ["ENGINE"]),
+    "engine": st.sampled_from(["v1", "v0", "V1"]),
+    "algorithm": st.sampled_from(["best", "ring", "one_shot", "in_switch", "RING"]),
+    "linkname": st.sampled_from(km.link_names() + ["NVLINK4"]),
+    "layouttext": st.sampled_from(["tp=2", "tp=8,pp=2", "tp=2,dp=4", "ep=8,tp=8", "cp=2", "pp=1"]),
+    "hfconfig": st.sampled_from(_HF_CONFIGS),
+    "stepwork": st.builds(lambda m, b, c: km.step_work(m, b, c), st.sampled_from(_MODELS),
+                          st.integers(1, 512), st.integers(1, 2**17)),
+})
+_NUMBERS_NOT_NONE = [v for v in _NOT_NUMBERS if v is not None]
+INVALID.update({
+    "int": _NOT_NUMBERS + [0, -3, 2.5, 4.0, np.float64(2)],
+    "whole0": _NOT_NUMBERS + [-1, 2.5, -1e-300, np.array([1, -1])],
+    "one": _NOT_NUMBERS + [0, -3, 2.5, np.array([1, 2]), [4, 8]],
+    "chunk": [v for v in _NOT_NUMBERS if v is not None] + [0, -3, 2.5],
+    "chips": _NOT_NUMBERS + [0, -3, 2.5],
+    "frac0": _NOT_NUMBERS + [-0.5, 1.5, -1e-300],
+    "signed": _NOT_NUMBERS,
+    "optpos": _NUMBERS_NOT_NONE + [0, -1],
+    "optnonneg": _NUMBERS_NOT_NONE + [-1],
+    "flag": ["true", 1, 0, None, "False", math.nan],
+    "modelobj": _obj + ["llama-2-7b", _CHIPS[0]],
+    "optmodelobj": [v for v in _obj if v is not None] + ["llama-2-7b", _CHIPS[0]],
+    "moemodelobj": _obj + ["deepseek-v3", _CHIPS[0], km.get_model("llama-2-7b")],  # a dense model has no experts
+    "chipobj": _obj + ["h100-sxm", _MODELS[0]],
+    "modelpreset": _obj + ["llama2-7b", _CHIPS[0]],  # a preset name is accepted; an unknown one is not
+    "chippreset": _obj + [_MODELS[0]],  # an unknown chip name is refused as "unknown hardware", not by argument
+    "chiporbytes": _NOT_NUMBERS + [0, -1, "h100-sxm", _MODELS[0]],
+    "link": _obj + ["nvlink9", _MODELS[0]],  # a preset name is accepted (as_link); a wrong one is not
+    "optlink": [v for v in _obj if v is not None] + ["nvlink9", _MODELS[0]],
+    "layout": _obj + ["tp=2", (2, 1, 1, 1, 1)],
+    "optlayout": [v for v in _obj if v is not None] + ["tp=2", (2, 1, 1, 1, 1)],
+    "weights": ["bf8", "", 0, -1, math.nan, math.inf, None, True, b"bf16", {}, {"default": "bf8"}, {"attn": "fp8"},
+                {"attention": "fp8"}, ["bf16"], {"default": None}, {"default": -2}],
+    "format": [3, None, "bf8", "", b"bf16", ["bf16"]],
+    "kvdtype": [None, "bf8", "", 0, -1, math.nan, True, b"bf16", ["bf16"]],
+    "compute": [None, "bf8", "", 3, b"bf16", "int4", "fp32"],
+    "actdtype": [None, "bf8", "", 2, 0.5, b"bf16", ["bf16"]],
+    "optcompute": ["bf8", "", 3, b"bf16", "int4", "fp32"],
+    "routing": ["random", "", 3, None, b"floor"],
+    "budget": ["devices", "", 3, None],
+    "engine": ["v2", "", 1, None, b"v1"],
+    "algorithm": ["tree", "", 3, None],
+    "linkname": ["nvlink", "", 3, None, b"nvlink4"],
+    "layouttext": ["tp=0", "tp=2.5", "tp", "xx=2", "tp=-1", "tp=2,tp=4", 3, None, "", "tp=1e3", ],
+    "hfconfig": [3, None, {}, {"model_type": "llama"}, [], "", b"{}"],
+    "stepwork": [3, None, {}, "llama-2-7b"],
+})
+
+# ----- the table of public functions --------------------------------------------
+
+F = "fmt"
+FUNCTIONS = {
+    "arithmetic_intensity": dict(flops="pos", bytes_moved="pos"),
+    "attention_flops_per_step": dict(batch="pos", context="pos", n_layers="count", n_heads="count", head_dim="count"),
+    "compute_ceiling_steps_per_s": dict(flops_per_step="pos", flops="pos"),
+    "critical_batch": dict(flops="pos", bandwidth="pos", bytes_per_param="pos"),
+    "critical_batch_beta_alpha": dict(bf16_flops="pos", bandwidth="pos", bytes_per_param="pos", bytes_per_activation="pos"),
+    "dtype_bytes": dict(dtype="dtype"),
+    "fmt_bandwidth": dict(bytes_per_s="nonneg", digits="digits"),
+    "fmt_bytes": dict(n_bytes="nonneg", digits="digits"),
+    "fmt_count": dict(count="nonneg", digits="digits"),
+    "fmt_flop_rate": dict(flops_per_s="nonneg", digits="digits"),
+    "fmt_flops": dict(flops="nonneg", digits="digits"),
+    "fmt_seconds": dict(seconds="nonneg", digits="digits"),
+    "get_chip": dict(name="chip"),
+    "get_model": dict(name="model"),
+    "kv_budget_bytes": dict(n_chips="count", hbm_bytes="pos", weight_bytes="pos", usable_fraction="frac"),
+    "kv_bytes_per_chip": dict(kv_cache_bytes="nonneg", n_chips="count", n_kv_heads="count", batch="count", shard="shard"),
+    "kv_bytes_per_seq": dict(kv_bytes_per_token="pos", context="count"),
+    "kv_bytes_per_token": dict(n_layers="count", n_kv_heads="count", head_dim="count", bytes_per_elem="pos"),
+    "kv_cache_bytes": dict(kv_bytes_per_token="pos", context="count", batch="count"),
+    "max_batch": dict(kv_budget_bytes="nonneg", kv_bytes_per_seq="pos"),
+    "max_kv_tokens": dict(kv_budget_bytes="nonneg", kv_bytes_per_token="pos"),
+    "min_chips_for_weights": dict(weight_bytes="pos", hbm_bytes="pos", usable_fraction="frac"),
+    "min_step": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", param_count="pos", bandwidth="pos", flops="pos"),
+    "min_step_simple": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", bandwidth="pos"),
+    "prefill_flops": dict(prompt_len="count", param_count="pos", n_layers="count", n_heads="count", head_dim="count", batch="count"),
+    "prefill_time": dict(flops_needed="nonneg", flops="pos", param_bytes="pos", kv_bytes_written="nonneg", bandwidth="pos"),
+    "step_breakdown": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", param_count="pos", bandwidth="pos", flops="pos"),
+    "tensor_parallel_step": dict(batch="pos", kv_bytes_per_seq="nonneg", n_kv_heads="count", param_bytes="pos",
+                                 param_count="pos", n_chips="count", bandwidth="pos", flops="pos", shard="shard"),
+    "tokens_per_s": dict(step_s="pos", batch="pos"),
+    "tokens_per_s_per_seq": dict(step_s="pos"),
+    "weight_bytes": dict(param_count="pos", bytes_per_param="pos"),
+    "weight_flops_per_step": dict(batch="pos", param_count="pos"),
+    "weights_from_hf_config": dict(config="hfconfig"),
+    # preset methods, bound to a preset with sliding windows, one with MLA, and a chip
+    "Model.kv_bytes_per_token@mistral": dict(bytes_per_elem="pos", context="optcount"),
+    "Model.kv_bytes_per_seq@gemma": dict(context="count", bytes_per_elem="pos"),
+    "Model.kv_bytes_per_token@deepseek": dict(bytes_per_elem="pos"),
+    "Model.with_kv_heads@llama": dict(n_kv_heads="count"),
+    "Chip.flops@h100": dict(dtype="dtype"),
+    # the step model, MoE and speculative decoding
+    "compute_rate": dict(chip="chipobj", weights="weights", compute_dtype="optcompute", model="optmodelobj"),
+    "decode_step": dict(model="modelpreset", chip="chippreset", batch="pos", context="pos", weights="weights",
+                        kv_dtype="kvdtype", compute_dtype="optcompute", n_chips="chips", shard="shard",
+                        tokens_per_seq="pos", overhead_s="nonneg", efficiency="frac", routing="routing",
+                        layout="optlayout", link="optlink", activation_dtype="actdtype"),
+    "expected_tokens_per_step": dict(acceptance="frac0", gamma="count"),
+    "fmt_number": dict(value="signed"),  # table cells may be negative (a difference)
+    "experts_touched": dict(n_experts="count", top_k="count", tokens="pos", routing="routing"),
+    "get_format": dict(name="format"),
+    "layout_step_time": dict(model="modelobj", work="stepwork", bandwidth="pos", flops="pos", layout="layout",
+                             weights="weights", link="optlink", activation_bytes="pos", overhead_s="nonneg",
+                             efficiency="frac"),
+    "model_critical_batch": dict(model="modelobj", chip="chipobj", weights="weights", compute_dtype="optcompute",
+                                 routing="routing"),
+    "saturated_critical_batch": dict(total_params="pos", active_params="pos", flops="pos", bandwidth="pos",
+                                     bytes_per_param="pos"),
+    "speculative_decode": dict(model="modelpreset", chip="chippreset", batch="pos", context="pos", gamma="one",
+                               acceptance="frac0", draft="optmodelobj", routing="routing"),
+    "speculative_improvement_factor": dict(acceptance="frac0", gamma="count", cost_ratio="nonneg"),
+    "step_time": dict(work="stepwork", bandwidth="pos", flops="pos", n_chips="chips", shard="shard",
+                      overhead_s="nonneg", efficiency="frac", routing="routing"),
+    "step_work": dict(model="modelobj", batch="pos", context="pos", weights="weights", kv_dtype="kvdtype",
+                      tokens_per_seq="pos"),
+    "strict_step": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", param_count="pos", bandwidth="pos",
+                        flops="pos", attention_flops_per_seq="nonneg"),
+    # memory and the vLLM engine budget
+    "memory_budget": dict(chip="chiporbytes", budget="budget", gpu_memory_utilization="frac", non_torch_bytes="nonneg"),
+    "runtime_total_bytes": dict(chip="chiporbytes"),
+    "vllm_activation_peak_bytes": dict(model="modelobj", max_num_batched_tokens="count", max_num_seqs="count",
+                                       act_bytes="pos", tensor_parallel="one"),
+    "vllm_available_kv_bytes": dict(total_bytes="pos", weight_bytes="nonneg", activation_peak_bytes="nonneg",
+                                    non_torch_bytes="nonneg", gpu_memory_utilization="frac"),
+    "vllm_engine": dict(model="modelobj", chip="chiporbytes", max_model_len="count", gpu_memory_utilization="frac",
+                        block_size="one", weights="weights", kv_dtype="kvdtype", tensor_parallel="one",
+                        max_num_batched_tokens="optcount", max_num_seqs="optcount", weight_bytes="optnonneg",
+                        activation_peak_bytes="optnonneg", non_torch_bytes="nonneg", hybrid="flag", engine="engine"),
+    "vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="one",
+                          kv_dtype="kvdtype", tensor_parallel="one", layers="optcount",
+                          max_num_batched_tokens="optcount", hybrid="flag", engine="engine"),
+    "vllm_kv_groups": dict(model="modelobj", hybrid="flag"),
+    "vllm_max_num_batched_tokens": dict(max_model_len="count", engine="engine", large_gpu="flag"),
+    "vllm_page_bytes": dict(model="modelobj", block_size="one", kv_dtype="kvdtype", tensor_parallel="one"),
+    # links, layouts and collectives
+    "all_to_all_time": dict(bytes_per_chip="nonneg", n_chips="count", link="link"),
+    "allreduce_estimate": dict(message_bytes="nonneg", n_chips="count", link="link"),
+    "allreduce_time": dict(message_bytes="nonneg", n_chips="count", link="link", algorithm="algorithm"),
+    "chip_step": dict(model="modelobj", batch="pos", context="pos", layout="layout", bandwidth="pos", flops="pos",
+                      weights="weights", kv_bytes_per_seq="nonneg", attention_flops_per_seq="nonneg",
+                      tokens_per_seq="pos", link="optlink", activation_bytes="pos", overhead_s="nonneg",
+                      routing="routing", lm_head_tokens_per_seq="optcount"),
+    "get_link": dict(name="linkname"),
+    "p2p_time": dict(message_bytes="nonneg", link="link"),
+    "parse_layout": dict(text="layouttext"),
+    "ring_allreduce_bytes": dict(message_bytes="nonneg", n_chips="count"),
+    "tensor_parallel_comm_s": dict(model="modelobj", batch="pos", n_chips="count", link="optlink",
+                                   tokens_per_seq="pos", activation_bytes="pos"),
+    "expert_parallel_comm_s": dict(model="moemodelobj", tokens="pos", ep="count", link="link", dispatch_bytes="pos",
+                                   combine_bytes="pos", chips_per_node="count", node_link="optlink"),
+    "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips"),
+    "ParallelLayout.check@tp2": dict(model="modelobj"),
+    "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
+    # whole requests and the serving frontier
+    "prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
+    "prefill_bound": dict(model="modelpreset", chip="chippreset", batch="pos", input_tokens="count", layout="optlayout",
+                          link="optlink", weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
+                          activation_dtype="actdtype", chunk_tokens="chunk", overhead_s="nonneg", efficiency="frac"),
+    "request_times": dict(model="modelpreset", chip="chippreset", batch="count", input_tokens="count", output_tokens="count",
+                          layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                          compute_dtype="optcompute", activation_dtype="actdtype", chunk_tokens="chunk",
+                          price_per_chip_hour="optpos", overhead_s="nonneg", efficiency="frac"),
+    "serving_frontier": dict(model="modelpreset", chip="chippreset", input_tokens="count", output_tokens="count",
+                             batch="optcount", tpot_limit_s="optpos", layout="optlayout", link="optlink",
+                             weights="weights", kv_dtype="kvdtype", compute_dtype="optcompute",
+                             activation_dtype="actdtype", chunk_tokens="chunk", hbm_bytes="optpos",
+                             price_per_chip_hour="optpos"),
+    # continuous batching
+    "mixed_step": dict(model="modelpreset", chip="chippreset", batch="pos", context="count", chunk_tokens="whole0",
+                       chunk_start="whole0", layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                       compute_dtype="optcompute", activation_dtype="actdtype", overhead_s="nonneg"),
+    "steady_state": dict(model="modelpreset", chip="chippreset", batch="pos", input_tokens="count", output_tokens="count",
+                         layout="optlayout", link="optlink", weights="weights", kv_dtype="kvdtype",
+                         compute_dtype="optcompute", activation_dtype="actdtype", price_per_chip_hour="optpos",
+                         overhead_s="nonneg"),
+    "cost_per_million_tokens": dict(price_per_chip_hour="nonneg", tokens_per_s_per_chip="pos"),
+    # layers
+    "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
+    "LayerSpec@linear": dict(state_bytes="nonneg", state_flops="nonneg", params="nonneg"),
+    "LayerSpec.tokens_held@sliding": dict(context="nonneg"),
+    # preset methods of the step model and config loading
+    "Model.from_hf_config": dict(config="hfconfig"),
+    "Model.weight_bytes_read@mixtral": dict(batch="pos", weights="weights", routing="routing", tokens_per_seq="pos"),
+    "Model.weight_bytes_read@deepseek": dict(batch="pos", weights="weights", routing="routing", tokens_per_seq="pos"),
+    "Model.weight_bytes_read_by_group@qwen3moe": dict(batch="pos", weights="weights", routing="routing",
+                                                       tokens_per_seq="pos"),
+    "Model.weight_bytes_resident@gptoss": dict(weights="weights"),
+    "Model.weight_bytes_resident_by_group@llama": dict(weights="weights"),
+    "Model.attention_flops_per_token@gemma3": dict(context="pos"),
+    "Model.attention_flops_per_token@deepseek": dict(context="pos"),
+    "Model.kv_bytes_by_kind@gemma3": dict(context="count", bytes_per_elem="pos"),
+    "Model.standard_kv_bytes_per_token@mistral": dict(bytes_per_elem="pos"),
+    "Chip.flops_for_format@h100": dict(weights="format"),
+    "Chip.ridge_point@b200": dict(dtype="compute"),
+}
+#: The functions' own domain errors: a valid value of each argument, in a combination that has no answer.
+_LAYOUT_ERRORS = ("must divide the", "must not exceed the", "needs a mixture-of-experts", "must equal tp * cp * dp")
+DOMAIN_ERRORS = {
+    "kv_budget_bytes": ("weight_bytes exceed",),
+    "tensor_parallel_step": ("n_chips underflows",),
+    "Model.with_kv_heads@llama": ("divisible by n_kv_heads",),
+    "Chip.flops@h100": ("compute_dtype",),  # fp32, int4 are storage formats, not compute rates
+    "LayerSpec@sliding": ("must be divisible by",),
+    "allreduce_estimate": ("has no measured all-reduce latency",),
+    "allreduce_time": ("has no in-switch reduction",),
+    "runtime_total_bytes": ("has no device_bytes",),
+    "memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory",
+                      "must be below the runtime total"),
+    "vllm_available_kv_bytes": ("no memory left for the KV cache",),
+    "vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's"),
+    # the gpt-oss config in tests/data is a GPTQ mirror, refused by design (test_hf_config_weights.py)
+    "weights_from_hf_config": ("is not one kvmath reads",),
+    "vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left"),
+    "runtime_total_bytes": ("has no device_bytes",),
+    "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
+    "experts_touched": ("must not exceed n_experts",),
+    "model_critical_batch": ("never catches up",),
+}
+# Refusals of the memory and vLLM code for valid-looking inputs: a chip with no reported total, and
+# the configurations vLLM itself refuses to start (block sizes, tensor parallel sizes, no room).
+_VLLM_REFUSES = ("has no reported total", "no runtime total", "block_size must be one of", "does not divide the",
+                 "neither divides", "vLLM refuses", "fewer than one", "no KV cache blocks", "0 blocks",
+                 "cannot hold", "too large to count", "exceeds the model's")
+for _name in ("memory_budget", "runtime_total_bytes", "vllm_engine", "vllm_kv_cache", "vllm_available_kv_bytes",
+              "vllm_kv_groups", "vllm_page_bytes", "vllm_max_num_batched_tokens", "vllm_activation_peak_bytes",
+              "kv_budget_bytes", "min_chips_for_weights", "serving_frontier", "request_times"):
+    DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _VLLM_REFUSES
+_CHUNKS = ("too many to evaluate",)
+_NO_RATE = ("has no bf16 rate", "has no fp8 rate", "has no int8 rate")
+for _name in ("compute_rate", "model_critical_batch", "decode_step", "speculative_decode", "prefill_bound",
+              "request_times", "serving_frontier"):
+    DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
+        "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed")
+for _name in ("mixed_step", "steady_state"):
+    DOMAIN_ERRORS[_name] = _NO_RATE + _LAYOUT_ERRORS + ("layout must use tensor", "is not modelled with a layout",
+                                                      "output_tokens must be at least 2", "has no in-switch")
+DOMAIN_ERRORS["compute_rate"] += ("mixes formats of different compute rates",)  # without the model: documented
+DOMAIN_ERRORS["decode_step"] += ("does not combine with layout", "does not divide the")  # one check for both paths
+for _name in ("chip_step", "layout_step_time"):
+    DOMAIN_ERRORS[_name] = _LAYOUT_ERRORS + ("has no in-switch",)
+_BOUND = {
+    "Model.kv_bytes_per_token@mistral": lambda: km.get_model("mistral-7b-v0.1").kv_bytes_per_token,
+    "Model.kv_bytes_per_seq@gemma": lambda: km.get_model("gemma-2-9b").kv_bytes_per_seq,
+    "Model.kv_bytes_per_token@deepseek": lambda: km.get_model("deepseek-v3").kv_bytes_per_token,
+    "Model.with_kv_heads@llama": lambda: km.get_model("llama-2-7b").with_kv_heads,
+    "Chip.flops@h100": lambda: km.get_chip("h100-sxm").flops,
+    "ParallelLayout.check@tp2": lambda: km.ParallelLayout(tp=2).check,
+    "Link.replace@nvlink4": lambda: km.get_link("nvlink4").replace,
+    "LayerSpec@sliding": lambda: functools.partial(km.LayerSpec, "sliding"),
+    "LayerSpec@linear": lambda: functools.partial(km.LayerSpec, "linear"),
+    "LayerSpec.tokens_held@sliding": lambda: km.LayerSpec("sliding", 16, 8, 256, window=4096).tokens_held,
+    "Model.from_hf_config": lambda: km.Model.from_hf_config,
+    "Model.weight_bytes_read@mixtral": lambda: km.get_model("mixtral-8x7b").weight_bytes_read,
+    "Model.weight_bytes_read@deepseek": lambda: km.get_model("deepseek-v3").weight_bytes_read,
+    "Model.weight_bytes_read_by_group@qwen3moe": lambda: km.get_model("qwen3-30b-a3b").weight_bytes_read_by_group,
+    "Model.weight_bytes_resident@gptoss": lambda: km.get_model("gpt-oss-20b").weight_bytes_resident,
+    "Model.weight_bytes_resident_by_group@llama": lambda: km.get_model("llama-3-8b").weight_bytes_resident_by_group,
+    "Model.attention_flops_per_token@gemma3": lambda: km.get_model("gemma-3-12b").attention_flops_per_token,
+    "Model.attention_flops_per_token@deepseek": lambda: km.get_model("deepseek-v3").attention_flops_per_token,
+    "Model.kv_bytes_by_kind@gemma3": lambda: km.get_model("gemma-3-12b").kv_bytes_by_kind,
+    "Model.standard_kv_bytes_per_token@mistral": lambda: km.get_model("mistral-7b-v0.1").standard_kv_bytes_per_token,
+    "Chip.flops_for_format@h100": lambda: km.get_chip("h100-sxm").flops_for_format,
+    "Chip.ridge_point@b200": lambda: km.get_chip("b200").ridge_point,
+}
+#: Names in __all__ that are not functions of numbers: constants, classes and listings.
+NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB", "StepBreakdown",
+                "Model", "Chip", "chip_names", "model_names",
+                # tuples of names, listings, and records returned as results (their numbers are checked there)
+                "BUDGETS", "LAYER_KINDS", "WEIGHT_GROUPS", "format_names", "link_names",
+                # functions of text and table rows, not of numbers (tests/book/test_tables.py checks them)
+                "Table", "check_table", "group_digits",
+                # a solver over speculative_decode (fuzzed here): each of its ~40 evaluations is three decode
+                # steps, too slow for 1500 examples; tests/unit/test_step.py checks its inputs
+                "speculation_break_even_batch",
+                "ChipStep", "DecodeStep", "EngineBudget", "Format", "Frontier", "RequestTimes", "Speculation",
+                "StepWork", "MixedStep", "SteadyState",
+                # records built from data: fuzzed through their rows above (replace, check, the constructor)
+                "Link", "LayerSpec",
+                # functions of the rows of measurements.csv, not of numbers (tests/unit/test_calibration.py checks them)
+                "Calibration", "Measurement", "bound_for", "calibrate", "get_measurement", "load_measurements"}
+
+
+def _function(name):
+    return _BOUND[name]() if name in _BOUND else getattr(km, name)
+
+
+def test_every_public_name_is_covered():
+    missing = set(km.__all__) - set(FUNCTIONS) - NOT_IN_TABLE
+    assert not missing, f"add these to FUNCTIONS in tests/contract/test_fuzz.py: {sorted(missing)}"
+    assert km.chip_names() and km.model_names()
+
+
+#: Inputs that come back in results (a DecodeStep's layout, a ChipStep's): not numbers to check.
+_INPUT_RECORDS = (km.Model, km.Chip, km.Link, km.ParallelLayout, km.Format)
+
+
+def _numbers(result) -> list:
+    """Every number in a result: record fields and public properties, dict values, tuple items, LayerSpec sizes."""
+    if isinstance(result, (str, bytes, bool, np.bool_, _INPUT_RECORDS)) or result is None:
+        return []
+    if isinstance(result, km.Frontier):  # NaN marks a batch that does not fit (or meet the limit): check the rest
+        found = np.asarray(result.best_batch) > 0
+        return [*_numbers(result.requests), result.max_batch, result.best_batch,
+                np.where(result.fits, result.throughput_per_chip, 0.0), np.where(found, result.best_throughput_per_chip, 0.0)]
+    if isinstance(result, km.RequestTimes):  # documented: NaN (undefined) per-token figures for one output token
+        decoding = np.broadcast_to(np.asarray(result.output_tokens) > 1, np.shape(result.tokens_per_s_per_user))
+        rest = [k for k in ("ttft_s", "decode_s", "decode_no_overlap_s", "price_per_chip_hour", "total_s",
+                            "output_tokens_per_s", "output_tokens_per_s_per_chip", "cost_per_million_tokens")]
+        return [n for k in rest for n in _numbers(getattr(result, k))] + [
+            np.where(decoding, result.tokens_per_s_per_user, 0.0),
+            np.where(decoding, result.time_per_output_token_s, 0.0)]
+    if isinstance(result, km.LayerSpec):
+        return [result.elems_per_token(), result.flops_per_cached_token()]
+    if isinstance(result, dict):
+        return [n for v in result.values() for n in _numbers(v)]
+    if isinstance(result, tuple):
+        return [n for v in result for n in _numbers(v)]
+    if dataclasses.is_dataclass(result):
+        names = [f.name for f in dataclasses.fields(result)]
+        names += [k for c in type(result).__mro__ for k, v in vars(c).items()
+                  if isinstance(v, property) and not k.startswith("_") and k not in names]
+        return [n for k in names for n in _numbers(getattr(result, k))]
+    if isinstance(result, np.ndarray) and result.dtype.kind in "bUSO":  # masks and labels ("memory", "compute")
+        return []
+    return [result]
+
+
+def _check_value(result) -> None:
+    for part in _numbers(result):
+        if isinstance(part, int):  # Python ints: exact, however large
+            assert part >= 0, f"negative result {part!r}"
+            continue
+        arr = np.asarray(part)
+        assert arr.dtype.kind in "iuf", f"not a number: {part!r}"
+        assert np.all(np.isfinite(arr)), f"non-finite result {part!r}"
+        assert np.all(arr >= 0), f"negative result {part!r}"
+
+
+def _call(name, args):
+    """The result, or None where the function refused valid inputs for a reason it may give."""
+    try:
+        return _function(name)(**args)
+    except ResultOverflow as err:
+        assert "overflows" in str(err)
+        return None
+    except ValueError as err:
+        allowed = DOMAIN_ERRORS.get(name, ())
+        assert any(a in str(err) for a in allowed), f"{name}({args}) refused valid input: {err}"
+        return None
+
+
+def _variants(kind, value):
+    """The same number as other accepted types: numpy scalars, 0-d and 1-d arrays, lists."""
+    if kind in _WHOLE:
+        return [np.int64(value)] + ([np.int32(value)] if value < 2**31 else []) + ([float(value)] if kind == "one" else [])
+    out = [np.float64(value), np.array(value)]
+    if kind == "count" and value < 2**31:
+        out += [np.int32(value), np.int64(value), float(value)]
+    return out
+
+
+for _name in ("vllm_engine", "vllm_kv_cache"):
+    DOMAIN_ERRORS[_name] += ("must divide", "layers (a pipeline stage's share)")
+#: Functions whose numeric arguments are scalars, or whose result is not element by element (a frontier's best batch).
+_SCALAR_ONLY = {"dtype_bytes", "get_chip", "get_model", "serving_frontier", "ParallelLayout"}
+
+
+@st.composite
+def calls(draw):
+    name = draw(st.sampled_from(sorted(FUNCTIONS)))
+    args = {arg: draw(VALID[kind]) for arg, kind in FUNCTIONS[name].items()}
+    return name, args
+
+
+@FUZZ
+@given(calls(), st.data())
+def test_valid_inputs_give_a_finite_non_negative_value_of_any_numeric_type(call, data):
+    name, args = call
+    result = _call(name, args)
+    if result is None:
+        return
+    _check_value(result)
+    numeric = [a for a, k in FUNCTIONS[name].items() if k in _NUMERIC]
+    if not numeric:
+        return
+    # the same number as another type gives the same answer
+    arg = data.draw(st.sampled_from(numeric))
+    variant = data.draw(st.sampled_from(_variants(FUNCTIONS[name][arg], args[arg])))
+    again = _call(name, {**args, arg: variant})
+    if again is not None:
+        for a, b in zip(_numbers(result), _numbers(again)):
+            assert np.all(np.asarray(a) == np.asarray(b)), (name, arg, variant)
+    # an array of two values broadcasts and agrees element by element
+    if name.startswith("fmt_") or "@" in name or name in _SCALAR_ONLY or FUNCTIONS[name][arg] in _WHOLE:
+        return
+    other = data.draw(VALID[FUNCTIONS[name][arg]])
+    pair = _call(name, {**args, arg: [args[arg], other]})
+    single = _call(name, {**args, arg: other})
+    if pair is not None and single is not None:
+        for whole, first, second in zip(_numbers(pair), _numbers(result), _numbers(single)):
+            whole = np.broadcast_to(np.asarray(whole), (2,))
+            assert whole[0] == first and whole[1] == second, (name, arg)
+
+
+@FUZZ
+@given(calls(), st.data())
+def test_an_invalid_argument_is_refused_naming_it(call, data):
+    name, args = call
+    if name in DOMAIN_ERRORS and _call(name, args) is None:
+        return  # a combination with no answer (tp that does not divide the heads) may be refused before the bad value
+    arg = data.draw(st.sampled_from(sorted(FUNCTIONS[name])))
+    bad = data.draw(st.sampled_from(INVALID[FUNCTIONS[name][arg]]))
+    shown = "dtype" if FUNCTIONS[name][arg] == "dtype" and name == "Chip.flops@h100" else arg
+    with pytest.raises(ValueError) as err:
+        _function(name)(**{**args, arg: bad})
+    message = str(err.value)
+    wanted = {"get_model": "model", "get_chip": "hardware", "Chip.flops@h100": "compute_dtype", "get_format": "dtype",
+              "parse_layout": "parallel layout", "Chip.flops_for_format@h100": "weights", "get_link": "link"}.get(name, shown)
+    assert wanted in message or (name == "dtype_bytes" and "dtype" in message), (name, arg, bad, message)
+
+
+@FUZZ
+@given(calls(), st.data())
+def test_mismatched_shapes_name_the_arguments(call, data):
+    name, args = call
+    numeric = [a for a, k in FUNCTIONS[name].items() if k in _NUMERIC - _WHOLE]
+    if len(numeric) < 2 or name.startswith("fmt_") or "@" in name or name in _SCALAR_ONLY:
+        return
+    a, b = data.draw(st.permutations(numeric))[:2]
+    args = {**args, a: np.full(2, args[a]), b: np.full(3, args[b])}
+    with pytest.raises(ValueError, match=rf"{a} \(2,\) and {b} \(3,\)|{b} \(3,\) and {a} \(2,\)"):
+        _function(name)(**args)
+
+
+# ----- Model and Chip constructors, through replace() -----------------------------------
+
+_MODEL_COUNTS = ["n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab"]
+_MODEL_OPTIONAL = ["sliding_window", "n_sliding_layers", "n_experts", "n_shared_experts", "top_k", "d_ff_expert",
+                   "n_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim"]
+_STRICT_COUNT_BAD = [v for v in INVALID["count"] if v is not None] + [32.0, np.float64(8)]
+MODEL_FIELDS = {
+    **{f: _STRICT_COUNT_BAD + [None] for f in _MODEL_COUNTS},
+    **{f: [v for v in _STRICT_COUNT_BAD if not (isinstance(v, int) and v == 0)] + [-1, 10**9] for f in _MODEL_OPTIONAL},
+    "mlp_matrices": [1, 4, 2.0, "3", None, True],
+    "n_positions": [-1, 2.5, "0", None],
+    "tied_embeddings": ["false", "true", 0, 1, None, math.nan, "False"],
+    "attention": [3, None, "sparse", b"mla", ""],
+    "published_params": ["6.7e9", math.nan, -1, 0, math.inf, True, [1e9]],
+    "name": [3, None, "", b"x"],
+    "display_name": [3, b"x"],
+}
+
+
+@FUZZ
+@given(st.sampled_from(km.model_names()), st.sampled_from(sorted(MODEL_FIELDS)), st.data())
+def test_model_fields_are_all_validated(preset, field, data):
+    model = km.get_model(preset)
+    bad = data.draw(st.sampled_from(MODEL_FIELDS[field]))
+    try:
+        changed = model.replace(**{field: bad})
+    except ValueError as err:
+        message = str(err)
+        related = {field, "n_sliding_layers", "sliding_window", "n_experts", "top_k", "d_ff_expert",
+                   "MLA", "mixture-of-experts", "divisible", "n_dense_layers", "n_layers"}
+        assert any(w in message for w in related), (preset, field, bad, message)
+        return
+    # the few "bad" values that are fine in some preset (10**9 experts, a window as long as you like)
+    assert field in _MODEL_OPTIONAL and bad in (10**9,) or field in ("n_dense_layers",), (preset, field, bad)
+    _check_value(changed.param_count())
+
+
+@FUZZ
+@given(st.sampled_from(km.model_names()), st.sampled_from([np.int32, np.int64, np.uint32, np.int16]))
+def test_model_fields_of_any_integer_type_give_the_same_sizes(preset, itype):
+    model = km.get_model(preset)
+    fields = {f: itype(getattr(model, f)) for f in _MODEL_COUNTS + _MODEL_OPTIONAL
+              if getattr(model, f) is not None and getattr(model, f) <= np.iinfo(itype).max}
+    same = model.replace(**fields, attention=model.attention.upper())
+    assert same.param_count() == model.param_count() and type(same.param_count()) is int
+    assert same.active_param_count() == model.active_param_count()
+    assert same.kv_bytes_per_token() == model.kv_bytes_per_token()
+    assert same.kv_bytes_per_seq(4096) == model.kv_bytes_per_seq(4096)
+
+
+CHIP_FIELDS = {
+    "hbm_bytes": INVALID["pos"], "bandwidth": INVALID["pos"],
+    "flops_by_dtype": [{"bf16": v} for v in INVALID["pos"][:12]] + [{}, {"fp8": 1e15}, {"bf16": 1e15, "fp6": 1e15},
+                                                                     [1e15], "bf16", None],
+    "name": [3, None, ""],
+}
+
+
+@FUZZ
+@given(st.sampled_from(km.chip_names()), st.sampled_from(sorted(CHIP_FIELDS)), st.data())
+def test_chip_fields_are_all_validated(preset, field, data):
+    bad = data.draw(st.sampled_from(CHIP_FIELDS[field]))
+    with pytest.raises(ValueError) as err:
+        km.get_chip(preset).replace(**{field: bad})
+    assert field in str(err.value) or ("bf16" in str(err.value) and field == "flops_by_dtype"), (field, bad, err.value)
+    assert km.get_chip(preset) == km.get_chip(preset.upper())
+
+
+# ----- the command line -----------------------------------------------------------------
+
+_TEXT_VALUES = ["1", "0", "-1", "0.5", "2.5", "1e-300", "1e300", "1.7e308", "1e400", "nan", "inf", "-inf", "",
+                "abc", "0x10", "1_000", " 8 ", "\u0663", "5e-324", "-1e5", "1e15", "8", "4096", "1e9"]
+CLI = {
+    "decode": (["decode", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--batch", "8", "--context", "4096"],
+               ["--batch", "--context", "--chips", "--efficiency", "--params", "--kv-bytes-per-token", "--bandwidth",
+                "--flops"]),
+    "decode-no-presets": (["decode", "--params", "7e9", "--kv-bytes-per-token", "5e5", "--bandwidth", "2e12",
+                           "--flops", "1e15", "--batch", "8", "--context", "4096"],
+                          ["--batch", "--context", "--chips", "--efficiency"]),
+    "capacity": (["capacity", "--model", "mixtral-8x7b", "--hardware", "a100-80gb", "--context", "4096"],
+                 ["--context", "--chips", "--hbm-bytes", "--params", "--kv-bytes-per-token", "--bandwidth", "--flops"]),
+    "critical-batch": (["critical-batch", "--hardware", "h100-sxm"], ["--bandwidth", "--flops"]),
+    "models": (["models"], ["--json"]),
+    "hardware": (["hardware"], ["--json"]),
+}
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit_info:
+            code = exit_info.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def _finite_json(text):
+    def refuse(constant):
+        raise AssertionError(f"non-JSON constant {constant} in the output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(CLI)), st.data(), st.booleans())
+def test_cli_never_shows_a_traceback_and_names_the_option(command, data, as_json):
+    base, options = CLI[command]
+    option = data.draw(st.sampled_from(options))
+    if option == "--json":  # the listings take no numbers: give them one anyway
+        argv = [*base, "--json", data.draw(st.sampled_from(["--json", "--batch", "x", "--model"]))]
+        code, out, err = _run(argv)
+        assert code == 2 and "Traceback" not in err and err.count("\n") == 1
+        return
+    value = data.draw(st.one_of(st.sampled_from(_TEXT_VALUES), st.floats(allow_nan=True).map(repr),
+                                st.text("0123456789.e-+x", max_size=6)))
+    if option in base:
+        i = base.index(option)
+        argv = [*base[:i], option, value, *base[i + 2:]]
+    else:
+        argv = [*base, option, value]
+    if as_json:
+        argv.append("--json")
+    code, out, err = _run(argv)
+    assert "Traceback" not in err + out
+    assert code in (0, 2), (argv, code, err)
+    if code == 2:
+        assert out == "" and err.count("\n") == 1, (argv, err)
+        assert option in err or "give it once" in err, (argv, err)
+        return
+    # on success stderr is empty, or one warning that the context is past the model's supported length
+    assert err == "" or (err.count("\n") == 1 and "warning: --context" in err), (argv, err)
+    if as_json:
+        result = _finite_json(out)
+        numbers = [v for v in result.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        assert all(math.isfinite(v) and v >= 0 for v in numbers), (argv, result)
+    else:
+        assert "nan" not in out.lower().replace("nanosecond", "") and "inf" not in out.lower(), (argv, out)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(CLI)), st.data())
+def test_cli_repeated_options_are_errors(command, data):
+    base, options = CLI[command]
+    option = data.draw(st.sampled_from([o for o in base if o.startswith("--")] or ["--json"]))
+    if option == "--json":
+        argv = [*base, "--json", "--json"]
+    else:
+        i = base.index(option)
+        argv = [*base, option, base[i + 1]]
+    code, out, err = _run(argv)
+    assert code == 2 and "given twice" in err and option in err, (argv, err)
+
+
+# ----- config.json loading --------------------------------------------------------------
+
+_CONFIG_BAD = [None, "32", -1, 0, 2.5, math.nan, math.inf, True, [32], {"a": 1}, 10**30]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(_HF_CONFIGS), st.data())
+def test_a_bad_number_in_a_config_is_refused_naming_its_key(config, data):
+    keys = sorted(k for k, v in config.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    key, bad = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(_CONFIG_BAD))
+    try:
+        model = km.Model.from_hf_config({**config, key: bad})
+    except ValueError as err:
+        # a type or range error names the key; 10**30 may instead break a relation between keys (heads divisible by
+        # KV heads, dense layers below layers), whose message names the relation
+        assert key in str(err) or bad == 10**30, (key, bad, str(err))
+        return
+    _check_value(model.param_count())  # a key the model does not use, or a value that still makes sense

@@ -1,0 +1,166 @@
+"""The calibration table: every published measurement loads, none beats its bound, three bounds by hand."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvmath as km
+from kvmath.calibration import EXTRA_MODELS, METRICS, REGIMES
+
+ROWS = km.load_measurements()
+BIB = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text(encoding="utf-8")
+
+
+def test_enough_rows_and_sources():
+    assert len(ROWS) >= 30
+    assert len({m.source for m in ROWS}) >= 10
+    assert len({m.id for m in ROWS}) == len(ROWS), "ids are unique"
+    # every regime the issue names has measurements
+    for regime in REGIMES:
+        assert len(km.load_measurements(regime)) >= 3, regime
+
+
+@pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
+def test_every_row_loads(m):
+    assert m.metric in METRICS and m.regime in REGIMES
+    assert m.url.startswith("https://") and m.title and m.quote
+    assert m.unknowns.strip(), "every row says what its source leaves unknown"
+    assert re.search(r"@\w+\{" + re.escape(m.source) + ",", BIB), f"{m.source} is cited in references.bib"
+    assert m.model in EXTRA_MODELS or m.model in km.model_names()
+    assert m.chip in km.chip_names()
+    assert m.measured > 0 and m.batch >= 1 and m.n_chips >= 1
+    if m.layout and not m.layout.startswith("split="):
+        km.parse_layout(m.layout).check(m.model_preset)
+
+
+@pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
+def test_no_measurement_beats_its_bound(m):
+    c = km.bound_for(m)
+    assert np.isfinite(c.bound) and c.bound > 0
+    assert 0 < c.ratio <= 1, f"{m.id} reaches {c.ratio:.3f} of its bound: an assumption of the bound is wrong"
+    assert c.binds in ("memory", "compute", "mixed")
+
+
+def test_hand_computed_palm_latency():
+    """PaLM 540B, int8, batch 1, context 2,048, weights split over 64 TPU v4 chips (Pope et al.).
+
+    Per layer: Q and O are 18432 x (48 x 256), K and V 18432 x 256 (multi-query),
+    the SwiGLU MLP three 18432 x 73728 matrices; 118 layers; the 256,000 x 18432
+    table is tied, so a step reads all of it as the output layer. The single KV
+    head's cache cannot be split by heads: every chip reads all of it.
+    """
+    d, layers, q, f, vocab = 18432, 118, 48 * 256, 73728, 256000
+    per_layer = 2 * d * q + 2 * d * 256 + 3 * d * f
+    weights = layers * per_layer + vocab * d                      # int8: one byte each
+    kv = 2 * layers * 256 * 2 * 2048                               # K and V, one head of 256, bf16
+    expected = (weights / 64 + kv) / 1.2e12
+    c = km.bound_for("pope-palm-64")
+    assert c.bound == pytest.approx(expected, rel=1e-4)           # norms are left out here (0.0003%)
+    assert c.ratio == pytest.approx(expected / 0.029, rel=1e-4)
+
+
+def test_hand_computed_m2_ultra_70b_tg512():
+    """Llama 3 70B in fp16 on an M2 Ultra, 512 tokens from an empty cache (llama-bench tg 512).
+
+    A step reads every matrix once except the input table (one row): 80 layers of
+    Q, O (8192 x 8192), K, V (8192 x 1024) and three 8192 x 28672 MLP matrices,
+    plus the 128,256 x 8192 output layer, 2 bytes each; and the cache, 2 x 80 x
+    8 x 128 x 2 = 327,680 bytes per token, at contexts 1 .. 512 (mean 256.5).
+    """
+    per_layer = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672
+    weights = 2 * (80 * per_layer + 128256 * 8192)
+    kv_mean = 327680 * 256.5
+    expected_tok_s = 800e9 / (weights + kv_mean)
+    c = km.bound_for("xd-m2u-70b-f16")
+    assert c.bound == pytest.approx(expected_tok_s, rel=1e-4)     # norms and the one embedding row: < 0.002%
+    assert c.ratio == pytest.approx(4.76 / expected_tok_s, rel=1e-4)
+
+
+def test_hand_computed_ttft_a100():
+    """LLaMA 7B, a 2,048-token prompt on an A100 at 312 TFLOP/s (TensorRT-LLM's 133 ms).
+
+    FLOPs: 2 S P_layers for the 32 layers' matrices (4 x 4096^2 + 3 x 4096 x 11008
+    each), the LM head for the last token only (2 x 32000 x 4096), and causal
+    attention, QK^T and AV over 1 .. S keys: 4 d sum(i) = 2 d S (S + 1) per layer.
+    Reading the 13.5 GB of weights takes 6.6 ms, far less: compute binds.
+    """
+    s, d = 2048, 4096
+    layers = 32 * (4 * d * d + 3 * d * 11008)
+    flops = 2 * s * layers + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
+    expected = flops / 312e12
+    c = km.bound_for("trt-7b-a100-ttft")
+    assert c.bound == pytest.approx(expected, rel=2e-3)
+    assert c.binds == "compute"
+    assert c.ratio == pytest.approx(expected / 0.133, rel=2e-3)
+
+
+def test_chunked_prefill_reads_the_lm_head_once():
+    """llama-bench pp512 at micro-batch 1: 511 steps need no logits, so read no LM head.
+
+    Charging the 128,256 x 4096 bf16 head (1.05 GB) on every step put the bound
+    within 3% of llama.cpp's 65.21 tokens/s; without it the bound is 72.0.
+    """
+    m, chip = km.get_model("llama-3-8b"), km.get_chip("rtx-4090")
+    head = 128256 * 4096 * 2
+    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_step_s)) - 511 * head / chip.bandwidth
+    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    # the prefill's attention is causal over 1 .. 512, as the decode steps' is; bytes dominate
+    assert t == pytest.approx(steps, rel=2e-3)
+    assert km.bound_for("lcpp-4090-8b-ub1").bound == pytest.approx(512 / t, rel=1e-12)
+
+
+def test_bad_inputs_name_the_argument():
+    with pytest.raises(ValueError, match="measurement_id"):
+        km.get_measurement("gf-7b-bf61")
+    with pytest.raises(ValueError, match="regime"):
+        km.load_measurements("tiny_batch")
+
+
+def test_geforce_fp16_prefill_takes_the_fp16_accumulate_rate():
+    """llama.cpp multiplies F16 through cuBLAS with CUBLAS_COMPUTE_16F: a GeForce card's fastest 16-bit mode.
+
+    Hand bound for xd-4090-8b-f16-pp512 (Llama 3 8B, 512 prompt tokens, one
+    RTX 4090 at 330.3e12 FLOP/s): the prefill is compute-bound, so the bound is
+    at least the matmul FLOPs of 512 tokens (2 x 512 x (8.03e9 - the 0.53e9
+    embedding table), the LM head on the last token only) at that rate.
+    """
+    m = km.get_measurement("xd-4090-8b-f16-pp512")
+    assert m.compute_flops_per_s == 330.3e12 and m.chip_preset.flops("fp16") == 330.3e12
+    assert km.get_measurement("pr4766-3090-7b-f16-pp512").chip_preset.flops("fp16") == 142e12
+    l3 = km.get_model("llama-3-8b")
+    body = l3.param_count() - 2 * l3.vocab * l3.d_model  # neither the embedding nor the LM head
+    flops = 2 * 512 * body + 2 * l3.vocab * l3.d_model
+    c = km.bound_for(m)
+    assert c.binds == "compute"
+    assert 512 / c.bound >= flops / 330.3e12  # attention's FLOPs come on top
+    assert 512 / c.bound == pytest.approx(flops / 330.3e12, rel=0.1)
+    assert c.ratio < 0.5  # at the fp32-accumulate rate the row looked like 80% of its bound
+
+
+@pytest.mark.parametrize("change, name", [
+    (dict(measured=0.0), "measured"), (dict(measured=float("nan")), "measured"), (dict(measured="104.9"), "measured"),
+    (dict(batch=0), "batch"), (dict(batch=1.5), "batch"), (dict(output_tokens=0), "output_tokens"),
+    (dict(input_tokens=-5), "input_tokens"), (dict(metric="ttft_s", input_tokens=0), "input_tokens"),
+    (dict(tokens_per_step=0), "tokens_per_step"), (dict(chunk_tokens=0), "chunk_tokens"),
+    (dict(metric="tok_s"), "metric"), (dict(regime="tiny"), "regime"), (dict(per_chip="false"), "per_chip"),
+    (dict(layout="split=x"), "split"), (dict(layout="split=4"), "decode-step metrics"),
+    (dict(compute_flops_per_s=float("inf")), "compute_flops_per_s"),
+    (dict(compute_flops_per_s=1e12), "compute_flops_per_s"),
+])
+def test_a_bad_row_names_its_field(change, name):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=name):
+        km.bound_for(dataclasses.replace(km.get_measurement("gf-7b-bf16"), **change))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: km.bound_for(None), lambda: km.bound_for({"id": "gf-7b-bf16"}), lambda: km.get_measurement(1),
+    lambda: km.load_measurements([]), lambda: km.calibrate(1),
+])
+def test_wrong_types_are_value_errors(call):
+    with pytest.raises(ValueError, match="measurement|regime"):
+        call()

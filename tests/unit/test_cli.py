@@ -1,0 +1,395 @@
+"""The kvmath command line: results, JSON keys, --config, the listings, and exit status 2 on bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvmath as km
+from kvmath.cli import main
+
+JSON_KEYS = {"step_s", "kv_s", "weight_memory_s", "weight_compute_s", "bound", "tokens_per_s_per_seq", "tokens_per_s", "critical_batch"}
+NEW_KEYS = {"no_overlap_step_s", "no_overlap_tokens_per_s", "weight_bytes_read", "weight_bytes_read_uniform",
+            "weight_bytes_resident", "attention_flops", "no_overlap_attention_bound", "no_overlap_weights_bound"}
+
+
+def run_json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_notes_30b_example_from_the_command_line(capsys):
+    common = ["decode", "--params", "30e9", "--weight-dtype", "int8", "--kv-bytes-per-token", "100e3",
+              "--bandwidth", "8.2e11", "--flops", "1.97e14", "--chips", "16", "--context", "8192"]
+    small = run_json(capsys, *common, "--batch", "4")
+    assert JSON_KEYS | NEW_KEYS <= set(small)
+    # the notes' 2.536 ms: memory-bound, so both forms agree
+    assert small["no_overlap_step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
+    assert small["step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
+    assert small["bound"] == "memory"
+    big = run_json(capsys, *common, "--batch", "256")
+    # the notes' 20.86 ms is the no-overlap form: 15.98 ms of KV + 4.87 ms of weight math
+    assert big["no_overlap_step_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
+    assert big["no_overlap_weights_bound"] == "compute"
+    assert big["no_overlap_tokens_per_s"] == pytest.approx(256 / 20.86e-3, rel=1e-3)
+    # strict: (256 * 8192 * 100e3 + 30e9) B / (16 * 8.2e11 B/s) = 18.271 ms, memory-bound
+    assert big["step_s"] * 1e3 == pytest.approx((256 * 8192 * 100e3 + 30e9) / (16 * 8.2e11) * 1e3, rel=1e-12)
+    assert big["step_s"] * 1e3 == pytest.approx(18.27, abs=5e-3)
+    assert big["bound"] == "memory"
+    assert big["tokens_per_s"] == pytest.approx(256 / big["step_s"], rel=1e-12)
+    assert big["critical_batch"] == pytest.approx(120.1, abs=0.05)
+    assert big["attention_flops"] == 0  # no model: no heads to count
+    assert big["is_lower_bound"] is True
+
+
+def test_thread_example_mha_vs_mqa_with_tp2(capsys):
+    common = ["decode", "--params", "7e9", "--hardware", "a100-80gb", "--chips", "2", "--batch", "16",
+              "--efficiency", "0.7"]
+    mha = run_json(capsys, *common, "--model", "codellama-7b", "--context", "8192")
+    # 14 GB + 68.72 GB over two GPUs at 0.7 x 2.039e12
+    assert mha["step_s"] == pytest.approx((7e9 + 34.36e9) / (0.7 * 2.039e12), rel=1e-3)
+    # falcon-7b's 71 heads do not split 2 ways (review item 5): the MQA case uses StarCoder (48 heads, 1 KV head)
+    assert main([*common, "--model", "falcon-7b", "--context", "8192"]) == 2
+    assert "--parallel pp=2" in capsys.readouterr().err
+    mqa_model = ["--model", "starcoder", "--kv-bytes-per-token", "16384", "--context", "262144"]
+    heads = run_json(capsys, *common, *mqa_model)
+    batch = run_json(capsys, *common, *mqa_model, "--kv-shard", "batch")
+    assert heads["kv_bytes_per_chip"] == pytest.approx(68.72e9, rel=1e-4)  # one KV head: no split
+    assert batch["kv_bytes_per_chip"] == pytest.approx(34.36e9, rel=1e-4)
+
+
+def test_llama_70b_on_8_h100(capsys):
+    r = run_json(capsys, "decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8",
+                 "--batch", "64", "--context", "4096")
+    # KV: 64 * 4096 * 327680 B over 8 chips. Weights read: the 68,976,648,192 parameters less the
+    # 32,000 x 8,192 input table, plus the 64 rows looked up, at 2 B each over 8 chips; all at 3.35e12 B/s
+    assert r["kv_s"] == pytest.approx(64 * 4096 * 327_680 / 8 / 3.35e12, rel=1e-9)
+    read = (68_976_648_192 - 32_000 * 8192 + 64 * 8192) * 2
+    assert r["weight_bytes_read"] == read
+    assert r["weight_bytes_resident"] == 68_976_648_192 * 2
+    assert r["weight_memory_s"] == pytest.approx(read / 8 / 3.35e12, rel=1e-12)
+    # attention: 4 * B * S * L * h * d_h FLOPs, split 8 ways
+    assert r["attention_flops"] == 4 * 64 * 4096 * 80 * 64 * 128
+    assert r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+
+
+def test_llama_3_8b_bound_is_not_beaten_by_llama_cpp(capsys):
+    # llama.cpp PR #15131: Llama 3 8B in bf16 on an RTX 4090, pp512 at micro-batch 1 (each step a full
+    # pass over the weights): 65.21 tokens/s. The bound must be at least that, even at S = 512.
+    r = run_json(capsys, "decode", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--batch", "1", "--context", "512")
+    # hand: (8,030,261,248 - 128,256 x 4,096 + 4,096) x 2 B of weights, 512 x 131,072 B of KV, at 1.008e12 B/s
+    weights = (8_030_261_248 - 128_256 * 4096 + 4096) * 2
+    assert r["step_s"] == pytest.approx((weights + 512 * 131_072) / 1.008e12, rel=1e-12)
+    assert r["tokens_per_s"] > 65.21
+
+
+def test_moe_weight_bytes_floor_estimate_and_resident(capsys):
+    r = run_json(capsys, "decode", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--batch", "8", "--context", "1024")
+    m = km.get_model("mixtral-8x7b")
+    expert = 3 * 4096 * 14336  # one expert's gated MLP
+    resident = m.param_count() * 2
+    # floor: 2 of 8 experts per layer; uniform: 8 (1 - (3/4)^8) = 7.1992 experts; resident: all 8
+    assert r["weight_bytes_resident"] == resident
+    assert r["weight_bytes_read"] == pytest.approx(resident - 32 * 6 * expert * 2 - (32000 - 8) * 4096 * 2, rel=1e-12)
+    assert r["weight_bytes_read_uniform"] == pytest.approx(
+        r["weight_bytes_read"] + 32 * (8 * (1 - 0.75**8) - 2) * expert * 2, rel=1e-12)
+    assert r["weight_bytes_read"] < r["weight_bytes_read_uniform"] < r["weight_bytes_resident"]
+    # the step bound charges the floor; capacity holds every expert
+    assert r["weight_memory_s"] == pytest.approx(r["weight_bytes_read"] / 3.35e12, rel=1e-12)
+    # Mixtral's own B_crit is about P_total / P_active times the dense 295
+    assert 1000 < r["model_critical_batch"] < 1100 and r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+
+
+def test_every_decode_key_is_documented(capsys):
+    from kvmath.cli import DECODE_KEYS
+    r = run_json(capsys, "decode", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8", "--batch", "4",
+                 "--context", "4096")
+    assert list(r) == list(DECODE_KEYS)
+    with pytest.raises(SystemExit):
+        main(["decode", "--help"])
+    help_text = capsys.readouterr().out
+    for key in DECODE_KEYS:
+        assert key in help_text
+
+
+def test_context_beyond_supported_warns_on_stderr(capsys):
+    assert main(["decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "8192"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "4,096" in captured.err
+    assert main(["decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "4096"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_text_output_has_units(capsys):
+    assert main(["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8", "--batch", "64", "--context", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "ms" in out and "GB" in out and "GiB" in out and "tokens/s" in out and "B_crit" in out
+
+
+def test_capacity_52b(capsys):
+    r = run_json(capsys, "capacity", "--params", "52e9", "--kv-bytes-per-token", "2097152", "--hbm-bytes", "40e9", "--context", "2048")
+    assert (r["min_chips"], r["max_tokens"], r["max_batch"]) == (3, 7629, 3)
+
+
+def test_critical_batch_and_listings(capsys):
+    assert run_json(capsys, "critical-batch", "--hardware", "a100-40gb", "--bandwidth", "1.5e12")["critical_batch"] == 208.0
+    names = [m["name"] for m in run_json(capsys, "models")]
+    assert "deepseek-v3" in names
+    chips = {c["name"]: c for c in run_json(capsys, "hardware")}
+    assert chips["h100-sxm"]["bandwidth"] == 3.35e12
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["decode", "--model", "llama2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1"], "llama-2-70b"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100", "--batch", "1", "--context", "1"], "hardware"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "-1", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "nan", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "0"], "--context"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--chips", "0"], "--chips"),
+        (["decode", "--model", "llama-2-70b", "--bandwidth", "0", "--flops", "1e15", "--batch", "1", "--context", "1"], "--bandwidth"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "a100-80gb", "--compute-dtype", "fp8", "--batch", "1", "--context", "1"], "fp8"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--weight-dtype", "int3", "--batch", "1", "--context", "1"], "--weight-dtype"),
+        (["decode", "--hardware", "h100-sxm", "--batch", "1", "--context", "1"], "--model"),
+        (["decode", "--model", "llama-2-70b", "--batch", "1", "--context", "1"], "--hardware"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "one", "--context", "1"], "--batch"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--efficiency", "1.5"], "--efficiency"),
+        (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 cannot hold"),
+        (["critical-batch"], "--hardware"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_python_dash_m_and_console_script():
+    # the console script pip installed beside this interpreter (the venv's bin/)
+    script = str(Path(sys.executable).with_name("kvmath"))
+    for cmd in ([sys.executable, "-m", "kvmath"], [script]):
+        ok = subprocess.run([*cmd, "critical-batch", "--hardware", "h100-sxm"], capture_output=True, text=True)
+        assert ok.returncode == 0 and "295.3" in ok.stdout
+        bad = subprocess.run([*cmd, "decode", "--model", "nope"], capture_output=True, text=True)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_closed_pipe_is_not_an_error():
+    # `kvmath models | head -1`: the reader goes away before the output ends
+    proc = subprocess.Popen([sys.executable, "-m", "kvmath", "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    assert proc.wait() == 0
+    assert b"Traceback" not in proc.stderr.read()
+
+
+def test_mla_latent_cache_is_not_split_by_heads(capsys):
+    # DeepSeek-V3 caches one 576-element latent per token per layer, shared by all 128 heads:
+    # tensor parallelism over heads cannot split it, so every chip holds all of it.
+    common = ["decode", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8", "--batch", "8",
+              "--context", "4096", "--weight-dtype", "fp8"]
+    heads = run_json(capsys, *common)
+    batch = run_json(capsys, *common, "--kv-shard", "batch")
+    total = 8 * 4096 * 70_272
+    assert heads["kv_bytes_per_chip"] == total
+    assert batch["kv_bytes_per_chip"] == total / 8
+
+
+# ----- capacity, models, hardware and decode: bad options and figures -----------------------------
+# Each bad input exits 2 with one line on stderr naming the option; figures are checked against the library.
+
+NEXT = "tests/data/hf_configs/reconstructed/Qwen--Qwen3-Next-80B-A3B-Instruct.json"
+CAP = ["capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "8192"]
+
+
+def fails(capsys, *argv):
+    """The one stderr line of a command that must exit 2."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def text(capsys, *argv):
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_engine_refuses_params_and_kv_overrides(capsys):
+    # item 16: both were silently ignored by the vLLM block
+    assert "--params does not apply with --engine vllm" in fails(capsys, *CAP, "--engine", "vllm", "--params", "1e9")
+    assert "--kv-bytes-per-token does not apply" in fails(capsys, *CAP, "--engine", "vllm", "--kv-bytes-per-token", "1")
+
+
+def test_engine_tp_defaults_to_the_chips_the_command_chose(capsys):
+    # item 16: llama-3.1-70b needs 2 H100s; the engine ran at TP=1 and failed
+    assert main(["capacity", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--context", "8192",
+                 "--engine", "vllm", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["chips"] == 2 and r["engine"]["tensor_parallel"] == 2
+    e = km.vllm_engine(km.get_model("llama-3.1-70b"), km.get_chip("h100-sxm"), 8192, tensor_parallel=2)
+    assert r["engine"]["num_blocks"] == e.num_blocks
+
+
+def test_engine_errors_name_the_tp_and_chips(capsys):
+    err = fails(capsys, *CAP, "--engine", "vllm", "--chips", "3")
+    assert "TP=3 (--chips)" in err and "does not divide the 32 attention heads" in err
+
+
+def test_hbm_bytes_is_the_reported_total_for_the_engine_too(capsys):
+    # item 17: 80e9 was taken as the runtime total by the engine and as the reported total by --budget
+    r = json.loads(text(capsys, "capacity", "--model", "llama-3-8b", "--hbm-bytes", "80e9", "--context", "8192",
+                        "--engine", "vllm", "--json"))
+    assert r["engine"]["total_bytes"] == 80e9 - 0.5 * km.GiB and r["engine"]["total_is_estimate"]
+    out = text(capsys, "capacity", "--model", "llama-3-8b", "--hbm-bytes", "80e9", "--context", "8192",
+               "--engine", "vllm")
+    assert "CUDA runtime total" in out and "estimate: reported total less 0.5 GiB" in out
+
+
+@pytest.mark.parametrize("extra", [["--engine", "vllm"], ["--budget", "reserve"], ["--budget", "reported"]])
+def test_chip_without_a_reported_total_points_to_hbm_bytes(capsys, extra):
+    # item 18: named a budget 'runtime' that does not exist, and the phrase twice for --budget reported
+    err = fails(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h200", "--context", "8192", *extra)
+    assert "--hbm-bytes" in err and "--budget device" in err and "'runtime'" not in err
+    assert err.count("--budget reported") <= 1
+
+
+def test_engine_text_output_labels(capsys):
+    # item 21: duplicated "54.72x at 8,192" phrase; "device total" is the CUDA runtime total; engine-wide lines
+    out = text(capsys, *CAP, "--engine", "vllm")
+    assert "54.72x at 8,192 tokens\n" in out and "54.72x at 8,192 tokens, " not in out
+    assert "device total" not in out and "CUDA runtime total" in out
+    assert out.index("engine (all ranks)") < out.index("KV cache size") < out.index("max concurrency")
+    # the value column is aligned whatever the label
+    lines = {line.split("  ")[0]: line for line in out.splitlines()}
+    assert lines["KV budget on 1 chip(s)"].index("63.94") == lines["weights"].index("16.06")
+    # a different --max-model-len still shows both
+    out = text(capsys, *CAP, "--engine", "vllm", "--max-model-len", "16384")
+    assert "x at 16,384 tokens, " in out and "x at 8,192\n" in out
+
+
+def test_context_past_max_model_len_is_refused(capsys):
+    assert "--context 8,192 exceeds --max-model-len 4,096" in fails(capsys, *CAP, "--engine", "vllm",
+                                                                     "--max-model-len", "4096")
+
+
+def test_engine_refuses_what_vllm_refuses(capsys):
+    # items 11, 14, 15 through the CLI: linear layers, a max_model_len that does not fit, TP over the heads
+    assert "linear layers" in fails(capsys, "capacity", "--config", NEXT, "--hardware", "b200", "--context", "131072",
+                                    "--engine", "vllm")
+    assert "vLLM refuses" in fails(capsys, *CAP, "--engine", "vllm", "--max-model-len", "4e6")
+    assert "too large" in fails(capsys, *CAP, "--engine", "vllm", "--max-model-len", "1e30")
+    assert "block_size must be one of" in fails(capsys, *CAP, "--engine", "vllm", "--block-size", "7")
+    assert "block_size must be one of" in fails(capsys, *CAP, "--engine", "vllm", "--block-size", "1e12")
+
+
+def test_kv_per_token_is_labelled_an_average(capsys):
+    # item 22: gpt-oss-20b at 131,072 tokens averages 24,600 B/token; it reserves 49,152
+    out = text(capsys, "capacity", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--context", "131072")
+    assert "KV per token (average over S = 131,072)" in out and "24,600 B" in out
+    assert "tokens that fit at that average" in out
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["models", "--family", "lama"], "unknown --family 'lama'; did you mean 'llama'"),
+    (["models", "--attention", "slidng"], "unknown --attention 'slidng'; did you mean 'sliding'"),
+    (["hardware", "--vendor", "nvidai"], "unknown --vendor 'nvidai'; did you mean 'nvidia'"),
+])
+def test_unknown_filters_exit_2_with_a_hint(capsys, argv, hint):
+    # item 23: printed an empty table, exit 0
+    assert hint in fails(capsys, *argv)
+    assert main(["models", "--attention", "linear", "--json"]) == 0  # a known kind no preset has: empty, fine
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_overflow_messages_name_the_options(capsys):
+    # item 24
+    err = fails(capsys, "decode", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1e300",
+                "--context", "8000")
+    assert "--batch" in err and "--context" in err
+    assert "--bandwidth" in fails(capsys, "decode", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1",
+                                  "--context", "8", "--bandwidth", "1e-320")
+    err = fails(capsys, "capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "1",
+                "--context", "8")
+    assert "--chips 1 cannot hold" in err and "--chips 11 or more" in err
+    assert "--kv-bytes-per-token" in fails(capsys, "capacity", "--params", "1e10", "--kv-bytes-per-token", "1e-300",
+                                           "--hbm-bytes", "1e12", "--context", "1")
+
+
+# ----- --config in every command that takes --model; the listings' filters and --json -------------
+
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
+LLAMA31 = str(DATA / "meta-llama--Llama-3.1-8B" / "config.json")
+NEXT = str(DATA / "reconstructed" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json")
+
+
+def run_json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_decode_with_a_config_equals_decode_with_the_same_model_as_a_preset(capsys):
+    # Llama 3.1 8B's config has Llama 3 8B's shape: every number but the name is the same.
+    args = ["--hardware", "h100-sxm", "--batch", "16", "--context", "4096"]
+    by_config = run_json(capsys, "decode", "--config", LLAMA31, *args)
+    by_preset = run_json(capsys, "decode", "--model", "llama-3-8b", *args)
+    assert by_config["model"] == "meta-llama--Llama-3.1-8B" and by_config["supported_context"] is None
+    for key in ("kv_cache_bytes", "weight_bytes_read", "attention_flops", "step_s", "kv_bytes_per_token"):
+        assert by_config[key] == by_preset[key], key
+
+
+def test_capacity_and_decode_charge_linear_layers_their_fixed_state(capsys):
+    r = run_json(capsys, "decode", "--config", NEXT, "--hardware", "h200", "--batch", "8", "--context", "8192")
+    # 24,576 B/token in the 12 full layers + 39,518,208 B of state per sequence (tests/unit/test_hf_config.py)
+    assert r["kv_cache_bytes"] == 8 * (24_576 * 8192 + 39_518_208)
+    c = run_json(capsys, "capacity", "--config", NEXT, "--hardware", "h200", "--context", "8192", "--chips", "2")
+    assert c["kv_bytes_per_token"] == (24_576 * 8192 + 39_518_208) / 8192
+
+
+@pytest.mark.parametrize("command", [
+    ["decode", "--hardware", "h100-sxm", "--batch", "1", "--context", "10"],
+    ["capacity", "--hardware", "h100-sxm", "--context", "10"],
+    ["critical-batch", "--hardware", "h100-sxm"],
+])
+def test_a_bad_config_exits_2_with_one_line(capsys, tmp_path, command):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    assert main([command[0], "--config", str(bad), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "num_attention_heads" in err
+    assert main([command[0], "--config", str(tmp_path / "none.json"), *command[1:]]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_config_and_model_are_exclusive(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["decode", "--config", LLAMA31, "--model", "llama-3-8b", "--hardware", "h100-sxm",
+              "--batch", "1", "--context", "10"])
+    assert e.value.code == 2
+    assert "not allowed" in capsys.readouterr().err
+
+
+def test_models_filter_by_family_and_attention(capsys):
+    llama = run_json(capsys, "models", "--family", "llama")
+    assert {r["name"] for r in llama} == {n for n in km.model_names() if km.get_model(n).family == "llama"}
+    assert "llama-3-8b" in {r["name"] for r in llama}
+    sliding = {r["name"] for r in run_json(capsys, "models", "--attention", "sliding")}
+    assert {"mistral-7b-v0.1", "gemma-2-9b"} <= sliding and "llama-3-8b" not in sliding
+    assert {r["name"] for r in run_json(capsys, "models", "--attention", "MLA")} >= {"deepseek-v3"}
+    assert main(["models", "--family", "nobody"]) == 2  # an unknown family is an error, not an empty table
+    assert "unknown --family 'nobody'" in capsys.readouterr().err
+
+
+def test_hardware_filter_by_vendor(capsys):
+    google = run_json(capsys, "hardware", "--vendor", "Google")
+    assert {r["name"] for r in google} >= {"tpu-v4", "tpu-v5e", "tpu-v5p"}
+    assert all(r["vendor"] == "google" for r in google)
+    assert main(["hardware", "--vendor", "amd"]) == 0
+    assert "mi300x" in capsys.readouterr().out

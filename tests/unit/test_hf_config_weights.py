@@ -1,0 +1,110 @@
+"""weights_from_hf_config: the stored precision a config.json names, on the repository's test configs.
+
+gpt-oss-20b's file in tests/data/hf_configs is a MODIFIED mirror whose quantization_config reads
+"gptq" (see that folder's README); kvmath refuses it. The upstream block is rebuilt here, as quoted
+from https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json in the xinyuwei-david/david-share
+README Deep-Learning/OAI-OSS-on-Azure: quant_method "mxfp4", modules_to_not_convert the attention,
+the router, the embedding and the LM head. DeepSeek-V3's reconstructed file has no quantization_config;
+the upstream one ({activation_scheme dynamic, fmt e4m3, quant_method fp8, weight_block_size [128, 128]})
+is as /work/research/hf/configs/excerpts/deepseek-ai-DeepSeek-R1-0528_as_V3_arch.excerpt.txt records it.
+"""
+
+import json
+
+import pytest
+
+import kvmath as km
+from tests.unit.test_hf_config import DATA, path
+
+GPT_OSS_MIRROR = json.loads(path("openai--gpt-oss-20b").read_text())
+GPT_OSS_UPSTREAM_QUANT = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                               "lm_head"],
+    "quant_method": "mxfp4",
+}
+GPT_OSS = {**GPT_OSS_MIRROR, "quantization_config": GPT_OSS_UPSTREAM_QUANT}
+DEEPSEEK_V3 = {**json.loads(path("deepseek-ai--DeepSeek-V3").read_text()),
+               "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                       "weight_block_size": [128, 128]}}
+
+
+def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
+    weights = km.weights_from_hf_config(GPT_OSS)
+    assert weights == {"default": "bf16", "experts": "mxfp4"}
+    m = km.Model.from_hf_config(GPT_OSS)
+    # experts 24 layers x 32 x 3 x 2880^2 = 19,110,297,600 at 4.25 bits = 10,152,345,600 B;
+    # the other 1,797,629,760 parameters in bf16 = 3,595,259,520 B; sum 13,747,605,120 B (13.75 GB), exact.
+    assert m.param_groups()["experts"] == 19_110_297_600
+    assert m.weight_bytes_resident(weights) == 13_747_605_120
+    assert "'mxfp4'" in m.note
+
+
+def test_the_gptq_mirror_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"quantization_config\.quant_method' 'gptq' is not one kvmath reads"):
+        km.weights_from_hf_config(path("openai--gpt-oss-20b"))
+    assert "'gptq'" in km.Model.from_hf_config(path("openai--gpt-oss-20b")).note  # recorded, not silently bf16
+
+
+def test_deepseek_v3_fp8_block_scales_are_negligible():
+    weights = km.weights_from_hf_config(DEEPSEEK_V3)
+    assert weights == {"default": "bf16", "attention": "fp8-e4m3", "mlp": "fp8-e4m3", "experts": "fp8-e4m3",
+                       "shared_experts": "fp8-e4m3"}
+    m = km.Model.from_hf_config(DEEPSEEK_V3)
+    g = m.param_groups()
+    fp8 = g["attention"] + g["mlp"] + g["experts"] + g["shared_experts"]  # 669,065,609,216 weights, 1 B each
+    bf16 = g["router"] + g["lm_head"] + g["embedding"] + g["norms"]        # 1,960,670,208 weights, 2 B each
+    assert m.weight_bytes_resident(weights) == fp8 + 2 * bf16 == 672_986_949_632
+    # one fp32 scale per 128 x 128 block: 163 MB, 0.024 % of the total, not counted
+    assert 4 * fp8 / (128 * 128) / m.weight_bytes_resident(weights) < 2.5e-4
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("meta-llama--Llama-3.1-8B", "bf16"), ("meta-llama--Llama-2-7b-hf", "fp16"),
+    ("mistralai--Mistral-7B-v0.1", "fp32"), ("google--gemma-3-12b-it", "bf16"), ("Qwen--Qwen3-32B", "bf16"),
+    ("deepseek-ai--DeepSeek-V3", "bf16"),  # the reconstructed file, without its quantization_config
+])
+def test_plain_configs_give_their_torch_dtype(name, expected):
+    assert km.weights_from_hf_config(path(name)) == expected
+
+
+def test_every_test_config_reads_or_names_the_key():
+    for config in sorted(DATA.glob("*/config.json")) + sorted((DATA / "reconstructed").glob("*.json")):
+        try:
+            km.weights_from_hf_config(config)
+        except ValueError as err:
+            assert "quantization_config" in str(err) or "torch_dtype" in str(err), (config, err)
+
+
+@pytest.mark.parametrize("edit, key", [
+    ({"quantization_config": {"quant_method": "awq"}}, "quantization_config.quant_method"),
+    ({"quantization_config": {"bits": 4}}, "quantization_config.quant_method"),
+    ({"quantization_config": "mxfp4"}, "quantization_config"),
+    ({"quantization_config": {"quant_method": "fp8", "fmt": "e3m4"}}, "quantization_config.fmt"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}, "weight_block_size"),
+    ({"quantization_config": {**GPT_OSS_UPSTREAM_QUANT, "modules_to_not_convert": ["model.vision"]}},
+     "modules_to_not_convert"),
+    ({"torch_dtype": "int8"}, "torch_dtype"),
+])
+def test_a_bad_quantization_config_names_the_key(edit, key):
+    with pytest.raises(ValueError, match=key):
+        km.weights_from_hf_config({**GPT_OSS, "torch_dtype": "bfloat16", **edit})
+
+
+def test_no_dtype_and_no_quantization_is_refused():
+    with pytest.raises(ValueError, match="torch_dtype"):
+        km.weights_from_hf_config({"model_type": "llama"})
+
+
+def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():
+    import contextlib
+    import io
+
+    from kvmath import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["capacity", "--config", str(path("openai--gpt-oss-20b")), "--hardware", "h100-sxm",
+                  "--context", "131072", "--experts-dtype", "mxfp4", "--json"])
+    result = json.loads(out.getvalue())
+    assert result["weight_bytes"] == 13_747_605_120  # as in the hand computation above
+    assert result["max_batch"] == 20  # (80e9 - 13.75e9) B / 3,224,371,200 B per sequence = 20.5

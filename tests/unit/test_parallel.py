@@ -1,0 +1,218 @@
+"""Parallel layouts (kvmath/parallel.py): chip_step's communication and FLOP terms by hand (the
+expert-parallel all-to-all, the context-parallel log-sum-exp combine, the logits skipped by a prefill,
+routed work under ep), and expert parallelism (redundant experts, the all-to-alls of a step).
+
+A made-up link (W = 100 GB/s, alpha = 1 us, no in-switch reduction) keeps the arithmetic short:
+the best all-reduce of S bytes over n chips is 2 (n - 1) / n * S / W + alpha, an all-to-all of S
+bytes per chip is (n - 1) / n * S / W + alpha (kvmath/links.py). Tolerance: 1e-12 relative.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import kvmath as km
+from kvmath import get_model
+from kvmath.links import Link
+from kvmath.parallel import ParallelLayout, chip_step
+
+LINK = Link(name="test-link", bandwidth=100e9, latency_s=1e-6)
+W, ALPHA = 100e9, 1e-6
+REL = 1e-12
+
+
+def _step(model, batch, layout, **kw):
+    kw.setdefault("kv_bytes_per_seq", 1e6)
+    kw.setdefault("attention_flops_per_seq", 1e9)
+    return chip_step(model, batch, 4096, layout, 3.35e12, 989e12, link=LINK, **kw)
+
+
+def test_expert_parallel_all_to_all_replaces_the_moe_layers_second_all_reduce():
+    # Mixtral 8x7B, 8 chips of data-parallel attention, experts split 8 ways (g = tp * cp = 1), batch 64:
+    # 8 sequences per chip, 8 tokens; activations 8 * 4,096 * 2 B = 65,536 B. 32 MoE layers: their one
+    # all-reduce over g = 1 chip costs nothing; dispatch + combine move top_k = 2 copies each.
+    s = _step(get_model("mixtral-8x7b"), 64, ParallelLayout(dp=8, ep=8))
+    all_to_all = 7 / 8 * (65_536 * 2) / W + ALPHA
+    assert s.comm_s == pytest.approx(2 * 32 * all_to_all, rel=REL)          # 1.3740032e-4 s
+    assert s.comm_s == pytest.approx(1.3740032e-4, rel=REL)
+
+
+def test_expert_parallel_tokens_and_flops_of_the_routed_experts():
+    m = get_model("mixtral-8x7b")
+    s = _step(m, 64, ParallelLayout(dp=8, ep=8))
+    # every chip's experts serve the tokens of all 8 groups: 64 tokens' experts, split 8 ways
+    own = m.weight_bytes_read_by_group(8, "bf16", "floor", 1)
+    expected_read = (sum(v for k, v in own.items() if k != "experts")
+                     + m.weight_bytes_read_by_group(64, "bf16", "floor", 1)["experts"] / 8)
+    assert s.weight_bytes_read == pytest.approx(expected_read, rel=REL)
+    # routed FLOPs: 2 * (64 tokens) * (active routed params) / 8 chips; active routed params by hand:
+    # 32 layers * 2 of 8 experts * 3 matrices * 4,096 * 14,336 = 11,274,289,152
+    routed_active = 32 * 2 * 3 * 4096 * 14336
+    dense_active = m.matmul_params_per_token() - routed_active
+    assert s.weight_flops == pytest.approx(2 * 8 * dense_active + 2 * 64 * routed_active / 8, rel=REL)
+
+
+def test_expert_parallel_all_to_all_moves_each_weight_shards_share():
+    # tp = 2 inside each of 4 data-parallel groups, experts over all 8 chips, batch 64: 16 tokens per
+    # group, 16 * 4,096 * 2 B = 131,072 B of activations; the 32 attention all-reduces run over the 2
+    # weight shards (2 (n - 1) / n = 1) and each MoE layer's dispatch and combine carry top_k / tp of them.
+    s = _step(get_model("mixtral-8x7b"), 64, ParallelLayout(tp=2, dp=4, ep=8))
+    act = 16 * 4096 * 2
+    expected = 32 * (act / W + ALPHA) + 64 * (7 / 8 * act * 2 / 2 / W + ALPHA)
+    assert expected == pytest.approx(2.1134336e-4, rel=1e-9)
+    assert s.comm_s == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("batch", [8, 16])
+def test_expert_parallel_routed_read_counts_every_groups_tokens(batch):
+    # batch 8 over dp = 8: one token per chip, but the chip's experts serve all 8 tokens. Routed
+    # uniformly, 8 tokens touch 8 (1 - (1 - 2/8)^8) of the 8 experts of a layer, one token only 2:
+    # the chip reads its eighth of those.
+    m = get_model("mixtral-8x7b")
+    s = _step(m, batch, ParallelLayout(dp=8, ep=8), routing="uniform")
+    experts = m.weight_bytes_resident_by_group("bf16")["experts"]
+    own = m.weight_bytes_read_by_group(batch // 8, "bf16", "uniform", 1)
+    touched = 1 - 0.75 ** batch
+    assert s.weight_bytes_read == pytest.approx(
+        sum(v for k, v in own.items() if k != "experts") + experts * touched / 8, rel=1e-9)
+
+
+def test_without_expert_parallelism_routed_flops_split_like_the_rest():
+    m = get_model("mixtral-8x7b")
+    s = _step(m, 4, ParallelLayout(tp=2))
+    assert s.weight_flops == pytest.approx(2 * 4 * m.matmul_params_per_token() / 2, rel=REL)
+
+
+def test_context_parallel_combine_flops_and_its_all_reduce():
+    # Llama 2 70B, tp = 2 and cp = 2, batch 2: the combine costs cp (2 d_v + 4) FLOPs per head on the
+    # chip, layer and token: 2 * 260 * 32 * 80 * 2 = 2,662,400; the chip does 2 * 1e9 / 4 attention FLOPs.
+    s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2, cp=2))
+    assert s.attention_flops == pytest.approx(2 * 1e9 / 4 + 2 * (2 * 128 + 4) * 32 * 80 * 2, rel=REL)
+    # links: 160 all-reduces of 2 * 8,192 * 2 B over the 4 weight shards, and 80 of the partial outputs
+    # (2 tokens * 32 heads * (128 + 1) values * 2 B = 16,512 B) over the 2 context shards
+    def best(size, n):
+        return 2 * (n - 1) / n * size / W + ALPHA
+    assert s.comm_s == pytest.approx(160 * best(32_768, 4) + 80 * best(16_512, 2), rel=REL)
+    assert s.comm_s == pytest.approx(3.318528e-4, rel=1e-6)
+
+
+def test_without_context_parallelism_there_is_no_combine():
+    s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2))
+    assert s.attention_flops == pytest.approx(2 * 1e9 / 2, rel=REL)
+
+
+def test_a_prefill_skips_the_logits_of_all_but_its_last_token():
+    m = get_model("llama-2-70b")
+    full = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512)
+    last = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512, lm_head_tokens_per_seq=1)
+    # 2 sequences * 511 tokens * 2 * vocab 32,000 * d 8,192 FLOPs, split over tp = 2
+    assert full.weight_flops - last.weight_flops == pytest.approx(2 * 511 * 2 * 32_000 * 8_192 / 2, rel=REL)
+
+
+@pytest.mark.parametrize("layout, message", [
+    (ParallelLayout(tp=2, ep=8), r"ep \(8\) must equal tp \* cp \* dp \(2\)"),
+    (ParallelLayout(tp=2, cp=2, dp=2, ep=4), r"ep \(4\) must equal tp \* cp \* dp \(8\)"),
+    (ParallelLayout(tp=4, dp=4, ep=16), r"ep \(16\) must divide the 8 experts"),
+])
+def test_expert_parallelism_must_span_a_stage_and_divide_the_experts(layout, message):
+    with pytest.raises(ValueError, match=message):
+        layout.check(get_model("mixtral-8x7b"))
+    assert ParallelLayout(tp=2, cp=2, dp=2, ep=8).check(get_model("mixtral-8x7b")).n_chips == 8
+
+
+# ----- expert parallelism: redundant experts in a layout, the all-to-alls of a step ---------------
+# Values are hand computations written out here (exact up to float rounding,
+# ``rel=1e-12``) or figures from DeepSeek's published deployment and the
+# DeepEP README.
+
+DS = km.get_model("deepseek-v3")
+IB = km.get_link("ib-ndr400")
+NVL = km.get_link("nvlink4-h800")
+
+
+def test_link_presets_for_the_h800_deployment():
+    # DeepEP README: a CX7 400 Gb/s NIC per H800, ~50 GB/s; nccl#1374: H800 NVLink 200 GB/s one way
+    assert IB.bandwidth == 400e9 / 8 and IB.stated_as == "per direction"
+    assert NVL.bandwidth == 200e9 and NVL.bandwidth < km.get_link("nvlink4").bandwidth
+
+
+def test_all_to_all_by_hand_two_levels():
+    # 88 tokens x top-8 x 7168: 5,046,272 B in fp8; 136 of 144 chips are on other nodes, 7 on this one
+    # (the same-node share may also take the port: all 143 peers' copies over both paths, 250 GB/s)
+    s = 88 * 8 * 7168
+    dispatch = max(136 / 144 * s / 50e9 + 0.5e-6, 143 / 144 * s / 250e9 + 0.5e-6)
+    combine = max(136 / 144 * 2 * s / 50e9 + 0.5e-6, 143 / 144 * 2 * s / 250e9 + 0.5e-6)
+    t = km.expert_parallel_comm_s(DS, 88, 144, IB, dispatch_bytes=1, combine_bytes=2,
+                                  chips_per_node=8, node_link=NVL)
+    assert t == pytest.approx(58 * (dispatch + combine), rel=1e-12)  # 61 layers, 3 dense
+    assert t == pytest.approx(16.64e-3, abs=0.005e-3)
+
+
+def test_all_to_all_one_level_is_the_links_all_to_all():
+    one = km.expert_parallel_comm_s(DS, 128, 128, IB, dispatch_bytes=1, combine_bytes=2)
+    by_hand = 58 * (km.all_to_all_time(128 * 8 * 7168, 128, IB) + km.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
+    assert one == pytest.approx(by_hand, rel=1e-12)
+    # one node: every peer is near, and its copies may take NVLink or the port (200 + 50 GB/s);
+    # one chip: nothing moves
+    inside = km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=8, node_link=NVL)
+    assert inside == pytest.approx(2 * 58 * (7 / 8 * 8 * 8 * 7168 * 2 / 250e9 + 0.5e-6), rel=1e-12)
+    assert km.expert_parallel_comm_s(DS, 8, 1, IB) == 0
+    # a group smaller than a node is all near; without node_link, near traffic uses link
+    assert km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=16, node_link=NVL) == inside
+    assert km.expert_parallel_comm_s(DS, 8, 16, IB, chips_per_node=8) == pytest.approx(
+        km.expert_parallel_comm_s(DS, 8, 16, IB), rel=1e-12)
+
+
+def test_all_to_all_is_monotone_in_tokens_and_broadcasts():
+    t = km.expert_parallel_comm_s(DS, [1, 10, 100], 144, IB, chips_per_node=8, node_link=NVL)
+    assert t[0] < t[1] < t[2]
+
+
+def test_all_to_all_refuses_bad_input():
+    with pytest.raises(ValueError, match="dense"):
+        km.expert_parallel_comm_s(km.get_model("llama-2-70b"), 8, 8, IB)
+    with pytest.raises(ValueError, match="chips_per_node"):
+        km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=0)
+    with pytest.raises(ValueError, match="tokens"):
+        km.expert_parallel_comm_s(DS, 0, 8, IB)
+
+
+def test_redundant_experts_in_a_layout():
+    # DeepSeek's decode unit: EP144 over 256 + 32 redundant experts, 2 per GPU
+    layout = km.ParallelLayout(dp=144, ep=144, redundant_experts=32).check(DS)
+    with pytest.raises(ValueError, match="must divide the 256 experts"):
+        km.ParallelLayout(dp=144, ep=144).check(DS)
+    with pytest.raises(ValueError, match="256 \\+ 31 redundant"):
+        km.ParallelLayout(dp=144, ep=144, redundant_experts=31).check(DS)
+    with pytest.raises(ValueError, match="ep > 1"):
+        km.ParallelLayout(redundant_experts=4)
+    with pytest.raises(ValueError, match="redundant_experts"):
+        km.ParallelLayout(dp=8, ep=8, redundant_experts=-1)
+    assert repr(layout) == "ParallelLayout(tp=1, cp=1, dp=144, pp=1, ep=144, redundant_experts=32)"
+    assert repr(km.ParallelLayout(tp=8)) == "ParallelLayout(tp=8, cp=1, dp=1, pp=1, ep=1)"
+    kv, att = DS.kv_bytes_per_seq(4989, 1), DS.attention_flops_per_token(4989)
+    step = km.chip_step(DS, 144 * 88, 4989, layout, 3.35e12, 1.9789e15, weights="fp8",
+                        kv_bytes_per_seq=kv, attention_flops_per_seq=att)
+    # each chip holds 2 routed experts of 3 x 7168 x 2048 fp8 weights in each of 58 layers
+    routed_resident = 2 * 3 * 7168 * 2048 * 58
+    others = DS.weight_bytes_resident("fp8") - DS.param_groups()["experts"]
+    assert step.weight_bytes_resident == pytest.approx(others + routed_resident, rel=1e-12)
+    # reads: the non-routed weights whole (dp; embedding rows of the chip's 88 tokens), and the
+    # floor's 8 experts per layer, which every chip's tokens pick, split 144 ways
+    read = DS.weight_bytes_read_by_group(88, "fp8")
+    assert step.weight_bytes_read == pytest.approx(sum(read.values()) - read["experts"]
+                                                   + 8 * 3 * 7168 * 2048 * 58 / 144, rel=1e-12)
+    assert step.kv_bytes_read == pytest.approx(88 * 4989 * 61 * 576, rel=1e-12)
+
+
+def test_two_level_bound_is_below_each_path_alone():
+    # the two-path bound never exceeds the port alone carrying every copy (all_to_all_time on the port),
+    # nor NVLink carrying the same-node share while the port carries the rest (the one-path split)
+    for ep in (2, 8, 16, 32, 144, 256):
+        for n in (1, 2, 4, 8, 16):
+            t = km.expert_parallel_comm_s(DS, 128, ep, IB, chips_per_node=n, node_link=NVL)
+            port_only = km.expert_parallel_comm_s(DS, 128, ep, IB)
+            m = min(n, ep)
+            split = 2 * 58 * max((ep - m) / ep * 128 * 8 * 7168 * 2 / 50e9 + 0.5e-6 if ep > m else 0.0,
+                                 (m - 1) / ep * 128 * 8 * 7168 * 2 / 200e9 + 0.5e-6 if m > 1 else 0.0)
+            assert t <= port_only * (1 + 1e-12) and t <= split * (1 + 1e-12)
