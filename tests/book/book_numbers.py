@@ -47,7 +47,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_COMMIT = "3f3cb8a"
 GOLDEN = ROOT / "tests" / "data" / f"book_numbers_{GOLDEN_COMMIT}.json"
 CHANGES = ROOT / "tests" / "data" / "book_numbers_changes.json"

@@ -1,7 +1,7 @@
 """The numbers the chapters print are those of 3f3cb8a, except the changes listed with their reasons.
 
 ``tests/data/book_numbers_3f3cb8a.json`` holds every glued value, check-cell text, CLI output and
-other visible text output of the notebooks committed at 3f3cb8a (``tests/book_numbers.py``
+other visible text output of the notebooks committed at 3f3cb8a (``tests/book/book_numbers.py``
 describes each kind). The first test reads the notebooks in the tree (their committed outputs, as
 ``make refresh`` wrote them; nothing is executed) and fails on every key whose text differs or
 that vanished, unless ``tests/data/book_numbers_changes.json`` lists it: a changed value with its
@@ -19,7 +19,7 @@ import warnings
 
 import pytest
 
-from book_numbers import (CHANGES, GOLDEN, GOLDEN_COMMIT, ROOT, compare, extract, extract_notebook, flatten, load_json,
+from tests.book.book_numbers import (CHANGES, GOLDEN, GOLDEN_COMMIT, ROOT, compare, extract, extract_notebook, flatten, load_json,
                           read_notebooks, read_notebooks_at)
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
