@@ -33,9 +33,9 @@ Keys are ``<notebook stem>/<kind>/<name>``: the glue name, the command line, or 
 
 Usage::
 
-    python tests/book_numbers.py notebooks/*.ipynb --out tests/data/book_numbers_3f3cb8a.json
-    python tests/book_numbers.py notebooks/*.ipynb --compare   # the test's report, by hand
-    python tests/book_numbers.py --at 3f3cb8a --out ...        # from git objects, no checkout
+    python -m tests.book.book_numbers notebooks/*.ipynb --out tests/data/book_numbers_3f3cb8a.json
+    python -m tests.book.book_numbers notebooks/*.ipynb --compare   # the test's report, by hand
+    python -m tests.book.book_numbers --at 3f3cb8a --out ...        # from git objects, no checkout
 """
 
 from __future__ import annotations
