@@ -164,6 +164,11 @@ class ParallelLayout:
         on 144 chips, 2 each). Reads and FLOPs are unchanged: the experts a
         batch touches, split ``ep`` ways, stay a lower bound on the busiest
         chip's, wherever the copies are.
+    replicate_lm_head : bool
+        Every chip holds, reads and multiplies by the whole LM head instead
+        of its ``1 / (tp cp)`` share (default False). gpt-fast's ``tp.py``
+        splits the attention and MLP weights only and leaves ``output``
+        whole on every GPU.
 
     Examples
     --------
@@ -185,8 +190,12 @@ class ParallelLayout:
     pp: int = 1
     ep: int = 1
     redundant_experts: int = 0
+    replicate_lm_head: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.replicate_lm_head, (bool, np.bool_)):
+            raise ValueError(f"replicate_lm_head must be True or False, got {self.replicate_lm_head!r}")
+        object.__setattr__(self, "replicate_lm_head", bool(self.replicate_lm_head))
         for name in ("tp", "cp", "dp", "pp", "ep", "redundant_experts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -199,6 +208,7 @@ class ParallelLayout:
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}={getattr(self, n)}" for n in ("tp", "cp", "dp", "pp", "ep"))
         extra = f", redundant_experts={self.redundant_experts}" if self.redundant_experts else ""
+        extra += ", replicate_lm_head=True" if self.replicate_lm_head else ""
         return f"ParallelLayout({fields}{extra})"
 
     @property
@@ -443,6 +453,7 @@ def chip_step(
     overhead_s: ArrayLike = 0,
     routing: str = "floor",
     lm_head_tokens_per_seq: ArrayLike | None = None,
+    last_mlp_tokens_per_seq: ArrayLike | None = None,
 ) -> ChipStep:
     """Bytes, FLOPs, memory and communication of one decode step on each chip of ``layout``.
 
@@ -469,6 +480,14 @@ def chip_step(
     sequence that need logits; a prefill needs them for its last token only,
     and a pass with none (a prompt chunk before the last) neither reads nor
     multiplies by the LM head.
+
+    ``last_mlp_tokens_per_seq`` (default ``tokens_per_seq``): tokens per
+    sequence the last layer's MLP runs on, for an engine that keeps only the
+    rows that need logits before it (llama.cpp's ``build_inp_out_ids``; a
+    dense model only). A pass where it is 0 reads none of that MLP's weights.
+
+    With ``layout.replicate_lm_head`` every chip reads and multiplies by the
+    whole LM head (and holds it) instead of its ``1 / g`` share.
 
     Memory: weights of the largest stage (``ceil(L / pp)`` layers, plus the
     larger of the embedding and the LM head when ``pp > 1``) and the
@@ -509,10 +528,20 @@ def chip_step(
     routed_read = (model.weight_bytes_read_by_group(micro * layout.dp, weights, routing, tokens_per_seq)["experts"]
                    / layout.ep if layout.ep > 1 else read["experts"] / g)
     weight_read = (sum(read.values()) - read["experts"]) / g + routed_read
+    # the LM head a chip reads: its 1 / g share, or all of it where every chip keeps the whole head
+    head_read = read["lm_head"] if layout.replicate_lm_head else read["lm_head"] / g
+    if layout.replicate_lm_head:
+        weight_read = weight_read + read["lm_head"] * (1 - 1 / g)
     if lm_head_tokens_per_seq is not None:
         # a pass that needs no logits (a prompt chunk before the last) reads no LM head either
         no_logits = non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq) == 0
-        weight_read = weight_read - np.where(no_logits, read["lm_head"] / g, 0.0)
+        weight_read = weight_read - np.where(no_logits, head_read, 0.0)
+    if last_mlp_tokens_per_seq is not None:
+        if model.n_experts:
+            raise ValueError(f"last_mlp_tokens_per_seq is modelled for dense models only; {model.name} has experts")
+        last_mlp = non_negative("last_mlp_tokens_per_seq", last_mlp_tokens_per_seq)
+        # the last layer's MLP weights are not read by a pass that runs it on no row
+        weight_read = weight_read - np.where(last_mlp == 0, read["mlp"] / L / g, 0.0)
 
     kv_heads = 1 if model.attention == "mla" else model.n_kv_heads
     kv_read = kv_bytes_per_chip(finite(micro * kv_per_seq), layout.tp, kv_heads) / layout.cp
@@ -523,9 +552,14 @@ def chip_step(
     routed_flops = (2 * tokens * layout.dp * routed_active / layout.ep if layout.ep > 1
                     else 2 * tokens * routed_active / g)
     weight_flops = 2 * tokens * dense_active / g + routed_flops
+    head_tokens = tokens_per_seq  # tokens per sequence that multiply by the LM head
     if lm_head_tokens_per_seq is not None:
-        skipped = tokens_per_seq - non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
-        weight_flops = weight_flops - 2 * micro * skipped * model.vocab * model.d_model / g
+        head_tokens = non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
+        weight_flops = weight_flops - 2 * micro * (tokens_per_seq - head_tokens) * model.vocab * model.d_model / g
+    if layout.replicate_lm_head:  # the rest of the head, on this chip too
+        weight_flops = weight_flops + 2 * micro * head_tokens * model.vocab * model.d_model * (1 - 1 / g)
+    if last_mlp_tokens_per_seq is not None:
+        weight_flops = weight_flops - 2 * micro * (tokens_per_seq - last_mlp) * groups["mlp"] / L / g
     d_v = model.v_head_dim or model.head_dim
     heads = model.n_heads / layout.tp
     combine = (layout.cp * (2 * d_v + 4) * heads * L * tokens) if layout.cp > 1 else 0.0
@@ -540,6 +574,8 @@ def chip_step(
     copies = (model.n_experts + layout.redundant_experts) / model.n_experts if model.n_experts else 1
     routed_resident = resident["experts"] * copies * stage / (layout.ep if layout.ep > 1 else g)
     weight_resident = ((layer_groups - resident["experts"]) * stage + tables) / g + routed_resident
+    if layout.replicate_lm_head:  # the whole head on every chip (on the last stage under pp)
+        weight_resident = weight_resident + resident["lm_head"] * (1 - 1 / g)
     seqs_held = np.maximum(1, np.ceil(batch / layout.dp)) if layout.dp > 1 else batch
     kv_resident = kv_bytes_per_chip(finite(seqs_held * kv_per_seq), layout.tp, kv_heads) / layout.cp * stage
 
