@@ -1,6 +1,7 @@
 """The calibration table: every published measurement loads, none beats its bound, three bounds by hand."""
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -221,3 +222,42 @@ def test_a_bad_row_names_its_field(change, name):
 def test_wrong_types_are_value_errors(call):
     with pytest.raises(ValueError, match="measurement|regime"):
         call()
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _glued(notebook: str, prefix: str) -> dict[str, float]:
+    """The values a committed, executed notebook glued under names starting with ``prefix``."""
+    out = {}
+    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name", "")
+            if name.startswith(prefix):
+                out[name[len(prefix):]] = float(o["data"]["application/papermill.record/text/plain"])
+    return out
+
+
+def _calibration_table(notebook: str) -> dict[str, str]:
+    """Row id -> phi as chapter 13's table of every measurement prints it (two decimals)."""
+    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
+        for o in cell.get("outputs", []):
+            text = "".join(o.get("data", {}).get("text/plain", ""))
+            if "published measurements and kvmath's bound" in text:
+                lines = text.splitlines()
+                head = re.split(r"\s{2,}", lines[1].strip())
+                col = head.index("phi")
+                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[3:])}
+    raise AssertionError(f"{notebook} shows no table of every measurement")
+
+
+def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
+    """Both chapters' committed outputs: chapter 12's ratio of each of its rows, rounded as chapter 13 prints it."""
+    ch12 = _glued("12_reality_check.ipynb", "rc_cal_phi_")
+    ch13 = _calibration_table("13_calibration.ipynb")
+    assert len(ch12) == 14 and len(ch13) >= 50
+    for row, phi in ch12.items():
+        assert f"{phi:.2f}" == ch13[row], (row, phi, ch13[row])
+        assert phi == pytest.approx(km.bound_for(row).ratio, rel=1e-12)  # and both are today's package
+    # the two rows whose ratios used to differ (88% against 0.905, 54% against 0.53)
+    assert (ch13["lcpp-4090-8b-ub1"], ch13["gf-70b-tp8"]) == ("0.88", "0.54")
