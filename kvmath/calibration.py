@@ -43,6 +43,7 @@ whose heads need not divide N).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -110,6 +111,13 @@ class Measurement:
     #: ``compute_dtype`` (the fastest mode the engine may use, e.g. fp16
     #: accumulation on a GeForce card); None: the preset's rate.
     compute_flops_per_s: float | None = None
+    #: The engine keeps the whole LM head on every chip (gpt-fast's ``tp.py``
+    #: splits only the attention and MLP weights), so each chip reads all of it.
+    replicated_lm_head: bool = False
+    #: The engine keeps only the rows that need logits before the last layer's
+    #: MLP (llama.cpp's ``build_inp_out_ids``): a prompt chunk without logits
+    #: skips that MLP's weights (:func:`kvmath.prefill_bound`).
+    last_mlp_logits_only: bool = False
 
     def __post_init__(self):
         # checked here so that a row edited with dataclasses.replace is checked too
@@ -127,6 +135,13 @@ class Measurement:
                 whole("chunk_tokens", self.chunk_tokens)
             as_scalar("measured", positive("measured", self.measured))
             flag("per_chip", self.per_chip)
+            flag("replicated_lm_head", self.replicated_lm_head)
+            flag("last_mlp_logits_only", self.last_mlp_logits_only)
+            if self.replicated_lm_head and (not self.layout or self.layout.startswith("split=")):
+                raise ValueError(f"replicated_lm_head needs a parallel layout such as 'tp=2', got {self.layout!r}")
+            if self.last_mlp_logits_only and self.metric not in ("ttft_s", "prefill_tok_s"):
+                raise ValueError(f"last_mlp_logits_only applies to prefill metrics (ttft_s, prefill_tok_s), "
+                                 f"not {self.metric!r}")
             if self.compute_flops_per_s is not None:
                 positive("compute_flops_per_s", self.compute_flops_per_s)
                 instance("compute_dtype", self.compute_dtype, str, "the format whose rate compute_flops_per_s replaces")
@@ -206,7 +221,9 @@ def _rows() -> tuple[Measurement, ...]:
             kv_dtype=r["kv_dtype"], compute_dtype=r["compute_dtype"], metric=r["metric"],
             measured=float(r["measured"]), per_chip=r["per_chip"] == "true", unknowns=r["unknowns"],
             quote=r["quote"],
-            compute_flops_per_s=float(r["compute_flops_per_s"]) if r["compute_flops_per_s"] else None)
+            compute_flops_per_s=float(r["compute_flops_per_s"]) if r["compute_flops_per_s"] else None,
+            replicated_lm_head=r["replicated_lm_head"] == "true",
+            last_mlp_logits_only=r["last_mlp_logits_only"] == "true")
         out.append(m)
     return tuple(out)
 
@@ -275,7 +292,7 @@ def _opts(m: Measurement) -> dict:
 def _layout(m: Measurement) -> dict:
     out = {}
     if m.layout:
-        out["layout"] = parse_layout(m.layout)
+        out["layout"] = dataclasses.replace(parse_layout(m.layout), replicate_lm_head=m.replicated_lm_head)
     if m.link:
         out["link"] = get_link(m.link)
     return out
@@ -286,7 +303,8 @@ def _deployment(m: Measurement) -> Deployment:
     layout = m.layout
     if layout.startswith("split="):  # Pope et al.'s 2D layouts: weights over N chips, attention by batch
         layout = f"tp={layout.split('=', 1)[1]},kv=batch"
-    return Deployment(m.model_preset, m.chip_preset, layout or None, link=m.link or None,
+    layout = dataclasses.replace(parse_layout(layout), replicate_lm_head=m.replicated_lm_head) if layout else None
+    return Deployment(m.model_preset, m.chip_preset, layout, link=m.link or None,
                       weights=m.weights, kv=m.kv_dtype, compute=m.compute_dtype)
 
 
@@ -335,7 +353,7 @@ def bound_for(measurement: Measurement | str) -> Calibration:
     metric = m.metric
     if metric in ("ttft_s", "prefill_tok_s"):
         t = float(prefill_bound(model, chip, m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens, **_opts(m),
-                                **_layout(m)))
+                                last_mlp_logits_only=m.last_mlp_logits_only, **_layout(m)))
         flops = 2 * m.batch * m.input_tokens * (model.matmul_params_per_token() - model.vocab * model.d_model)
         rate = compute_rate(chip, m.weights, m.compute_dtype, model) * m.n_chips
         binds = "compute" if flops / rate > 0.5 * t else "memory"

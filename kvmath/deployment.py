@@ -574,6 +574,8 @@ class _Plan:
         self.routed_active = groups["experts"] * (m.top_k or 0) / (m.n_experts or 1)
         self.dense_active = m.matmul_params_per_token() - self.routed_active
         self.lm_head_params = m.vocab * m.d_model
+        self.mlp_layer_params = groups["mlp"] / m.n_layers  # one layer's dense MLP (dense models)
+        self.mlp_layer_read = self.mlp_layer_params * per_weight["mlp"]
         # the cache and attention, by layer kind: {(coefficient, window or None): layers}
         self.kv_terms, self.flop_terms, self.state_bytes, self.state_flops = _layer_terms(m)
         self.state_heads = min((s.n_heads for s in m.layer_specs() if s.kind == "linear"), default=0)
@@ -590,6 +592,8 @@ class _Plan:
         copies = (m.n_experts + lay.redundant_experts) / m.n_experts if m.n_experts else 1
         routed_resident = resident["experts"] * copies * self.stage / (lay.ep if lay.ep > 1 else g)
         self.weight_resident = ((layer_groups - resident["experts"]) * self.stage + tables) / g + routed_resident
+        if lay.replicate_lm_head:  # the whole head on every chip (on the last stage under pp)
+            self.weight_resident += resident["lm_head"] * (1 - 1 / g)
 
     def kv_per_seq(self, context):
         """Cache bytes one sequence of ``context`` (whole) tokens holds, windows applied, linear states included."""
@@ -628,12 +632,17 @@ class _Plan:
         return np.maximum(per_group / lay.pp, np.minimum(per_group, 1))
 
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
-              routing="floor", overhead_s=0.0, lm_head_tokens=None, is_lower_bound=True) -> "Step":
+              routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
+              is_lower_bound=True) -> "Step":
         """One pass of ``batch`` sequences: per-sequence cache ``kv_seq`` and attention FLOPs given.
 
         ``lm_head_tokens`` (default ``tokens_per_seq``): tokens per sequence
         that need logits; 0 (a prompt chunk before the last) reads and
-        multiplies by no LM head.
+        multiplies by no LM head. ``last_mlp_tokens`` (default
+        ``tokens_per_seq``; dense models): tokens per sequence the last
+        layer's MLP runs on, for an engine that keeps only the rows that
+        need logits before it (llama.cpp's ``build_inp_out_ids``); 0 reads
+        none of that MLP's weights.
         """
         lay, g = self.layout, self.g
         micro = self.micro(batch)
@@ -642,9 +651,15 @@ class _Plan:
         read = self.fixed_read + np.minimum(tokens, self.n_positions) * self.position_row
         if self.embedding_row:
             read = read + np.minimum(tokens, self.vocab) * self.embedding_row
+        head_read = self.lm_head_read if lay.replicate_lm_head else self.lm_head_read / g
         if lm_head_tokens is not None:
             read = read - np.where(lm_head_tokens == 0, self.lm_head_read, 0.0)
         weight_read = read / g
+        if lay.replicate_lm_head:  # every chip reads the whole head where it reads it at all
+            weight_read = weight_read + (head_read - self.lm_head_read / g) * (
+                1.0 if lm_head_tokens is None else np.where(lm_head_tokens == 0, 0.0, 1.0))
+        if last_mlp_tokens is not None:  # the last layer's MLP is not read by a pass that runs it on no row
+            weight_read = weight_read - np.where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
         if self.n_experts:
             if lay.ep > 1:
                 touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
@@ -656,8 +671,13 @@ class _Plan:
             weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * lay.dp * self.routed_active / lay.ep
         else:
             weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * self.routed_active / g
+        head_tokens = tokens_per_seq if lm_head_tokens is None else lm_head_tokens
         if lm_head_tokens is not None:
             weight_flops = weight_flops - 2 * micro * (tokens_per_seq - lm_head_tokens) * self.lm_head_params / g
+        if lay.replicate_lm_head:  # the rest of the head, on this chip too
+            weight_flops = weight_flops + 2 * micro * head_tokens * self.lm_head_params * (1 - 1 / g)
+        if last_mlp_tokens is not None:
+            weight_flops = weight_flops - 2 * micro * (tokens_per_seq - last_mlp_tokens) * self.mlp_layer_params / g
         # the cache and attention: split by heads over tp (or by sequences), by position over cp
         if lay.kv_split == "batch":
             seqs = np.minimum(micro, np.ceil(micro / lay.tp))

@@ -60,6 +60,11 @@ class ParallelLayout:
         them, while the weights still split ``tp`` ways: data-parallel
         attention inside the group, which keeps a multi-query or MLA cache
         from being replicated). Text: ``"tp=2,kv=batch"``.
+    replicate_lm_head : bool
+        Every chip holds, reads and multiplies by the whole LM head instead
+        of its ``1 / (tp cp)`` share (default False). gpt-fast's ``tp.py``
+        splits the attention and MLP weights only and leaves ``output``
+        whole on every GPU.
 
     Examples
     --------
@@ -82,9 +87,13 @@ class ParallelLayout:
     ep: int = 1
     redundant_experts: int = 0
     kv_split: str = "heads"
+    replicate_lm_head: bool = False
 
     def __post_init__(self) -> None:
         choice("kv_split", self.kv_split, KV_SHARDINGS)
+        if not isinstance(self.replicate_lm_head, (bool, np.bool_)):
+            raise ValueError(f"replicate_lm_head must be True or False, got {self.replicate_lm_head!r}")
+        object.__setattr__(self, "replicate_lm_head", bool(self.replicate_lm_head))
         for name in ("tp", "cp", "dp", "pp", "ep", "redundant_experts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -98,6 +107,7 @@ class ParallelLayout:
         fields = ", ".join(f"{n}={getattr(self, n)}" for n in ("tp", "cp", "dp", "pp", "ep"))
         extra = f", redundant_experts={self.redundant_experts}" if self.redundant_experts else ""
         extra += f", kv_split={self.kv_split!r}" if self.kv_split != "heads" else ""
+        extra += ", replicate_lm_head=True" if self.replicate_lm_head else ""
         return f"ParallelLayout({fields}{extra})"
 
     @property

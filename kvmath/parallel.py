@@ -248,6 +248,7 @@ def chip_step(
     overhead_s: ArrayLike = 0,
     routing: str = "floor",
     lm_head_tokens_per_seq: ArrayLike | None = None,
+    last_mlp_tokens_per_seq: ArrayLike | None = None,
 ) -> "Step":
     """Bytes, FLOPs, memory and communication of one decode step on each chip of ``layout``.
 
@@ -274,6 +275,14 @@ def chip_step(
     sequence that need logits; a prefill needs them for its last token only,
     and a pass with none (a prompt chunk before the last) neither reads nor
     multiplies by the LM head.
+
+    ``last_mlp_tokens_per_seq`` (default ``tokens_per_seq``): tokens per
+    sequence the last layer's MLP runs on, for an engine that keeps only the
+    rows that need logits before it (llama.cpp's ``build_inp_out_ids``; a
+    dense model only). A pass where it is 0 reads none of that MLP's weights.
+
+    With ``layout.replicate_lm_head`` every chip reads and multiplies by the
+    whole LM head (and holds it) instead of its ``1 / g`` share.
 
     Memory: weights of the largest stage (``ceil(L / pp)`` layers, plus the
     larger of the embedding and the LM head when ``pp > 1``) and the
@@ -306,6 +315,11 @@ def chip_step(
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     routing = choice("routing", routing, ROUTINGS)
     lm_head = None if lm_head_tokens_per_seq is None else non_negative("lm_head_tokens_per_seq", lm_head_tokens_per_seq)
+    last_mlp = None
+    if last_mlp_tokens_per_seq is not None:
+        if model.n_experts:
+            raise ValueError(f"last_mlp_tokens_per_seq is modelled for dense models only; {model.name} has experts")
+        last_mlp = non_negative("last_mlp_tokens_per_seq", last_mlp_tokens_per_seq)
     plan = _Plan(model, layout, weights, 2.0)
 
     def comm(tokens):
@@ -315,4 +329,5 @@ def chip_step(
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return plan.pass_(batch, context, tokens_per_seq, kv_per_seq, attention, bandwidth=positive("bandwidth", bandwidth),
                           flops=positive("flops", flops), comm=comm, routing=routing,
-                          overhead_s=non_negative("overhead_s", overhead_s), lm_head_tokens=lm_head)
+                          overhead_s=non_negative("overhead_s", overhead_s), lm_head_tokens=lm_head,
+                          last_mlp_tokens=last_mlp)

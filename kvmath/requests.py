@@ -236,7 +236,7 @@ _MAX_CHUNK_CELLS = 2**22
 
 
 def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
-               overhead_s, efficiency, tokens_per_seq=1, prefill=False) -> Step:
+               overhead_s, efficiency, tokens_per_seq=1, prefill=False, last_mlp_logits_only=False) -> Step:
     """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
     b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     attention = (prefill_attention_flops(model, context) if prefill
@@ -246,6 +246,7 @@ def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, comput
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=1 if prefill else None,
+        last_mlp_tokens_per_seq=1 if prefill and last_mlp_logits_only else None,
     )
 
 
@@ -332,6 +333,7 @@ def prefill_bound(
     chunk_tokens: int | None = None,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
+    last_mlp_logits_only: bool = False,
 ) -> ArrayLike:
     """Strict lower bound on the prefill of ``batch`` prompts of ``input_tokens`` (TTFT), seconds.
 
@@ -340,6 +342,12 @@ def prefill_bound(
     tokens, each a step of its own that re-reads the weights (all but the LM
     head, which only the last chunk needs) and reads the cache of the chunks
     before it; the bound is the sum over chunks.
+
+    ``last_mlp_logits_only``: the engine keeps only the rows that need
+    logits (the last token of each prompt) before the last layer's MLP, as
+    llama.cpp does (``build_inp_out_ids``), so that MLP multiplies one row
+    per prompt and a chunk without logits does not read its weights (a dense
+    model only; :func:`kvmath.chip_step`'s ``last_mlp_tokens_per_seq``).
 
     Under pipeline parallelism (``pp > 1``) the chunks flow through the
     stages, each stage's chip doing its share (``1 / pp``: the most even
@@ -377,11 +385,11 @@ def prefill_bound(
     """
     with overflow_named("prefill_bound", batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens):
         return _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                              activation_dtype, chunk_tokens, overhead_s, efficiency)
+                              activation_dtype, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only)
 
 
 def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                   activation_dtype, chunk_tokens, overhead_s, efficiency) -> ArrayLike:
+                   activation_dtype, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only=False) -> ArrayLike:
     """:func:`prefill_bound`'s body."""
     model, chip = as_presets(model, chip)
     layout = as_layout(layout).check(model)
@@ -392,8 +400,11 @@ def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_d
     s_in = positive_int("input_tokens", input_tokens)
     broadcast(batch=batch, input_tokens=input_tokens)
     fills = layout.pp - 1
+    if not isinstance(last_mlp_logits_only, (bool, np.bool_)):
+        raise ValueError(f"last_mlp_logits_only must be True or False, got {last_mlp_logits_only!r}")
     if chunk_tokens is None:
-        share = _stage_share(model, chip, batch, s_in, layout, tokens_per_seq=s_in, **opts)
+        share = _stage_share(model, chip, batch, s_in, layout, tokens_per_seq=s_in,
+                             last_mlp_logits_only=bool(last_mlp_logits_only), **opts)
         ttft = _prefill_strict(share)
         if fills:
             hop = 0.0 if link is None else p2p_time(model.d_model * b_act, link)  # one token on to the next stage
@@ -427,6 +438,7 @@ def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_d
         weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
         tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=overhead_s,
         lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
+        last_mlp_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0) if last_mlp_logits_only else None,
     )
     if fills:
         pp = layout.pp

@@ -1,5 +1,7 @@
 """The calibration table: every published measurement loads, none beats its bound, three bounds by hand."""
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -109,7 +111,63 @@ def test_chunked_prefill_reads_the_lm_head_once():
     t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
     # the prefill's attention is causal over 1 .. 512, as the decode steps' is; bytes dominate
     assert t == pytest.approx(steps, rel=2e-3)
+
+
+def test_llama_cpp_skips_the_last_mlp_without_logits():
+    """llama.cpp keeps only the output rows before the last layer's MLP (build_inp_out_ids).
+
+    So in pp512 at micro-batch 1 the 511 steps without logits also skip that
+    MLP: 3 x 4096 x 14336 bf16 weights, 352.3 MB, on top of the 1.05 GB head.
+    Whole prompt at once (Llama 2 7B, 2,048 tokens, A100 fp16): the last MLP
+    multiplies one row instead of 2,048, 2 x 2047 x 3 x 4096 x 11008 fewer FLOPs.
+    """
+    m, chip = km.get_model("llama-3-8b"), km.get_chip("rtx-4090")
+    head, mlp = 128256 * 4096 * 2, 3 * 4096 * 14336 * 2
+    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_step_s)) - 511 * (head + mlp) / chip.bandwidth
+    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
+    assert t == pytest.approx(steps, rel=2e-3)
+    # the plain rule charges the MLP: exactly 511 of its reads more
+    plain = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    assert plain - t == pytest.approx(511 * mlp / chip.bandwidth, rel=1e-9)
     assert km.bound_for("lcpp-4090-8b-ub1").bound == pytest.approx(512 / t, rel=1e-12)
+    s, d = 2048, 4096
+    flops = 2 * s * 32 * (4 * d * d + 3 * d * 11008) + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
+    skipped = 2 * (s - 1) * 3 * d * 11008
+    t7 = km.prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
+                          last_mlp_logits_only=True)
+    assert t7 == pytest.approx((flops - skipped) / 312e12, rel=2e-3)
+    with pytest.raises(ValueError, match="last_mlp_logits_only"):
+        km.prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
+    with pytest.raises(ValueError, match="dense models only"):
+        km.prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
+
+
+def test_replicated_lm_head_is_read_whole_on_every_chip():
+    """gpt-fast's tp.py leaves the 32000 x 8192 bf16 output layer whole on each GPU.
+
+    Per chip at tp = 8: the head's 524.3 MB instead of an eighth, 458.75 MB
+    more to read, and 2 x 32000 x 8192 x 7/8 more FLOPs per token.
+    """
+    m = km.get_model("llama-2-70b")
+    kv, att = m.kv_bytes_per_seq(100), m.attention_flops_per_token(100)
+    opts = dict(kv_bytes_per_seq=kv, attention_flops_per_seq=att)
+    split = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8), 2.039e12, 312e12, **opts)
+    whole = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8, replicate_lm_head=True), 2.039e12, 312e12, **opts)
+    head = 32000 * 8192 * 2
+    assert whole.weight_bytes_read - split.weight_bytes_read == pytest.approx(head * 7 / 8, rel=1e-12)
+    assert whole.weight_flops - split.weight_flops == pytest.approx(2 * 32000 * 8192 * 7 / 8, rel=1e-12)
+    assert whole.weight_bytes_resident - split.weight_bytes_resident == pytest.approx(head * 7 / 8, rel=1e-12)
+    c = km.bound_for("gf-70b-tp8")
+    assert c.measurement.replicated_lm_head
+    # 200 tokens from the 5-token prefill and 199 steps, all memory-bound at batch 1, each reading the
+    # extra 458.75 MB at 2.039 TB/s: the time per token grows by exactly that read
+    plain = km.bound_for(dataclasses.replace(c.measurement, replicated_lm_head=False))
+    assert c.step_s - plain.step_s == pytest.approx(head * 7 / 8 / 2.039e12, rel=1e-6)
+    with pytest.raises(ValueError, match="replicate_lm_head"):
+        km.ParallelLayout(tp=2, replicate_lm_head=1)
+    with pytest.raises(ValueError, match="replicated_lm_head needs a parallel layout"):
+        dataclasses.replace(km.get_measurement("gf-7b-bf16"), replicated_lm_head=True)
 
 
 def test_bad_inputs_name_the_argument():
@@ -164,3 +222,42 @@ def test_a_bad_row_names_its_field(change, name):
 def test_wrong_types_are_value_errors(call):
     with pytest.raises(ValueError, match="measurement|regime"):
         call()
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _glued(notebook: str, prefix: str) -> dict[str, float]:
+    """The values a committed, executed notebook glued under names starting with ``prefix``."""
+    out = {}
+    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name", "")
+            if name.startswith(prefix):
+                out[name[len(prefix):]] = float(o["data"]["application/papermill.record/text/plain"])
+    return out
+
+
+def _calibration_table(notebook: str) -> dict[str, str]:
+    """Row id -> phi as chapter 13's table of every measurement prints it (two decimals)."""
+    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
+        for o in cell.get("outputs", []):
+            text = "".join(o.get("data", {}).get("text/plain", ""))
+            if "published measurements and kvmath's bound" in text:
+                lines = text.splitlines()
+                head = re.split(r"\s{2,}", lines[1].strip())
+                col = head.index("phi")
+                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[3:])}
+    raise AssertionError(f"{notebook} shows no table of every measurement")
+
+
+def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
+    """Both chapters' committed outputs: chapter 12's ratio of each of its rows, rounded as chapter 13 prints it."""
+    ch12 = _glued("12_reality_check.ipynb", "rc_cal_phi_")
+    ch13 = _calibration_table("13_calibration.ipynb")
+    assert len(ch12) == 14 and len(ch13) >= 50
+    for row, phi in ch12.items():
+        assert f"{phi:.2f}" == ch13[row], (row, phi, ch13[row])
+        assert phi == pytest.approx(km.bound_for(row).ratio, rel=1e-12)  # and both are today's package
+    # the two rows whose ratios used to differ (88% against 0.905, 54% against 0.53)
+    assert (ch13["lcpp-4090-8b-ub1"], ch13["gf-70b-tp8"]) == ("0.88", "0.54")
