@@ -21,7 +21,7 @@ The public names:
   :class:`Formats`: what is served, on what, spread how, stored in what
   (presets by name: ``Model.preset("llama-3-8b")``);
 - :class:`Deployment`, and its results :class:`Step`, :class:`Request`,
-  :class:`Frontier` (all lower bounds unless an estimate is asked for);
+  :class:`Frontier`, :class:`Capacity` (all lower bounds unless an estimate is asked for);
 - :mod:`kvmath.formulas`: the notes' closed forms, by the names the
   chapters cite (``min_step``, ``critical_batch``, ``kv_bytes_per_token``);
 - :mod:`kvmath.memory` (memory budgets and vLLM's KV sizing),
@@ -35,7 +35,7 @@ The public names:
 Submodules load on first use, so ``import kvmath`` stays light.
 """
 
-from .deployment import Deployment, Formats, Step
+from .deployment import Capacity, Deployment, Formats, Step
 from .hardware import Chip
 from .layout import ParallelLayout
 from .links import Link
@@ -58,6 +58,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Chip", "Deployment", "Formats", "Frontier", "Link", "Model", "ParallelLayout", "Request", "ResultOverflow",
+    "Capacity", "Chip", "Deployment", "Formats", "Frontier", "Link", "Model", "ParallelLayout", "Request", "ResultOverflow",
     "Step", *_SUBMODULES,
 ]

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .results import Result
+
 from .hardware import Chip
 from .links import Link, as_link
 from .models import Model, Precision
@@ -77,7 +79,7 @@ def cost_per_million_tokens(price_per_chip_hour: ArrayLike, tokens_per_s_per_chi
 
 
 @dataclass(frozen=True)
-class MixedStep:
+class MixedStep(Result):
     """Bounds on one continuous-batching step, per chip (seconds, bytes, FLOPs; arrays where the inputs were).
 
     Attributes
@@ -116,14 +118,14 @@ class MixedStep:
         return plain(self.flops / self.flop_rate)
 
     @property
-    def strict_step_s(self) -> ArrayLike:
+    def strict_s(self) -> ArrayLike:
         """``overhead + max(memory_s, compute_s, comm_s)``: the step's lower bound, seconds."""
         return plain(self.overhead_s + np.maximum(np.maximum(self.memory_s, self.compute_s), self.comm_s))
 
     @property
     def slowdown(self) -> ArrayLike:
-        """``strict_step_s / decode_only_s``: how much longer every decode sequence waits for this step."""
-        return plain(self.strict_step_s / self.decode_only_s)
+        """``strict_s / decode_only_s``: how much longer every decode sequence waits for this step."""
+        return plain(self.strict_s / self.decode_only_s)
 
 
 def _layout(layout, model) -> ParallelLayout:
@@ -242,7 +244,7 @@ def mixed_step(
 
     >>> from kvmath import get_chip, get_model
     >>> m, h100 = get_model("llama-3-8b"), get_chip("h100-sxm")
-    >>> [round(float(mixed_step(m, h100, 64, 2000, c).strict_step_s) * 1e3, 2) for c in (0, 512, 4096)]
+    >>> [round(float(mixed_step(m, h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
     model, chip = as_presets(model, chip)
@@ -259,13 +261,13 @@ def mixed_step(
     context = np.asarray(context, dtype=float)
     step = _step(model, chip, batch, (context, context), 1.0, start, c, 0.0, layout, link, weights,
                  kv_dtype, compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
-    refuse_overflow("mixed_step", {"step": step.strict_step_s, "slowdown": step.slowdown}, batch=batch,
+    refuse_overflow("mixed_step", {"step": step.strict_s, "slowdown": step.slowdown}, batch=batch,
                     context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
     return step
 
 
 @dataclass(frozen=True)
-class SteadyState:
+class SteadyState(Result):
     """Continuous batching with ``batch`` decode slots kept full (see :func:`steady_state`).
 
     Attributes
@@ -284,18 +286,18 @@ class SteadyState:
     @property
     def time_per_output_token_s(self) -> ArrayLike:
         """Every slot gains one token per step: the step's strict bound, seconds."""
-        return self.step.strict_step_s
+        return self.step.strict_s
 
     @property
     def tokens_per_s_per_user(self) -> ArrayLike:
         """``1 / time_per_output_token_s``."""
-        return plain(1.0 / self.step.strict_step_s)
+        return plain(1.0 / self.step.strict_s)
 
     @property
     def output_tokens_per_s_per_chip(self) -> ArrayLike:
         """``B`` decode tokens plus ``B / (S_out - 1)`` first tokens per step, over the chips."""
         per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
-        return plain(per_step / self.step.strict_step_s / self.step.n_chips)
+        return plain(per_step / self.step.strict_s / self.step.n_chips)
 
     @property
     def cost_per_million_tokens(self) -> ArrayLike | None:
@@ -305,7 +307,7 @@ class SteadyState:
         # price x chip-seconds per token, as cost_per_million_tokens(price, rate) = price / 3600 / rate x 1e6
         # but without dividing by a rate that underflows
         per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
-        chip_s_per_token = self.step.strict_step_s * self.step.n_chips / per_step
+        chip_s_per_token = self.step.strict_s * self.step.n_chips / per_step
         return plain(self.price_per_chip_hour * chip_s_per_token / 3600.0 * 1e6)
 
 
@@ -378,7 +380,7 @@ def steady_state(
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
                         price_per_chip_hour=price_per_chip_hour)
     cost = state.cost_per_million_tokens
-    refuse_overflow("steady_state", {"step": step.strict_step_s, "rate": state.output_tokens_per_s_per_chip,
+    refuse_overflow("steady_state", {"step": step.strict_s, "rate": state.output_tokens_per_s_per_chip,
                                      "per user": state.tokens_per_s_per_user, "cost": 0.0 if cost is None else cost},
                     batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
     return state

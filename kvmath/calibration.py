@@ -273,7 +273,7 @@ class Calibration:
     binds : str
         What sets the bound: ``"memory"``, ``"compute"`` (or ``"mixed"`` over
         a run whose steps change term).
-    step_s : float
+    unit_s : float
         The bound's time for one unit of the measurement (a token per
         sequence, a step, a prefill).
     """
@@ -282,7 +282,7 @@ class Calibration:
     bound: float
     ratio: float
     binds: str
-    step_s: float
+    unit_s: float
 
 
 def _opts(m: Measurement) -> dict:
@@ -383,7 +383,7 @@ def bound_for(measurement: Measurement | str) -> Calibration:
         if m.per_chip:
             bound /= m.n_chips
     ratio = bound / m.measured if metric in TIME_METRICS else m.measured / bound
-    return Calibration(measurement=m, bound=float(bound), ratio=float(ratio), binds=binds, step_s=float(unit_s))
+    return Calibration(measurement=m, bound=float(bound), ratio=float(ratio), binds=binds, unit_s=float(unit_s))
 
 
 def calibrate(regime: str | None = None) -> list[Calibration]:

@@ -30,6 +30,7 @@ from .links import Link, as_link, _allreduce_s, _all_to_all_s, _two_tier_all_to_
 from .models import Model, Precision, _group_bytes, get_model
 from .moe import ROUTINGS, _touched
 from .layout import ParallelLayout, as_layout
+from .results import Result
 from .units import dtype_bytes
 from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
 
@@ -361,6 +362,77 @@ class Deployment:
         return speculative_decode(self, batch, context, gamma, acceptance, draft, routing,
                                   verify_tokens=verify_tokens, tokens_per_step=tokens_per_step)
 
+    def capacity(self, context: ArrayLike, *, budget: str = "device", hbm_bytes: float | None = None,
+                 engine: str | None = None, **engine_options) -> "Capacity":
+        """What fits: the busiest chip's weights and, beside them, the tokens and sequences of ``context`` tokens.
+
+        Parameters
+        ----------
+        context : float or array
+            Tokens in each sequence's cache.
+        budget : str
+            Which memory per chip (:func:`kvmath.memory.memory_budget`):
+            ``"device"`` (the marketed size, the default), ``"reported"``,
+            ``"reserve"`` or ``"engine"``.
+        hbm_bytes : float, optional
+            Memory per chip in bytes, instead of the chip's (taken as that budget's size).
+        engine : str, optional
+            ``"vllm"`` adds vLLM's own KV sizing (:func:`kvmath.memory.vllm_engine`,
+            an estimate; ``engine_options`` go to it: ``gpu_memory_utilization``,
+            ``block_size``, ``max_model_len``, ``vllm_version``).
+
+        Returns
+        -------
+        Capacity
+        """
+        from .memory import memory_budget
+
+        context = positive("context", context)
+        budget = choice("budget", budget, ("device", "reported", "reserve", "engine"))
+        memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
+        plan, lay = self._plan, self.layout
+        weights = plan.weight_resident
+        free = memory - weights
+        if np.any(free <= 0):
+            raise ValueError(f"the weights do not fit: {weights:.4g} bytes on the busiest chip of {self.n_chips} "
+                             f"against {np.max(memory):.4g} bytes per chip (budget {budget!r}); use more chips")
+        kv_seq = plan.kv_per_seq(np.ceil(context))
+        if lay.kv_split == "batch":
+            per_seq_chip, seqs_per_group = kv_seq / lay.cp * plan.stage, lay.tp
+        else:
+            per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
+        groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
+        max_batch = np.floor(free / per_seq_chip) * groups
+        per_token = plan.kv_per_seq(1.0) if plan.state_bytes == 0 else kv_seq / context
+        per_token_chip = per_seq_chip / kv_seq * per_token
+        result = dict(context=context, budget=budget, memory_per_chip_bytes=memory,
+                      weight_bytes_per_chip=weights, kv_budget_bytes_per_chip=free,
+                      kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
+                      max_tokens=np.floor(free / per_token_chip) * groups, max_batch=max_batch,
+                      n_chips=self.n_chips, engine=None)
+        if engine is not None:
+            choice("engine", engine, ("vllm",))
+            result["engine"] = self._vllm(context, **engine_options)
+        return Capacity(**{k: float(v) if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 else v
+                           for k, v in result.items()})
+
+    def _vllm(self, context, *, gpu_memory_utilization: float | None = None, block_size: int | None = None,
+              max_model_len: int | None = None, vllm_version: str = "v1"):
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, vllm_engine
+
+        if self.layout.n_chips != self.layout.tp:
+            raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
+        max_len = context if max_model_len is None else max_model_len
+        if np.any(np.asarray(context) > max_len):
+            raise ValueError(f"context ({context!r}) exceeds max_model_len ({max_model_len!r}): vLLM refuses longer "
+                             "requests")
+        return vllm_engine(self.model, self.chip, max_len,
+                           gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
+                                                   else gpu_memory_utilization),
+                           block_size=BLOCK_SIZE if block_size is None else block_size,
+                           weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
+                           engine=vllm_version)
+
     def _options(self) -> dict:
         f = self.formats
         return dict(weights=f.weights, kv_dtype=f.kv, compute_dtype=f.compute, activation_dtype=f.activations)
@@ -433,7 +505,7 @@ def _shape_args(batch, context, tokens_per_seq):
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(Result):
     """One decode step on the busiest chip of a deployment: what it moves and computes, and how long at least.
 
     Times are in seconds, bytes and FLOPs per chip; each field is a float or
@@ -512,12 +584,39 @@ class Step:
         """Bytes the chip holds: its weights and its share of the cache."""
         return self.weight_bytes_resident + self.kv_bytes_resident
 
-    def to_dict(self) -> dict:
-        """Every field and property by its attribute name, arrays as lists (the CLI's ``--json``)."""
-        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        for name in ("memory_s", "compute_s", "binds", "tokens_per_s", "memory_bytes"):
-            out[name] = _plain(getattr(self, name))
-        return out
+    _derived = ("memory_s", "compute_s", "binds", "tokens_per_s", "memory_bytes")
+
+
+@dataclass(frozen=True)
+class Capacity(Result):
+    """What fits in a deployment's memory (:meth:`Deployment.capacity`); bytes per chip unless named otherwise.
+
+    Attributes
+    ----------
+    context : tokens per sequence.
+    budget, memory_per_chip_bytes : the memory budget and what it gives per chip.
+    weight_bytes_per_chip : the weights the busiest chip holds (its stage's, its share).
+    kv_budget_bytes_per_chip : what is left beside them for the cache.
+    kv_bytes_per_token, kv_bytes_per_seq : the cache of one token (every
+        attention layer; linear states averaged in) and of one sequence, whole.
+    max_tokens, max_batch : cached tokens and sequences of ``context`` the
+        whole deployment holds (each data-parallel group its own).
+    n_chips : chips of the deployment.
+    engine : vLLM's own sizing (:class:`kvmath.memory.EngineBudget`, an
+        estimate) where asked for, else None.
+    """
+
+    context: ArrayLike
+    budget: str
+    memory_per_chip_bytes: ArrayLike
+    weight_bytes_per_chip: float
+    kv_budget_bytes_per_chip: ArrayLike
+    kv_bytes_per_token: ArrayLike
+    kv_bytes_per_seq: ArrayLike
+    max_tokens: ArrayLike
+    max_batch: ArrayLike
+    n_chips: int
+    engine: object = None
 
 
 def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
@@ -535,14 +634,6 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
     if which.ndim == 0:
         return RESOURCES[int(which)]
     return np.array(RESOURCES)[which]
-
-
-def _plain(value):
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 class _Plan:

@@ -44,15 +44,15 @@ class StepBreakdown:
 
     Attributes
     ----------
-    kv_s : reading the KV cache, B * KV / W.
-    weight_memory_s : reading the weights, P_bytes / W.
+    kv_read_s : reading the KV cache, B * KV / W.
+    weight_read_s : reading the weights, P_bytes / W.
     weight_compute_s : the weight matmuls, 2 * P_count * B * tokens_per_seq / C.
     attention_compute_s : attention's math over the cache, B * attention FLOPs / C.
     overhead_s : the fixed per-step overhead passed in (0 unless given; an estimate).
-    step_s : the no-overlap form, overhead + max(kv_s, attention_compute_s)
-        + max(weight_memory_s, weight_compute_s): the notes' min-step when
+    no_overlap_s : the no-overlap form, overhead + max(kv_read_s, attention_compute_s)
+        + max(weight_read_s, weight_compute_s): the notes' min-step when
         attention FLOPs and overhead are 0.
-    strict_step_s : the strict lower bound, overhead + max(kv_s + weight_memory_s,
+    strict_s : the strict lower bound, overhead + max(kv_read_s + weight_read_s,
         attention_compute_s + weight_compute_s).
     bound : which weight term binds in the no-overlap form, "memory" or "compute"
         (equality counts as memory-bound).
@@ -60,29 +60,29 @@ class StepBreakdown:
     strict_bound : which resource binds in the strict form.
     """
 
-    kv_s: ArrayLike
-    weight_memory_s: ArrayLike
+    kv_read_s: ArrayLike
+    weight_read_s: ArrayLike
     weight_compute_s: ArrayLike
     attention_compute_s: ArrayLike
     overhead_s: ArrayLike
-    step_s: ArrayLike
-    strict_step_s: ArrayLike
+    no_overlap_s: ArrayLike
+    strict_s: ArrayLike
 
     # the labels are computed only when asked for: on a grid they are string arrays as large as the grid
     @property
     def bound(self) -> str | np.ndarray:
         """Which weight term binds in the no-overlap form, "memory" or "compute" (equality: memory)."""
-        return _which(self.weight_memory_s, self.weight_compute_s)
+        return _which(self.weight_read_s, self.weight_compute_s)
 
     @property
     def attention_bound(self) -> str | np.ndarray:
         """Which attention term binds in the no-overlap form."""
-        return _which(self.kv_s, self.attention_compute_s)
+        return _which(self.kv_read_s, self.attention_compute_s)
 
     @property
     def strict_bound(self) -> str | np.ndarray:
         """Which resource binds in the strict form."""
-        return _which(self.kv_s + self.weight_memory_s, self.attention_compute_s + self.weight_compute_s)
+        return _which(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
 
 
 @checked
@@ -119,9 +119,9 @@ def step_breakdown(
     The notes' 30B model at B = 256: 20.86 ms without overlap, 18.27 ms strict.
 
     >>> t = step_breakdown(256, 8192 * 100e3, 30e9, 30e9, 16 * 8.2e11, 16 * 1.97e14)
-    >>> round(t.kv_s * 1e3, 2), round(t.weight_compute_s * 1e3, 2), t.bound
+    >>> round(t.kv_read_s * 1e3, 2), round(t.weight_compute_s * 1e3, 2), t.bound
     (15.98, 4.87, 'compute')
-    >>> round(t.step_s * 1e3, 2), round(t.strict_step_s * 1e3, 2), t.strict_bound
+    >>> round(t.no_overlap_s * 1e3, 2), round(t.strict_s * 1e3, 2), t.strict_bound
     (20.86, 18.27, 'memory')
     """
     batch = positive("batch", batch)
@@ -133,20 +133,20 @@ def step_breakdown(
     attention_flops_per_seq = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     overhead_s = non_negative("overhead_s", overhead_s)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
-    kv_s = batch * kv_bytes_per_seq / bandwidth
-    weight_memory_s = param_bytes / bandwidth
+    kv_read_s = batch * kv_bytes_per_seq / bandwidth
+    weight_read_s = param_bytes / bandwidth
     weight_compute_s = 2 * param_count * batch * tokens_per_seq / flops
     attention_compute_s = batch * attention_flops_per_seq / flops
-    memory_s = kv_s + weight_memory_s
+    memory_s = kv_read_s + weight_read_s
     compute_s = attention_compute_s + weight_compute_s
     return StepBreakdown(
-        kv_s=plain(kv_s),
-        weight_memory_s=plain(weight_memory_s),
+        kv_read_s=plain(kv_read_s),
+        weight_read_s=plain(weight_read_s),
         weight_compute_s=plain(weight_compute_s),
         attention_compute_s=plain(attention_compute_s),
         overhead_s=overhead_s,
-        step_s=plain(overhead_s + np.maximum(kv_s, attention_compute_s) + np.maximum(weight_memory_s, weight_compute_s)),
-        strict_step_s=plain(overhead_s + np.maximum(memory_s, compute_s)),
+        no_overlap_s=plain(overhead_s + np.maximum(kv_read_s, attention_compute_s) + np.maximum(weight_read_s, weight_compute_s)),
+        strict_s=plain(overhead_s + np.maximum(memory_s, compute_s)),
     )
 
 

@@ -178,6 +178,22 @@ class Chip:
         """FLOPs per byte at which compute time equals memory time: C / W."""
         return self.flops(dtype) / self.bandwidth
 
+    @staticmethod
+    def preset(name: str) -> "Chip":
+        """The chip preset called ``name`` (case-insensitive; an unknown name suggests the closest).
+
+        Examples
+        --------
+        >>> Chip.preset("h100-sxm").name
+        'h100-sxm'
+        """
+        return get_chip(name)
+
+    @staticmethod
+    def presets() -> list[str]:
+        """Names of every chip preset, in table order (each row cites its source in ``kvmath/data``)."""
+        return chip_names()
+
     def replace(self, **changes) -> "Chip":
         """A copy with some fields changed, e.g. kipply's A100 with ``bandwidth=1.5e12``."""
         return dataclasses.replace(self, **changes)

@@ -110,6 +110,22 @@ class Link:
         non_negative("latency_s", self.latency_s)
         choice("stated_as", self.stated_as, ("per direction", "bidirectional"))
 
+    @staticmethod
+    def preset(name: str) -> "Link":
+        """The link preset called ``name`` (case-insensitive; an unknown name suggests the closest).
+
+        Examples
+        --------
+        >>> Link.preset("nvlink4").name
+        'nvlink4'
+        """
+        return get_link(name)
+
+    @staticmethod
+    def presets() -> list[str]:
+        """Names of every link preset, in table order (each row cites its source in ``kvmath/data``)."""
+        return link_names()
+
     def replace(self, **changes) -> "Link":
         """A copy with some fields changed, e.g. ``latency_s=2e-6``."""
         return dataclasses.replace(self, **changes)

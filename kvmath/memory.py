@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .results import Result
+
 from .hardware import Chip
 from .models import Model
 from .units import GiB, dtype_bytes
@@ -442,7 +444,7 @@ def vllm_available_kv_bytes(
 
 
 @dataclass(frozen=True)
-class EngineBudget:
+class EngineBudget(Result):
     """vLLM's KV cache for one engine (all figures per rank unless stated).
 
     Attributes

@@ -301,6 +301,22 @@ class Model:
 
         return model_from_hf_config(config)
 
+    @staticmethod
+    def preset(name: str) -> "Model":
+        """The model preset called ``name`` (case-insensitive; an unknown name suggests the closest).
+
+        Examples
+        --------
+        >>> Model.preset("llama-3-8b").name
+        'llama-3-8b'
+        """
+        return get_model(name)
+
+    @staticmethod
+    def presets() -> list[str]:
+        """Names of every model preset, in table order (each row cites its source in ``kvmath/data``)."""
+        return model_names()
+
     def replace(self, **changes) -> "Model":
         """A copy with some fields changed (validated like a preset)."""
         return dataclasses.replace(self, **changes)

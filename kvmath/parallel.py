@@ -91,7 +91,7 @@ def tensor_parallel_step(
     >>> kv = 262144 * 16384  # bytes per sequence, one KV head
     >>> by_heads = tensor_parallel_step(16, kv, 1, 14e9, 7e9, 2, 1.4e12, 312e12)
     >>> by_batch = tensor_parallel_step(16, kv, 1, 14e9, 7e9, 2, 1.4e12, 312e12, shard="batch")
-    >>> round(1 / by_heads.step_s, 1), round(1 / by_batch.step_s, 1)
+    >>> round(1 / by_heads.no_overlap_s, 1), round(1 / by_batch.no_overlap_s, 1)
     (18.5, 33.8)
     """
     n_chips = positive_int("n_chips", n_chips)

@@ -41,6 +41,8 @@ import dataclasses
 
 import numpy as np
 
+from .results import Result
+
 from .capacity import kv_budget_bytes
 from .hardware import Chip
 from .links import Link, as_link, p2p_time
@@ -160,7 +162,7 @@ def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: 
 
 
 @dataclass(frozen=True)
-class Request:
+class Request(Result):
     """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
 
     Attributes
@@ -184,6 +186,9 @@ class Request:
     decode_no_overlap_s: ArrayLike
     is_lower_bound: bool
     price_per_chip_hour: ArrayLike | None = None
+
+    _derived = ("total_s", "time_per_output_token_s", "tokens_per_s_per_user", "output_tokens_per_s",
+                "output_tokens_per_s_per_chip", "cost_per_million_tokens")
 
     @property
     def total_s(self) -> ArrayLike:
@@ -581,7 +586,7 @@ def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link
 
 
 @dataclass(frozen=True)
-class Frontier:
+class Frontier(Result):
     """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
 
     Arrays are ``(batch, shape)``: one row per batch size, one column per

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .results import Result
+
 from .hardware import Chip
 from .models import Model
 from .deployment import Deployment
@@ -76,7 +78,7 @@ def speculative_improvement_factor(acceptance: ArrayLike, gamma: ArrayLike, cost
 
 
 @dataclass(frozen=True)
-class Speculation:
+class Speculation(Result):
     """Speculative decoding against plain decoding, at the strict bounds (seconds per step).
 
     Attributes
