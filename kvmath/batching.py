@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .formulas import cost_per_million_tokens
 from .results import Result
 
 from .hardware import Chip
@@ -47,35 +48,6 @@ from .requests import _rate, prefill_attention_flops
 from .step import as_presets, refuse_overflow
 from .units import dtype_bytes
 from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
-
-
-@checked
-def cost_per_million_tokens(price_per_chip_hour: ArrayLike, tokens_per_s_per_chip: ArrayLike) -> ArrayLike:
-    """Price of a million tokens at ``tokens_per_s_per_chip``: ``price / 3600 / rate x 1e6``.
-
-    Parameters
-    ----------
-    price_per_chip_hour : float or array
-        What one chip costs per hour, in any currency (an input the reader
-        sets; kvmath holds no prices).
-    tokens_per_s_per_chip : float or array
-        Tokens each chip produces per second.
-
-    Returns
-    -------
-    float or array
-        Currency per million tokens.
-
-    Examples
-    --------
-    At 2.00 per chip-hour and 1,000 tokens per chip-second: 2 / 3.6 million tokens.
-
-    >>> round(cost_per_million_tokens(2.0, 1000.0), 4)
-    0.5556
-    """
-    price = non_negative("price_per_chip_hour", price_per_chip_hour)
-    rate = positive("tokens_per_s_per_chip", tokens_per_s_per_chip)
-    return plain(price / 3600.0 / rate * 1e6)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .capacity import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
+from .formulas import kv_budget_bytes, max_batch, max_kv_tokens, min_chips_for_weights, weight_bytes
 from .formulas import critical_batch, critical_batch_beta_alpha, tokens_per_s, tokens_per_s_per_seq
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
 from .hardware import Chip, chip_names, get_chip

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import ArrayLike, checked, non_negative, plain, positive, positive_int
+from .links import all_to_all_time, allreduce_estimate, allreduce_time, p2p_time, ring_allreduce_bytes  # noqa: F401
+from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the notes' MoE forms)
+from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
 
 
 def _which(memory_s: ArrayLike, compute_s: ArrayLike) -> str | np.ndarray:
@@ -477,6 +479,41 @@ def kv_cache_bytes(kv_bytes_per_token: ArrayLike, context: ArrayLike, batch: Arr
     return kv_bytes_per_seq(kv_bytes_per_token, context) * positive_int("batch", batch)
 
 
+# ----- the cache over chips ------------------------------------------------------------
+
+KV_SHARDINGS = ("heads", "batch")
+
+
+@checked
+def kv_bytes_per_chip(
+    kv_cache_bytes: ArrayLike,
+    n_chips: ArrayLike,
+    n_kv_heads: ArrayLike,
+    batch: ArrayLike = 1,
+    shard: str = "heads",
+) -> ArrayLike:
+    """Bytes of KV cache each chip holds and reads per step.
+
+    ``shard="heads"``: each chip gets ``ceil(h_kv / N)`` of the ``h_kv`` heads.
+    ``shard="batch"``: each chip gets ``ceil(B / N)`` of the ``B`` sequences.
+
+    Examples
+    --------
+    >>> kv_bytes_per_chip(68.72e9, 2, 32) / 1e9            # MHA splits in two
+    34.36
+    >>> kv_bytes_per_chip(68.72e9, 2, 1) / 1e9             # MQA: every chip reads it all
+    68.72
+    >>> kv_bytes_per_chip(68.72e9, 2, 1, batch=16, shard="batch") / 1e9
+    34.36
+    """
+    total = non_negative("kv_cache_bytes", kv_cache_bytes)
+    n_chips = positive_int("n_chips", n_chips)
+    shard = choice("shard", shard, KV_SHARDINGS)
+    heads, batch = positive_int("n_kv_heads", n_kv_heads), positive_int("batch", batch)  # both, whichever is used
+    share = heads if shard == "heads" else batch
+    return plain(total * np.ceil(share / n_chips) / share)
+
+
 # ----- prefill ---------------------------------------------------------------------
 
 @checked
@@ -530,3 +567,227 @@ def prefill_time(
     compute_s = non_negative("flops_needed", flops_needed) / positive("flops", flops)
     memory_s = (positive("param_bytes", param_bytes) + non_negative("kv_bytes_written", kv_bytes_written)) / positive("bandwidth", bandwidth)
     return plain(np.maximum(compute_s, memory_s))
+
+
+# ----- memory: weights, chips and what is left for the cache ----------------------
+
+@checked
+def weight_bytes(param_count: ArrayLike, bytes_per_param: ArrayLike) -> ArrayLike:
+    """Bytes of weights: count x bytes per weight.
+
+    Examples
+    --------
+    >>> weight_bytes(52e9, 2) / 1e9  # kipply's 52B in fp16
+    104.0
+    """
+    return positive("param_count", param_count) * positive("bytes_per_param", bytes_per_param)
+
+
+def _budget(hbm_bytes, budget: str):
+    """:func:`kvmath.memory.memory_budget` of a chip or of bytes per chip, a bad number named as ``hbm_bytes``."""
+    from .hardware import Chip
+    from .memory import memory_budget  # the memory module needs the models, which need these formulas
+
+    return memory_budget(hbm_bytes if isinstance(hbm_bytes, Chip) else positive("hbm_bytes", hbm_bytes), budget)
+
+
+def _usable_bytes(n_chips, hbm_bytes, usable_fraction):
+    """Memory of ``n_chips`` chips that may hold weights and cache; one expression for both
+    :func:`min_chips_for_weights` and :func:`kv_budget_bytes`, so they agree to the last bit."""
+    return n_chips * hbm_bytes * usable_fraction
+
+
+@checked
+def min_chips_for_weights(
+    weight_bytes: ArrayLike, hbm_bytes, usable_fraction: ArrayLike = 1.0, budget: str = "device"
+):
+    """Fewest chips whose memory holds the weights: ``ceil(weights / (memory * usable))``.
+
+    ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`; ``budget``
+    names which of the chip's figures counts (:func:`kvmath.memory_budget`:
+    ``"device"``, the marketed size and the default, ``"reported"``,
+    ``"reserve"`` or ``"engine"``).
+
+    Exact: the count returned is the smallest ``N`` for which
+    :func:`kv_budget_bytes` ``(N, hbm_bytes, weight_bytes, usable_fraction)``
+    does not raise, even for fractional byte counts where the float
+    quotient rounds across a whole number.
+
+    Examples
+    --------
+    >>> min_chips_for_weights(104e9, 40e9)
+    3
+    >>> min_chips_for_weights(104e9, 40e9, usable_fraction=0.5)
+    6
+    >>> from kvmath import get_chip
+    >>> min_chips_for_weights(160e9, get_chip("h100-sxm")), min_chips_for_weights(160e9, get_chip("h100-sxm"), budget="reported")
+    (2, 2)
+    """
+    weight_bytes = positive("weight_bytes", weight_bytes)
+    hbm_bytes = _budget(hbm_bytes, budget)
+    usable_fraction = fraction("usable_fraction", usable_fraction)
+    chips = np.ceil(weight_bytes / (hbm_bytes * usable_fraction))
+    if not np.all(np.isfinite(chips)):
+        raise ResultOverflow(
+            f"min_chips_for_weights: weight_bytes / hbm_bytes overflows float64 "
+            f"(weight_bytes={weight_bytes!r}, hbm_bytes={hbm_bytes!r})"
+        )
+    # The quotient is rounded (and may underflow to 0): one fewer chip may already hold the
+    # weights, or this many may fall short by a rounding error. Step to the exact count.
+    fewer = chips - 1
+    chips = np.where(_usable_bytes(fewer, hbm_bytes, usable_fraction) >= weight_bytes, fewer, chips)
+    chips = np.where(_usable_bytes(chips, hbm_bytes, usable_fraction) < weight_bytes, chips + 1, chips)
+    return as_count("min_chips_for_weights", chips)
+
+
+@checked
+def kv_budget_bytes(
+    n_chips: ArrayLike, hbm_bytes, weight_bytes: ArrayLike, usable_fraction: ArrayLike = 1.0,
+    budget: str = "device",
+) -> ArrayLike:
+    """Bytes left for the KV cache once the weights are loaded, in bytes.
+
+    ``n_chips * hbm_bytes * usable_fraction - weight_bytes``. Raises
+    ``ValueError`` where the weights do not fit at all (not even by a byte).
+
+    ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`, and
+    ``budget`` names which memory figure counts (:func:`kvmath.memory_budget`;
+    default ``"device"``, the marketed size). The ``"engine"`` budget here
+    leaves out vLLM's activation peak: :func:`kvmath.vllm_engine` sizes
+    vLLM's cache in full.
+
+    Examples
+    --------
+    >>> kv_budget_bytes(3, 40e9, 104e9) / 1e9
+    16.0
+    >>> kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) / 1e9
+    10.0
+    >>> from kvmath import get_chip
+    >>> h100 = get_chip("h100-sxm")
+    >>> [round(kv_budget_bytes(2, h100, 141e9, budget=b) / 1e9, 2) for b in ("device", "reported", "reserve")]
+    [19.0, 30.04, 28.37]
+    """
+    n_chips = positive_int("n_chips", n_chips)
+    hbm_bytes = _budget(hbm_bytes, budget)
+    usable_fraction = fraction("usable_fraction", usable_fraction)
+    weight_bytes = positive("weight_bytes", weight_bytes)
+    left = _usable_bytes(n_chips, hbm_bytes, usable_fraction) - weight_bytes
+    if np.any(left < 0):
+        raise ValueError(
+            "weight_bytes exceed the memory of n_chips x hbm_bytes x usable_fraction; "
+            "add chips or use a smaller dtype"
+        )
+    return plain(left)
+
+
+@checked
+def max_kv_tokens(kv_budget_bytes: ArrayLike, kv_bytes_per_token: ArrayLike):
+    """Whole tokens of KV cache that fit in ``kv_budget_bytes``.
+
+    Examples
+    --------
+    >>> max_kv_tokens(16e9, 2 * 2**20)  # 16 GB, 2 MiB per token
+    7629
+    """
+    tokens = np.floor(non_negative("kv_budget_bytes", kv_budget_bytes) / positive("kv_bytes_per_token", kv_bytes_per_token))
+    if not np.all(np.isfinite(tokens)):
+        raise ResultOverflow("max_kv_tokens: kv_budget_bytes / kv_bytes_per_token overflows float64")
+    return as_count("max_kv_tokens", tokens)
+
+
+@checked
+def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
+    """Whole sequences whose caches fit in ``kv_budget_bytes``.
+
+    Examples
+    --------
+    >>> max_batch(16 * 2**30, 2048 * 2 * 2**20)  # four 2,048-token sequences fit in 16 GiB
+    4
+    >>> max_batch(16e9, 2048 * 2 * 2**20)       # but only three in 16 GB
+    3
+    """
+    budget = non_negative("kv_budget_bytes", kv_budget_bytes)
+    return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
+
+
+# ----- speculative decoding --------------------------------------------------------
+
+@checked
+def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLike:
+    """Expected tokens one verify step yields per sequence: ``(1 - a**(gamma + 1)) / (1 - a)``.
+
+    ``gamma + 1`` at ``a = 1`` (every draft accepted, plus the target's own
+    token); 1 at ``a = 0``.
+
+    Examples
+    --------
+    >>> round(expected_tokens_per_step(0.8, 4), 4)
+    3.3616
+    >>> expected_tokens_per_step(1.0, 4), expected_tokens_per_step(0.0, 4)
+    (5.0, 1.0)
+    """
+    a = non_negative("acceptance", acceptance)
+    gamma = positive_int("gamma", gamma)
+    if np.any(np.asarray(a) > 1):
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
+    # a geometric sum 1 + a + ... + a**gamma, exact at a = 1 where the closed form is 0/0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        closed = (1 - np.power(a, gamma + 1)) / (1 - a)
+    return plain(np.where(np.asarray(a) == 1, gamma + 1, closed))
+
+
+@checked
+def speculative_improvement_factor(acceptance: ArrayLike, gamma: ArrayLike, cost_ratio: ArrayLike) -> ArrayLike:
+    """Leviathan et al.'s walltime improvement: ``(1 - a**(gamma + 1)) / ((1 - a) (gamma c + 1))``.
+
+    Expected tokens per verify step over what the step costs in plain target
+    steps, when one draft step costs ``cost_ratio`` (c) target steps and the
+    verify step costs one (the target memory-bound: its ``gamma + 1`` tokens
+    ride on one weight read). Model-free: :func:`speculative_decode` gives
+    the same ratio with both costs from the step model, verify included.
+
+    Examples
+    --------
+    Leviathan et al.'s T5-small draft for T5-XXL (Table 2, EnDe, argmax):
+    a = 0.75, gamma = 7, and c taken as the parameter ratio 77M / 11B;
+    the paper measured 3.4x.
+
+    >>> round(speculative_improvement_factor(0.75, 7, 77e6 / 11e9), 2)
+    3.43
+    >>> speculative_improvement_factor(0.8, 4, 0.0) == expected_tokens_per_step(0.8, 4)
+    True
+    """
+    expected = expected_tokens_per_step(acceptance, gamma)
+    c = non_negative("cost_ratio", cost_ratio)
+    return plain(expected / (np.asarray(gamma) * c + 1))
+
+
+# ----- cost --------------------------------------------------------------------------
+
+@checked
+def cost_per_million_tokens(price_per_chip_hour: ArrayLike, tokens_per_s_per_chip: ArrayLike) -> ArrayLike:
+    """Price of a million tokens at ``tokens_per_s_per_chip``: ``price / 3600 / rate x 1e6``.
+
+    Parameters
+    ----------
+    price_per_chip_hour : float or array
+        What one chip costs per hour, in any currency (an input the reader
+        sets; kvmath holds no prices).
+    tokens_per_s_per_chip : float or array
+        Tokens each chip produces per second.
+
+    Returns
+    -------
+    float or array
+        Currency per million tokens.
+
+    Examples
+    --------
+    At 2.00 per chip-hour and 1,000 tokens per chip-second: 2 / 3.6 million tokens.
+
+    >>> round(cost_per_million_tokens(2.0, 1000.0), 4)
+    0.5556
+    """
+    price = non_negative("price_per_chip_hour", price_per_chip_hour)
+    rate = positive("tokens_per_s_per_chip", tokens_per_s_per_chip)
+    return plain(price / 3600.0 / rate * 1e6)

@@ -14,8 +14,7 @@ import numpy as np
 from .models import Model, get_model  # noqa: F401  (get_model: doctests)
 from .validation import choice, instance, non_negative, positive_int
 
-#: How a tensor-parallel group splits the cache: by KV heads, or by whole sequences.
-KV_SHARDINGS = ("heads", "batch")
+from .formulas import KV_SHARDINGS  # how a tensor-parallel group splits the cache: by KV heads, or by sequences
 
 
 @dataclass(frozen=True)

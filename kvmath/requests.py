@@ -43,7 +43,7 @@ import numpy as np
 
 from .results import Result
 
-from .capacity import kv_budget_bytes
+from .formulas import kv_budget_bytes
 from .hardware import Chip
 from .links import Link, as_link, p2p_time
 from .memory import BUDGETS, memory_budget

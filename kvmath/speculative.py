@@ -22,59 +22,10 @@ from .results import Result
 from .hardware import Chip
 from .models import Model
 from .deployment import Deployment
+from .formulas import expected_tokens_per_step, speculative_improvement_factor  # noqa: F401  (the notes' forms)
 from .models import get_model
 from .validation import (ArrayLike, as_number, as_scalar, checked, instance, non_negative, one_int, plain,
                          positive, positive_int)
-
-
-@checked
-def expected_tokens_per_step(acceptance: ArrayLike, gamma: ArrayLike) -> ArrayLike:
-    """Expected tokens one verify step yields per sequence: ``(1 - a**(gamma + 1)) / (1 - a)``.
-
-    ``gamma + 1`` at ``a = 1`` (every draft accepted, plus the target's own
-    token); 1 at ``a = 0``.
-
-    Examples
-    --------
-    >>> round(expected_tokens_per_step(0.8, 4), 4)
-    3.3616
-    >>> expected_tokens_per_step(1.0, 4), expected_tokens_per_step(0.0, 4)
-    (5.0, 1.0)
-    """
-    a = non_negative("acceptance", acceptance)
-    gamma = positive_int("gamma", gamma)
-    if np.any(np.asarray(a) > 1):
-        raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
-    # a geometric sum 1 + a + ... + a**gamma, exact at a = 1 where the closed form is 0/0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        closed = (1 - np.power(a, gamma + 1)) / (1 - a)
-    return plain(np.where(np.asarray(a) == 1, gamma + 1, closed))
-
-
-@checked
-def speculative_improvement_factor(acceptance: ArrayLike, gamma: ArrayLike, cost_ratio: ArrayLike) -> ArrayLike:
-    """Leviathan et al.'s walltime improvement: ``(1 - a**(gamma + 1)) / ((1 - a) (gamma c + 1))``.
-
-    Expected tokens per verify step over what the step costs in plain target
-    steps, when one draft step costs ``cost_ratio`` (c) target steps and the
-    verify step costs one (the target memory-bound: its ``gamma + 1`` tokens
-    ride on one weight read). Model-free: :func:`speculative_decode` gives
-    the same ratio with both costs from the step model, verify included.
-
-    Examples
-    --------
-    Leviathan et al.'s T5-small draft for T5-XXL (Table 2, EnDe, argmax):
-    a = 0.75, gamma = 7, and c taken as the parameter ratio 77M / 11B;
-    the paper measured 3.4x.
-
-    >>> round(speculative_improvement_factor(0.75, 7, 77e6 / 11e9), 2)
-    3.43
-    >>> speculative_improvement_factor(0.8, 4, 0.0) == expected_tokens_per_step(0.8, 4)
-    True
-    """
-    expected = expected_tokens_per_step(acceptance, gamma)
-    c = non_negative("cost_ratio", cost_ratio)
-    return plain(expected / (np.asarray(gamma) * c + 1))
 
 
 @dataclass(frozen=True)
