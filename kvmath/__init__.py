@@ -2,10 +2,10 @@
 
 Every quantity is in base units: bytes, seconds, FLOPs, FLOP/s, bytes/s.
 Cost functions broadcast over numpy arrays, so one call evaluates a whole
-grid of batch sizes and contexts. Plotting (:mod:`kvmath.plots`) and
-interactive figures (:mod:`kvmath.interactive`) need matplotlib and
-ipywidgets, and the tools that time this machine (:mod:`kvmath.measure`)
-serve one chapter only; all three are imported on first use, not here.
+grid of batch sizes and contexts. The package needs numpy only: the book's
+figures, tables and build tools live in the separate ``kvbook`` package.
+The tools that time this machine (:mod:`kvmath.measure`) serve one chapter
+only and are imported on first use, not here.
 """
 
 from .batching import MixedStep, SteadyState, cost_per_million_tokens, mixed_step, steady_state
@@ -90,15 +90,14 @@ from .step import (
     step_time,
     step_work,
 )
-from .tables import Table, check_table
 from .units import DTYPE_BYTES, GB, KB, MB, TB, GiB, KiB, MiB, TiB, dtype_bytes
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # plots and interactive pull in matplotlib/ipywidgets; load them only when asked.
-    if name in ("plots", "interactive", "measure"):
+    # measure serves one chapter; load it only when asked.
+    if name == "measure":
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -108,7 +107,7 @@ def __getattr__(name: str):
 __all__ = [
     "Chip", "DTYPE_BYTES", "DecodeStep", "Format", "GB", "GiB", "KB", "KiB", "LAYER_KINDS", "LayerSpec", "MB", "MiB", "Model",
     "Speculation", "StepBreakdown", "StepWork", "TB", "TiB", "WEIGHT_GROUPS",
-    "Table", "check_table", "fmt_number", "group_digits",
+    "fmt_number", "group_digits",
     "arithmetic_intensity", "attention_flops_per_step", "chip_names", "compute_ceiling_steps_per_s",
     "compute_rate", "critical_batch", "critical_batch_beta_alpha", "decode_step", "dtype_bytes",
     "expected_tokens_per_step", "experts_touched", "fmt_bandwidth", "fmt_bytes",

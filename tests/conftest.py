@@ -18,8 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
-SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "scripts/offline_assets.py",
-           "scripts/book_pages.py", "scripts/live_figures.py", "scripts/figure_code.py",
+SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "kvbook/kvbook/sphinx/offline_assets.py",
+           "kvbook/kvbook/sphinx/book_pages.py", "kvbook/kvbook/sphinx/live_figures.py", "kvbook/kvbook/live/figure_code.py",
            "scripts/live", "_static",
            "package-lock.json"]
 

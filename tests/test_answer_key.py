@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import answer_key  # noqa: E402
-import workshop_pages  # noqa: E402
+from kvbook.workshop import answer_key, workshop_pages
 
 EXERCISES = """## Exercises
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,7 @@ import pytest
 import kvmath
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import handout  # noqa: E402
-import workshop_pages  # noqa: E402
+from kvbook.workshop import handout, workshop_pages
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,12 @@ import html as htmllib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import workshop_build  # noqa: E402
-import workshop_pages  # noqa: E402
+from kvbook.workshop import workshop_build, workshop_pages
 
 LEARNER = workshop_build.SRC / "learner" / "_build" / "html"
 DEFAULT = ROOT / "_build" / "html"

@@ -12,15 +12,12 @@ least the precision it is written to).
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 import kvmath
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import workshop_pages  # noqa: E402
+from kvbook.workshop import workshop_pages
 
 PROBLEMS = {p["id"]: p for p in workshop_pages.problems()}
 
