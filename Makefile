@@ -7,7 +7,7 @@
 #                 page's live figures in the browser, every notebook run in
 #                 the workshop's JupyterLite)
 #   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
-#   make lab      JupyterLab on notebooks/, with kvmath installed
+#   make lab      JupyterLab on notebooks/, with kvmath and kvbook installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata)
 #   make workshop the workshop kit in _build/workshop/: learner and instructor
@@ -16,8 +16,10 @@
 #   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/lite
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
-# pinned requirements.txt (re-made when that file changes), kvmath installed
-# into it in editable mode, the browser assets from npm (package-lock.json) and
+# pinned requirements.txt (re-made when that file changes), kvmath and the
+# book's own package kvbook (kvbook/: figures, tables, Sphinx extensions, the
+# workshop tools, run as `python -m kvbook...`) installed into it in editable
+# mode, the browser assets from npm (package-lock.json) and
 # the in-browser Python runtime (make runtime: Pyodide from npm, its numpy and
 # matplotlib wheels checked against Pyodide's own lock; .cache/, outside git).
 
@@ -52,12 +54,13 @@ define need
 endef
 
 # --- Python environment -----------------------------------------------------
-$(PY_STAMP): requirements.txt pyproject.toml
+$(PY_STAMP): requirements.txt pyproject.toml kvbook/pyproject.toml
 	$(call need,$(PYTHON),install Python 3.10 or newer with venv (Debian: apt-get install python3 python3-venv))
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is older than 3.10: install Python 3.10 or newer"; exit 1; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV) || { echo "make: could not create $(VENV): install the venv module (Debian: apt-get install python3-venv)"; exit 1; }
 	$(VPY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e kvbook
 	@touch $@
 
 env: $(PY_STAMP)
@@ -72,10 +75,10 @@ assets: $(NODE_STAMP)
 
 # --- the in-browser runtime (every figure control live in the published book) ---
 # Pyodide's core from npm and numpy + matplotlib wheels, each checked against the
-# sha256 in Pyodide's official pyodide-lock.json (scripts/vendor_pyodide.py).
+# sha256 in Pyodide's official pyodide-lock.json (kvbook/kvbook/live/vendor_pyodide.py).
 RUNTIME_STAMP := .cache/pyodide-0.27.7/kvmath-runtime.json
-$(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json scripts/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
-	$(VPY) scripts/vendor_pyodide.py
+$(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json kvbook/kvbook/live/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
+	$(VPY) -m kvbook.live.vendor_pyodide
 
 runtime: env assets $(RUNTIME_STAMP)
 
@@ -136,24 +139,24 @@ test-full: env assets runtime chromium poppler book learner lite
 # --- the workshop kit (book/teaching.md) ---------------------------------------
 # The plan, misconception and problem pages are generated from book/teaching/*.yaml.
 teaching-pages: env
-	$(VPY) scripts/workshop_pages.py
+	$(VPY) -m kvbook.workshop.workshop_pages
 
 handout: env chromium
-	$(VPY) scripts/handout.py --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
+	$(VPY) -m kvbook.workshop.handout --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
 	@echo "Handout: $(WORKSHOP)/handout.pdf"
 
 # Copies of the sources, transformed (solutions removed / facilitator notes
 # added), executed and built like `make book` (warnings are errors).
 learner: env assets
-	$(VPY) scripts/workshop_build.py learner
+	$(VPY) -m kvbook.workshop.workshop_build learner
 
 instructor: env assets
-	$(VPY) scripts/workshop_build.py instructor
+	$(VPY) -m kvbook.workshop.workshop_build instructor
 
 # The notebooks live in the browser: a JupyterLite site in $(WORKSHOP)/lite, built with
 # its own pinned environment (.venv-lite from requirements-lite.txt, apart from the
 # book's), the same vendored Pyodide plus the kernel's own wheels, each checked against
-# the official lock (scripts/workshop_lite.py; it fails unless every URL is local).
+# the official lock (kvbook/kvbook/workshop/workshop_lite.py; it fails unless every URL is local).
 LITE_VENV  := .venv-lite
 LITE_STAMP := $(LITE_VENV)/.kvmath-lite-installed
 $(LITE_STAMP): requirements-lite.txt
@@ -164,18 +167,18 @@ $(LITE_STAMP): requirements-lite.txt
 lite-env: $(LITE_STAMP)
 
 lite: env assets runtime lite-env
-	$(VPY) scripts/workshop_lite.py
+	$(VPY) -m kvbook.workshop.workshop_lite
 
 # From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
 answer-key: env
-	$(VPY) scripts/answer_key.py --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
+	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
 
 workshop: book learner instructor handout answer-key lite
 	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
 	cp -r $(HTML) $(WORKSHOP)/book
 	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
 	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
-	cp scripts/workshop_index.html $(WORKSHOP)/index.html
+	cp kvbook/kvbook/workshop/index.html $(WORKSHOP)/index.html
 	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ lite/ handout.pdf answer-key.md"; \
 	echo "Serve it to the room (one command):  python3 -m http.server -d $(WORKSHOP) 8000 --bind 0.0.0.0"; \
 	echo "  learners open http://<this machine's address>:8000/ (book: learner/, live notebooks: lite/)"

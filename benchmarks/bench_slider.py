@@ -5,7 +5,7 @@ Usage: python benchmarks/bench_slider.py [--moves N] [--notebooks 00 03 ...]
 Three ways to show the same figure in a live kernel, run side by side in
 one process, move by move in turn (so a busy machine slows all three alike):
 
-* **blit**: ``kvmath.interactive`` as it is: one figure, one reused
+* **blit**: ``kvbook.interactive`` as it is: one figure, one reused
   ipywidgets.Image; a move restores the cached background and redraws only
   the artists ``update`` touched (a full redraw when limits or ticks change).
 * **old**: the previous code path: the same figure, but every move redraws
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvmath  # noqa: E402
 from book_figures import NOTEBOOKS, BookFigure, book_figures  # noqa: E402
-from kvmath import plots  # noqa: E402
-from kvmath.interactive import Choice, InteractiveFigure, Slider  # noqa: E402
+from kvbook import plots  # noqa: E402
+from kvbook.interactive import Choice, InteractiveFigure, Slider  # noqa: E402
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 CONTEXTS = np.unique(np.round(np.geomspace(128, 131072, 64)))
@@ -99,7 +99,7 @@ BENCH_FIGURE = BookFigure(
 
 
 class OldPath(InteractiveFigure):
-    """The render of the previous kvmath.interactive: a full Agg redraw and Pillow level 1."""
+    """The render of the previous kvbook.interactive: a full Agg redraw and Pillow level 1."""
 
     def render(self, fast: bool = False, **values):
         from PIL import Image

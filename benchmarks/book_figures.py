@@ -33,7 +33,7 @@ class BookFigure:
         self.name, self.setup, self.controls, self.kwargs = name, setup, controls, kwargs
 
     def make(self, **options: Any):
-        from kvmath.interactive import InteractiveFigure
+        from kvbook.interactive import InteractiveFigure
 
         return InteractiveFigure(self.setup, self.controls, **{**self.kwargs, **options})
 
@@ -43,8 +43,7 @@ class BookFigure:
 
 @contextlib.contextmanager
 def _stubs(record: Callable):
-    import kvmath
-    import kvmath.interactive as ki
+    import kvbook.interactive as ki
 
     saved_mod = {k: sys.modules.get(k) for k in ("myst_nb",)}
     fake = types.ModuleType("myst_nb")
@@ -52,18 +51,14 @@ def _stubs(record: Callable):
     sys.modules["myst_nb"] = fake
     import IPython.display as ipd
 
-    saved = (ki.interactive_figure, getattr(kvmath, "interactive_figure", None), ipd.display)
+    saved = (ki.interactive_figure, ipd.display)
     ki.interactive_figure = record
-    if saved[1] is not None:
-        kvmath.interactive_figure = record
     ipd.display = lambda *a, **k: None
     try:
         yield
     finally:
         ki.interactive_figure = saved[0]
-        if saved[1] is not None:
-            kvmath.interactive_figure = saved[1]
-        ipd.display = saved[2]
+        ipd.display = saved[1]
         for k, v in saved_mod.items():
             if v is None:
                 sys.modules.pop(k, None)
@@ -76,7 +71,7 @@ def book_figures(path: str | Path) -> list[BookFigure]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from kvmath.interactive import InteractiveFigure
+    from kvbook.interactive import InteractiveFigure
 
     path = Path(path)
     cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]

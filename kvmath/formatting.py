@@ -117,8 +117,8 @@ def fmt_count(count: float, digits: int = 2) -> str:
 
 
 #: The book's one digit-grouping separator (a thin space, U+2009), as in
-#: "1 048 576": prose, tables (:mod:`kvmath.tables`), tick labels
-#: (:mod:`kvmath.plots`) and slider labels (:mod:`kvmath.interactive`) all use it.
+#: "1 048 576": prose (fmt_number) and the book's tables, tick labels and slider
+#: labels (``kvbook.tables``, ``kvbook.plots``, ``kvbook.interactive``) all use it.
 GROUP_SEP = "\u2009"
 
 

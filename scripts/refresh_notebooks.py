@@ -65,7 +65,7 @@ _DATA_PNG = re.compile(r'data:image/png;base64,([A-Za-z0-9+/=]+)')
 
 def _palette_img(tag: str) -> str:
     """An ``<img>`` tag whose base64 PNG is re-encoded with 256 colours, as the book build does."""
-    from book_pages import palette_png  # scripts/ is on the path when this script runs
+    from kvbook.sphinx.book_pages import palette_png
 
     def swap(m: re.Match) -> str:
         smaller = palette_png(base64.b64decode(m.group(1)), hidpi_only=False)

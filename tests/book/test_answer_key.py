@@ -9,8 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import answer_key
-import workshop_pages
+from kvbook.workshop import answer_key, workshop_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Figures a reader can read: HiDPI pixels, text size, and no clipped or colliding labels.
 
-``kvmath.plots.layout_problems`` compares matplotlib's text extents with the
+``kvbook.plots.layout_problems`` compares matplotlib's text extents with the
 figure, the axes and each other; ``InteractiveFigure.layout_problems`` runs
 it on every frame. The last test runs it on every interactive figure of
 every chapter (it executes the notebooks), and its ``slow`` variant (``make test-full``)
@@ -17,8 +17,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from kvmath import plots  # noqa: E402
-from kvmath.interactive import Choice, Slider, interactive_figure  # noqa: E402
+from kvbook import plots  # noqa: E402
+from kvbook.interactive import Choice, Slider, interactive_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,7 +229,7 @@ def test_all_pairs_covers_every_pair_in_few_rows():
 
 
 PATCH = r"""
-import json as _json, re as _re, kvmath.interactive as _ki
+import json as _json, re as _re, kvbook.interactive as _ki
 _kvmath_layout = []
 _kvmath_to_html = _ki.InteractiveFigure.to_html
 _NOT_A_NUMBER = _re.compile(r"\b(nan|inf)\b", _re.I)

@@ -10,8 +10,7 @@ import pytest
 
 import kvmath
 
-import handout
-import workshop_pages
+from kvbook.workshop import handout, workshop_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 

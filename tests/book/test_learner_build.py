@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import workshop_build
-import workshop_pages
+from kvbook.workshop import workshop_build, workshop_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 

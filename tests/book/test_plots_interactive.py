@@ -1,4 +1,4 @@
-"""kvmath.plots and kvmath.interactive: behaviour, fallbacks and bad inputs."""
+"""kvbook.plots and kvbook.interactive: behaviour, fallbacks and bad inputs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from kvmath import plots
-from kvmath.interactive import Choice, InteractiveFigure, Slider, interactive_figure
+from kvbook import plots
+from kvbook.interactive import Choice, InteractiveFigure, Slider, interactive_figure
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
 
@@ -463,7 +463,7 @@ def test_frames_are_byte_identical_with_and_without_blitting():
 
 
 def test_the_fast_png_has_the_pixels_of_the_canvas():
-    from kvmath.interactive import _fast_png
+    from kvbook.interactive import _fast_png
 
     fig, _ = make()
     png = fig.render(batch=4, fast=True)

@@ -1,9 +1,9 @@
 """The in-browser runtime's pieces, without a browser: vendoring and the figure code cut.
 
-* ``scripts/vendor_pyodide.py`` takes exactly the lock's closure of numpy and
+* ``kvbook/kvbook/live/vendor_pyodide.py`` takes exactly the lock's closure of numpy and
   matplotlib and refuses any wheel whose sha256 differs from the official
   ``pyodide-lock.json``.
-* ``scripts/figure_code.py`` keeps what a figure needs and nothing else (no
+* ``kvbook/kvbook/live/figure_code.py`` keeps what a figure needs and nothing else (no
   glue, no checks), and every chapter's figure code runs natively and makes
   the figures its page shows.
 """
@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import figure_code
-import vendor_pyodide
+from kvbook.live import figure_code, vendor_pyodide
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,8 +97,8 @@ def test_the_cut_keeps_what_the_figure_reads_and_drops_glue_and_checks():
         "import numpy as np\nimport kvmath\nfrom myst_nb import glue",
         "SCALE = 2.0\nunused = kvmath.get_chip('h100-sxm')\nglue('x', 1, display=False)",
         "rows = []\nfor k in range(3):\n    rows.append(k * SCALE)",
-        "kvmath.check_table([('a', None, '1')])\nprint(rows)",
-        "%matplotlib inline\nfrom kvmath.interactive import Slider, interactive_figure\n"
+        "kvbook.check_table([('a', None, '1')])\nprint(rows)",
+        "%matplotlib inline\nfrom kvbook.interactive import Slider, interactive_figure\n"
         "def setup(fig):\n    ax = fig.add_subplot()\n    (line,) = ax.plot([0, 1], [0, 1])\n"
         "    def update(slope):\n        line.set_ydata([0, slope * SCALE + len(rows)])\n    return update\n"
         "interactive_figure(setup, {'slope': Slider([1, 2, 4], default=2)})",
@@ -112,7 +111,7 @@ def test_the_cut_keeps_what_the_figure_reads_and_drops_glue_and_checks():
     assert "glue('x'" not in code and "myst_nb" not in code and "after = 1" not in code
     assert "%matplotlib" not in code
     assert found["figures"] == [{"cell": 4, "static": False, "reason": ""}]
-    import kvmath_live
+    from kvbook.live import helpers as kvmath_live
 
     figs = kvmath_live.run(code)
     assert len(figs) == 1 and figs[0].main == "slope"
@@ -122,7 +121,7 @@ def test_the_cut_keeps_what_the_figure_reads_and_drops_glue_and_checks():
 
 def test_a_figure_that_measures_the_machine_is_static():
     nb = _notebook("import kvmath.measure as measure\nW = measure.memory_bandwidth(1e6)",
-                   "from kvmath.interactive import Slider, interactive_figure\n"
+                   "from kvbook.interactive import Slider, interactive_figure\n"
                    "def setup(fig):\n    def update(s):\n        return s * W\n    return update\n"
                    "interactive_figure(setup, {'s': Slider([1, 2])})")
     found = figure_code.extract(nb)
@@ -136,7 +135,7 @@ FIGURE_NOTEBOOKS = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 @pytest.mark.parametrize("path", FIGURE_NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_chapter_figure_code_runs_and_makes_its_figures(path):
-    import kvmath_live
+    from kvbook.live import helpers as kvmath_live
 
     found = figure_code.extract_file(path)
     if all(f["static"] for f in found["figures"]):

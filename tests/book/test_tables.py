@@ -1,4 +1,4 @@
-"""kvmath.tables: the HTML table and its plain-text fallback, and how nbval sees them."""
+"""kvbook.tables: the HTML table and its plain-text fallback, and how nbval sees them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvmath.formatting import GROUP_SEP, fmt_number, group_digits
-from kvmath.tables import CHECK_COLUMNS, Table, check_table
+from kvbook.tables import CHECK_COLUMNS, Table, check_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,8 +51,8 @@ def test_html_escapes_cells():
 
 
 def test_one_digit_grouping_everywhere():
-    from kvmath import plots
-    from kvmath.interactive import Slider
+    from kvbook import plots
+    from kvbook.interactive import Slider
 
     assert GROUP_SEP == "\u2009"
     assert fmt_number(1048576) == f"1{GROUP_SEP}048{GROUP_SEP}576"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import workshop_pages
+from kvbook.workshop import workshop_pages
 
 
 def test_data_names_only_what_the_chapters_have_and_every_chapter_has_a_slot():
@@ -12,7 +12,7 @@ def test_data_names_only_what_the_chapters_have_and_every_chapter_has_a_slot():
 def test_generated_pages_are_up_to_date():
     for path, text in workshop_pages.pages().items():
         assert path.exists() and path.read_text() == text, (
-            f"{path.name} is stale: run python scripts/workshop_pages.py")
+            f"{path.name} is stale: run python -m kvbook.workshop.workshop_pages")
 
 
 def test_both_plans_exist_with_their_lengths():

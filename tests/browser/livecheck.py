@@ -131,7 +131,7 @@ def boot_time(context, url: str) -> float:
 
 def kernel_texts(code_file: Path, moves: list[dict]) -> list[list[str]]:
     """The figures' texts when CPython renders each move's values (same code, same helpers)."""
-    import kvmath_live
+    from kvbook.live import helpers as kvmath_live
 
     if all(m.get("static") for m in moves):
         return [None] * len(moves)  # a static figure's code (it measures the machine) is not run

@@ -9,7 +9,7 @@ when any request leaves the local machine (only 127.0.0.1 / localhost and
 data:/blob:/about: URLs are allowed; others are aborted so nothing is ever
 fetched), when the console shows an error or the page throws, when raw TeX is
 left in the visible text or math was not typeset by MathJax, when an image
-did not load, and when an interactive figure (``kvmath.interactive``) does
+did not load, and when an interactive figure (``kvbook.interactive``) does
 not show its default image or its range input does not change the image.
 
 It also measures each page as a first-time reader gets it (a fresh browser

@@ -40,6 +40,9 @@ LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
 
 
+from kvbook.workshop import workshop_lite
+
+
 def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():
     nb = {"metadata": {"kernelspec": {"name": "python3"}}, "cells": [
         {"cell_type": "code", "source": "1", "outputs": [{"output_type": "stream"}], "execution_count": 3}]}
@@ -158,7 +161,7 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
         figures = page.locator(".jp-OutputArea-output img, .jp-RenderedImage img").count()
         assert figures >= 1, "no figure rendered"
         widgets = page.locator(".jp-OutputArea-output .widget-slider, .jp-OutputArea-output .widget-dropdown").count()
-        assert widgets >= 1, "no live ipywidgets control (kvmath.interactive)"
+        assert widgets >= 1, "no live ipywidgets control (kvbook.interactive)"
         # a slider move re-runs the figure's update in the kernel: its image changes
         # (dragged with the mouse, as a learner does)
         figure = page.locator(".jp-OutputArea-output .widget-vbox:has(.widget-slider)").first
@@ -225,7 +228,7 @@ def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
 
 
 def test_kernel_closure_is_in_the_official_lock():
-    import vendor_pyodide
+    from kvbook.live import vendor_pyodide
     lock_path = vendor_pyodide.NPM_DIR / "pyodide-lock.json"
     if not lock_path.exists():
         pytest.skip("node_modules/pyodide missing (npm ci)")

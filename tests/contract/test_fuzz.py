@@ -401,8 +401,8 @@ NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB
                 "Model", "Chip", "chip_names", "model_names",
                 # tuples of names, listings, and records returned as results (their numbers are checked there)
                 "BUDGETS", "LAYER_KINDS", "WEIGHT_GROUPS", "format_names", "link_names",
-                # functions of text and table rows, not of numbers (tests/book/test_tables.py checks them)
-                "Table", "check_table", "group_digits",
+                # a function of text, not of numbers (tests/book/test_tables.py checks it)
+                "group_digits",
                 # a solver over speculative_decode (fuzzed here): each of its ~40 evaluations is three decode
                 # steps, too slow for 1500 examples; tests/unit/test_step.py checks its inputs
                 "speculation_break_even_batch",

@@ -17,7 +17,7 @@ import pytest
 
 import kvmath
 
-import workshop_pages
+from kvbook.workshop import workshop_pages
 
 PROBLEMS = {p["id"]: p for p in workshop_pages.problems()}
 

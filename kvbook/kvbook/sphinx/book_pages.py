@@ -19,12 +19,12 @@ What it changes, and why (issue 13, "the published book reads like a book"):
 * **Lighter figures.** HiDPI PNGs (figures and frames) are re-encoded with
   a 256-colour palette, which line plots need no more than; a file is
   replaced only when that makes it smaller.
-* **Frames on demand.** The frames of a ``kvmath.interactive`` figure are
+* **Frames on demand.** The frames of a ``kvbook.interactive`` figure are
   base64 PNGs inside the page; they are moved into image files under
   ``_images/kvmath-frames/`` so a reader downloads the default frame with
   the page and the others when first touching the figure.
 * **Figures at their CSS size, with alt text.** A notebook image rendered
-  for HiDPI (``kvmath.plots``: 2x pixels, recorded in the PNG's dpi) is
+  for HiDPI (``kvbook.plots``: 2x pixels, recorded in the PNG's dpi) is
   shown at its CSS size (``width`` = pixels x CSS_DPI / dpi, responsive by
   the stylesheet), and an image inside a captioned figure (cell metadata
   ``mystnb: figure: caption``) gets the caption as its alt text instead of
@@ -57,7 +57,7 @@ from docutils import nodes
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PDF_NAME = "kvmath-book.pdf"
 FRAMES_DIR = "_images/kvmath-frames"
-CSS_DPI = 100  # kvmath.plots.CSS_DPI: CSS pixels per figure inch
+CSS_DPI = 100  # kvbook.plots.CSS_DPI: CSS pixels per figure inch
 
 _SEARCH_TOOLS = re.compile(
     r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')

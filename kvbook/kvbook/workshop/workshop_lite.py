@@ -8,19 +8,19 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   the pinned ``requirements-lite.txt`` (jupyterlite-core 0.6.4,
   jupyterlite-pyodide-kernel 0.6.1, jupyter_server and their closure), never from the
   book's ``.venv``. This script itself runs in the book's environment (it builds
-  kvmath's wheel with the book's pinned setuptools).
+  kvmath's and kvbook's wheels with the book's pinned setuptools).
 - **The same vendored, checked Python.** Pyodide 0.27.7's core and every wheel the
   kernel loads from the lock (numpy, matplotlib, and the kernel's own micropip, ssl,
-  sqlite3, jedi, ipython with their closure) come from ``scripts/vendor_pyodide.py
+  sqlite3, jedi, ipython with their closure) come from ``kvbook/kvbook/live/vendor_pyodide.py
   --packages numpy matplotlib kernel`` into ``.cache/pyodide-0.27.7-lite/``: each file
   checked against the sha256 of the official ``pyodide-lock.json``. They go to the
   lite dir's ``static/pyodide/``, and ``pyodideUrl`` points there.
-- **piplite wheels**: kvmath's own (built from the tree), ``comm`` (the kernel
+- **piplite wheels**: kvmath's and kvbook's own (built from the tree), ``comm`` (the kernel
   installs it on start-up and the lock has none; pinned with its hash in
   ``requirements-lite-browser.txt``), ipywidgets 8.1.7 (live sliders; its lab
   extension, jupyterlab_widgets 3.0.15, is in ``requirements-lite.txt``), and ``kvmath-lite-glue``, a stand-in for
   ``myst_nb.glue`` that exists only in this site (see ``GLUE_STANDIN``). PyPI is off
-  (``disablePyPIFallback``). kvmath, the stand-in, numpy and matplotlib are loaded
+  (``disablePyPIFallback``). kvmath, kvbook, the stand-in, numpy and matplotlib are loaded
   when the kernel starts (``loadPyodideOptions.packages``): the kernel's import scan
   only knows the lock's packages, and the notebooks must run unedited.
 - **The contents**: copies of the notebooks with the lite kernel's kernelspec
@@ -38,8 +38,8 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
 
 Usage::
 
-    python scripts/workshop_lite.py                 # -> _build/workshop/lite
-    python scripts/workshop_lite.py --check-only    # check an existing site
+    python -m kvbook.workshop.workshop_lite                 # -> _build/workshop/lite
+    python -m kvbook.workshop.workshop_lite --check-only    # check an existing site
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import vendor_pyodide  # noqa: E402
+from kvbook.live import vendor_pyodide
+from kvbook.repo import ROOT
 
 OUT = ROOT / "_build" / "workshop" / "lite"
 SRC = ROOT / "_build" / "workshop-lite-src"
@@ -186,7 +185,8 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
         shutil.rmtree(src)
     (src / "static").mkdir(parents=True)
     shutil.copytree(cache, src / "static" / "pyodide")
-    wheels = [vendor_pyodide.build_kvmath_wheel(src / "wheels"), build_glue_wheel(src / "wheels")]
+    wheels = [vendor_pyodide.build_wheel(src / "wheels", "kvmath"), vendor_pyodide.build_wheel(src / "wheels", "kvbook"),
+              build_glue_wheel(src / "wheels")]
     wheels += [shutil.copy2(w, src / "wheels" / w.name) for w in browser_wheels()]
     wheels = [Path(w) for w in wheels]
     contents = src / "contents"
@@ -196,7 +196,7 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
         (contents / "notebooks" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     for rel in DATA:
         shutil.copytree(ROOT / rel, contents / rel)
-    # jupyterlab_widgets is the front end's; the kernel needs kvmath, the stand-in, comm, ipywidgets
+    # jupyterlab_widgets is the front end's; the kernel needs kvmath, kvbook, the stand-in, comm, ipywidgets
     preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels
                                          if not w.name.startswith("jupyterlab_widgets")]
     config = {"jupyter-lite-schema-version": 0, "jupyter-config-data": {

@@ -1,7 +1,7 @@
 /* Every control of the page's kvmath figures, live, with the chapter's own Python.
  *
  * The page already shows each figure's build-time frames, and its main slider swaps them
- * with no Python at all (kvmath.interactive.InteractiveFigure.to_html). This layer adds the
+ * with no Python at all (kvbook.interactive.InteractiveFigure.to_html). This layer adds the
  * figure's other controls (built from the figure's own Slider/Choice objects, which
  * to_html lists), a "Make every control live" button and a status line. Touching another
  * control, or the button, starts Python in a Web Worker (worker.js: Pyodide, numpy,
@@ -234,7 +234,7 @@
         }
       };
       worker.postMessage({type: "boot", indexURL: at(spec.runtime), packages: spec.packages,
-                          wheel: at(spec.wheel), helpers: at(spec.helpers), code: at(spec.code),
+                          wheels: spec.wheels.map(at), helpers: spec.helpers, code: at(spec.code),
                           fontlist: spec.fontlist ? at(spec.fontlist) : null, scriptBytes: spec.script_bytes,
                           codeName: spec.code});
     });

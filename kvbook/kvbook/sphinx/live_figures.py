@@ -1,17 +1,19 @@
 """Sphinx extension: every control of every kvmath figure live in the published page.
 
-After the HTML build, for each notebook page with ``kvmath.interactive`` figures:
+After the HTML build, for each notebook page with ``kvbook.interactive`` figures:
 
-* the code those figures need is cut from the notebook (``scripts/figure_code.py``)
+* the code those figures need is cut from the notebook (``kvbook/kvbook/live/figure_code.py``)
   and written beside the build as ``_figures/<page>.py``, with
   ``_figures/<page>.json`` saying where the runtime is and which figures are
   static (a figure that measures the machine keeps its build-time frames);
 * the page gets one deferred script, ``_vendor/kvmath-live/live.js``, which adds
   the figure's other controls and runs that code in a Web Worker on demand.
 
-The runtime (Pyodide, numpy, matplotlib: ``scripts/vendor_pyodide.py``) is copied
-from its cache into ``_build/html/_vendor/pyodide/`` and kvmath's wheel is built
-from the tree into ``_vendor/kvmath/<hash>/``. Where the runtime was never
+The runtime (Pyodide, numpy, matplotlib: ``kvbook/kvbook/live/vendor_pyodide.py``) is copied
+from its cache into ``_build/html/_vendor/pyodide/``; kvmath's wheel (the library,
+unchanged) and kvbook's (the figure code's plots and interactive layer, and the
+worker's helpers) are built from the tree into ``_vendor/kvmath/<hash>/`` and
+``_vendor/kvbook/<hash>/``. Where the runtime was never
 vendored, the build goes on and says so: pages keep their build-time frames (the
 main slider works, the other controls are not offered). Nothing is fetched.
 """
@@ -21,19 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from sphinx.util import logging
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import figure_code  # noqa: E402
-import vendor_pyodide  # noqa: E402
+from kvbook.live import figure_code, vendor_pyodide
 
 logger = logging.getLogger(__name__)
-LIVE_SRC = HERE / "live"
+LIVE_SRC = Path(figure_code.__file__).resolve().parent
 LIVE_DIR = "_vendor/kvmath-live"
 RUNTIME_DIR = "_vendor/pyodide"
 FIGURES_DIR = "_figures"
@@ -55,30 +52,38 @@ def _say(text: str) -> None:
     logger.info(red("WARNING (live figures): " + text))
 
 
+def install_wheel(outdir: Path, package: str) -> Path:
+    """Build ``package``'s wheel into ``_vendor/<package>/<hash>/`` (older hashes removed); its path."""
+    wheel_tmp = outdir / "_vendor" / package / "_new"
+    shutil.rmtree(wheel_tmp, ignore_errors=True)
+    wheel = vendor_pyodide.build_wheel(wheel_tmp, package)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]
+    final = outdir / "_vendor" / package / digest / wheel.name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(wheel), final)
+    shutil.rmtree(wheel_tmp, ignore_errors=True)
+    for old in (outdir / "_vendor" / package).iterdir():
+        if old.is_dir() and old.name != digest:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
 def install_runtime(outdir: Path) -> dict | None:
-    """Copy the vendored runtime and kvmath's wheel into the build; their URLs, or None."""
+    """Copy the vendored runtime and build kvmath's and kvbook's wheels into the build; their URLs, or None."""
     cache = vendor_pyodide.vendored()
     if cache is None:
-        _say("the in-browser runtime is not vendored (run `python scripts/vendor_pyodide.py`, "
+        _say("the in-browser runtime is not vendored (run `python -m kvbook.live.vendor_pyodide`, "
              "which `make book` does): every page keeps its build-time frames, and only the "
              "main slider of each figure works")
         return None
     manifest = json.loads((cache / vendor_pyodide.MANIFEST).read_text())
     for name in manifest["files"]:
         _copy_if_changed(cache / name, outdir / RUNTIME_DIR / name)
-    wheel_tmp = outdir / "_vendor" / "kvmath" / "_new"
-    shutil.rmtree(wheel_tmp, ignore_errors=True)
-    wheel = vendor_pyodide.build_kvmath_wheel(wheel_tmp)
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]
-    final = outdir / "_vendor" / "kvmath" / digest / wheel.name
-    final.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(wheel), final)
-    shutil.rmtree(wheel_tmp, ignore_errors=True)
-    for old in (outdir / "_vendor" / "kvmath").iterdir():
-        if old.is_dir() and old.name != digest:
-            shutil.rmtree(old, ignore_errors=True)
-    for src in LIVE_SRC.iterdir():
-        if src.is_file():
+    # the kvmath wheel as it is, and kvbook's beside it: the figure code the pages run
+    # imports kvbook.plots / kvbook.interactive, and the worker's helpers are kvbook.live.helpers
+    wheels = [install_wheel(outdir, package) for package in ("kvmath", "kvbook")]
+    for src in LIVE_SRC.glob("*.js"):  # the page's layer and the worker (the Python comes in kvbook's wheel)
+        if src.name != "pyodide_fontlist.js":
             _copy_if_changed(src, outdir / LIVE_DIR / src.name)
     core = sum(info["bytes"] for name, info in manifest["files"].items()
                if name != vendor_pyodide.LICENSES and name != vendor_pyodide.MANIFEST)
@@ -86,9 +91,9 @@ def install_runtime(outdir: Path) -> dict | None:
     # counted as they arrive): added to the progress when Pyodide is up
     scripts = sum(manifest["files"][n]["bytes"] for n in ("pyodide.js", "pyodide.asm.js"))
     return {"runtime": RUNTIME_DIR + "/", "packages": list(vendor_pyodide.PACKAGES), "script_bytes": scripts,
-            "wheel": final.relative_to(outdir).as_posix(), "helpers": f"{LIVE_DIR}/kvmath_live.py",
+            "wheels": [w.relative_to(outdir).as_posix() for w in wheels], "helpers": "kvbook.live.helpers",
             "fontlist": f"{RUNTIME_DIR}/{manifest['fontlist']}" if manifest.get("fontlist") else None,
-            "bytes": core + final.stat().st_size}
+            "bytes": core + sum(w.stat().st_size for w in wheels)}
 
 
 def pages(app) -> list[tuple[str, Path]]:

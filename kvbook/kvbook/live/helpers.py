@@ -27,7 +27,7 @@ def figures() -> list:
 
 def specs() -> str:
     """Each figure's controls as JSON, read from its own Slider/Choice objects."""
-    from kvmath.interactive import Choice
+    from kvbook.interactive import Choice
 
     out = []
     for f in figures():

@@ -4,7 +4,7 @@ A chapter describes its figure once, with a ``setup`` function that builds
 the axes and artists and returns an ``update`` function that only mutates
 them::
 
-    from kvmath.interactive import Slider, Choice, interactive_figure
+    from kvbook.interactive import Slider, Choice, interactive_figure
 
     def setup(fig):
         ax = fig.add_subplot()
@@ -63,7 +63,7 @@ _ids = itertools.count()
 def _format_value(value: Any) -> str:
     # Numbers grouped as everywhere in the book (kvmath.formatting.GROUP_SEP).
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        from .formatting import fmt_number
+        from kvmath.formatting import fmt_number
 
         return fmt_number(value)
     return str(value)
@@ -753,7 +753,7 @@ class InteractiveFigure:
     def layout_problems(self) -> list[str]:
         """Render every value of every control and report clipped or colliding text and markers.
 
-        Uses :func:`kvmath.plots.layout_problems` on each frame: every value
+        Uses :func:`kvbook.plots.layout_problems` on each frame: every value
         of each control in turn, the other controls at their defaults (the
         frames a reader reaches by moving one control). Each problem is
         prefixed with the frame, e.g. ``"batch B = 64: label 'S = 1' runs
@@ -791,7 +791,7 @@ class InteractiveFigure:
         """Self-contained HTML: default image + a range input over the main control.
 
         No external script is loaded. The frames are base64 PNGs in a JSON
-        block; the book build (``scripts/offline_assets.py``) moves them into
+        block; the book build (``kvbook/kvbook/sphinx/offline_assets.py``) moves them into
         image files beside the page, so a reader downloads the default frame
         only, and the others when first touching the figure. The image is
         rendered at ``pixel_ratio`` times its CSS size and shown responsive
@@ -816,7 +816,7 @@ class InteractiveFigure:
                     f"<code>make lab</code> and open this notebook.")
         else:
             note = "Frames were rendered when the book was built; run <code>make lab</code> for the live version."
-        # every control, for the page's live layer (scripts/live/): it builds the
+        # every control, for the page's live layer (kvbook/kvbook/live/): it builds the
         # other controls before Python loads, and Python then drives them
         controls = [{"name": n, "label": c.label or n,
                      "kind": "choice" if isinstance(c, Choice) else "slider",

@@ -10,7 +10,7 @@ source as the facilitator's page). Formulas use the symbols of
 
 Usage::
 
-    python scripts/handout.py --html _build/workshop/handout.html --pdf _build/workshop/handout.pdf
+    python -m kvbook.workshop.handout --html _build/workshop/handout.html --pdf _build/workshop/handout.pdf
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from pathlib import Path
 
 import kvmath
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import workshop_pages  # noqa: E402
+from kvbook.repo import ROOT
+from kvbook.workshop import workshop_pages
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # As tests/browser/sitecheck.py launches it, plus what printing needs.

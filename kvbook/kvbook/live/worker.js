@@ -1,11 +1,12 @@
-/* The book's Python, in a Web Worker: Pyodide + numpy + matplotlib + kvmath, all served
- * from the book itself (_vendor/pyodide/, _vendor/kvmath/), then the chapter's own figure
- * code (_figures/<page>.py, cut from the notebook by scripts/figure_code.py).
+/* The book's Python, in a Web Worker: Pyodide + numpy + matplotlib + kvmath + kvbook, all
+ * served from the book itself (_vendor/pyodide/, _vendor/kvmath/, _vendor/kvbook/), then the
+ * chapter's own figure
+ * code (_figures/<page>.py, cut from the notebook by kvbook/kvbook/live/figure_code.py).
  *
- * Messages in:  {type: "boot", indexURL, packages, wheel, helpers, code}
+ * Messages in:  {type: "boot", indexURL, packages, wheels, helpers, code}
  *               {type: "render", id, fig, positions}        positions: {control: index}
  * Messages out: {type: "progress", step, steps, text, bytes}
- *               {type: "ready", specs, ms}                    specs: JSON from kvmath_live.specs()
+ *               {type: "ready", specs, ms}                    specs: JSON from kvbook.live.helpers.specs()
  *               {type: "rendered", id, png (ArrayBuffer), texts, ms}
  *               {type: "error", id?, message}
  * No formula lives here: every pixel comes from the chapter's InteractiveFigure.render().
@@ -17,7 +18,7 @@ let helpers = null;
 let received = 0;
 let step = 0;
 const STEPS = 5;
-const STEP_TEXT = ["", "the Python core", "numpy and matplotlib", "kvmath", "this chapter's figure code",
+const STEP_TEXT = ["", "the Python core", "numpy and matplotlib", "kvmath and kvbook", "this chapter's figure code",
                    "the first render"];
 let lastPost = 0;
 const MPLDIR = "/home/pyodide/.mpl";
@@ -69,13 +70,13 @@ async function boot(m) {
     }
   }
   setStep(3);
-  await py.loadPackage([m.wheel], {messageCallback: () => {}});
+  // kvmath's wheel unchanged, and kvbook's (plots, interactive, and the helpers below)
+  await py.loadPackage(m.wheels, {messageCallback: () => {}});
   setStep(4);
-  const [helperText, code] = await Promise.all([m.helpers, m.code].map(
-    async (u) => { const r = await fetch(u); if (!r.ok) throw new Error("HTTP " + r.status + " for " + u); return r.text(); }));
-  py.FS.writeFile("/home/pyodide/kvmath_live.py", helperText);
-  py.runPython("import sys; sys.path.insert(0, '/home/pyodide')");
-  helpers = py.pyimport("kvmath_live");
+  const r = await fetch(m.code);
+  if (!r.ok) throw new Error("HTTP " + r.status + " for " + m.code);
+  const code = await r.text();
+  helpers = py.pyimport(m.helpers);  // a module name: kvbook.live.helpers
   const figs = helpers.run(code, m.codeName || "<figures>");
   const count = figs.length;
   figs.destroy();

@@ -47,7 +47,7 @@ import html
 import numbers
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from .formatting import fmt_number
+from kvmath.formatting import fmt_number
 
 __all__ = ["Table", "check_table", "CHECK_COLUMNS"]
 

@@ -21,9 +21,9 @@ render offline (the same vendored MathJax and widget assets).
 
 Usage::
 
-    python scripts/workshop_build.py learner      # -> _build/workshop-src/learner/_build/html
-    python scripts/workshop_build.py instructor
-    python scripts/workshop_build.py learner --sources-only   # copies, no build
+    python -m kvbook.workshop.workshop_build learner      # -> _build/workshop-src/learner/_build/html
+    python -m kvbook.workshop.workshop_build instructor
+    python -m kvbook.workshop.workshop_build learner --sources-only   # copies, no build
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import workshop_pages  # noqa: E402
+from kvbook.repo import ROOT
+from kvbook.workshop import workshop_pages
 
 SRC = ROOT / "_build" / "workshop-src"
 COPIED = ["_config.yml", "_toc.yml", "book", "notebooks"]
-LINKED = ["kvmath", "scripts", "tests", "benchmarks", "node_modules", "pyproject.toml"]
+LINKED = ["kvmath", "kvbook", "scripts", "tests", "benchmarks", "node_modules", "pyproject.toml"]
 
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}")
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}")

@@ -9,14 +9,14 @@ as a named vertical line.
 Nothing here changes matplotlib's global settings: the style is applied
 inside :func:`style` (a context manager) and by :func:`new_figure`, which
 creates its figure inside that context. matplotlib is imported only by this
-module and :mod:`kvmath.interactive`, never by the arithmetic core.
+module and :mod:`kvbook.interactive`, never by the arithmetic core.
 
 All data passed in are in base units (bytes, seconds, FLOP/s, bytes/s);
 only the tick labels are scaled.
 
 Examples
 --------
->>> import kvmath.plots as kp
+>>> import kvbook.plots as kp
 >>> fig, ax = kp.new_figure(figsize=(4, 3))
 >>> kp.log_batch_axis(ax)
 >>> marker = kp.mark_vline(ax, 208, "B_crit")
@@ -37,7 +37,7 @@ import re
 import matplotlib
 import matplotlib.ticker as mticker
 
-from .formatting import fmt_number
+from kvmath.formatting import fmt_number
 
 __all__ = [
     "STYLE",
@@ -65,7 +65,7 @@ __all__ = [
 #: Figures are laid out at CSS_DPI CSS pixels per inch (a 7 in figure shows
 #: 700 px wide, so 9 pt text is 12.5 px) and rendered with HIDPI times as
 #: many pixels, so they stay sharp on a high-density screen. The book build
-#: (scripts/offline_assets.py) reads the PNG's dpi and shows it at its CSS
+#: (kvbook/kvbook/sphinx/offline_assets.py) reads the PNG's dpi and shows it at its CSS
 #: size, responsive: it shrinks with the column, never grows past it.
 CSS_DPI = 100
 HIDPI = 2

@@ -9,7 +9,7 @@ is built (``git ls-files``), under ``kvmath/``, with fixed times and owners so t
 tree gives the same bytes. Outside a git checkout the build fails with a clear error:
 the book is built from a clone.
 
-Also a Sphinx extension (``local_extensions`` in ``_config.yml``): the archive is
+Also a Sphinx extension (``extra_extensions`` in ``_config.yml``): the archive is
 written when the HTML build finishes, so ``make book`` and the tests' own builds both
 carry it.
 """

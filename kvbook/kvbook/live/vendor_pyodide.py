@@ -1,7 +1,7 @@
 """Vendor the in-browser Python runtime: Pyodide, numpy, matplotlib (and kvmath's wheel).
 
 The published book runs each chapter's own figure code in the reader's browser
-(``scripts/live/``), served from the build with nothing fetched at view time.
+(``kvbook/kvbook/live/``), served from the build with nothing fetched at view time.
 This script assembles what that needs into a cache directory outside git
 (``.cache/pyodide-<version>/``, ignored), once per machine:
 
@@ -23,15 +23,15 @@ This script assembles what that needs into a cache directory outside git
   the built book and linked from the intro).
 
 ``vendored()`` returns the cache directory when it is complete; the book build
-(``scripts/book_pages.py``) copies it to ``_build/html/_vendor/pyodide/`` and
-builds kvmath's own wheel from the tree with :func:`build_kvmath_wheel`
+(``kvbook/kvbook/sphinx/live_figures.py``) copies it to ``_build/html/_vendor/pyodide/`` and
+builds kvmath's and kvbook's own wheels from the tree with :func:`build_wheel`
 (``pip wheel --no-deps --no-build-isolation --no-index``: the pinned
 setuptools of ``requirements.txt``, nothing fetched).
 
 Usage::
 
-    python scripts/vendor_pyodide.py            # fill the cache (downloads the carrier once)
-    python scripts/vendor_pyodide.py --check    # exit 1 unless the cache is complete
+    python -m kvbook.live.vendor_pyodide            # fill the cache (downloads the carrier once)
+    python -m kvbook.live.vendor_pyodide --check    # exit 1 unless the cache is complete
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from kvbook.repo import ROOT
 VERSION = "0.27.7"
 CACHE = ROOT / ".cache" / f"pyodide-{VERSION}"
 NPM_DIR = ROOT / "node_modules" / "pyodide"
@@ -251,7 +251,7 @@ def _fontlist(cache: Path) -> str | None:
         print("vendor_pyodide: node not found: no prebuilt matplotlib font list (pages take ~2 s longer)")
         return None
     tmp = cache / "fontlist.tmp"
-    proc = subprocess.run([node, str(ROOT / "scripts" / "pyodide_fontlist.js"), str(cache), str(tmp)],
+    proc = subprocess.run([node, str(Path(__file__).resolve().parent / "pyodide_fontlist.js"), str(cache), str(tmp)],
                           capture_output=True, text=True, timeout=600)
     name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not name.startswith("fontlist-v") or not tmp.exists():
@@ -283,24 +283,30 @@ def vendored(cache: Path = CACHE) -> Path | None:
     return cache
 
 
-def build_kvmath_wheel(out_dir: Path, python: str = sys.executable, root: Path = ROOT) -> Path:
-    """kvmath's pure wheel, built from ``root`` with the environment's pinned setuptools (no fetch)."""
+def build_wheel(out_dir: Path, package: str = "kvmath", python: str = sys.executable, root: Path = ROOT) -> Path:
+    """The pure wheel of ``package``: ``kvmath`` (the library, from ``root``) or ``kvbook``
+    (the book's figure code and tools, from ``root/kvbook``), built with the environment's
+    pinned setuptools (no fetch)."""
+    if package not in ("kvmath", "kvbook"):
+        raise ValueError(f"package must be 'kvmath' or 'kvbook', not {package!r}")
+    project = root if package == "kvmath" else root / "kvbook"
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         # build from a copy of the package only: no build/ or egg-info left in the tree
         src = Path(tmp) / "src"
         src.mkdir()
         for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(root / name, src / name)
-        shutil.copytree(root / "kvmath", src / "kvmath",
+            if (project / name).exists():
+                shutil.copy2(project / name, src / name)
+        shutil.copytree(project / package, src / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         cmd = [python, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",
                "--no-build-isolation", "--no-index", "-q", "-w", str(Path(tmp) / "out"), str(src)]
         env = {**os.environ, "PIP_NO_INDEX": "1"}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        built = sorted((Path(tmp) / "out").glob("kvmath-*.whl"))
+        built = sorted((Path(tmp) / "out").glob(f"{package}-*.whl"))
         if proc.returncode != 0 or not built:
-            raise VendorError("building kvmath's wheel failed:\n" + proc.stdout[-2000:] + proc.stderr[-2000:])
+            raise VendorError(f"building {package}'s wheel failed:\n" + proc.stdout[-2000:] + proc.stderr[-2000:])
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / built[0].name
         shutil.copy2(built[0], target)

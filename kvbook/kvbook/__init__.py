@@ -1,0 +1,15 @@
+"""kvbook: everything that exists for the kvmath book and not for the library.
+
+* :mod:`kvbook.plots` and :mod:`kvbook.interactive`: the book's figure style and
+  its slider figures (matplotlib, ipywidgets); imported on first use, not here;
+* :class:`Table` and :func:`check_table` (:mod:`kvbook.tables`): the chapters' tables;
+* :mod:`kvbook.sphinx`: the book's Sphinx extensions (named in ``_config.yml``);
+* :mod:`kvbook.live`: the in-browser runtime's assembly (Pyodide, the figure code);
+* :mod:`kvbook.workshop`: the workshop kit (``python -m kvbook.workshop.<tool>``).
+
+``kvmath`` never imports this package.
+"""
+
+from .tables import Table, check_table
+
+__all__ = ["Table", "check_table"]

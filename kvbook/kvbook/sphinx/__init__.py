@@ -1,0 +1,1 @@
+"""The book's Sphinx extensions, named in ``_config.yml`` (``sphinx.extra_extensions``)."""
