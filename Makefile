@@ -17,7 +17,7 @@
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath and the
-# book's own package kvbook (kvbook/: figures, tables, Sphinx extensions, the
+# book's own package kvbook (packages/kvbook/: figures, tables, Sphinx extensions, the
 # workshop tools, run as `python -m kvbook...`) installed into it in editable
 # mode, the browser assets from npm (package-lock.json) and
 # the in-browser Python runtime (make runtime: Pyodide from npm, its numpy and
@@ -54,13 +54,13 @@ define need
 endef
 
 # --- Python environment -----------------------------------------------------
-$(PY_STAMP): requirements.txt pyproject.toml kvbook/pyproject.toml
+$(PY_STAMP): requirements.txt pyproject.toml packages/kvbook/pyproject.toml
 	$(call need,$(PYTHON),install Python 3.10 or newer with venv (Debian: apt-get install python3 python3-venv))
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is older than 3.10: install Python 3.10 or newer"; exit 1; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV) || { echo "make: could not create $(VENV): install the venv module (Debian: apt-get install python3-venv)"; exit 1; }
 	$(VPY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e .
-	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e kvbook
+	$(VPY) -m pip install --disable-pip-version-check -q --no-deps -e packages/kvbook
 	@touch $@
 
 env: $(PY_STAMP)
@@ -75,9 +75,9 @@ assets: $(NODE_STAMP)
 
 # --- the in-browser runtime (every figure control live in the published book) ---
 # Pyodide's core from npm and numpy + matplotlib wheels, each checked against the
-# sha256 in Pyodide's official pyodide-lock.json (kvbook/kvbook/live/vendor_pyodide.py).
+# sha256 in Pyodide's official pyodide-lock.json (packages/kvbook/kvbook/live/vendor_pyodide.py).
 RUNTIME_STAMP := .cache/pyodide-0.27.7/kvmath-runtime.json
-$(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json kvbook/kvbook/live/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
+$(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json packages/kvbook/kvbook/live/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
 	$(VPY) -m kvbook.live.vendor_pyodide
 
 runtime: env assets $(RUNTIME_STAMP)
@@ -156,7 +156,7 @@ instructor: env assets
 # The notebooks live in the browser: a JupyterLite site in $(WORKSHOP)/lite, built with
 # its own pinned environment (.venv-lite from requirements-lite.txt, apart from the
 # book's), the same vendored Pyodide plus the kernel's own wheels, each checked against
-# the official lock (kvbook/kvbook/workshop/workshop_lite.py; it fails unless every URL is local).
+# the official lock (packages/kvbook/kvbook/workshop/workshop_lite.py; it fails unless every URL is local).
 LITE_VENV  := .venv-lite
 LITE_STAMP := $(LITE_VENV)/.kvmath-lite-installed
 $(LITE_STAMP): requirements-lite.txt
@@ -178,7 +178,7 @@ workshop: book learner instructor handout answer-key lite
 	cp -r $(HTML) $(WORKSHOP)/book
 	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
 	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
-	cp kvbook/kvbook/workshop/index.html $(WORKSHOP)/index.html
+	cp packages/kvbook/kvbook/workshop/index.html $(WORKSHOP)/index.html
 	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ lite/ handout.pdf answer-key.md"; \
 	echo "Serve it to the room (one command):  python3 -m http.server -d $(WORKSHOP) 8000 --bind 0.0.0.0"; \
 	echo "  learners open http://<this machine's address>:8000/ (book: learner/, live notebooks: lite/)"

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 # what the built book depends on: the library, and kvbook's figures, tables, Sphinx
 # extensions and live runtime (not its workshop tools, which the book build never runs)
-SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "kvbook/kvbook/__init__.py",
-           "kvbook/kvbook/plots.py", "kvbook/kvbook/interactive.py", "kvbook/kvbook/tables.py",
-           "kvbook/kvbook/sphinx", "kvbook/kvbook/live", "_static",
+SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "packages/kvbook/kvbook/__init__.py",
+           "packages/kvbook/kvbook/plots.py", "packages/kvbook/kvbook/interactive.py", "packages/kvbook/kvbook/tables.py",
+           "packages/kvbook/kvbook/sphinx", "packages/kvbook/kvbook/live", "_static",
            "package-lock.json"]
 
 

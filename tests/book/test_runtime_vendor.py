@@ -1,9 +1,9 @@
 """The in-browser runtime's pieces, without a browser: vendoring and the figure code cut.
 
-* ``kvbook/kvbook/live/vendor_pyodide.py`` takes exactly the lock's closure of numpy and
+* ``packages/kvbook/kvbook/live/vendor_pyodide.py`` takes exactly the lock's closure of numpy and
   matplotlib and refuses any wheel whose sha256 differs from the official
   ``pyodide-lock.json``.
-* ``kvbook/kvbook/live/figure_code.py`` keeps what a figure needs and nothing else (no
+* ``packages/kvbook/kvbook/live/figure_code.py`` keeps what a figure needs and nothing else (no
   glue, no checks), and every chapter's figure code runs natively and makes
   the figures its page shows.
 """

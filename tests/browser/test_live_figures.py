@@ -30,7 +30,7 @@ def runtime(built_book) -> Path:
     wasm = built_book / "_vendor" / "pyodide" / "pyodide.asm.wasm"
     if not wasm.exists():
         message = ("the in-browser runtime is missing from the built book (_vendor/pyodide/): "
-                   "run `make runtime` (kvbook/kvbook/live/vendor_pyodide.py), then `make book`")
+                   "run `make runtime` (packages/kvbook/kvbook/live/vendor_pyodide.py), then `make book`")
         pytest.fail(message)
     return built_book
 

@@ -1,5 +1,5 @@
 // Matplotlib's font list, built once inside the vendored Pyodide (run by
-// kvbook/kvbook/live/vendor_pyodide.py):  node kvbook/kvbook/live/pyodide_fontlist.js CACHE_DIR OUT_FILE
+// packages/kvbook/kvbook/live/vendor_pyodide.py):  node packages/kvbook/kvbook/live/pyodide_fontlist.js CACHE_DIR OUT_FILE
 // The page writes it into matplotlib's cache directory before the chapter's code
 // imports matplotlib, which then skips "building the font cache" (about 2 s).
 // Its font paths are relative to matplotlib's mpl-data, the same in every Pyodide.

@@ -2,7 +2,7 @@
 
 The published page makes every control of a ``kvbook.interactive`` figure
 live by running the chapter's own Python in the reader's browser
-(``kvbook/kvbook/live/``). It runs only what the figures need: starting from each
+(``packages/kvbook/kvbook/live/``). It runs only what the figures need: starting from each
 top-level statement that calls ``interactive_figure(...)`` /
 ``InteractiveFigure(...)``, earlier statements are kept when they bind a name
 the kept code reads (assignment, import, ``def``, ``for`` target, ``with ...
@@ -17,7 +17,7 @@ A figure whose code measures the machine (``kvmath.measure``) is marked
 static: its page keeps the frames rendered when the book was built, and says
 why.
 
-Used by ``kvbook/kvbook/sphinx/book_pages.py`` (writes ``_figures/<page>.py`` beside the
+Used by ``packages/kvbook/kvbook/sphinx/book_pages.py`` (writes ``_figures/<page>.py`` beside the
 build) and ``tests/browser/test_live_figures.py`` (runs the same code natively to
 compare with the browser).
 """
@@ -38,7 +38,7 @@ STATIC_REASON = ("This figure stays as rendered when the book was built: its cod
                  "run the chapter with make lab to measure your own machine.")
 PRELUDE = '''\
 # The code of this chapter's interactive figures, cut from the notebook by
-# kvbook/kvbook/live/figure_code.py: the same statements, without checks, tables or glue.
+# packages/kvbook/kvbook/live/figure_code.py: the same statements, without checks, tables or glue.
 _kvmath_figures = []
 def glue(*args, **kwargs):
     pass

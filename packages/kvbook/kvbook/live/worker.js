@@ -1,7 +1,7 @@
 /* The book's Python, in a Web Worker: Pyodide + numpy + matplotlib + kvmath + kvbook, all
  * served from the book itself (_vendor/pyodide/, _vendor/kvmath/, _vendor/kvbook/), then the
  * chapter's own figure
- * code (_figures/<page>.py, cut from the notebook by kvbook/kvbook/live/figure_code.py).
+ * code (_figures/<page>.py, cut from the notebook by packages/kvbook/kvbook/live/figure_code.py).
  *
  * Messages in:  {type: "boot", indexURL, packages, wheels, helpers, code}
  *               {type: "render", id, fig, positions}        positions: {control: index}

@@ -1,7 +1,7 @@
 """Vendor the in-browser Python runtime: Pyodide, numpy, matplotlib (and kvmath's wheel).
 
 The published book runs each chapter's own figure code in the reader's browser
-(``kvbook/kvbook/live/``), served from the build with nothing fetched at view time.
+(``packages/kvbook/kvbook/live/``), served from the build with nothing fetched at view time.
 This script assembles what that needs into a cache directory outside git
 (``.cache/pyodide-<version>/``, ignored), once per machine:
 
@@ -23,7 +23,7 @@ This script assembles what that needs into a cache directory outside git
   the built book and linked from the intro).
 
 ``vendored()`` returns the cache directory when it is complete; the book build
-(``kvbook/kvbook/sphinx/live_figures.py``) copies it to ``_build/html/_vendor/pyodide/`` and
+(``packages/kvbook/kvbook/sphinx/live_figures.py``) copies it to ``_build/html/_vendor/pyodide/`` and
 builds kvmath's and kvbook's own wheels from the tree with :func:`build_wheel`
 (``pip wheel --no-deps --no-build-isolation --no-index``: the pinned
 setuptools of ``requirements.txt``, nothing fetched).

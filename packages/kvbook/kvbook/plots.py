@@ -65,7 +65,7 @@ __all__ = [
 #: Figures are laid out at CSS_DPI CSS pixels per inch (a 7 in figure shows
 #: 700 px wide, so 9 pt text is 12.5 px) and rendered with HIDPI times as
 #: many pixels, so they stay sharp on a high-density screen. The book build
-#: (kvbook/kvbook/sphinx/offline_assets.py) reads the PNG's dpi and shows it at its CSS
+#: (packages/kvbook/kvbook/sphinx/offline_assets.py) reads the PNG's dpi and shows it at its CSS
 #: size, responsive: it shrinks with the column, never grows past it.
 CSS_DPI = 100
 HIDPI = 2

@@ -791,7 +791,7 @@ class InteractiveFigure:
         """Self-contained HTML: default image + a range input over the main control.
 
         No external script is loaded. The frames are base64 PNGs in a JSON
-        block; the book build (``kvbook/kvbook/sphinx/offline_assets.py``) moves them into
+        block; the book build (``packages/kvbook/kvbook/sphinx/offline_assets.py``) moves them into
         image files beside the page, so a reader downloads the default frame
         only, and the others when first touching the figure. The image is
         rendered at ``pixel_ratio`` times its CSS size and shown responsive
@@ -816,7 +816,7 @@ class InteractiveFigure:
                     f"<code>make lab</code> and open this notebook.")
         else:
             note = "Frames were rendered when the book was built; run <code>make lab</code> for the live version."
-        # every control, for the page's live layer (kvbook/kvbook/live/): it builds the
+        # every control, for the page's live layer (packages/kvbook/kvbook/live/): it builds the
         # other controls before Python loads, and Python then drives them
         controls = [{"name": n, "label": c.label or n,
                      "kind": "choice" if isinstance(c, Choice) else "slider",

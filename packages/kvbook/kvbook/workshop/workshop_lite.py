@@ -11,7 +11,7 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   kvmath's and kvbook's wheels with the book's pinned setuptools).
 - **The same vendored, checked Python.** Pyodide 0.27.7's core and every wheel the
   kernel loads from the lock (numpy, matplotlib, and the kernel's own micropip, ssl,
-  sqlite3, jedi, ipython with their closure) come from ``kvbook/kvbook/live/vendor_pyodide.py
+  sqlite3, jedi, ipython with their closure) come from ``packages/kvbook/kvbook/live/vendor_pyodide.py
   --packages numpy matplotlib kernel`` into ``.cache/pyodide-0.27.7-lite/``: each file
   checked against the sha256 of the official ``pyodide-lock.json``. They go to the
   lite dir's ``static/pyodide/``, and ``pyodideUrl`` points there.

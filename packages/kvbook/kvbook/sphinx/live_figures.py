@@ -2,14 +2,14 @@
 
 After the HTML build, for each notebook page with ``kvbook.interactive`` figures:
 
-* the code those figures need is cut from the notebook (``kvbook/kvbook/live/figure_code.py``)
+* the code those figures need is cut from the notebook (``packages/kvbook/kvbook/live/figure_code.py``)
   and written beside the build as ``_figures/<page>.py``, with
   ``_figures/<page>.json`` saying where the runtime is and which figures are
   static (a figure that measures the machine keeps its build-time frames);
 * the page gets one deferred script, ``_vendor/kvmath-live/live.js``, which adds
   the figure's other controls and runs that code in a Web Worker on demand.
 
-The runtime (Pyodide, numpy, matplotlib: ``kvbook/kvbook/live/vendor_pyodide.py``) is copied
+The runtime (Pyodide, numpy, matplotlib: ``packages/kvbook/kvbook/live/vendor_pyodide.py``) is copied
 from its cache into ``_build/html/_vendor/pyodide/``; kvmath's wheel (the library,
 unchanged) and kvbook's (the figure code's plots and interactive layer, and the
 worker's helpers) are built from the tree into ``_vendor/kvmath/<hash>/`` and
