@@ -289,7 +289,7 @@ def build_wheel(out_dir: Path, package: str = "kvmath", python: str = sys.execut
     pinned setuptools (no fetch)."""
     if package not in ("kvmath", "kvbook"):
         raise ValueError(f"package must be 'kvmath' or 'kvbook', not {package!r}")
-    project = root if package == "kvmath" else root / "kvbook"
+    project = root if package == "kvmath" else root / "packages" / "kvbook"
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         # build from a copy of the package only: no build/ or egg-info left in the tree
