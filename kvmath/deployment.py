@@ -20,6 +20,7 @@ given: then it is an estimate, and says so.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -33,6 +34,45 @@ from .layout import ParallelLayout, as_layout
 from .results import Result
 from .units import dtype_bytes
 from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
+
+# Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
+# about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
+_SCALARS = (float, int)
+
+
+def _max(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def _min(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def _ceil(a):
+    if type(a) in _SCALARS:
+        return float(math.ceil(a))
+    return np.ceil(a)
+
+
+def _where(condition, a, b):
+    if type(condition) is bool:
+        return a if condition else b
+    return np.where(condition, a, b)
+
+
+def _any_differs(x, value: float) -> bool:
+    return x != value if type(x) is float else bool(np.any(x != value))
+
+
+def _finite(x) -> bool:
+    if type(x) is float:
+        return x - x == 0
+    return bool(np.all(np.isfinite(x)))
+
 
 #: Which resource binds the strict bound: the one whose time is the bound.
 RESOURCES = ("memory", "compute", "communication")
@@ -155,9 +195,9 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .step import compute_rate  # the one rule for a step's FLOP rate
+        from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
-        object.__setattr__(self, "flops", compute_rate(chip, formats.weights, formats.compute, model))
+        object.__setattr__(self, "flops", _compute_rate(chip, formats.weights, formats.compute, model))
         object.__setattr__(self, "b_act", dtype_bytes(formats.activations, argument="activations"))
         object.__setattr__(self, "b_dispatch", self.b_act if formats.dispatch is None
                            else dtype_bytes(formats.dispatch, argument="dispatch"))
@@ -217,13 +257,17 @@ class Deployment:
         efficiency = fraction("efficiency", efficiency)
         overhead_s = non_negative("overhead_s", overhead_s)
         plan = self._plan
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            step = plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(np.ceil(context)),
-                              plan.attention_per_token(context) * tokens_per_seq, bandwidth=self.chip.bandwidth * efficiency,
-                              flops=self.flops, comm=self._comm, routing=routing, overhead_s=overhead_s,
-                              is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)
-                                                  and routing == "floor"))
-        if not (np.all(np.isfinite(step.strict_s)) and np.all(np.isfinite(step.no_overlap_s))):
+        estimate = routing != "floor" or _any_differs(efficiency, 1.0) or _any_differs(overhead_s, 0.0)
+        args = (batch, context, tokens_per_seq, plan.kv_per_seq(_ceil(context)),
+                plan.attention_per_token(context) * tokens_per_seq)
+        options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
+                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate)
+        if all(type(x) is float for x in (batch, context, tokens_per_seq, efficiency, overhead_s)):
+            step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
+        else:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                step = plan.pass_(*args, **options)
+        if not (_finite(step.strict_s) and _finite(step.no_overlap_s)):
             raise ResultOverflow(f"step: the result overflows float64 (it would be inf) for batch={_show(batch)}, "
                                  f"context={_show(context)}; use smaller numbers")
         return step
@@ -657,7 +701,7 @@ class _Plan:
         self.lm_head_read = m.vocab * m.d_model * per_weight["lm_head"]
         self.fixed_read = fixed + self.lm_head_read
         self.embedding_row = 0.0 if m.tied_embeddings else m.d_model * per_weight["embedding"]
-        self.vocab, self.n_positions = m.vocab, m.n_positions
+        self.vocab, self.n_positions = float(m.vocab), float(m.n_positions)
         self.position_row = m.d_model * per_weight["positions"]
         self.n_experts, self.top_k = m.n_experts or 0, m.top_k or 0
         self.expert_bytes = groups["experts"] / m.n_experts * per_weight["experts"] if m.n_experts else 0.0
@@ -674,8 +718,8 @@ class _Plan:
         self.cp_combine = ((2 * (m.v_head_dim or m.head_dim) + 4) * m.n_heads / lay.tp * m.n_layers
                            if lay.cp > 1 else 0.0)
         # resident weights: the largest stage's layers, plus the tables
-        resident = m.weight_bytes_resident_by_group(weights)
-        self.stage = np.ceil(m.n_layers / lay.pp) / m.n_layers
+        resident = {name: n * per_weight[name] for name, n in groups.items()}  # Model.weight_bytes_resident_by_group
+        self.stage = math.ceil(m.n_layers / lay.pp) / m.n_layers
         tables = resident["embedding"] + resident["lm_head"] + resident["positions"]
         if lay.pp > 1:
             tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
@@ -690,7 +734,7 @@ class _Plan:
         """Cache bytes one sequence of ``context`` (whole) tokens holds, windows applied, linear states included."""
         total = self.state_bytes
         for (coefficient, window), layers in self.kv_terms.items():
-            held = context if window is None else np.minimum(context, window)
+            held = context if window is None else _min(context, window)
             total = total + (coefficient * self.b_kv * layers) * held
         return total
 
@@ -698,17 +742,17 @@ class _Plan:
         """Attention FLOPs of one new token over a ``context``-token cache, all layers."""
         total = self.state_flops
         for (coefficient, window), layers in self.flop_terms.items():
-            held = context if window is None else np.minimum(context, window)
+            held = context if window is None else _min(context, window)
             total = total + (coefficient * layers) * held
         return total
 
     def _chip_share(self, kv_seq):
         """The part of one sequence's cache ``kv_seq`` a chip holds when a tp group splits it by heads."""
         tp = self.layout.tp
-        share = np.ceil(self.kv_heads / tp) / self.kv_heads
+        share = _ceil(self.kv_heads / tp) / self.kv_heads
         if self.state_bytes and tp > 1:
             # a linear layer's state splits by its own heads (evenly where they are unknown), the rest by KV heads
-            state_share = np.ceil(self.state_heads / tp) / self.state_heads if self.state_heads else 1 / tp
+            state_share = _ceil(self.state_heads / tp) / self.state_heads if self.state_heads else 1 / tp
             return (kv_seq - self.state_bytes) * share + self.state_bytes * state_share
         return kv_seq * share
 
@@ -717,10 +761,10 @@ class _Plan:
         lay = self.layout
         if lay.dp == 1 and lay.pp == 1:
             return batch
-        per_group = np.maximum(np.ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
+        per_group = _max(_ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
         if lay.pp == 1:
             return per_group
-        return np.maximum(per_group / lay.pp, np.minimum(per_group, 1))
+        return _max(per_group / lay.pp, _min(per_group, 1))
 
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
@@ -739,18 +783,18 @@ class _Plan:
         micro = self.micro(batch)
         tokens = micro * tokens_per_seq
         # weights read
-        read = self.fixed_read + np.minimum(tokens, self.n_positions) * self.position_row
+        read = self.fixed_read + _min(tokens, self.n_positions) * self.position_row
         if self.embedding_row:
-            read = read + np.minimum(tokens, self.vocab) * self.embedding_row
+            read = read + _min(tokens, self.vocab) * self.embedding_row
         head_read = self.lm_head_read if lay.replicate_lm_head else self.lm_head_read / g
         if lm_head_tokens is not None:
-            read = read - np.where(lm_head_tokens == 0, self.lm_head_read, 0.0)
+            read = read - _where(lm_head_tokens == 0, self.lm_head_read, 0.0)
         weight_read = read / g
         if lay.replicate_lm_head:  # every chip reads the whole head where it reads it at all
             weight_read = weight_read + (head_read - self.lm_head_read / g) * (
-                1.0 if lm_head_tokens is None else np.where(lm_head_tokens == 0, 0.0, 1.0))
+                1.0 if lm_head_tokens is None else _where(lm_head_tokens == 0, 0.0, 1.0))
         if last_mlp_tokens is not None:  # the last layer's MLP is not read by a pass that runs it on no row
-            weight_read = weight_read - np.where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
+            weight_read = weight_read - _where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
         if self.n_experts:
             if lay.ep > 1:
                 touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
@@ -771,7 +815,7 @@ class _Plan:
             weight_flops = weight_flops - 2 * micro * (tokens_per_seq - last_mlp_tokens) * self.mlp_layer_params / g
         # the cache and attention: split by heads over tp (or by sequences), by position over cp
         if lay.kv_split == "batch":
-            seqs = np.minimum(micro, np.ceil(micro / lay.tp))
+            seqs = _min(micro, _ceil(micro / lay.tp))
             kv_read = seqs * kv_seq / lay.cp
             attention = seqs * attention_per_seq / lay.cp
         else:
@@ -782,12 +826,12 @@ class _Plan:
         comm_s = comm(tokens)
         kv_s, w_s = kv_read / bandwidth, weight_read / bandwidth
         wc_s, ac_s = weight_flops / flops, attention / flops
-        strict = overhead_s + np.maximum(np.maximum(kv_s + w_s, ac_s + wc_s), comm_s)
-        no_overlap = overhead_s + np.maximum(kv_s, ac_s) + np.maximum(w_s, wc_s) + comm_s
+        strict = overhead_s + _max(_max(kv_s + w_s, ac_s + wc_s), comm_s)
+        no_overlap = overhead_s + _max(kv_s, ac_s) + _max(w_s, wc_s) + comm_s
         # what the chip holds: the largest stage's share of its sequences' caches
-        seqs_held = np.maximum(1, np.ceil(batch / lay.dp)) if lay.dp > 1 else batch
+        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 else batch
         if lay.kv_split == "batch":
-            kv_resident = np.minimum(seqs_held, np.ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
+            kv_resident = _min(seqs_held, _ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
         else:
             kv_resident = seqs_held * self._chip_share(kv_seq) / lay.cp * self.stage
         return Step(batch=batch, context=context, tokens_per_seq=tokens_per_seq, micro_batch=micro,

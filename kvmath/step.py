@@ -87,8 +87,13 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     instance("chip", chip, Chip, "a Chip (get_chip(name))")
     if model is not None:
         instance("model", model, Model, "a Model (get_model(name)) or None")
-    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     _group_bytes(weights, False)  # refuse a bad weights even where compute_dtype makes it unused
+    return _compute_rate(chip, weights, compute_dtype, model)
+
+
+def _compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None, model: Model | None) -> float:
+    """:func:`compute_rate` on checked arguments (a Deployment checks them when it is built)."""
+    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     if compute_dtype is not None:
         return chip.flops(compute_dtype)
 

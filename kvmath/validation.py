@@ -85,6 +85,14 @@ def as_number(name: str, value) -> ArrayLike:
     ...
     ValueError: batch must be a real number or an array of them, got an array of strings: ['32']
     """
+    if type(value) is float or type(value) is int:  # the common case, first (bool is a subclass, not this type)
+        try:
+            out = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} is too large for a float64, got {value!r}") from None
+        if out - out != 0:  # inf or NaN, without a function call
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return out
     if value is None:
         _refuse(name, value, "None")
     for kind, what in _REFUSED:
@@ -263,6 +271,10 @@ def checked(func):
 def positive(name: str, value) -> ArrayLike:
     """``value`` as float(s), each strictly greater than zero."""
     out = as_number(name, value)
+    if type(out) is float:
+        if out <= 0:
+            raise ValueError(f"{name} must be > 0, got {out!r}")
+        return out
     bad = np.asarray(out) <= 0
     if bad.any():
         raise ValueError(f"{name} must be > 0, got {_describe(out, bad)}")
@@ -272,6 +284,10 @@ def positive(name: str, value) -> ArrayLike:
 def non_negative(name: str, value) -> ArrayLike:
     """``value`` as float(s), each zero or greater."""
     out = as_number(name, value)
+    if type(out) is float:
+        if out < 0:
+            raise ValueError(f"{name} must be >= 0, got {out!r}")
+        return out
     bad = np.asarray(out) < 0
     if bad.any():
         raise ValueError(f"{name} must be >= 0, got {_describe(out, bad)}")
@@ -281,6 +297,10 @@ def non_negative(name: str, value) -> ArrayLike:
 def fraction(name: str, value) -> ArrayLike:
     """``value`` in the interval (0, 1]."""
     out = positive(name, value)
+    if type(out) is float:
+        if out > 1:
+            raise ValueError(f"{name} must be in (0, 1], got {out!r}")
+        return out
     bad = np.asarray(out) > 1
     if bad.any():
         raise ValueError(f"{name} must be in (0, 1], got {_describe(out, bad)}")
