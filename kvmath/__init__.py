@@ -7,7 +7,7 @@ it::
     >>> dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", weights="fp8")
     >>> step = dep.step(batch=64, context=4096)       # a lower bound, on the busiest chip
     >>> round(step.strict_s * 1e3, 2), step.binds
-    (5.48, 'memory')
+    (5.8, 'memory')
 
 Every quantity is in base units: bytes, seconds, FLOPs, FLOP/s, bytes/s.
 Questions broadcast over numpy arrays, so one call evaluates a whole grid

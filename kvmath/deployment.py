@@ -8,9 +8,11 @@ compute rate), so that a question costs a few numpy operations:
 
 >>> from kvmath import Deployment
 >>> dep = Deployment("llama-2-70b", "h100-sxm", "tp=8")
->>> s = dep.step(64, 4096)
->>> round(s.strict_s * 1e3, 3), s.binds
-(9.138, 'memory')
+>>> s = dep.step(64, 4096)                  # 64 sequences of 4,096 cached tokens
+>>> round(s.weight_bytes_read / 1e9, 2), round(s.kv_bytes_read / 1e9, 2)   # per chip: an eighth of each
+(17.18, 10.74)
+>>> round(s.strict_s * 1e3, 3), s.binds    # (17.18 + 10.74) GB at 3.35 TB/s
+(8.333, 'memory')
 
 Every step is a **lower bound** (:attr:`Step.is_lower_bound`) unless an
 efficiency below 1, an overhead or a routing other than ``"floor"`` is
@@ -337,8 +339,7 @@ class Deployment:
         """
         from .requests import prefill_chip_step
 
-        return prefill_chip_step(self.model, self.chip, batch, input_tokens, layout=self.layout, link=self.link,
-                                 **self._options())
+        return prefill_chip_step(self, batch, input_tokens)
 
     def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
@@ -351,9 +352,8 @@ class Deployment:
         """
         from .requests import request_times
 
-        return request_times(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
-                             link=self.link, chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour,
-                             efficiency=efficiency, overhead_s=overhead_s, **self._options())
+        return request_times(self, batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens,
+                             price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s)
 
     def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
                    chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
@@ -363,17 +363,15 @@ class Deployment:
         """
         from .batching import mixed_step
 
-        return mixed_step(self.model, self.chip, batch, context, chunk_tokens, chunk_start, layout=self.layout,
-                          link=self.link, overhead_s=overhead_s, **self._options())
+        return mixed_step(self, batch, context, chunk_tokens, chunk_start, overhead_s=overhead_s)
 
     def steady_state(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                      price_per_chip_hour: ArrayLike | None = None, overhead_s: ArrayLike = 0.0):
         """Continuous batching at ``batch`` requests in flight (:class:`kvmath.batching.SteadyState`)."""
         from .batching import steady_state
 
-        return steady_state(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
-                            link=self.link, price_per_chip_hour=price_per_chip_hour, overhead_s=overhead_s,
-                            **self._options())
+        return steady_state(self, batch, input_tokens, output_tokens, price_per_chip_hour=price_per_chip_hour,
+                            overhead_s=overhead_s)
 
     def frontier(self, input_tokens: ArrayLike, output_tokens: ArrayLike, *, batch: ArrayLike | None = None,
                  tpot_limit_s: float | None = None, chunk_tokens: int | None = None, budget: str = "device",
@@ -381,10 +379,9 @@ class Deployment:
         """Throughput per chip against tokens/s per user as the batch grows, capped by memory (:class:`Frontier`)."""
         from .requests import serving_frontier
 
-        return serving_frontier(self.model, self.chip, input_tokens, output_tokens, batch=batch,
-                                tpot_limit_s=tpot_limit_s, layout=self.layout, link=self.link,
+        return serving_frontier(self, input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s,
                                 chunk_tokens=chunk_tokens, budget=budget, hbm_bytes=hbm_bytes,
-                                price_per_chip_hour=price_per_chip_hour, **self._options())
+                                price_per_chip_hour=price_per_chip_hour)
 
     def critical_batch(self, routing: str = "uniform") -> float:
         """The batch at which the weight matmuls take as long as reading the weights they touch (one chip's).
@@ -477,11 +474,14 @@ class Deployment:
                            weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
                            engine=vllm_version)
 
-    def _options(self) -> dict:
-        f = self.formats
-        return dict(weights=f.weights, kv_dtype=f.kv, compute_dtype=f.compute, activation_dtype=f.activations)
-
     # ----- communication --------------------------------------------------------
+
+    def _pipeline_s(self, message_bytes: ArrayLike) -> ArrayLike:
+        """The pipeline's ``pp - 1`` sends of ``message_bytes`` (:func:`pipeline_hops_s` on this deployment's links)."""
+        if self.layout.pp == 1 or self.link is None:
+            return 0.0
+        return pipeline_hops_s(self.layout, message_bytes, link=self.link, node_link=self.node_link,
+                               chips_per_node=self.chips_per_node)
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
@@ -530,13 +530,36 @@ def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Lin
         partial = tokens * (m.n_heads / lay.tp * (d_v + 1) * b_act)
         comm = comm + L * _allreduce_s(partial, lay.cp, over(lay.tp * lay.cp))
     if lay.pp > 1:
-        # stages fill nodes in order: the hops that cross a node boundary take node_link
-        stage = lay.tp * lay.cp * lay.dp
-        crossing = lay.pp - 1 if stage >= chips_per_node else max(0, -(-lay.pp * stage // chips_per_node) - 1)
-        for hops, hop_link in ((lay.pp - 1 - crossing, link), (crossing, node_link)):
-            if hops and hop_link is not None:
-                comm = comm + hops * (activation / hop_link.bandwidth + hop_link.latency_s)
+        comm = comm + pipeline_hops_s(lay, activation, link=link, node_link=node_link, chips_per_node=chips_per_node)
     return comm
+
+
+def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, *, link: Link | None, node_link: Link | None,
+                    chips_per_node: int) -> ArrayLike:
+    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline, seconds (0 without a link).
+
+    Stages fill nodes in order, ``tp * cp * dp`` chips each: a hop that
+    crosses a node boundary takes ``node_link``, the others ``link``.
+    """
+    stage, total = layout.tp * layout.cp * layout.dp, 0.0
+    crossing = layout.pp - 1 if stage >= chips_per_node else max(0, -(-layout.pp * stage // chips_per_node) - 1)
+    for hops, hop_link in ((layout.pp - 1 - crossing, link), (crossing, node_link)):
+        if hops and hop_link is not None:
+            total = total + hops * (message_bytes / hop_link.bandwidth + hop_link.latency_s)
+    return total
+
+
+def step_times(kv_read_s, weight_read_s, weight_compute_s, attention_compute_s, comm_s, overhead_s):
+    """``(strict_s, no_overlap_s)`` of a pass from its terms: the one place both forms are written.
+
+    Strict: ``overhead + max(reads, math, comm)`` (each resource in
+    parallel). No overlap: ``overhead + max(kv, attention) + max(weights read,
+    weight math) + comm``.
+    """
+    strict = overhead_s + _max(_max(kv_read_s + weight_read_s, attention_compute_s + weight_compute_s), comm_s)
+    no_overlap = (overhead_s + _max(kv_read_s, attention_compute_s) + _max(weight_read_s, weight_compute_s)
+                  + comm_s)
+    return strict, no_overlap
 
 
 def _show(value) -> str:
@@ -683,7 +706,7 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
 class _Plan:
     """What a deployment's passes need that depends on the model, layout and formats alone.
 
-    Built once per Deployment (and by :func:`kvmath.parallel.chip_step`);
+    Built once per Deployment;
     :meth:`pass_` then runs on numbers and arrays checked at the boundary,
     with no further checks. This is the one step model: decode steps,
     verify steps, prefill passes and mixed steps are all passes of it.
@@ -826,8 +849,7 @@ class _Plan:
         comm_s = comm(tokens)
         kv_s, w_s = kv_read / bandwidth, weight_read / bandwidth
         wc_s, ac_s = weight_flops / flops, attention / flops
-        strict = overhead_s + _max(_max(kv_s + w_s, ac_s + wc_s), comm_s)
-        no_overlap = overhead_s + _max(kv_s, ac_s) + _max(w_s, wc_s) + comm_s
+        strict, no_overlap = step_times(kv_s, w_s, wc_s, ac_s, comm_s, overhead_s)
         # what the chip holds: the largest stage's share of its sequences' caches
         seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 else batch
         if lay.kv_split == "batch":

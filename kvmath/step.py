@@ -22,18 +22,6 @@ from .units import dtype_bytes
 from .validation import ArrayLike, ResultOverflow, checked, choice, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
-def as_presets(model, chip) -> tuple[Model, Chip]:
-    """``(model, chip)`` as objects: a preset name is looked up, anything else not a Model/Chip is a ValueError."""
-    out = []
-    for name, value, cls, getter in (("model", model, Model, get_model), ("chip", chip, Chip, get_chip)):
-        if isinstance(value, str):
-            value = getter(value)
-        elif not isinstance(value, cls):
-            raise ValueError(f"{name} must be a {cls.__name__} or a preset name, got {value!r}")
-        out.append(value)
-    return out[0], out[1]
-
-
 def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
     shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
                       for k, v in inputs.items())
