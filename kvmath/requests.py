@@ -78,13 +78,13 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     --------
     Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
 
-    >>> from kvmath import get_model
-    >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
+    >>> from kvmath import Model
+    >>> prefill_attention_flops(Model.preset("llama-2-7b"), 2048) / 1e12
     1.100...
 
     DeepSeek-V3, 4,096 tokens: ``61 * 128 * (2 * 192 + 2 * 128) * 4096 * 4097 / 2``.
 
-    >>> round(prefill_attention_flops(get_model("deepseek-v3"), 4096) / 1e12, 2)
+    >>> round(prefill_attention_flops(Model.preset("deepseek-v3"), 4096) / 1e12, 2)
     41.93
     """
     s = positive_int("input_tokens", input_tokens)
