@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import difflib
 import functools
 import math
 import numbers
@@ -27,6 +26,8 @@ def suggest(name: str, known: Iterable[str]) -> str:
     Names that contain what was typed come first ("h100" -> "h100-sxm"),
     then the closest spellings.
     """
+    import difflib  # only when a name is wrong: keeps it off the import path
+
     known = list(known)
     containing = sorted((k for k in known if name and name in k), key=len)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
