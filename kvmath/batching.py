@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formulas import cost_per_million_tokens
 from .results import Result
 
 from .deployment import Deployment

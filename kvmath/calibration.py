@@ -50,7 +50,6 @@ from functools import lru_cache
 import numpy as np
 
 from .hardware import _RATE_COLUMN, Chip, get_chip
-from .links import get_link
 from .models import Model, get_model
 from .layout import parse_layout
 from .presets import read_rows

@@ -21,20 +21,23 @@ given: then it is an estimate, and says so.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .formulas import binds
 from .hardware import Chip, get_chip
-from .links import Link, as_link, _allreduce_s, _all_to_all_s, _two_tier_all_to_all_s
+from .layout import ParallelLayout, as_layout
+from .links import Link, _all_to_all_s, _allreduce_s, _two_tier_all_to_all_s, as_link
 from .models import Model, Precision, _group_bytes, get_model
 from .moe import ROUTINGS, _touched
-from .layout import ParallelLayout, as_layout
 from .results import Result
 from .units import dtype_bytes
+
+if TYPE_CHECKING:  # the request results live with the module that builds them, loaded on first use
+    from .requests import Frontier, Request
 from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
 
 # Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
@@ -76,8 +79,6 @@ def _finite(x) -> bool:
     return bool(np.all(np.isfinite(x)))
 
 
-#: Which resource binds the strict bound: the one whose time is the bound.
-RESOURCES = ("memory", "compute", "communication")
 
 _CHIP_LINK = object()  # Deployment's default link: the chip preset's own interconnect
 
@@ -684,23 +685,6 @@ class Capacity(Result):
     max_batch: ArrayLike
     n_chips: int
     engine: object = None
-
-
-def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
-    """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
-
-    The one rule for "what binds" everywhere (steps, prefill passes, the CLI).
-
-    Examples
-    --------
-    >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
-    ('memory', 'memory', 'communication')
-    """
-    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
-    which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
-    if which.ndim == 0:
-        return RESOURCES[int(which)]
-    return np.array(RESOURCES)[which]
 
 
 class _Plan:

@@ -34,10 +34,25 @@ from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the n
 from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
 
 
-def _which(memory_s: ArrayLike, compute_s: ArrayLike) -> str | np.ndarray:
-    """"memory" where the memory time is at least the compute time, else "compute"."""
-    bound = np.where(np.asarray(memory_s >= compute_s), "memory", "compute")
-    return str(bound) if bound.ndim == 0 else bound
+#: Which resource binds a strict bound: the one whose time is the bound.
+RESOURCES = ("memory", "compute", "communication")
+
+
+def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
+    """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
+
+    The one rule for "what binds" everywhere (steps, prefill passes, the CLI).
+
+    Examples
+    --------
+    >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
+    ('memory', 'memory', 'communication')
+    """
+    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
+    which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
+    if which.ndim == 0:
+        return RESOURCES[int(which)]
+    return np.array(RESOURCES)[which]
 
 
 @dataclass(frozen=True)
@@ -74,17 +89,17 @@ class StepBreakdown:
     @property
     def bound(self) -> str | np.ndarray:
         """Which weight term binds in the no-overlap form, "memory" or "compute" (equality: memory)."""
-        return _which(self.weight_read_s, self.weight_compute_s)
+        return binds(self.weight_read_s, self.weight_compute_s)
 
     @property
     def attention_bound(self) -> str | np.ndarray:
         """Which attention term binds in the no-overlap form."""
-        return _which(self.kv_read_s, self.attention_compute_s)
+        return binds(self.kv_read_s, self.attention_compute_s)
 
     @property
     def strict_bound(self) -> str | np.ndarray:
         """Which resource binds in the strict form."""
-        return _which(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
+        return binds(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
 
 
 @checked

@@ -35,7 +35,6 @@ shapes is one call (:func:`serving_frontier`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
 import dataclasses
 
@@ -44,13 +43,10 @@ import numpy as np
 from .results import Result
 
 from .formulas import kv_budget_bytes
-from .hardware import Chip
-from .links import Link, as_link, p2p_time
 from .memory import BUDGETS, memory_budget
-from .models import Model, Precision, group_formats
+from .models import Model
 from .deployment import Deployment, Step, step_times
 from .step import overflow_named, refuse_overflow
-from .units import dtype_bytes
 from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 

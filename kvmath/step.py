@@ -10,16 +10,13 @@ the weights they read).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
-from .hardware import Chip, get_chip
-from .models import Model, Precision, _group_bytes, get_model, group_formats
-from .units import dtype_bytes
-from .validation import ArrayLike, ResultOverflow, checked, choice, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
+from .hardware import Chip
+from .models import Model, Precision, _group_bytes, group_formats
+from .validation import ResultOverflow, checked, choice, instance
 
 
 def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
