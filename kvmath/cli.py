@@ -123,6 +123,14 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+class _OneLineHelp(argparse.HelpFormatter):
+    """``kvmath --help``: each command and its help on one line (argparse puts a long name on a line of its own)."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=24, width=100)
+        self._action_max_length = 22  # "    critical-batch" and two spaces
+
+
 def _add_model_choice(p: argparse.ArgumentParser, help_model: str) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--model", help=help_model, action=_Once)
@@ -189,7 +197,9 @@ def _add_layout_options(p: argparse.ArgumentParser, capacity: bool = False) -> N
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvmath", description="The arithmetic of LLM inference: bounds from a model, a chip and a layout.")
+    # wide enough that every command and its help share one line
+    parser = _Parser(prog="kvmath", description="The arithmetic of LLM inference: bounds from a model, a chip and a layout.",
+                     formatter_class=_OneLineHelp)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
@@ -329,8 +339,9 @@ def _model(args) -> Model | None:
 
 def _chip(args) -> Chip:
     """The chip: the --hardware preset, its rates replaced by --bandwidth / --flops where given."""
-    bandwidth = None if args.bandwidth is None else positive("--bandwidth", args.bandwidth)
-    flops = None if args.flops is None else positive("--flops", args.flops)
+    bandwidth, flops = getattr(args, "bandwidth", None), getattr(args, "flops", None)  # capacity has neither
+    bandwidth = None if bandwidth is None else positive("--bandwidth", bandwidth)
+    flops = None if flops is None else positive("--flops", flops)
     if not args.hardware:
         if bandwidth is None or flops is None:
             raise ValueError("give --hardware, or both --bandwidth and --flops")
@@ -537,10 +548,9 @@ def _capacity(args) -> _Answer:
         cap = dep.capacity(context, budget=args.budget, hbm_bytes=hbm, **engine)
     except ValueError as err:
         if "do not fit" in str(err):
-            raise ValueError(f"{_option(args, 'chips') if args.parallel is None else '--parallel'} "
-                             f"{args.chips if args.parallel is None else args.parallel:g} cannot hold the weights "
-                             f"({fmt_bytes(dep.model.weight_bytes_resident(dep.formats.weights))} in all, "
-                             f"--budget {args.budget}): {err}; try --chips "
+            given = f"--chips {args.chips:g}" if args.parallel is None else f"--parallel {args.parallel}"
+            raise ValueError(f"{given} cannot hold the {fmt_bytes(dep.model.weight_bytes_resident(dep.formats.weights))} "
+                             f"of weights (--budget {args.budget}): give --chips "
                              f"{dep.fewest_chips(args.budget, hbm, args.engine).n_chips} or more") from None
         if args.engine:
             how = "--chips" if not fewest else "the fewest chips that hold the weights; --chips sets it"
