@@ -481,7 +481,11 @@ def _print_decode(args, dep: Deployment, s) -> None:
     print(f"  tokens/s for the batch   {s.tokens_per_s:.2f}")
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     print(f"  critical batch B_crit    {formulas.critical_batch(dep.flops, s.bandwidth, b_w):.1f}")
-    print(f"  this model's B_crit      {dep.critical_batch():.1f}")
+    try:
+        own = f"{dep.critical_batch():.1f}"
+    except ValueError:  # rates so far apart (--bandwidth, --flops) that no batch below 1e9 turns compute-bound
+        own = "above 1e9"
+    print(f"  this model's B_crit      {own}")
 
 
 def _print_notes_decode(args, n: int, t, b_crit: float) -> None:
