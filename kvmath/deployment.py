@@ -445,8 +445,8 @@ class Deployment:
             per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
         max_batch = np.floor(free / per_seq_chip) * groups
-        per_token = plan.kv_per_seq(1.0) if plan.state_bytes == 0 else kv_seq / context
-        per_token_chip = per_seq_chip / kv_seq * per_token
+        per_token = kv_seq / context  # averaged over the sequence: windows and linear states included
+        per_token_chip = per_seq_chip / context
         result = dict(context=context, budget=budget, memory_per_chip_bytes=memory,
                       weight_bytes_per_chip=weights, kv_budget_bytes_per_chip=free,
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
@@ -454,13 +454,13 @@ class Deployment:
                       n_chips=self.n_chips, engine=None)
         if engine is not None:
             choice("engine", engine, ("vllm",))
-            result["engine"] = self._vllm(context, **engine_options)
+            result["engine"] = self._vllm(context, hbm_bytes=hbm_bytes, **engine_options)
         return Capacity(**{k: float(v) if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 else v
                            for k, v in result.items()})
 
-    def _vllm(self, context, *, gpu_memory_utilization: float | None = None, block_size: int | None = None,
-              max_model_len: int | None = None, vllm_version: str = "v1"):
-        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, vllm_engine
+    def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
+              block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1"):
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -468,12 +468,56 @@ class Deployment:
         if np.any(np.asarray(context) > max_len):
             raise ValueError(f"context ({context!r}) exceeds max_model_len ({max_model_len!r}): vLLM refuses longer "
                              "requests")
-        return vllm_engine(self.model, self.chip, max_len,
+        # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
+        total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
+        return vllm_engine(self.model, total, max_len,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
                            block_size=BLOCK_SIZE if block_size is None else block_size,
                            weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
                            engine=vllm_version)
+
+    def fewest_chips(self, budget: str = "device", hbm_bytes: float | None = None,
+                     engine: str | None = None) -> "Deployment":
+        """This deployment on the fewest tensor-parallel chips whose busiest chip holds its weights.
+
+        Tries ``tp = N`` from the fewest chips whose memory (``budget``, or
+        ``hbm_bytes`` per chip) could hold all the weights, upward, and keeps
+        the first layout the model accepts (the heads split ``tp`` ways) whose
+        busiest chip holds its weights; with ``engine="vllm"`` also one that
+        vLLM accepts (KV heads divisible by ``tp`` or dividing it). Links and
+        formats are kept. ``ValueError`` if no ``tp`` up to the head count will do.
+
+        Examples
+        --------
+        >>> Deployment("llama-3.1-70b", "h100-sxm").fewest_chips().n_chips   # 141 GB of bf16 weights on 80 GB chips
+        2
+        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().n_chips  # 11 would hold them; 128 heads split 16 ways
+        16
+        """
+        from .memory import _check_tensor_parallel, memory_budget
+
+        budget = choice("budget", budget, ("device", "reported", "reserve", "engine"))
+        if engine is not None:
+            choice("engine", engine, ("vllm",))
+        memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
+        whole = self.replace(layout=None, link=None)._plan.weight_resident
+        start = max(1, int(np.ceil(whole / memory)))
+        for tp in range(start, self.model.n_heads + 1):
+            layout = ParallelLayout(tp=tp, kv_split=self.layout.kv_split)
+            if self.model.n_heads % tp:
+                continue
+            if engine is not None:
+                try:
+                    _check_tensor_parallel(self.model, tp)
+                except ValueError:
+                    continue
+            dep = self.replace(layout=layout)
+            if dep._plan.weight_resident < memory:
+                return dep
+        raise ValueError(f"no tensor-parallel size from {start} to the {self.model.n_heads} heads of "
+                         f"{self.model.name} holds its {whole:.4g} bytes of weights at {memory:.4g} bytes per chip "
+                         f"(budget {budget!r})")
 
     # ----- communication --------------------------------------------------------
 
@@ -665,8 +709,9 @@ class Capacity(Result):
     budget, memory_per_chip_bytes : the memory budget and what it gives per chip.
     weight_bytes_per_chip : the weights the busiest chip holds (its stage's, its share).
     kv_budget_bytes_per_chip : what is left beside them for the cache.
-    kv_bytes_per_token, kv_bytes_per_seq : the cache of one token (every
-        attention layer; linear states averaged in) and of one sequence, whole.
+    kv_bytes_per_token, kv_bytes_per_seq : the cache of one sequence of
+        ``context`` tokens per token (sliding windows and linear states
+        averaged in) and whole.
     max_tokens, max_batch : cached tokens and sequences of ``context`` the
         whole deployment holds (each data-parallel group its own).
     n_chips : chips of the deployment.

@@ -31,6 +31,7 @@ import numpy as np
 
 from .links import all_to_all_time, allreduce_estimate, allreduce_time, p2p_time, ring_allreduce_bytes  # noqa: F401
 from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the notes' MoE forms)
+from .results import Result
 from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
 
 
@@ -56,7 +57,7 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
 
 
 @dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(Result):
     """The terms of a decode step's bounds, in seconds (floats or arrays).
 
     Attributes
@@ -84,6 +85,8 @@ class StepBreakdown:
     overhead_s: ArrayLike
     no_overlap_s: ArrayLike
     strict_s: ArrayLike
+
+    _derived = ("bound", "attention_bound", "strict_bound")
 
     # the labels are computed only when asked for: on a grid they are string arrays as large as the grid
     @property
@@ -723,6 +726,67 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     """
     budget = non_negative("kv_budget_bytes", kv_budget_bytes)
     return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
+
+
+@dataclass(frozen=True)
+class Fit(Result):
+    """What fits on chips of one memory size, by the notes' sums (:func:`fit`); bytes unless named otherwise.
+
+    Attributes
+    ----------
+    weight_bytes : all the weights, ``param_count x bytes_per_param``.
+    min_chips : the fewest chips that hold them (:func:`min_chips_for_weights`).
+    n_chips : the chips counted (``min_chips`` unless given).
+    hbm_bytes : memory per chip.
+    kv_budget_bytes : memory of ``n_chips`` left beside the weights (:func:`kv_budget_bytes`).
+    kv_bytes_per_token, context : the cache of one token, and tokens per sequence.
+    max_tokens, max_batch : whole tokens, and whole sequences of ``context``, that fit.
+    """
+
+    weight_bytes: float
+    min_chips: int
+    n_chips: int
+    hbm_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float
+    context: float
+    max_tokens: int
+    max_batch: int
+
+
+def fit(param_count: float, bytes_per_param: float, kv_bytes_per_token: float, context: float, hbm_bytes: float,
+        n_chips: int | None = None) -> Fit:
+    """The notes' capacity sums: chips for the weights, then the tokens and sequences whose cache fits beside them.
+
+    Exact whole counts (no model: weights as one block split evenly; a real
+    model on a real layout is :meth:`kvmath.Deployment.capacity`). Raises
+    ``ValueError`` naming ``n_chips`` where the chips given cannot hold the
+    weights, and ``kv_bytes_per_token`` where the tokens that fit overflow.
+
+    Examples
+    --------
+    The notes' 52B model in fp16 on 40 GB chips, 2 MiB of cache per token:
+
+    >>> f = fit(52e9, 2, 2 * 2**20, 2048, 40e9)
+    >>> f.min_chips, round(f.kv_budget_bytes / 1e9), f.max_tokens, f.max_batch
+    (3, 16, 7629, 3)
+    """
+    weights = weight_bytes(param_count, bytes_per_param)
+    fewest = min_chips_for_weights(weights, hbm_bytes)
+    chips = fewest if n_chips is None else int(positive_int("n_chips", n_chips))
+    if chips < fewest:
+        raise ValueError(f"n_chips {chips} cannot hold the {weights:.4g} bytes of weights at {hbm_bytes:.4g} bytes "
+                         f"per chip: {fewest} or more are needed")
+    budget = kv_budget_bytes(chips, hbm_bytes, weights)
+    context = positive("context", context)
+    try:
+        tokens, batch = max_kv_tokens(budget, kv_bytes_per_token), max_batch(budget, kv_bytes_per_token * context)
+    except ValueError:
+        raise ValueError(f"the tokens that fit overflow a whole number: kv_bytes_per_token {kv_bytes_per_token!r} "
+                         "is too small") from None
+    return Fit(weight_bytes=float(weights), min_chips=fewest, n_chips=chips, hbm_bytes=float(hbm_bytes),
+               kv_budget_bytes=float(budget), kv_bytes_per_token=float(kv_bytes_per_token), context=float(context),
+               max_tokens=tokens, max_batch=batch)
 
 
 # ----- speculative decoding --------------------------------------------------------
