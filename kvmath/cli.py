@@ -200,7 +200,8 @@ def _build_parser() -> argparse.ArgumentParser:
     # wide enough that every command and its help share one line
     parser = _Parser(prog="kvmath", description="The arithmetic of LLM inference: bounds from a model, a chip and a layout.",
                      formatter_class=_OneLineHelp)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                                prog="kvmath")  # a prog spares argparse a help formatter (and shutil) per start
 
     keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
     decode = sub.add_parser(
