@@ -214,8 +214,8 @@ def mixed_step(
     chunk costs the memory-bound step almost nothing; a 4,096-token chunk
     makes it compute-bound and 6.7 times as long.
 
-    >>> from kvmath import get_chip, get_model
-    >>> m, h100 = get_model("llama-3-8b"), get_chip("h100-sxm")
+    >>> from kvmath import Chip, Model
+    >>> m, h100 = Model.preset("llama-3-8b"), Chip.preset("h100-sxm")
     >>> [round(float(mixed_step(m, h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
@@ -327,8 +327,8 @@ def steady_state(
     Llama 3 8B on an H100, 64 slots, 1,000 tokens in and 500 out: the
     prompts' share (128 tokens a step) rides in a memory-bound step.
 
-    >>> from kvmath import get_chip, get_model
-    >>> s = steady_state(get_model("llama-3-8b"), get_chip("h100-sxm"), 64, 1000, 500, price_per_chip_hour=2.0)
+    >>> from kvmath import Chip, Model
+    >>> s = steady_state(Model.preset("llama-3-8b"), Chip.preset("h100-sxm"), 64, 1000, 500, price_per_chip_hour=2.0)
     >>> round(float(s.step.prefill_tokens)), round(float(s.time_per_output_token_s) * 1e3, 3)
     (128, 7.616)
     >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)

@@ -80,13 +80,13 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     --------
     Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
 
-    >>> from kvmath import get_model
-    >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
+    >>> from kvmath import Model
+    >>> prefill_attention_flops(Model.preset("llama-2-7b"), 2048) / 1e12
     1.100...
 
     DeepSeek-V3, 4,096 tokens: ``61 * 128 * (2 * 192 + 2 * 128) * 4096 * 4097 / 2``.
 
-    >>> round(prefill_attention_flops(get_model("deepseek-v3"), 4096) / 1e12, 2)
+    >>> round(prefill_attention_flops(Model.preset("deepseek-v3"), 4096) / 1e12, 2)
     41.93
     """
     s = positive_int("input_tokens", input_tokens)
@@ -305,8 +305,8 @@ def prefill_chip_step(
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> p = prefill_chip_step(get_model("llama-2-7b"), get_chip("a100-80gb"), 1, 2048)
+    >>> from kvmath import Chip, Model
+    >>> p = prefill_chip_step(Model.preset("llama-2-7b"), Chip.preset("a100-80gb"), 1, 2048)
     >>> round((p.weight_flops + p.attention_flops) / 1e12, 2)  # 2 P S (LM head once) + causal attention
     27.63
     >>> p3 = prefill_chip_step("llama-2-7b", "a100-80gb", 1, 2048, layout="pp=2")
@@ -372,8 +372,8 @@ def prefill_bound(
     --------
     Llama 2 7B, one 2,048-token prompt on an A100-80GB: compute-bound.
 
-    >>> from kvmath import get_chip, get_model
-    >>> m, a100 = get_model("llama-2-7b"), get_chip("a100-80gb")
+    >>> from kvmath import Chip, Model
+    >>> m, a100 = Model.preset("llama-2-7b"), Chip.preset("a100-80gb")
     >>> round(prefill_bound(m, a100, 1, 2048) * 1e3, 2)
     88.54
     >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
@@ -384,7 +384,7 @@ def prefill_bound(
     The 52B on three A100-40GB by layers: a third of the FLOPs per chip plus
     the fill of two stages, not the whole model on one chip:
 
-    >>> b = get_model("kipply-52b")
+    >>> b = Model.preset("kipply-52b")
     >>> round(prefill_bound(b, "a100-40gb", 1, 2048, layout="pp=3", link="nvlink3"), 3)
     0.275
     """
@@ -532,8 +532,8 @@ def request_times(
     --------
     Llama 3 8B on one H100: 16 requests of 1,000 tokens in, 500 out.
 
-    >>> from kvmath import get_chip, get_model
-    >>> r = request_times(get_model("llama-3-8b"), get_chip("h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
+    >>> from kvmath import Chip, Model
+    >>> r = request_times(Model.preset("llama-3-8b"), Chip.preset("h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
     >>> round(r.ttft_s * 1e3, 1), round(r.time_per_output_token_s * 1e3, 3), round(float(r.output_tokens_per_s))
     (230.0, 5.263, 2801)
     >>> round(r.cost_per_million_tokens, 3)
@@ -662,9 +662,9 @@ def serving_frontier(
     holds 761 such requests; at most 15 ms per output token (66.7 tokens/s
     per user) allows 535, for 2,749 output tokens/s per chip:
 
-    >>> from kvmath import ParallelLayout, get_chip, get_link, get_model
-    >>> f = serving_frontier(get_model("llama-3-70b"), get_chip("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
-    ...                      layout=ParallelLayout(tp=8), link=get_link("nvlink4"))
+    >>> from kvmath import Chip, Link, Model, ParallelLayout
+    >>> f = serving_frontier(Model.preset("llama-3-70b"), Chip.preset("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
+    ...                      layout=ParallelLayout(tp=8), link=Link.preset("nvlink4"))
     >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0])), f.budget
     (761, 535, 2749, 'device')
 
