@@ -125,15 +125,15 @@ def test_expert_parallelism_must_span_a_stage_and_divide_the_experts(layout, mes
 # ``rel=1e-12``) or figures from DeepSeek's published deployment and the
 # DeepEP README.
 
-DS = km.get_model("deepseek-v3")
-IB = km.get_link("ib-ndr400")
-NVL = km.get_link("nvlink4-h800")
+DS = km.Model.preset("deepseek-v3")
+IB = km.Link.preset("ib-ndr400")
+NVL = km.Link.preset("nvlink4-h800")
 
 
 def test_link_presets_for_the_h800_deployment():
     # DeepEP README: a CX7 400 Gb/s NIC per H800, ~50 GB/s; nccl#1374: H800 NVLink 200 GB/s one way
     assert IB.bandwidth == 400e9 / 8 and IB.stated_as == "per direction"
-    assert NVL.bandwidth == 200e9 and NVL.bandwidth < km.get_link("nvlink4").bandwidth
+    assert NVL.bandwidth == 200e9 and NVL.bandwidth < km.Link.preset("nvlink4").bandwidth
 
 
 def test_all_to_all_by_hand_two_levels():
@@ -150,7 +150,7 @@ def test_all_to_all_by_hand_two_levels():
 
 def test_all_to_all_one_level_is_the_links_all_to_all():
     one = km.expert_parallel_comm_s(DS, 128, 128, IB, dispatch_bytes=1, combine_bytes=2)
-    by_hand = 58 * (km.all_to_all_time(128 * 8 * 7168, 128, IB) + km.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
+    by_hand = 58 * (km.formulas.all_to_all_time(128 * 8 * 7168, 128, IB) + km.formulas.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
     assert one == pytest.approx(by_hand, rel=1e-12)
     # one node: every peer is near, and its copies may take NVLink or the port (200 + 50 GB/s);
     # one chip: nothing moves
@@ -170,7 +170,7 @@ def test_all_to_all_is_monotone_in_tokens_and_broadcasts():
 
 def test_all_to_all_refuses_bad_input():
     with pytest.raises(ValueError, match="dense"):
-        km.expert_parallel_comm_s(km.get_model("llama-2-70b"), 8, 8, IB)
+        km.expert_parallel_comm_s(km.Model.preset("llama-2-70b"), 8, 8, IB)
     with pytest.raises(ValueError, match="chips_per_node"):
         km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=0)
     with pytest.raises(ValueError, match="tokens"):

@@ -31,7 +31,7 @@ def test_non_mla_prefill_unchanged():
 def test_deepseek_prefill_bound_uses_it():
     # one 4,989-token prompt per H800 of DeepSeek's DP32/EP32 prefill unit: the FLOPs term must be the weight
     # matmuls plus the per-head attention form, at the fp8 peak (1978.9e12); the bound is FLOP-bound here
-    ds, h800 = get_model("deepseek-v3"), kvmath.get_chip("h800")
+    ds, h800 = get_model("deepseek-v3"), kvmath.Chip.preset("h800")
     layout = kvmath.ParallelLayout(dp=32, ep=32, redundant_experts=32)
     t = kvmath.prefill_bound(ds, h800, 32, 4989, layout=layout, weights="fp8", kv_dtype="fp8")
     matmul = 2 * 4989 * ds.matmul_params_per_token() - 2 * 4988 * ds.vocab * ds.d_model  # LM head: last token only

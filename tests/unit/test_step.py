@@ -18,7 +18,7 @@ settings.load_profile("kvmath")
 # ----- bytes read per step, by group ------------------------------------------------------------
 
 def test_llama_3_8b_reads_one_embedding_row_and_the_whole_head():
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     r = m.weight_bytes_read_by_group(batch=4)
     # L = 32, d = 4096, h = 32, h_kv = 8, d_h = 128, d_ff = 14336, vocab = 128256, bf16
     attention = 32 * (4096 * 32 * 128 + 2 * 4096 * 8 * 128 + 32 * 128 * 4096)
@@ -34,7 +34,7 @@ def test_llama_3_8b_reads_one_embedding_row_and_the_whole_head():
 
 
 def test_tied_embeddings_read_the_shared_table_once():
-    m = km.get_model("falcon-7b")  # tied, vocab 65024, d 4544
+    m = km.Model.preset("falcon-7b")  # tied, vocab 65024, d 4544
     r = m.weight_bytes_read_by_group(batch=16)
     assert r["lm_head"] == 65024 * 4544 * 2
     assert r["embedding"] == 0  # the looked-up rows are inside the table the head reads
@@ -43,13 +43,13 @@ def test_tied_embeddings_read_the_shared_table_once():
 
 
 def test_learned_positions_are_looked_up_too():
-    m = km.get_model("starcoder")  # 8192 learned positions of d = 6144
+    m = km.Model.preset("starcoder")  # 8192 learned positions of d = 6144
     assert m.weight_bytes_read_by_group(batch=3)["positions"] == 3 * 6144 * 2
     assert m.param_groups()["positions"] == 8192 * 6144
 
 
 def test_a_precision_per_group():
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     mixed = m.weight_bytes_read(1, {"default": "fp8", "lm_head": "bf16"})
     g = m.param_groups()
     body = g["attention"] + g["mlp"] + g["norms"]
@@ -75,12 +75,12 @@ def test_a_precision_per_group():
 ])
 def test_bits_per_weight_include_scales(name, bits):
     assert km.get_format(name).bits_per_weight == bits
-    assert km.dtype_bytes(name) == bits / 8
+    assert km.units.dtype_bytes(name) == bits / 8
 
 
 def test_q4_0_llama_2_7b():
     # 6,738,415,616 parameters x 4.5 bits / 8 = 3,790,358,784 bytes
-    assert km.get_model("llama-2-7b").weight_bytes_resident("q4_0") == 6_738_415_616 * 4.5 / 8 == 3_790_358_784
+    assert km.Model.preset("llama-2-7b").weight_bytes_resident("q4_0") == 6_738_415_616 * 4.5 / 8 == 3_790_358_784
 
 
 def test_every_format_has_a_source_and_a_known_rate():
@@ -90,7 +90,7 @@ def test_every_format_has_a_source_and_a_known_rate():
 
 
 def test_format_rates_fall_back_to_bf16_where_the_chip_lacks_them():
-    b200, a100 = km.get_chip("b200"), km.get_chip("a100-80gb")
+    b200, a100 = km.Chip.preset("b200"), km.Chip.preset("a100-80gb")
     assert b200.flops_for_format("nvfp4") == 9e15 and b200.flops_for_format("mxfp4") == 9e15
     assert a100.flops_for_format("nvfp4") == a100.flops_for_format("fp8") == 312e12
     assert a100.flops_for_format("q4_0") == 624e12  # llama.cpp's MMQ: int8 dot products
@@ -100,33 +100,33 @@ def test_format_rates_fall_back_to_bf16_where_the_chip_lacks_them():
 
 def test_mixtral_expected_experts():
     # E = 8, k = 2: 8 * (1 - (6/8)^B)
-    assert km.experts_touched(8, 2, 1) == 2.0
-    assert km.experts_touched(8, 2, 8) == pytest.approx(8 * (1 - 0.75**8), rel=1e-12)  # 7.1992
-    assert km.experts_touched(8, 2, 64) == pytest.approx(8 * (1 - 0.75**64), rel=1e-12)  # 8 - 8e-8
-    assert km.experts_touched(8, 2, 64, "floor") == 2 and km.experts_touched(8, 2, 3, "ceiling") == 6
+    assert km.formulas.experts_touched(8, 2, 1) == 2.0
+    assert km.formulas.experts_touched(8, 2, 8) == pytest.approx(8 * (1 - 0.75**8), rel=1e-12)  # 7.1992
+    assert km.formulas.experts_touched(8, 2, 64) == pytest.approx(8 * (1 - 0.75**64), rel=1e-12)  # 8 - 8e-8
+    assert km.formulas.experts_touched(8, 2, 64, "floor") == 2 and km.formulas.experts_touched(8, 2, 3, "ceiling") == 6
 
 
 def test_mixtral_batch_1_reads_2_of_8_experts():
-    m = km.get_model("mixtral-8x7b")
+    m = km.Model.preset("mixtral-8x7b")
     r = m.weight_bytes_read_by_group(1)
     assert r["experts"] == 32 * 2 * 3 * 4096 * 14336 * 2
     assert m.param_groups()["experts"] == 32 * 8 * 3 * 4096 * 14336
 
 
 def test_moe_critical_batch():
-    h100 = km.get_chip("h100-sxm")
+    h100 = km.Chip.preset("h100-sxm")
     # (46.70 / 12.88) * 989.4e12 * 2 / (2 * 3.35e12) = 1070.9
-    assert km.saturated_critical_batch(46.70e9, 12.88e9, 989.4e12, 3.35e12, 2) == pytest.approx(1070.9, abs=0.1)
-    own = km.model_critical_batch(km.get_model("mixtral-8x7b"), h100)
+    assert km.formulas.saturated_critical_batch(46.70e9, 12.88e9, 989.4e12, 3.35e12, 2) == pytest.approx(1070.9, abs=0.1)
+    own = km.model_critical_batch(km.Model.preset("mixtral-8x7b"), h100)
     assert own == pytest.approx(1070.9, rel=0.02)
-    dense = km.model_critical_batch(km.get_model("llama-2-70b"), h100)
+    dense = km.model_critical_batch(km.Model.preset("llama-2-70b"), h100)
     assert dense == pytest.approx(989.4e12 * 2 / (2 * 3.35e12), rel=0.002)  # 295.3: the chip's figure
 
 
 # ----- attention FLOPs --------------------------------------------------------------------------
 
 def test_mla_absorbed_attention_flops_deepseek_v3():
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     # per cached token per layer: 2 h (r + r_rope) for scores + 2 h r for values, h = 128, r = 512, r_rope = 64
     per = 2 * 128 * (512 + 64) + 2 * 128 * 512
     assert per == 278_528
@@ -134,19 +134,19 @@ def test_mla_absorbed_attention_flops_deepseek_v3():
     intensity = per / ((512 + 64) * 2)  # FLOPs per byte of bf16 latent: 241.8
     assert intensity == pytest.approx(241.8, abs=0.05)
     # above an H200's bf16 ridge (989e12 / 4.8e12 = 206), on one chip
-    assert intensity > km.get_chip("h200").ridge_point("bf16")
-    step = km.decode_step(m, km.get_chip("h200"), 64, 32768, weights="fp8", compute_dtype="bf16")
+    assert intensity > km.Chip.preset("h200").ridge_point("bf16")
+    step = km.decode_step(m, km.Chip.preset("h200"), 64, 32768, weights="fp8", compute_dtype="bf16")
     assert step.terms.attention_bound == "compute"
     # tensor parallel by heads: every chip reads the whole latent for 1/8 of the heads
-    tp = km.decode_step(m, km.get_chip("h200"), 64, 32768, weights="fp8", compute_dtype="bf16", n_chips=8)
+    tp = km.decode_step(m, km.Chip.preset("h200"), 64, 32768, weights="fp8", compute_dtype="bf16", n_chips=8)
     assert tp.terms.attention_bound == "memory"
     assert tp.terms.attention_compute_s / tp.terms.kv_s == pytest.approx(
         step.terms.attention_compute_s / step.terms.kv_s / 8, rel=1e-12)
 
 
 def test_gqa_attention_flops_count_query_heads_and_windows():
-    assert km.get_model("llama-2-70b").attention_flops_per_token(4096) == 4 * 80 * 64 * 128 * 4096
-    g = km.get_model("gemma-2-9b")  # 21 of 42 layers attend over a 4096-token window
+    assert km.Model.preset("llama-2-70b").attention_flops_per_token(4096) == 4 * 80 * 64 * 128 * 4096
+    g = km.Model.preset("gemma-2-9b")  # 21 of 42 layers attend over a 4096-token window
     assert g.attention_flops_per_token(10000) == 4 * 16 * 256 * (21 * 4096 + 21 * 10000)
 
 
@@ -155,14 +155,14 @@ def test_gqa_attention_flops_count_query_heads_and_windows():
 def test_strict_bound_of_the_notes_example():
     W, C = 16 * 8.2e11, 16 * 1.97e14
     # max((256 * 8192 * 100e3 + 30e9) / W, 2 * 30e9 * 256 / C) = 239.7e9 / 1.312e13 = 18.271 ms
-    assert km.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) == pytest.approx(
+    assert km.formulas.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) == pytest.approx(
         (256 * 8192 * 100e3 + 30e9) / W, rel=1e-15)
-    assert km.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(18.27, abs=5e-3)
-    assert km.min_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(20.86, abs=5e-3)
+    assert km.formulas.strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(18.27, abs=5e-3)
+    assert km.formulas.min_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3 == pytest.approx(20.86, abs=5e-3)
 
 
 def test_overhead_adds_to_both_forms_and_makes_an_estimate():
-    m, chip = km.get_model("llama-2-7b"), km.get_chip("a100-80gb")
+    m, chip = km.Model.preset("llama-2-7b"), km.Chip.preset("a100-80gb")
     base = km.decode_step(m, chip, 1, 512)
     slow = km.decode_step(m, chip, 1, 512, overhead_s=1e-3)
     assert slow.strict_step_s - base.strict_step_s == pytest.approx(1e-3, rel=1e-9)
@@ -175,43 +175,43 @@ def test_overhead_adds_to_both_forms_and_makes_an_estimate():
 
 def test_expected_tokens_per_step():
     # (1 - 0.8^5) / (1 - 0.8) = 0.67232 / 0.2 = 3.3616
-    assert km.expected_tokens_per_step(0.8, 4) == pytest.approx(3.3616, rel=1e-12)
-    assert km.expected_tokens_per_step(1.0, 4) == 5.0
+    assert km.formulas.expected_tokens_per_step(0.8, 4) == pytest.approx(3.3616, rel=1e-12)
+    assert km.formulas.expected_tokens_per_step(1.0, 4) == 5.0
     with pytest.raises(ValueError, match="acceptance"):
-        km.expected_tokens_per_step(1.2, 4)
+        km.formulas.expected_tokens_per_step(1.2, 4)
 
 
 def test_verify_step_reads_the_same_bytes_for_a_dense_model_more_for_moe():
-    chip = km.get_chip("h100-sxm")
-    dense = km.get_model("llama-3-8b")
+    chip = km.Chip.preset("h100-sxm")
+    dense = km.Model.preset("llama-3-8b")
     one, five = km.step_work(dense, 8, 1024), km.step_work(dense, 8, 1024, tokens_per_seq=5)
     assert five.weight_flops == 5 * one.weight_flops and five.attention_flops == 5 * one.attention_flops
     assert five.kv_bytes_read == one.kv_bytes_read
     assert five.weight_bytes_read - one.weight_bytes_read == (40 - 8) * 4096 * 2  # only embedding rows
-    moe = km.get_model("mixtral-8x7b")
+    moe = km.Model.preset("mixtral-8x7b")
     assert km.step_work(moe, 1, 1024, tokens_per_seq=5).weight_bytes_read_uniform > \
         km.step_work(moe, 1, 1024).weight_bytes_read_uniform
     s = km.speculative_decode(dense, chip, np.array([1, 4096]), 128, 4, 0.8)
     assert s.speedup[0] == pytest.approx(3.3616, rel=0.01)  # memory-bound: verify costs about one step
     assert s.speedup[1] < 1  # compute-bound: speculation stops paying
-    with_draft = km.speculative_decode(km.get_model("llama-2-70b"), chip, 1, 1024, 4, 0.8, draft=km.get_model("llama-2-7b"))
+    with_draft = km.speculative_decode(km.Model.preset("llama-2-70b"), chip, 1, 1024, 4, 0.8, draft=km.Model.preset("llama-2-7b"))
     # the 7B draft's four steps cost about 4 x 13.5 / 138 of the target's step
     assert 2.2 < with_draft.speedup < 2.6
 
 
 # ----- properties -------------------------------------------------------------------------------
 
-presets = st.sampled_from(km.model_names())
-chips = st.sampled_from(km.chip_names())
+presets = st.sampled_from(km.Model.presets())
+chips = st.sampled_from(km.Chip.presets())
 batch = st.floats(0.5, 4096)
 context = st.floats(1, 1_000_000)
 
 
 @given(presets, chips, batch, context, st.sampled_from([1, 2, 8]), st.sampled_from(["heads", "batch"]))
 def test_strict_bound_never_exceeds_the_no_overlap_form(name, chip, b, s, n, shard):
-    model = km.get_model(name)
+    model = km.Model.preset(name)
     assume(shard == "batch" or model.n_heads % n == 0)  # tensor parallelism by heads needs heads that divide
-    step = km.decode_step(model, km.get_chip(chip), b, s, n_chips=n, shard=shard)
+    step = km.decode_step(model, km.Chip.preset(chip), b, s, n_chips=n, shard=shard)
     assert step.strict_step_s <= step.no_overlap_step_s * (1 + 1e-12)
     assert step.strict_step_s >= max(step.terms.kv_s, step.terms.weight_memory_s, step.terms.weight_compute_s,
                                      step.terms.attention_compute_s)
@@ -219,7 +219,7 @@ def test_strict_bound_never_exceeds_the_no_overlap_form(name, chip, b, s, n, sha
 
 @given(presets, chips, batch, batch, context, context)
 def test_both_forms_are_monotone_in_batch_and_context(name, chip, b1, b2, s1, s2):
-    m, c = km.get_model(name), km.get_chip(chip)
+    m, c = km.Model.preset(name), km.Chip.preset(chip)
     (b_lo, b_hi), (s_lo, s_hi) = sorted((b1, b2)), sorted((s1, s2))
     lo, hi = km.decode_step(m, c, b_lo, s_lo), km.decode_step(m, c, b_hi, s_hi)
     assert lo.strict_step_s <= hi.strict_step_s * (1 + 1e-12)
@@ -228,7 +228,7 @@ def test_both_forms_are_monotone_in_batch_and_context(name, chip, b1, b2, s1, s2
 
 @given(st.sampled_from(["mixtral-8x7b", "deepseek-v3"]), batch, batch, st.sampled_from(["floor", "uniform", "ceiling"]))
 def test_moe_bytes_read_grow_with_batch_between_floor_and_resident(name, b1, b2, routing):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     lo, hi = sorted((b1, b2))
     read_lo, read_hi = m.weight_bytes_read(lo, routing=routing), m.weight_bytes_read(hi, routing=routing)
     assert read_lo <= read_hi * (1 + 1e-12)
@@ -239,29 +239,29 @@ def test_moe_bytes_read_grow_with_batch_between_floor_and_resident(name, b1, b2,
 @given(presets, st.floats(1, 1e7), st.sampled_from(["floor", "uniform", "ceiling"]),
        st.sampled_from(["bf16", "fp8", "q4_k", "nvfp4"]))
 def test_bytes_read_never_exceed_bytes_resident(name, b, routing, fmt):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     assert m.weight_bytes_read(b, fmt, routing) <= m.weight_bytes_resident(fmt)
 
 
 def test_param_groups_sum_to_the_count_for_every_preset():
-    for name in km.model_names():
-        m = km.get_model(name)
+    for name in km.Model.presets():
+        m = km.Model.preset(name)
         assert sum(m.param_groups().values()) == m.param_count(), name
         assert m.matmul_params_per_token() <= m.active_param_count(), name
 
 
 def test_every_preset_has_a_sourced_supported_context_or_says_why_not():
-    for name in km.model_names():
-        m = km.get_model(name)
+    for name in km.Model.presets():
+        m = km.Model.preset(name)
         assert m.context_source, name
         assert m.supported_context is None or m.supported_context >= 2048, name
-    assert km.get_model("mistral-7b-v0.1").supported_context == 8192  # not the config's 32,768
+    assert km.Model.preset("mistral-7b-v0.1").supported_context == 8192  # not the config's 32,768
 
 
 # ----- found by review ----------------------------------------------------------------------------
 
 def test_a_tied_table_is_stored_and_read_in_the_lm_head_format():
-    m = km.get_model("falcon-7b")
+    m = km.Model.preset("falcon-7b")
     mixed = {"default": "q4_0", "lm_head": "bf16"}
     table = 65024 * 4544
     assert m.weight_bytes_resident(mixed) == pytest.approx(
@@ -270,7 +270,7 @@ def test_a_tied_table_is_stored_and_read_in_the_lm_head_format():
 
 
 def test_groups_at_different_rates_combine_into_one_time():
-    m, h100 = km.get_model("mixtral-8x7b"), km.get_chip("h100-sxm")
+    m, h100 = km.Model.preset("mixtral-8x7b"), km.Chip.preset("h100-sxm")
     p = m.matmul_params_by_group()
     rate = km.compute_rate(h100, {"default": "bf16", "experts": "fp8"}, model=m)
     # the same time as each group at its own rate: fp8 experts at 1978.9e12, the rest at 989.4e12
@@ -281,7 +281,7 @@ def test_groups_at_different_rates_combine_into_one_time():
 
 
 def test_speculation_on_moe_pays_for_the_experts_its_drafts_touch():
-    chip, m = km.get_chip("h100-sxm"), km.get_model("mixtral-8x7b")
+    chip, m = km.Chip.preset("h100-sxm"), km.Model.preset("mixtral-8x7b")
     s = km.speculative_decode(m, chip, 1, 1024, 4, 0.8)
     # five tokens touch 8 (1 - (3/4)^5) = 6.10 experts per layer against 2: the verify step is dearer
     assert s.verify_step_s > 2 * s.plain_step_s and s.speedup < 2
@@ -291,14 +291,14 @@ def test_speculation_on_moe_pays_for_the_experts_its_drafts_touch():
 
 @given(batch, batch, st.sampled_from([2, 4, 8]))
 def test_batch_sharding_is_monotone_in_a_fractional_batch(b1, b2, n):
-    m, c = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
+    m, c = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
     lo, hi = sorted((b1, b2))
     assert km.decode_step(m, c, lo, 4096, n_chips=n, shard="batch").strict_step_s <= \
         km.decode_step(m, c, hi, 4096, n_chips=n, shard="batch").strict_step_s * (1 + 1e-12)
 
 
 def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
-    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
+    m, h100 = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
     b = km.speculation_break_even_batch(m, h100, 128, 4, 0.8)
     s = km.speculative_decode(m, h100, np.array([b / 2, b, 2 * b]), 128, 4, 0.8)
     assert s.speedup[0] > 1 and s.speedup[1] == pytest.approx(1, abs=1e-6) and s.speedup[2] < 1
@@ -314,7 +314,7 @@ def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
     (dict(acceptance=float("nan")), "acceptance"), (dict(context=-1), "context"), (dict(model="llama3-8b"), "model"),
 ])
 def test_speculation_break_even_batch_refuses_bad_input_by_name(kwargs, words):
-    args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), context=128, gamma=4, acceptance=0.8)
+    args = dict(model=km.Model.preset("llama-3-8b"), chip=km.Chip.preset("h100-sxm"), context=128, gamma=4, acceptance=0.8)
     args.update(kwargs)
     with pytest.raises(ValueError, match=words):
         km.speculation_break_even_batch(**args)
