@@ -36,18 +36,18 @@ def test_min_step_is_monotone_in_context(b, s1, s2, kv, p, b_w, w, c):
 @given(batch, context, kv_per_token, params, bytes_per_param, bandwidth, flops)
 def test_min_step_is_at_least_each_bound(b, s, kv, p, b_w, w, c):
     t = km.formulas.step_breakdown(b, s * kv, p * b_w, p, w, c)
-    assert t.step_s >= t.kv_s
-    assert t.step_s >= t.weight_memory_s
-    assert t.step_s >= t.weight_compute_s
-    assert t.step_s >= km.formulas.min_step_simple(b, s * kv, p * b_w, w) * (1 - 1e-12)
-    assert t.step_s == pytest.approx(t.kv_s + max(t.weight_memory_s, t.weight_compute_s), rel=1e-12)
+    assert t.no_overlap_s >= t.kv_read_s
+    assert t.no_overlap_s >= t.weight_read_s
+    assert t.no_overlap_s >= t.weight_compute_s
+    assert t.no_overlap_s >= km.formulas.min_step_simple(b, s * kv, p * b_w, w) * (1 - 1e-12)
+    assert t.no_overlap_s == pytest.approx(t.kv_read_s + max(t.weight_read_s, t.weight_compute_s), rel=1e-12)
 
 
 @given(params, bytes_per_param, bandwidth, flops)
 def test_weight_terms_are_equal_at_the_critical_batch(p, b_w, w, c):
     b_crit = km.formulas.critical_batch(c, w, b_w)
     t = km.formulas.step_breakdown(b_crit, 0, p * b_w, p, w, c)
-    assert t.weight_compute_s == pytest.approx(t.weight_memory_s, rel=1e-9)
+    assert t.weight_compute_s == pytest.approx(t.weight_read_s, rel=1e-9)
 
 
 @given(params, bytes_per_param, bandwidth, flops, st.floats(0.05, 20))

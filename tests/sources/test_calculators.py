@@ -51,7 +51,7 @@ def test_bekman_formula_is_exact_for_llama_31_8b_and_not_for_qwen3_32b():
 
 def test_head_width_error_goes_both_ways_over_the_presets():
     ratios = {m.name: (m.d_model / m.n_heads) / m.head_dim
-              for m in map(km.get_model, km.Model.presets())
+              for m in map(km.Model.preset, km.Model.presets())
               if m.attention != "mla" and m.head_dim * m.n_heads != m.d_model}
     assert ratios["qwen3-32b"] == 0.625 and ratios["gemma-3-27b"] == 168 / 128
     assert min(ratios.values()) < 1 < max(ratios.values())
@@ -82,13 +82,14 @@ def test_lmcache_prints_gib_as_gb():
 def test_llm_analysis_kv_twice_and_two_mlp_matrices():
     # llmanalysis022: kv_cache_latency = 2 * kv_cache_memory / bandwidth; MLP 2 * d * d_ff per layer
     m, h100 = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
-    w = km.decode_step(m, h100, 64, 8192).work
-    assert w.kv_bytes_read == 64 * GiB
+    w = km.Deployment(m, h100).step(64, 8192)  # one chip: its reads are the totals
+    kv_per_seq = m.kv_bytes_per_seq(8192)
+    assert w.kv_bytes_read == 64 * kv_per_seq == 64 * GiB
     twice = (w.weight_bytes_read + 2 * w.kv_bytes_read) / (w.weight_bytes_read + w.kv_bytes_read)
     assert twice == pytest.approx(1.8207, abs=5e-5)
     # 1.5x exactly where the batch's cache weighs as much as the weights read
-    b = w.weight_bytes_read / w.kv_bytes_per_seq
-    assert (w.weight_bytes_read + 2 * b * w.kv_bytes_per_seq) / (w.weight_bytes_read + b * w.kv_bytes_per_seq) \
+    b = w.weight_bytes_read / kv_per_seq
+    assert (w.weight_bytes_read + 2 * b * kv_per_seq) / (w.weight_bytes_read + b * kv_per_seq) \
         == pytest.approx(1.5, rel=1e-12)
     # eleuther_cookbook_mem: num_mlp_linears 2 (default) of width intermediate_size, read from the config
     two = m.param_count() - m.n_layers * m.d_model * m.d_ff  # one of three MLP matrices dropped

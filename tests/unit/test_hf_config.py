@@ -212,8 +212,8 @@ def test_kv_by_layer_kind():
 
 def test_a_config_model_runs_through_the_step_model():
     m = km.Model.from_hf_config(path("Qwen--Qwen3-Next-80B-A3B-Instruct"))
-    step = km.decode_step(m, km.Chip.preset("h200"), batch=8, context=8192)
-    assert step.work.kv_bytes_per_seq == 240_844_800
+    step = km.Deployment(m, "h200").step(batch=8, context=8192)
+    assert step.kv_bytes_read == 8 * 240_844_800  # one chip reads every sequence's whole cache
 
 
 LLAMA = json.loads(path("meta-llama--Llama-3.1-8B").read_text())

@@ -45,8 +45,8 @@ def test_a_model_listing_its_layers_honours_them_everywhere():
     assert m.kv_bytes_per_token() == base.kv_bytes_per_token()  # reserved per token: unchanged
     assert m.kv_bytes_per_seq(8192) == 16 * 131072 / 32 * (1024 + 8192)
     assert m.param_groups()["attention"] == 32
-    w = km.step_work(m, 4, 8192)
-    assert w.kv_bytes_per_seq == m.kv_bytes_per_seq(8192)
+    w = km.Deployment(m, "h100-sxm").step(4, 8192)  # the step model reads the listed layers' cache
+    assert w.kv_bytes_read == 4 * m.kv_bytes_per_seq(8192) == 4 * 16 * 131072 / 32 * (1024 + 8192)
     assert m.layer_kinds == ("full", "sliding")
 
 
