@@ -1,4 +1,5 @@
-"""The step model: bytes read by tensor group, formats, MoE, attention FLOPs, both bounds, speculation.
+"""The deployment and its step model: bytes read by tensor group, formats, MoE, attention FLOPs, both bounds,
+speculation, communication over the links, routing on every layout, and the checks made once at construction.
 
 Expected values are hand computations written out in each test (exact
 integers where the arithmetic is exact; tolerances stated otherwise).
@@ -10,6 +11,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import kvmath as km
+from kvmath.deployment import binds
+from kvmath.formats import format_names, get_format
+from kvmath.speculative import speculation_break_even_batch
 
 settings.register_profile("kvmath", deadline=None, derandomize=True)
 settings.load_profile("kvmath")
@@ -74,7 +78,7 @@ def test_a_precision_per_group():
     ("fp8-e4m3", 8), ("fp8-e5m2", 8), ("int8", 8), ("bf16", 16),
 ])
 def test_bits_per_weight_include_scales(name, bits):
-    assert km.get_format(name).bits_per_weight == bits
+    assert get_format(name).bits_per_weight == bits
     assert km.units.dtype_bytes(name) == bits / 8
 
 
@@ -84,8 +88,8 @@ def test_q4_0_llama_2_7b():
 
 
 def test_every_format_has_a_source_and_a_known_rate():
-    for name in km.format_names():
-        f = km.get_format(name)
+    for name in format_names():
+        f = get_format(name)
         assert f.source and f.compute in ("bf16", "fp8", "int8", "fp4")
 
 
@@ -117,9 +121,9 @@ def test_moe_critical_batch():
     h100 = km.Chip.preset("h100-sxm")
     # (46.70 / 12.88) * 989.4e12 * 2 / (2 * 3.35e12) = 1070.9
     assert km.formulas.saturated_critical_batch(46.70e9, 12.88e9, 989.4e12, 3.35e12, 2) == pytest.approx(1070.9, abs=0.1)
-    own = km.model_critical_batch(km.Model.preset("mixtral-8x7b"), h100)
+    own = km.Deployment("mixtral-8x7b", h100).critical_batch()
     assert own == pytest.approx(1070.9, rel=0.02)
-    dense = km.model_critical_batch(km.Model.preset("llama-2-70b"), h100)
+    dense = km.Deployment("llama-2-70b", h100).critical_batch()
     assert dense == pytest.approx(989.4e12 * 2 / (2 * 3.35e12), rel=0.002)  # 295.3: the chip's figure
 
 
@@ -135,13 +139,14 @@ def test_mla_absorbed_attention_flops_deepseek_v3():
     assert intensity == pytest.approx(241.8, abs=0.05)
     # above an H200's bf16 ridge (989e12 / 4.8e12 = 206), on one chip
     assert intensity > km.Chip.preset("h200").ridge_point("bf16")
-    step = km.decode_step(m, km.Chip.preset("h200"), 64, 32768, weights="fp8", compute_dtype="bf16")
-    assert step.terms.attention_bound == "compute"
+    one = km.Deployment(m, "h200", weights="fp8", compute="bf16")
+    step = one.step(64, 32768)
+    assert binds(step.kv_read_s, step.attention_compute_s) == "compute"
     # tensor parallel by heads: every chip reads the whole latent for 1/8 of the heads
-    tp = km.decode_step(m, km.Chip.preset("h200"), 64, 32768, weights="fp8", compute_dtype="bf16", n_chips=8)
-    assert tp.terms.attention_bound == "memory"
-    assert tp.terms.attention_compute_s / tp.terms.kv_s == pytest.approx(
-        step.terms.attention_compute_s / step.terms.kv_s / 8, rel=1e-12)
+    tp = one.replace(layout="tp=8", link=None).step(64, 32768)
+    assert binds(tp.kv_read_s, tp.attention_compute_s) == "memory"
+    assert tp.attention_compute_s / tp.kv_read_s == pytest.approx(
+        step.attention_compute_s / step.kv_read_s / 8, rel=1e-12)
 
 
 def test_gqa_attention_flops_count_query_heads_and_windows():
@@ -163,12 +168,13 @@ def test_strict_bound_of_the_notes_example():
 
 def test_overhead_adds_to_both_forms_and_makes_an_estimate():
     m, chip = km.Model.preset("llama-2-7b"), km.Chip.preset("a100-80gb")
-    base = km.decode_step(m, chip, 1, 512)
-    slow = km.decode_step(m, chip, 1, 512, overhead_s=1e-3)
-    assert slow.strict_step_s - base.strict_step_s == pytest.approx(1e-3, rel=1e-9)
-    assert slow.no_overlap_step_s - base.no_overlap_step_s == pytest.approx(1e-3, rel=1e-9)
+    dep = km.Deployment(m, chip)
+    base = dep.step(1, 512)
+    slow = dep.step(1, 512, overhead_s=1e-3)
+    assert slow.strict_s - base.strict_s == pytest.approx(1e-3, rel=1e-9)
+    assert slow.no_overlap_s - base.no_overlap_s == pytest.approx(1e-3, rel=1e-9)
     assert base.is_lower_bound and not slow.is_lower_bound
-    assert not km.decode_step(m, chip, 1, 512, efficiency=0.8).is_lower_bound
+    assert not dep.step(1, 512, efficiency=0.8).is_lower_bound
 
 
 # ----- speculative decoding ---------------------------------------------------------------------
@@ -184,17 +190,19 @@ def test_expected_tokens_per_step():
 def test_verify_step_reads_the_same_bytes_for_a_dense_model_more_for_moe():
     chip = km.Chip.preset("h100-sxm")
     dense = km.Model.preset("llama-3-8b")
-    one, five = km.step_work(dense, 8, 1024), km.step_work(dense, 8, 1024, tokens_per_seq=5)
+    on_one = km.Deployment(dense, chip)  # one chip: its reads and FLOPs are the totals
+    one, five = on_one.step(8, 1024), on_one.step(8, 1024, tokens_per_seq=5)
     assert five.weight_flops == 5 * one.weight_flops and five.attention_flops == 5 * one.attention_flops
     assert five.kv_bytes_read == one.kv_bytes_read
     assert five.weight_bytes_read - one.weight_bytes_read == (40 - 8) * 4096 * 2  # only embedding rows
     moe = km.Model.preset("mixtral-8x7b")
-    assert km.step_work(moe, 1, 1024, tokens_per_seq=5).weight_bytes_read_uniform > \
-        km.step_work(moe, 1, 1024).weight_bytes_read_uniform
-    s = km.speculative_decode(dense, chip, np.array([1, 4096]), 128, 4, 0.8)
+    moe_dep = km.Deployment(moe, chip)
+    assert moe_dep.step(1, 1024, tokens_per_seq=5, routing="uniform").weight_bytes_read > \
+        moe_dep.step(1, 1024, routing="uniform").weight_bytes_read
+    s = on_one.speculate(np.array([1, 4096]), 128, 4, 0.8)
     assert s.speedup[0] == pytest.approx(3.3616, rel=0.01)  # memory-bound: verify costs about one step
     assert s.speedup[1] < 1  # compute-bound: speculation stops paying
-    with_draft = km.speculative_decode(km.Model.preset("llama-2-70b"), chip, 1, 1024, 4, 0.8, draft=km.Model.preset("llama-2-7b"))
+    with_draft = km.Deployment("llama-2-70b", chip).speculate(1, 1024, 4, 0.8, draft=km.Model.preset("llama-2-7b"))
     # the 7B draft's four steps cost about 4 x 13.5 / 138 of the target's step
     assert 2.2 < with_draft.speedup < 2.6
 
@@ -211,19 +219,21 @@ context = st.floats(1, 1_000_000)
 def test_strict_bound_never_exceeds_the_no_overlap_form(name, chip, b, s, n, shard):
     model = km.Model.preset(name)
     assume(shard == "batch" or model.n_heads % n == 0)  # tensor parallelism by heads needs heads that divide
-    step = km.decode_step(model, km.Chip.preset(chip), b, s, n_chips=n, shard=shard)
-    assert step.strict_step_s <= step.no_overlap_step_s * (1 + 1e-12)
-    assert step.strict_step_s >= max(step.terms.kv_s, step.terms.weight_memory_s, step.terms.weight_compute_s,
-                                     step.terms.attention_compute_s)
+    layout = f"tp={n}" + (",kv=batch" if shard == "batch" else "")
+    step = km.Deployment(model, chip, layout).step(b, s)  # the chip's own link: communication counted too
+    assert step.strict_s <= step.no_overlap_s * (1 + 1e-12)
+    assert step.strict_s >= max(step.kv_read_s, step.weight_read_s, step.weight_compute_s,
+                                step.attention_compute_s, step.comm_s)
 
 
 @given(presets, chips, batch, batch, context, context)
 def test_both_forms_are_monotone_in_batch_and_context(name, chip, b1, b2, s1, s2):
     m, c = km.Model.preset(name), km.Chip.preset(chip)
     (b_lo, b_hi), (s_lo, s_hi) = sorted((b1, b2)), sorted((s1, s2))
-    lo, hi = km.decode_step(m, c, b_lo, s_lo), km.decode_step(m, c, b_hi, s_hi)
-    assert lo.strict_step_s <= hi.strict_step_s * (1 + 1e-12)
-    assert lo.no_overlap_step_s <= hi.no_overlap_step_s * (1 + 1e-12)
+    dep = km.Deployment(m, c)
+    lo, hi = dep.step(b_lo, s_lo), dep.step(b_hi, s_hi)
+    assert lo.strict_s <= hi.strict_s * (1 + 1e-12)
+    assert lo.no_overlap_s <= hi.no_overlap_s * (1 + 1e-12)
 
 
 @given(st.sampled_from(["mixtral-8x7b", "deepseek-v3"]), batch, batch, st.sampled_from(["floor", "uniform", "ceiling"]))
@@ -272,20 +282,23 @@ def test_a_tied_table_is_stored_and_read_in_the_lm_head_format():
 def test_groups_at_different_rates_combine_into_one_time():
     m, h100 = km.Model.preset("mixtral-8x7b"), km.Chip.preset("h100-sxm")
     p = m.matmul_params_by_group()
-    rate = km.compute_rate(h100, {"default": "bf16", "experts": "fp8"}, model=m)
+    rate = km.Deployment(m, h100, weights={"default": "bf16", "experts": "fp8"}).flops
     # the same time as each group at its own rate: fp8 experts at 1978.9e12, the rest at 989.4e12
     seconds_per_token = 2 * p["experts"] / 1978.9e12 + 2 * (sum(p.values()) - p["experts"]) / 989.4e12
     assert 2 * sum(p.values()) / rate == pytest.approx(seconds_per_token, rel=1e-12)
+    from kvmath.step import compute_rate  # the rule Deployment.flops uses; without a model it cannot combine
+
     with pytest.raises(ValueError, match="pass the model"):
-        km.compute_rate(h100, {"default": "bf16", "experts": "fp8"})
+        compute_rate(h100, {"default": "bf16", "experts": "fp8"})
 
 
 def test_speculation_on_moe_pays_for_the_experts_its_drafts_touch():
     chip, m = km.Chip.preset("h100-sxm"), km.Model.preset("mixtral-8x7b")
-    s = km.speculative_decode(m, chip, 1, 1024, 4, 0.8)
+    dep = km.Deployment(m, chip)
+    s = dep.speculate(1, 1024, 4, 0.8)
     # five tokens touch 8 (1 - (3/4)^5) = 6.10 experts per layer against 2: the verify step is dearer
     assert s.verify_step_s > 2 * s.plain_step_s and s.speedup < 2
-    floor = km.speculative_decode(m, chip, 1, 1024, 4, 0.8, routing="floor")
+    floor = dep.speculate(1, 1024, 4, 0.8, routing="floor")
     assert floor.speedup == pytest.approx(3.3616, rel=0.01)
 
 
@@ -293,20 +306,21 @@ def test_speculation_on_moe_pays_for_the_experts_its_drafts_touch():
 def test_batch_sharding_is_monotone_in_a_fractional_batch(b1, b2, n):
     m, c = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
     lo, hi = sorted((b1, b2))
-    assert km.decode_step(m, c, lo, 4096, n_chips=n, shard="batch").strict_step_s <= \
-        km.decode_step(m, c, hi, 4096, n_chips=n, shard="batch").strict_step_s * (1 + 1e-12)
+    dep = km.Deployment(m, c, f"tp={n},kv=batch", link=None)
+    assert dep.step(lo, 4096).strict_s <= dep.step(hi, 4096).strict_s * (1 + 1e-12)
 
 
 def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
     m, h100 = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
-    b = km.speculation_break_even_batch(m, h100, 128, 4, 0.8)
-    s = km.speculative_decode(m, h100, np.array([b / 2, b, 2 * b]), 128, 4, 0.8)
+    dep = km.Deployment(m, h100)
+    b = speculation_break_even_batch(dep, 128, 4, 0.8)
+    s = dep.speculate(np.array([b / 2, b, 2 * b]), 128, 4, 0.8)
     assert s.speedup[0] > 1 and s.speedup[1] == pytest.approx(1, abs=1e-6) and s.speedup[2] < 1
     # at the break-even batch the verify step is compute-bound: its math outlasts its reads
-    verify = km.decode_step(m, h100, b, 128, tokens_per_seq=5)
-    assert verify.terms.strict_bound == "compute"
+    verify = dep.step(b, 128, tokens_per_seq=5)
+    assert verify.binds == "compute"
     with pytest.raises(ValueError, match="does not pay"):
-        km.speculation_break_even_batch(m, h100, 128, 4, 0.0)
+        speculation_break_even_batch(dep, 128, 4, 0.0)
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -316,5 +330,5 @@ def test_speculation_stops_paying_where_the_verify_step_turns_compute_bound():
 def test_speculation_break_even_batch_refuses_bad_input_by_name(kwargs, words):
     args = dict(model=km.Model.preset("llama-3-8b"), chip=km.Chip.preset("h100-sxm"), context=128, gamma=4, acceptance=0.8)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=words):
-        km.speculation_break_even_batch(**args)
+    with pytest.raises(ValueError, match=words):  # a bad model name is refused where the deployment is built
+        speculation_break_even_batch(km.Deployment(args.pop("model"), args.pop("chip")), **args)
