@@ -332,3 +332,159 @@ def test_speculation_break_even_batch_refuses_bad_input_by_name(kwargs, words):
     args.update(kwargs)
     with pytest.raises(ValueError, match=words):  # a bad model name is refused where the deployment is built
         speculation_break_even_batch(km.Deployment(args.pop("model"), args.pop("chip")), **args)
+
+
+# ----- the deployment: hand computations, routing on every layout, one result shape, checks at construction ---------
+
+def test_llama_2_70b_on_8_h100s_by_hand():
+    """tp = 8, B = 64, S = 4096, bf16: each chip's reads, math and NVLink all-reduces, term by term."""
+    dep = km.Deployment("llama-2-70b", "h100-sxm", "tp=8")
+    assert dep.link.name == "nvlink4"  # the chip preset's own interconnect, without being told
+    s = dep.step(64, 4096)
+    # L = 80, d = 8192, h = 64, h_kv = 8, d_h = 128, d_ff = 28672, vocab = 32000 (untied), bf16
+    attention = 8192 * 64 * 128 + 2 * 8192 * 8 * 128 + 64 * 128 * 8192
+    mlp = 3 * 8192 * 28672
+    # every layer's weights, the norms and the LM head split 8 ways, plus the batch's 64 embedding rows
+    weights = 2 * (80 * (attention + mlp) + (2 * 80 + 1) * 8192 + 32000 * 8192 + 64 * 8192) / 8
+    assert s.weight_bytes_read == pytest.approx(weights, rel=1e-15)
+    # one KV head of 8 per chip: 64 sequences x 4096 tokens x 80 layers x K and V x 128 x 2 bytes
+    assert s.kv_bytes_read == 64 * 4096 * 80 * 2 * 128 * 2 == 10_737_418_240
+    # two all-reduces per layer of B d b_act = 1,048,576 bytes over 8 chips; NVSwitch reduces in the switch,
+    # so the best all-reduce moves min(2 (N - 1) / N S, S) = S at 450 GB/s, plus one 0.5 us latency
+    message = 64 * 8192 * 2
+    allreduce = min(2 * 7 / 8 * message, message) / 450e9 + 0.5e-6
+    assert s.comm_s == pytest.approx(2 * 80 * allreduce, rel=1e-12)  # 452.83 us
+    assert s.comm_s * 1e6 == pytest.approx(452.83, abs=0.005)
+    w, c = 3.35e12, 989.4e12
+    memory = (weights + 10_737_418_240) / w
+    flops = (2 * 64 * dep.model.matmul_params_per_token() + 64 * 4 * 80 * 64 * 128 * 4096) / 8
+    assert s.weight_flops + s.attention_flops == pytest.approx(flops, rel=1e-12)
+    assert s.strict_s == pytest.approx(max(memory, flops / c, s.comm_s), rel=1e-12)  # 8.333 ms, memory-bound
+    assert s.strict_s * 1e3 == pytest.approx(8.333, abs=5e-4) and s.binds == "memory"
+    assert s.no_overlap_s == pytest.approx(s.kv_read_s + s.weight_read_s + s.comm_s, rel=1e-12)  # both reads bind
+    # the same step without a link: the old default, communication not counted
+    assert dep.replace(link=None).step(64, 4096).comm_s == 0
+
+
+def test_routing_works_on_every_layout():
+    """Speculative decoding on tp = 2 of a dense model: the speed-up of the old n_chips=2 path (3.36)."""
+    one = km.Deployment("llama-3-8b", "h100-sxm", link=None)
+    two = one.replace(layout="tp=2")
+    # verify and plain steps on one chip and on two are both memory-bound: (1 - 0.8^5) / (1 - 0.8) = 3.3616 tokens
+    # per step for about one step's time; the old path gave 3.3615926695051552 for both
+    assert two.speculate(1, 128, 4, 0.8).speedup == pytest.approx(3.3615926695051552, rel=1e-12)
+    assert one.speculate(1, 128, 4, 0.8).speedup == pytest.approx(3.3615926695051552, rel=1e-12)
+    for layout in ("tp=2", "tp=2,kv=batch", "pp=2", "dp=2", "cp=2", "tp=2,pp=2"):
+        dep = one.replace(layout=layout)
+        for routing in ("floor", "uniform", "ceiling"):  # a dense model: every routing reads the same weights
+            assert dep.step(8, 1024, routing=routing).strict_s == dep.step(8, 1024).strict_s, (layout, routing)
+        assert dep.speculate(1, 128, 4, 0.8).speedup > 1, layout
+    moe = km.Deployment("mixtral-8x7b", "h100-sxm", "tp=2", link=None)
+    floor, uniform = moe.step(1, 1024), moe.step(1, 1024, routing="uniform")
+    assert floor.weight_bytes_read == uniform.weight_bytes_read  # one token touches exactly k = 2 experts
+    assert moe.step(8, 1024, routing="uniform").weight_bytes_read > moe.step(8, 1024).weight_bytes_read
+
+
+@pytest.mark.parametrize("layout", [None, "tp=8", "tp=2,kv=batch", "cp=2"])
+def test_a_mixed_step_without_a_chunk_is_the_decode_step_exactly(layout):
+    """The issue's ulp: mixed_step(chunk_tokens=0) and step must be the same floats, not approximately."""
+    dep = km.Deployment("llama-3-8b", "h100-sxm", layout)
+    for b, s in ((64, 2000), (1, 128), (np.array([1.0, 7.0, 512.0]), np.array([100.0, 4096.0, 8191.0]))):
+        step, mixed = dep.step(b, s), dep.mixed_step(b, s, 0)
+        assert np.all(mixed.strict_s == step.strict_s), (layout, b, s)
+        assert np.all(mixed.decode_only_s == step.strict_s)
+        assert np.all(mixed.weight_bytes_read == step.weight_bytes_read)
+        assert np.all(mixed.kv_bytes_read == step.kv_bytes_read)
+        assert np.all(mixed.comm_s == step.comm_s)
+        assert np.all(mixed.slowdown == 1.0)
+
+
+def _attribute_names(result) -> set:
+    cls = type(result)
+    names = {f.name for f in __import__("dataclasses").fields(result)}
+    return names | {k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, property) and not k.startswith("_")}
+
+
+def test_every_result_dict_has_exactly_its_attribute_names():
+    dep = km.Deployment("llama-3-8b", "h100-sxm", "tp=2")
+    results = [dep.step(8, 1024), dep.prefill(1, 512), dep.request(8, 512, 64, price_per_chip_hour=2.0),
+               dep.mixed_step(8, 1024, 256), dep.steady_state(8, 512, 64, price_per_chip_hour=2.0),
+               dep.frontier(512, 64), dep.capacity(4096), dep.speculate(1, 128, 4, 0.8)]
+    for result in results:
+        d = result.to_dict()
+        assert set(d) == _attribute_names(result), type(result).__name__
+        for key, value in d.items():
+            assert np.all(np.asarray(value, dtype=object) == np.asarray(
+                km.results.plain_value(getattr(result, key)), dtype=object)), (type(result).__name__, key)
+    import json
+    json.dumps(results[0].to_dict())  # JSON-ready: plain numbers
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(model="llama2-7b"), "did you mean 'llama-2-7b'"),
+    (dict(model=7), "model"),
+    (dict(chip="h100"), "did you mean 'h100-sxm'"),
+    (dict(chip=km.Model.preset("llama-2-7b")), "chip"),
+    (dict(layout="tp=3"), r"layout: tp \(3\) must divide the 32 heads"),
+    (dict(layout="tp=2.5"), "layout"),
+    (dict(layout=(2, 1)), "layout"),
+    (dict(weights="bf8"), "weights"),
+    (dict(weights={"attn": "fp8"}), "weights"),
+    (dict(kv="bf8"), "kv"),
+    (dict(kv=0), "kv"),
+    (dict(compute="fp32"), "compute"),
+    (dict(formats="bf16"), "formats"),
+    (dict(formats=km.Formats(activations="bf8")), "activations"),
+    (dict(formats=km.Formats(dispatch="bf8")), "dispatch"),
+    (dict(formats=km.Formats(), weights="fp8"), "either in formats or as arguments"),
+    (dict(link="nvlink9"), "link: unknown link 'nvlink9'"),
+    (dict(link=3), "link"),
+    (dict(node_link="nvlink9"), "node_link"),
+    (dict(chips_per_node=0), "chips_per_node"),
+    (dict(chips_per_node=2.5), "chips_per_node"),
+])
+def test_a_deployment_refuses_bad_input_by_name_when_built(change, words):
+    args = dict(model="llama-2-7b", chip="h100-sxm")
+    args.update(change)
+    with pytest.raises(ValueError, match=words):
+        km.Deployment(**args)
+
+
+def test_a_deployment_is_immutable_and_replace_checks_again():
+    dep = km.Deployment("llama-2-7b", "h100-sxm")
+    with pytest.raises(AttributeError, match="immutable"):
+        dep.layout = km.ParallelLayout(tp=2)
+    with pytest.raises(ValueError, match=r"tp \(3\) must divide"):
+        dep.replace(layout="tp=3")
+    assert dep.replace(layout="tp=4").n_chips == 4
+
+
+def test_tensor_parallel_all_reduces_stay_on_nvlink_and_only_the_pipeline_hop_crosses_infiniband():
+    """Llama 3.1 405B on two nodes of 8 H100s (tp = 8 in a node, pp = 2 across), B = 32.
+
+    With pp = 2 each chip's pass carries B / pp = 16 sequences: T d b_act =
+    16 x 16384 x 2 = 524,288 bytes per all-reduce, 2 L = 252 of them (L = 126)
+    over 8 chips, and one point-to-point hop of the same bytes between stages.
+    All on InfiniBand (the old all-on-one-link figure) the all-reduces take
+    252 x (2 x 7/8 x 524,288 / 50e9 + 0.5 us) = 4.75 ms, 4.76 ms with the hop;
+    inside the node over NVLink (in-switch reduction: S bytes) 252 x
+    (524,288 / 450e9 + 0.5 us) = 0.4196 ms, and the hop over InfiniBand adds
+    524,288 / 50e9 + 0.5 us = 10.99 us: 0.4306 ms.
+    """
+    m = km.Model.preset("llama-3.1-405b")
+    assert (m.n_layers, m.d_model) == (126, 16384)
+    message = 16 * 16384 * 2
+    nvlink = message / 450e9 + 0.5e-6            # in-switch reduction: S bytes, one latency
+    ib_allreduce = 2 * 7 / 8 * message / 50e9 + 0.5e-6
+    hop = message / 50e9 + 0.5e-6
+    two_tier = km.Deployment(m, "h100-sxm", "tp=8,pp=2", chips_per_node=8, link="nvlink4", node_link="ib-ndr400")
+    s = two_tier.step(32, 4096)
+    assert s.micro_batch == 16
+    assert s.comm_s == pytest.approx(252 * nvlink + hop, rel=1e-12)
+    assert s.comm_s * 1e3 == pytest.approx(0.4306, abs=5e-5)
+    all_ib = two_tier.replace(link="ib-ndr400", node_link="ib-ndr400").step(32, 4096)
+    assert all_ib.comm_s == pytest.approx(252 * ib_allreduce + hop, rel=1e-12)
+    assert all_ib.comm_s * 1e3 == pytest.approx(4.76, abs=5e-3)
+    one_node = two_tier.replace(chips_per_node=16).step(32, 4096)  # all 16 chips on one NVLink fabric
+    assert one_node.comm_s == pytest.approx(252 * nvlink + nvlink, rel=1e-12)
+    assert one_node.comm_s * 1e3 == pytest.approx(0.42, abs=5e-3)
