@@ -10,6 +10,9 @@ import pytest
 
 import kvmath as km
 from kvmath.calibration import EXTRA_MODELS, METRICS, REGIMES
+from kvmath.layout import parse_layout
+# llama.cpp's last-MLP rule is an option of the request model's prefill only (the calibration rows use it)
+from kvmath.requests import prefill_bound
 
 ROWS = km.calibration.load_measurements()
 BIB = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text(encoding="utf-8")
@@ -34,7 +37,7 @@ def test_every_row_loads(m):
     assert m.chip in km.Chip.presets()
     assert m.measured > 0 and m.batch >= 1 and m.n_chips >= 1
     if m.layout and not m.layout.startswith("split="):
-        km.parse_layout(m.layout).check(m.model_preset)
+        parse_layout(m.layout).check(m.model_preset)
 
 
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
@@ -106,9 +109,10 @@ def test_chunked_prefill_reads_the_lm_head_once():
     """
     m, chip = km.Model.preset("llama-3-8b"), km.Chip.preset("rtx-4090")
     head = 128256 * 4096 * 2
-    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
-    steps = float(np.sum(with_logits.strict_step_s)) - 511 * head / chip.bandwidth
-    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    dep = km.Deployment(m, chip)
+    with_logits = dep.step(1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_s)) - 511 * head / chip.bandwidth
+    t = dep.request(1, 512, 1, chunk_tokens=1).ttft_s
     # the prefill's attention is causal over 1 .. 512, as the decode steps' is; bytes dominate
     assert t == pytest.approx(steps, rel=2e-3)
 
@@ -123,24 +127,25 @@ def test_llama_cpp_skips_the_last_mlp_without_logits():
     """
     m, chip = km.Model.preset("llama-3-8b"), km.Chip.preset("rtx-4090")
     head, mlp = 128256 * 4096 * 2, 3 * 4096 * 14336 * 2
-    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
-    steps = float(np.sum(with_logits.strict_step_s)) - 511 * (head + mlp) / chip.bandwidth
-    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
+    dep = km.Deployment(m, chip)
+    with_logits = dep.step(1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_s)) - 511 * (head + mlp) / chip.bandwidth
+    t = prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
     assert t == pytest.approx(steps, rel=2e-3)
     # the plain rule charges the MLP: exactly 511 of its reads more
-    plain = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    plain = dep.request(1, 512, 1, chunk_tokens=1).ttft_s
     assert plain - t == pytest.approx(511 * mlp / chip.bandwidth, rel=1e-9)
     assert km.calibration.bound_for("lcpp-4090-8b-ub1").bound == pytest.approx(512 / t, rel=1e-12)
     s, d = 2048, 4096
     flops = 2 * s * 32 * (4 * d * d + 3 * d * 11008) + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
     skipped = 2 * (s - 1) * 3 * d * 11008
-    t7 = km.prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
-                          last_mlp_logits_only=True)
+    t7 = prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
+                       last_mlp_logits_only=True)
     assert t7 == pytest.approx((flops - skipped) / 312e12, rel=2e-3)
     with pytest.raises(ValueError, match="last_mlp_logits_only"):
-        km.prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
+        prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
     with pytest.raises(ValueError, match="dense models only"):
-        km.prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
+        prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
 
 
 def test_replicated_lm_head_is_read_whole_on_every_chip():
@@ -149,11 +154,9 @@ def test_replicated_lm_head_is_read_whole_on_every_chip():
     Per chip at tp = 8: the head's 524.3 MB instead of an eighth, 458.75 MB
     more to read, and 2 x 32000 x 8192 x 7/8 more FLOPs per token.
     """
-    m = km.Model.preset("llama-2-70b")
-    kv, att = m.kv_bytes_per_seq(100), m.attention_flops_per_token(100)
-    opts = dict(kv_bytes_per_seq=kv, attention_flops_per_seq=att)
-    split = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8), 2.039e12, 312e12, **opts)
-    whole = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8, replicate_lm_head=True), 2.039e12, 312e12, **opts)
+    dep = km.Deployment("llama-2-70b", "a100-80gb", km.ParallelLayout(tp=8), link=None)  # 2.039e12 B/s, 312e12 FLOP/s
+    split = dep.step(1, 100)
+    whole = dep.replace(layout=km.ParallelLayout(tp=8, replicate_lm_head=True)).step(1, 100)
     head = 32000 * 8192 * 2
     assert whole.weight_bytes_read - split.weight_bytes_read == pytest.approx(head * 7 / 8, rel=1e-12)
     assert whole.weight_flops - split.weight_flops == pytest.approx(2 * 32000 * 8192 * 7 / 8, rel=1e-12)
@@ -163,7 +166,7 @@ def test_replicated_lm_head_is_read_whole_on_every_chip():
     # 200 tokens from the 5-token prefill and 199 steps, all memory-bound at batch 1, each reading the
     # extra 458.75 MB at 2.039 TB/s: the time per token grows by exactly that read
     plain = km.calibration.bound_for(dataclasses.replace(c.measurement, replicated_lm_head=False))
-    assert c.step_s - plain.step_s == pytest.approx(head * 7 / 8 / 2.039e12, rel=1e-6)
+    assert c.unit_s - plain.unit_s == pytest.approx(head * 7 / 8 / 2.039e12, rel=1e-6)
     with pytest.raises(ValueError, match="replicate_lm_head"):
         km.ParallelLayout(tp=2, replicate_lm_head=1)
     with pytest.raises(ValueError, match="replicated_lm_head needs a parallel layout"):
@@ -224,7 +227,7 @@ def test_wrong_types_are_value_errors(call):
         call()
 
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def _glued(notebook: str, prefix: str) -> dict[str, float]:
