@@ -12,6 +12,7 @@ settings.load_profile("kvmath")
 
 A100, H100 = km.Chip.preset("a100-80gb"), km.Chip.preset("h100-sxm")
 L7 = km.Model.preset("llama-2-7b")
+L7_A100 = km.Deployment(L7, A100)
 # Llama 2 7B by hand: 32 layers, d = 4096, 32 heads of 128, vocab 32000, not tied
 L, D, H, DH, V = 32, 4096, 32, 128, 32000
 P = L7.param_count()
@@ -30,20 +31,20 @@ def test_no_chunk_is_the_decode_step(name, layout):
     m = km.Model.preset(name)
     w = "fp8" if name == "deepseek-v3" else "bf16"
     for batch, context in ((1, 100), (64, 4096), (512, 30000)):
-        s = km.mixed_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
-        d = km.decode_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
-        assert s.strict_step_s == pytest.approx(d.strict_step_s, rel=1e-12)
-        assert s.decode_only_s == pytest.approx(d.strict_step_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
+        dep = km.Deployment(m, H100, layout, link="nvlink4", weights=w)
+        s, d = dep.mixed_step(batch, context), dep.step(batch, context)
+        assert s.strict_s == pytest.approx(d.strict_s, rel=1e-12)
+        assert s.decode_only_s == pytest.approx(d.strict_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
 
 
 def test_mixed_step_by_hand():
     # 2 decode sequences at 10 tokens, plus a 3-token chunk of a prompt with 4 tokens cached, on an A100-80GB
-    s = km.mixed_step(L7, A100, 2, 10, 3, 4)
+    s = L7_A100.mixed_step(2, 10, 3, 4)
     bytes_ = WEIGHTS + 5 * D * 2 + 2 * 10 * KV_TOKEN + 7 * KV_TOKEN   # 5 embedding rows; the chunk reads 4, writes 3
     flops = 2 * 2 * MATMUL + 2 * attention(10) + 2 * 3 * (MATMUL - V * D) + sum(attention(t) for t in (5, 6, 7))
     assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(bytes_, rel=1e-12)
     assert s.flops == pytest.approx(flops, rel=1e-12)
-    assert s.strict_step_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
+    assert s.strict_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
     assert s.prefill_tokens == 3 and s.n_chips == 1
 
 
@@ -52,15 +53,15 @@ def test_a_big_chunk_makes_the_step_compute_bound():
     # (9.49 -> 9.51 ms); 4,096 make it compute-bound (63.3 ms), about 2 x 8.03e9 x 4160 / 989.4e12 = 67.5 ms
     # less the LM head the chunk does not need
     m = km.Model.preset("llama-3-8b")
-    s = km.mixed_step(m, H100, 64, 2000, np.array([0, 512, 4096]))
-    assert s.strict_step_s[1] < 1.01 * s.strict_step_s[0]
+    s = km.Deployment(m, H100).mixed_step(64, 2000, np.array([0, 512, 4096]))
+    assert s.strict_s[1] < 1.01 * s.strict_s[0]
     assert s.compute_s[2] > s.memory_s[2] and 6 < s.slowdown[2] < 7
     assert s.compute_s[2] < 2 * m.matmul_params_per_token() * 4160 / H100.flops() + 0.002
 
 
 def test_steady_state_by_hand():
     # 4 slots, 6 tokens in, 3 out: 2 decode steps a request, so 2 prompts (12 tokens) a step; decode at 7.5
-    s = km.steady_state(L7, A100, 4, 6, 3, price_per_chip_hour=3.6)
+    s = L7_A100.steady_state(4, 6, 3, price_per_chip_hour=3.6)
     bytes_ = WEIGHTS + 16 * D * 2 + 4 * 7.5 * KV_TOKEN + 2 * 6 * KV_TOKEN
     prompt_flops = 2 * (MATMUL - V * D) * 6 + 2 * V * D + sum(attention(t) for t in range(1, 7))
     flops = 4 * 2 * MATMUL + 4 * attention(7.5) + 2 * prompt_flops
@@ -81,8 +82,9 @@ def test_cost_per_million_tokens_by_hand():
 def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out):
     # the static batch's mean step is a mean of max(affine, affine): at least the max at the mean context
     m = km.Model.preset(name)
-    s = km.steady_state(m, H100, batch, s_in, s_out)
-    r = km.request_times(m, H100, batch, s_in, s_out)
+    dep = km.Deployment(m, H100)
+    s = dep.steady_state(batch, s_in, s_out)
+    r = dep.request(batch, s_in, s_out)
     assert s.step.decode_only_s <= r.time_per_output_token_s * (1 + 1e-9)  # the closed-form sum rounds at 1e-12
     assert s.time_per_output_token_s >= s.step.decode_only_s
 
@@ -93,32 +95,35 @@ def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out
 def test_step_is_monotone_in_the_chunk(name, batch, context, c1, c2, start):
     lo, hi = sorted((c1, c2))
     m = km.Model.preset(name)
-    a, b = (km.mixed_step(m, H100, batch, context, c, start).strict_step_s for c in (lo, hi))
+    dep = km.Deployment(m, H100)
+    a, b = (dep.mixed_step(batch, context, c, start).strict_s for c in (lo, hi))
     assert a <= b * (1 + 1e-12)
 
 
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ValueError, match="layout must use tensor"):
-        km.mixed_step(L7, A100, 1, 10, layout="pp=2")
+        L7_A100.replace(layout="pp=2").mixed_step(1, 10)
     with pytest.raises(ValueError, match="output_tokens must be at least 2"):
-        km.steady_state(L7, A100, 1, 10, 1)
+        L7_A100.steady_state(1, 10, 1)
     with pytest.raises(ValueError, match="chunk_tokens"):
-        km.mixed_step(L7, A100, 1, 10, 2.5)
+        L7_A100.mixed_step(1, 10, 2.5)
     with pytest.raises(ValueError, match="chunk_start"):
-        km.mixed_step(L7, A100, 1, 10, 2, -1)
+        L7_A100.mixed_step(1, 10, 2, -1)
     with pytest.raises(ValueError, match="price_per_chip_hour"):
-        km.steady_state(L7, A100, 1, 10, 5, price_per_chip_hour=-1.0)
+        L7_A100.steady_state(1, 10, 5, price_per_chip_hour=-1.0)
     with pytest.raises(ValueError, match="tokens_per_s_per_chip"):
         km.formulas.cost_per_million_tokens(1.0, 0.0)
 
 
-@pytest.mark.parametrize("fn", [km.mixed_step, km.steady_state, km.decode_step])
+@pytest.mark.parametrize("question", ["mixed_step", "steady_state", "step"])
 @pytest.mark.parametrize("bad", [[1], {"a": 1}, np.ones(2)])
-def test_an_unhashable_compute_dtype_is_refused_by_name(fn, bad):
-    # a list, dict or array once reached a dict lookup and raised TypeError: unhashable type
-    args = (L7, A100, 1, 10) + ((5,) if fn is km.steady_state else ())
-    with pytest.raises(ValueError, match="compute_dtype"):
-        fn(*args, compute_dtype=bad)
+def test_an_unhashable_compute_dtype_is_refused_by_name(question, bad):
+    # a list, dict or array once reached a dict lookup and raised TypeError: unhashable type; the deployment
+    # every question is asked of refuses it when built, as an argument or inside Formats
+    args = (1, 10) + ((5,) if question == "steady_state" else ())
+    for build in (lambda: km.Deployment(L7, A100, compute=bad), lambda: km.Deployment(L7, A100, formats=km.Formats(compute=bad))):
+        with pytest.raises(ValueError, match="compute_dtype"):
+            getattr(build(), question)(*args)
 
 
 # TensorRT-LLM's published "Total Output Throughput (tokens/sec)", nvidia/Llama-3.1-8B-Instruct-FP8, TP1,
@@ -141,7 +146,7 @@ def test_no_published_throughput_beats_the_steady_state_bound(chip):
     free = km.memory.memory_budget(c, "device") - m.weight_bytes_resident("fp8")
     for (s_in, s_out), measured in TRTLLM_LLAMA31_8B_FP8[chip].items():
         most = np.floor(free / m.kv_bytes_per_seq(s_in + s_out / 2, 1.0))
-        s = km.steady_state(m, c, np.arange(1, most + 1), s_in, s_out, weights="fp8", kv_dtype="fp8")
+        s = km.Deployment(m, c, weights="fp8", kv="fp8").steady_state(np.arange(1, most + 1), s_in, s_out)
         assert measured < np.max(s.output_tokens_per_s_per_chip), (s_in, s_out)
 
 
@@ -157,7 +162,7 @@ def test_steady_caches_are_the_exact_mean_for_windows_given_as_layers():
         m = km.Model.preset("llama-3-8b").replace(layers=layers, name="windows-as-layers")
         for s_in, s_out in ((4000, 10000), (100, 9000), (9000, 500)):
             t = np.arange(s_in + 1, s_in + s_out)
-            s = km.steady_state(m, H100, 8, s_in, s_out)
+            s = km.Deployment(m, H100).steady_state(8, s_in, s_out)
             decode = 8 * np.mean(m.kv_bytes_per_seq(t, 2.0))           # brute force over every context
             prompts = 8 / (s_out - 1) * m.kv_bytes_per_seq(s_in, 2.0)  # the prompts' share writes its cache
             assert s.step.kv_bytes_read == pytest.approx(decode + prompts, rel=1e-12)
