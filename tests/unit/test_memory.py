@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvmath
-from kvmath import GiB, Model, get_chip, get_model
+from kvmath import Model
+from kvmath.units import GiB
+
+get_chip, get_model = kvmath.Chip.preset, Model.preset
 from kvmath.memory import (
     BUDGETS,
     NON_TORCH_BYTES,
@@ -467,13 +470,14 @@ def test_tp_splits_linear_state_by_its_value_heads():
     # the state splits over its 32 value heads, ceil(32/8)/32 = 1/8 -> 4,939,776 B. Total 17,522,688 B per chip
     # (it was 32,342,016, half the whole cache).
     m = km.Model.from_hf_config(NEXT)
-    step = km.decode_step(m, get_chip("b200"), batch=1, context=1024, n_chips=8)
-    assert step.work.kv_bytes_per_seq == 64_684_032
-    assert step.kv_bytes_per_chip == pytest.approx(12_582_912 + 4_939_776, rel=1e-12)
+    one = km.Deployment(m, "b200")
+    assert m.kv_bytes_per_seq(1024) == 64_684_032
+    step = one.replace(layout="tp=8").step(batch=1, context=1024)
+    assert step.kv_bytes_read == pytest.approx(12_582_912 + 4_939_776, rel=1e-12)
     # one chip: everything; batch sharding: whole sequences, unchanged
-    assert km.decode_step(m, get_chip("b200"), batch=1, context=1024).kv_bytes_per_chip == pytest.approx(64_684_032)
-    by_batch = km.decode_step(m, get_chip("b200"), batch=8, context=1024, n_chips=8, shard="batch")
-    assert by_batch.kv_bytes_per_chip == pytest.approx(64_684_032)
+    assert one.step(batch=1, context=1024).kv_bytes_read == pytest.approx(64_684_032)
+    by_batch = one.replace(layout="tp=8,kv=batch").step(batch=8, context=1024)
+    assert by_batch.kv_bytes_read == pytest.approx(64_684_032)
 
 
 # ----- a budget that is not positive ---------------------------------
