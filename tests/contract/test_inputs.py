@@ -141,8 +141,9 @@ def test_structural_counts_must_be_whole_and_batch_may_be_fractional():
         km.formulas.attention_flops_per_step(16, 8192, 32, 31.5, 128)
     with pytest.raises(ValueError, match="batch"):
         km.formulas.kv_cache_bytes(524288, 8192, 2.5)  # a cache holds whole sequences
-    # the bound curves are continuous in batch and context (tensor_parallel_step too: decode_step sweeps it)
-    assert km.tensor_parallel_step(2.5, 1e6, 8, 1e9, 1e9, 2, W, C).kv_s == pytest.approx(2.5 * 1e6 / 2 / W)
+    # the bound curves are continuous in batch and context (a tensor-parallel step too: sweeps use it)
+    tp2 = km.Deployment("llama-3-8b", "h100-sxm", "tp=2").step(2.5, 1024)  # 8 KV heads, 4 a chip
+    assert tp2.kv_read_s == pytest.approx(2.5 * km.Model.preset("llama-3-8b").kv_bytes_per_seq(1024) / 2 / 3.35e12)
     assert km.formulas.min_step(2.5, 1e6, 1e9, 1e9, W, C) == pytest.approx((2.5 * 1e6 + 1e9) / W)
     assert km.formulas.weight_flops_per_step(0.5, 7e9) == 7e9
     assert km.formulas.attention_flops_per_step(0.5, 1000.5, 1, 1, 1) == 4 * 0.5 * 1000.5
@@ -201,8 +202,8 @@ def test_finite_inputs_that_overflow_raise_a_named_value_error(call):
 
 
 def test_overflow_in_an_inner_call_names_the_outer_function():
-    with pytest.raises(ValueError, match=r"^tensor_parallel_step: .*batch=1e\+300"):
-        km.tensor_parallel_step(1e300, 1e300, 8, 1e9, 1e9, 2, W, C)
+    with pytest.raises(ValueError, match=r"^step: .*batch=1e\+300"):
+        km.Deployment("llama-2-70b", "h100-sxm", "tp=8").step(1e300, 1e300)
 
 
 # ----- models and chips ------------------------------------------------------
@@ -325,7 +326,7 @@ def test_fmt_refuses_nan_inf_and_negatives():
 def test_bound_at_exact_equality_is_memory():
     # P_bytes / W = 2 / 1 and 2 * P_count * B / C = 2 * 1 * 1 / 1: a tie
     t = km.formulas.step_breakdown(1, 0, 2.0, 1.0, 1.0, 1.0)
-    assert t.weight_memory_s == t.weight_compute_s == 2.0
+    assert t.weight_read_s == t.weight_compute_s == 2.0
     assert t.bound == "memory"
     grid = km.formulas.step_breakdown(np.array([0.5, 1.0, 2.0]), 0, 2.0, 1.0, 1.0, 1.0)
     assert list(grid.bound) == ["memory", "memory", "compute"]
@@ -469,11 +470,15 @@ def test_fmt_count_of_subnormal_counts():
     assert km.formatting.fmt_count(2.5e-300) == "2.50e-300"
 
 
-def test_tensor_parallel_share_that_underflows_is_named():
-    with pytest.raises(ValueError, match="param_count / n_chips underflows"):
-        km.tensor_parallel_step(1, 0, 8, 1e9, 5e-324, 2, W, C)
-    with pytest.raises(ValueError, match="param_bytes / n_chips underflows"):
-        km.tensor_parallel_step(1, 0, 8, 5e-324, 1e9, 2, W, C)
+def test_a_subnormal_rate_in_a_tensor_parallel_step_is_named():
+    # the old closed form took parameter counts and bytes that could underflow when shared over the chips; a
+    # deployment's model has whole counts, so the subnormal inputs left are the chip's rates: each must give a
+    # ResultOverflow naming the step, never a ZeroDivisionError or inf
+    h100 = km.Chip.preset("h100-sxm")
+    with pytest.raises(ValueError, match="^step: the result overflows"):
+        km.Deployment("llama-3-8b", h100.replace(bandwidth=5e-324), "tp=2").step(1, 1)
+    with pytest.raises(ValueError, match="^step: the result overflows"):
+        km.Deployment("llama-3-8b", h100.replace(flops_by_dtype={"bf16": 5e-324}), "tp=2").step(1, 1)
 
 
 def test_prefill_counts_the_batch_and_both_memory_terms():
