@@ -637,8 +637,8 @@ def min_chips_for_weights(
     3
     >>> min_chips_for_weights(104e9, 40e9, usable_fraction=0.5)
     6
-    >>> from kvmath import get_chip
-    >>> min_chips_for_weights(160e9, get_chip("h100-sxm")), min_chips_for_weights(160e9, get_chip("h100-sxm"), budget="reported")
+    >>> from kvmath import Chip
+    >>> min_chips_for_weights(160e9, Chip.preset("h100-sxm")), min_chips_for_weights(160e9, Chip.preset("h100-sxm"), budget="reported")
     (2, 2)
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
@@ -680,8 +680,8 @@ def kv_budget_bytes(
     16.0
     >>> kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) / 1e9
     10.0
-    >>> from kvmath import get_chip
-    >>> h100 = get_chip("h100-sxm")
+    >>> from kvmath import Chip
+    >>> h100 = Chip.preset("h100-sxm")
     >>> [round(kv_budget_bytes(2, h100, 141e9, budget=b) / 1e9, 2) for b in ("device", "reported", "reserve")]
     [19.0, 30.04, 28.37]
     """

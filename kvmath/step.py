@@ -61,12 +61,12 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> h100 = get_chip("h100-sxm")
+    >>> from kvmath import Chip, Model
+    >>> h100 = Chip.preset("h100-sxm")
     >>> compute_rate(h100, "fp8") / 1e12, compute_rate(h100, "fp8", "bf16") / 1e12
     (1978.9, 989.4)
     >>> mixed = {"default": "bf16", "experts": "fp8"}  # Mixtral: most matmul parameters are experts
-    >>> round(compute_rate(h100, mixed, model=get_model("mixtral-8x7b")) / 1e12)
+    >>> round(compute_rate(h100, mixed, model=Model.preset("mixtral-8x7b")) / 1e12)
     1774
     """
     instance("chip", chip, Chip, "a Chip (get_chip(name))")
@@ -113,11 +113,11 @@ def model_critical_batch(
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> h100 = get_chip("h100-sxm")
-    >>> round(model_critical_batch(get_model("llama-2-70b"), h100))  # C * b_w / (2 W) = 295.3
+    >>> from kvmath import Chip, Model
+    >>> h100 = Chip.preset("h100-sxm")
+    >>> round(model_critical_batch(Model.preset("llama-2-70b"), h100))  # C * b_w / (2 W) = 295.3
     295
-    >>> round(model_critical_batch(get_model("mixtral-8x7b"), h100))
+    >>> round(model_critical_batch(Model.preset("mixtral-8x7b"), h100))
     1079
     """
     routing = choice("routing", routing, ROUTINGS)
