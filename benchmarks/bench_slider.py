@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvmath  # noqa: E402
+from kvmath import formulas  # noqa: E402
 from book_figures import NOTEBOOKS, BookFigure, book_figures  # noqa: E402
 from kvbook import plots  # noqa: E402
 from kvbook.interactive import Choice, InteractiveFigure, Slider  # noqa: E402
