@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .formulas import binds
+from .formulas import _max, binds, step_times
 from .hardware import Chip, get_chip
 from .layout import ParallelLayout, as_layout
 from .links import Link, _all_to_all_s, _allreduce_s, _two_tier_all_to_all_s, as_link
@@ -43,12 +43,6 @@ from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, n
 # Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
 # about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
 _SCALARS = (float, int)
-
-
-def _max(a, b):
-    if type(a) in _SCALARS and type(b) in _SCALARS:
-        return a if a >= b else b
-    return np.maximum(a, b)
 
 
 def _min(a, b):
@@ -606,20 +600,6 @@ def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, *, link: L
         if hops and hop_link is not None:
             total = total + hops * (message_bytes / hop_link.bandwidth + hop_link.latency_s)
     return total
-
-
-def step_times(memory_s, compute_s, comm_s, overhead_s, kv_read_s, weight_read_s, weight_compute_s,
-               attention_compute_s):
-    """``(strict_s, no_overlap_s)`` of a pass from its terms: the one place both forms are written.
-
-    Strict: ``overhead + max(memory_s, compute_s, comm_s)`` (each resource
-    in parallel). No overlap: ``overhead + max(kv, attention) + max(weights
-    read, weight math) + comm``.
-    """
-    strict = overhead_s + _max(_max(memory_s, compute_s), comm_s)
-    no_overlap = (overhead_s + _max(kv_read_s, attention_compute_s) + _max(weight_read_s, weight_compute_s)
-                  + comm_s)
-    return strict, no_overlap
 
 
 def _show(value) -> str:

@@ -45,7 +45,8 @@ from .results import Result
 from .formulas import kv_budget_bytes
 from .memory import BUDGETS, memory_budget
 from .models import Model
-from .deployment import Deployment, Step, step_times
+from .deployment import Deployment, Step
+from .formulas import step_times
 from .step import overflow_named, refuse_overflow
 from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
