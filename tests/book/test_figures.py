@@ -1,0 +1,55 @@
+"""Every chapter figure is a kvbook.figures function that builds with its defaults, and the live layer can repeat it.
+
+The notebooks call these functions; the published page's Web Worker calls them
+again from the call each interactive figure carries in its HTML
+(kvbook.live.figure_calls), so a figure that does not rebuild from its call
+would leave the page's controls dead.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbook import figures
+from kvbook.live import figure_calls
+
+ALL = figures.load_all()
+
+
+def test_some_chapters_have_figure_functions():
+    assert "ch00.roofline_point" in ALL and "ch00.weights_against_math" in ALL
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_each_figure_builds_with_its_defaults_and_an_interactive_one_carries_its_call(name):
+    from matplotlib.figure import Figure
+
+    from kvbook.interactive import InteractiveFigure
+
+    made = ALL[name]()
+    assert isinstance(made, (Figure, InteractiveFigure)), name
+    if isinstance(made, InteractiveFigure):
+        module, function = name.split(".")
+        assert made.call == {"module": f"kvbook.figures.{module}", "function": function, "kwargs": {},
+                             "static": ALL[name].static}
+        page_calls = figure_calls.calls(made.to_html())
+        assert page_calls == [made.call]
+        namespace: dict = {}
+        exec(figure_calls.code(page_calls)["code"], namespace)  # what the browser's worker runs
+        again = namespace["_kvmath_figures"]
+        assert len(again) == 1 and isinstance(again[0], InteractiveFigure)
+        assert list(again[0].controls) == list(made.controls) and again[0].values == made.values
+
+
+def test_a_figure_argument_must_be_a_json_value():
+    with pytest.raises(ValueError, match="arguments must be JSON values"):
+        ALL["ch00.roofline_point"](chip=object())
+
+
+def test_the_page_code_imports_each_chapter_once_and_calls_in_display_order():
+    calls = [{"module": "kvbook.figures.ch00", "function": "roofline_point", "kwargs": {"batch": 4}, "static": ""},
+             {"module": "kvbook.figures.ch00", "function": "roofline_point", "kwargs": {}, "static": "why"}]
+    out = figure_calls.code(calls)
+    assert out["code"].count("import kvbook.figures.ch00 as _chapter0") == 1
+    assert out["code"].index("(**{'batch': 4})") < out["code"].index("(**{})")
+    assert out["figures"] == [{"cell": 0, "static": False, "reason": ""}, {"cell": 1, "static": True, "reason": "why"}]
