@@ -255,7 +255,7 @@ def get_measurement(measurement_id: str) -> Measurement:
     raise ValueError(f"measurement_id {measurement_id!r} is not in measurements.csv; did you mean {close}?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Calibration:
     """A measurement next to its bound.
 

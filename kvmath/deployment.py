@@ -611,7 +611,7 @@ def _shape_args(batch, context, tokens_per_seq):
     return positive("batch", batch), positive("context", context), positive("tokens_per_seq", tokens_per_seq)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Step(Result):
     """One decode step on the busiest chip of a deployment: what it moves and computes, and how long at least.
 
@@ -689,7 +689,7 @@ class Step(Result):
     _derived = ("binds", "tokens_per_s", "memory_bytes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Capacity(Result):
     """What fits in a deployment's memory (:meth:`Deployment.capacity`); bytes per chip unless named otherwise.
 

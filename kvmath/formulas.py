@@ -77,7 +77,7 @@ def step_times(memory_s, compute_s, comm_s, overhead_s, kv_read_s, weight_read_s
     return strict, no_overlap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class StepBreakdown(Result):
     """The terms of a decode step's bounds, in seconds (floats or arrays).
 
@@ -745,7 +745,7 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Fit(Result):
     """What fits on chips of one memory size, by the notes' sums (:func:`fit`); bytes unless named otherwise.
 

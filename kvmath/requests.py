@@ -156,7 +156,7 @@ def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: 
     return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Request(Result):
     """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
 
@@ -536,7 +536,7 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
     return times
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Frontier(Result):
     """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
 
