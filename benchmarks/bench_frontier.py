@@ -2,15 +2,15 @@
 
 Run: python benchmarks/bench_frontier.py
 
-One :func:`kvmath.serving_frontier` call: Llama 3 70B on 8 H100s by heads
+One :meth:`kvmath.Deployment.frontier` call: Llama 3 70B on 8 H100s by heads
 over NVLink 4, every batch from 1 to 10,000 against 100 request shapes
 (prompts of 32 to 16,384 tokens, outputs of 16 to 4,096), each a whole
 request: the prefill bound, then every decode step over the growing context
 summed in closed form, the memory cap and the best batch under a 50 ms
 time-per-output-token limit. It prints the median time of that call (goal:
 under 100 ms) and, measured in the same run, the median time per
-configuration of a naive loop that calls :func:`kvmath.request_times` once
-per (batch, shape) and of one that sums :func:`kvmath.decode_step` step by
+configuration of a naive loop that calls :meth:`kvmath.Deployment.request` once
+per (batch, shape) and of one that sums :meth:`kvmath.Deployment.step` step by
 step; the loops run on a subset and are scaled per configuration. The
 call's CPU time is printed beside its wall time: on a shared machine the
 wall time also counts other processes.
@@ -25,30 +25,26 @@ import numpy as np
 
 import kvmath as km
 
-MODEL = km.get_model("llama-3-70b")
-CHIP = km.get_chip("h100-sxm")
-LAYOUT = km.ParallelLayout(tp=8)
-LINK = km.get_link("nvlink4")
+DEP = km.Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4")
 BATCH = np.arange(1, 10_001)
 INPUTS = np.repeat([32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384], 10)
 OUTPUTS = np.tile([16, 64, 128, 256, 512, 1000, 1024, 2048, 3000, 4096], 10)
 
 
 def frontier():
-    return km.serving_frontier(MODEL, CHIP, INPUTS, OUTPUTS, batch=BATCH, tpot_limit_s=0.05, layout=LAYOUT, link=LINK)
+    return DEP.frontier(INPUTS, OUTPUTS, batch=BATCH, tpot_limit_s=0.05)
 
 
 def per_configuration(pairs):
-    return [km.request_times(MODEL, CHIP, b, INPUTS[j], OUTPUTS[j], layout=LAYOUT, link=LINK).total_s for b, j in pairs]
+    return [DEP.request(b, INPUTS[j], OUTPUTS[j]).total_s for b, j in pairs]
 
 
 def step_by_step(pairs):
     out = []
     for b, j in pairs:
         s_in, s_out = int(INPUTS[j]), int(OUTPUTS[j])
-        ttft = km.prefill_bound(MODEL, CHIP, b, s_in, layout=LAYOUT, link=LINK)
-        decode = sum(km.decode_step(MODEL, CHIP, b, s, layout=LAYOUT, link=LINK).strict_step_s
-                     for s in range(s_in + 1, s_in + s_out))
+        ttft = DEP.request(b, s_in, 1).ttft_s
+        decode = sum(DEP.step(b, s).strict_s for s in range(s_in + 1, s_in + s_out))
         out.append(ttft + decode)
     return out
 

@@ -7,7 +7,7 @@ it::
     >>> dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", weights="fp8")
     >>> step = dep.step(batch=64, context=4096)       # a lower bound, on the busiest chip
     >>> round(step.strict_s * 1e3, 2), step.binds
-    (5.48, 'memory')
+    (5.8, 'memory')
 
 Every quantity is in base units: bytes, seconds, FLOPs, FLOP/s, bytes/s.
 Questions broadcast over numpy arrays, so one call evaluates a whole grid
@@ -40,7 +40,6 @@ from .hardware import Chip
 from .layout import ParallelLayout
 from .links import Link
 from .models import Model
-from .requests import Frontier, Request
 from .validation import ResultOverflow
 
 __version__ = "0.1.0"
@@ -50,10 +49,12 @@ _SUBMODULES = ("formulas", "memory", "calibration", "hf_config", "units", "forma
 
 def __getattr__(name: str):
     # the submodules are imported on first use: most callers need one or two of them
-    if name in _SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in ("Frontier", "Request"):  # the request results, with the module that builds them
+        return getattr(importlib.import_module(".requests", __name__), name)
     raise AttributeError(f"module 'kvmath' has no attribute {name!r}")
 
 

@@ -37,16 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formulas import cost_per_million_tokens
 from .results import Result
 
-from .hardware import Chip
-from .links import Link, as_link
-from .models import Model, Precision
-from .parallel import ParallelLayout, as_layout, chip_step
-from .requests import _rate, prefill_attention_flops
-from .step import as_presets, refuse_overflow
-from .units import dtype_bytes
+from .deployment import Deployment
+from .requests import prefill_attention_flops
+from .step import refuse_overflow
 from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
 
 
@@ -100,12 +95,11 @@ class MixedStep(Result):
         return plain(self.strict_s / self.decode_only_s)
 
 
-def _layout(layout, model) -> ParallelLayout:
-    layout = as_layout(layout).check(model)
+def _tensor_and_context_only(dep: Deployment) -> None:
+    layout = dep.layout
     if layout.pp > 1 or layout.dp > 1 or layout.ep > 1:
         raise ValueError(f"layout must use tensor (tp) and context (cp) parallelism only, got {layout}: "
                          "pipeline and data parallelism schedule micro-batches these step rules do not model")
-    return layout
 
 
 def _mean_over(f, lo, hi, windows) -> ArrayLike:
@@ -127,35 +121,36 @@ def _mean_over(f, lo, hi, windows) -> ArrayLike:
     return plain(total / (hi - lo + 1))
 
 
-def _step(model, chip, batch, context, prompts, prompt_start, prompt_tokens, lm_head, layout, link, weights,
-          kv_dtype, compute_dtype, activation_dtype, overhead_s) -> MixedStep:
-    """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts`` prompts of ``prompt_tokens`` each,
-    ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional: an average share)."""
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
-    bw, rate = chip.bandwidth, _rate(chip, weights, compute_dtype, model)
-    common = dict(weights=weights, link=link, activation_bytes=b_act)
+def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s) -> MixedStep:
+    """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts``
+    prompts of ``prompt_tokens`` each, ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional:
+    an average share). Every part is a pass of the deployment's one step model."""
+    model, plan = dep.model, dep._plan
+    bw, rate = dep.chip.bandwidth, dep.flops
     lo, hi = context
     windows = {layer.window for layer in model.layer_specs() if layer.window is not None}
-    kv = _mean_over(lambda t: model.kv_bytes_per_seq(t, b_kv), lo, hi, windows)
-    att = _mean_over(model.attention_flops_per_token, lo, hi, windows)
-    decode = chip_step(model, batch, hi, layout, bw, rate, kv_bytes_per_seq=kv, attention_flops_per_seq=att, **common)
+    kv = _mean_over(plan.kv_per_seq, lo, hi, windows)
+    att = _mean_over(plan.attention_per_token, lo, hi, windows)
+
+    def run(batch, context, tokens_per_seq, kv_seq, attention, lm_head_tokens=None):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return plan.pass_(batch, context, tokens_per_seq, kv_seq, attention, bandwidth=bw, flops=rate,
+                              comm=dep._comm, lm_head_tokens=lm_head_tokens)
+
+    decode = run(batch, hi, 1.0, kv, att)
     has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
     c = np.maximum(prompt_tokens, 1)
     end = prompt_start + c
     attention = prefill_attention_flops(model, end) - np.where(
         prompt_start > 0, prefill_attention_flops(model, np.maximum(prompt_start, 1)), 0.0)
-    prompt = chip_step(model, np.where(has, prompts, 1.0), end, layout, bw, rate,
-                       kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
-                       tokens_per_seq=c, lm_head_tokens_per_seq=lm_head, **common)
+    prompt = run(np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
     tokens = batch + np.where(has, prompts * c, 0.0)
-    both = chip_step(model, 1, 1, layout, bw, rate, kv_bytes_per_seq=0.0, attention_flops_per_seq=0.0,
-                     tokens_per_seq=tokens, **common)
+    both = run(1.0, 1.0, tokens, 0.0, 0.0)
     decode_only = overhead_s + np.maximum(np.maximum(
         (decode.weight_bytes_read + decode.kv_bytes_read) / bw,
         (decode.weight_flops + decode.attention_flops) / rate), decode.comm_s)
     return MixedStep(
-        batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=layout.n_chips,
+        batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=dep.n_chips,
         weight_bytes_read=plain(both.weight_bytes_read),
         kv_bytes_read=plain(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)),
         flops=plain(decode.weight_flops + decode.attention_flops
@@ -166,19 +161,12 @@ def _step(model, chip, batch, context, prompts, prompt_start, prompt_tokens, lm_
 
 @checked
 def mixed_step(
-    model: Model | str,
-    chip: Chip | str,
+    dep: Deployment,
     batch: ArrayLike,
     context: ArrayLike,
     chunk_tokens: ArrayLike = 0,
     chunk_start: ArrayLike = 0,
     *,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
     overhead_s: ArrayLike = 0.0,
 ) -> MixedStep:
     """A decode step of ``batch`` sequences at ``context`` that also runs a prefill chunk of ``chunk_tokens``.
@@ -192,17 +180,18 @@ def mixed_step(
 
     Parameters
     ----------
-    model, chip : Model, Chip, or preset names
+    dep : Deployment
+        Its layout may use tensor and context parallelism only.
     batch : float or array
-        Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :func:`kvmath.decode_step`).
+        Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :meth:`kvmath.Deployment.step`).
     context : float or array
         Their mean cached tokens (the cache is affine in the context for
         full attention, so the mean gives the sum; with sliding windows use
         contexts on one side of the window).
     chunk_tokens, chunk_start : int or array
         The chunk's prompt tokens, and its prompt's tokens already cached.
-    layout, link, weights, kv_dtype, compute_dtype, activation_dtype, overhead_s :
-        As in :func:`kvmath.request_times` (layouts: ``tp`` and ``cp`` only).
+    overhead_s : float or array
+        A fixed time per step (an estimate; 0 keeps the bound).
 
     Returns
     -------
@@ -214,14 +203,12 @@ def mixed_step(
     chunk costs the memory-bound step almost nothing; a 4,096-token chunk
     makes it compute-bound and 6.7 times as long.
 
-    >>> from kvmath import get_chip, get_model
-    >>> m, h100 = get_model("llama-3-8b"), get_chip("h100-sxm")
-    >>> [round(float(mixed_step(m, h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
+    >>> from kvmath import Deployment
+    >>> h100 = Deployment("llama-3-8b", "h100-sxm")
+    >>> [round(float(mixed_step(h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
-    model, chip = as_presets(model, chip)
-    layout = _layout(layout, model)
-    link = None if link is None else as_link(link)
+    _tensor_and_context_only(dep)
     batch = positive("batch", batch)
     positive_int("context", context)
     c = non_negative("chunk_tokens", chunk_tokens)
@@ -231,8 +218,7 @@ def mixed_step(
             raise ValueError(f"{name} must be whole numbers of tokens, got {value!r}")
     broadcast(batch=batch, context=context, chunk_tokens=c, chunk_start=start)
     context = np.asarray(context, dtype=float)
-    step = _step(model, chip, batch, (context, context), 1.0, start, c, 0.0, layout, link, weights,
-                 kv_dtype, compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
+    step = _step(dep, batch, (context, context), 1.0, start, c, 0.0, non_negative("overhead_s", overhead_s))
     refuse_overflow("mixed_step", {"step": step.strict_s, "slowdown": step.slowdown}, batch=batch,
                     context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
     return step
@@ -285,18 +271,11 @@ class SteadyState(Result):
 
 @checked
 def steady_state(
-    model: Model | str,
-    chip: Chip | str,
+    dep: Deployment,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
     price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
 ) -> SteadyState:
@@ -327,16 +306,14 @@ def steady_state(
     Llama 3 8B on an H100, 64 slots, 1,000 tokens in and 500 out: the
     prompts' share (128 tokens a step) rides in a memory-bound step.
 
-    >>> from kvmath import get_chip, get_model
-    >>> s = steady_state(get_model("llama-3-8b"), get_chip("h100-sxm"), 64, 1000, 500, price_per_chip_hour=2.0)
+    >>> from kvmath import Deployment
+    >>> s = steady_state(Deployment("llama-3-8b", "h100-sxm"), 64, 1000, 500, price_per_chip_hour=2.0)
     >>> round(float(s.step.prefill_tokens)), round(float(s.time_per_output_token_s) * 1e3, 3)
     (128, 7.616)
     >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)
     (8420, 0.066)
     """
-    model, chip = as_presets(model, chip)
-    layout = _layout(layout, model)
-    link = None if link is None else as_link(link)
+    _tensor_and_context_only(dep)
     batch = positive("batch", batch)
     s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
     s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)
@@ -347,8 +324,7 @@ def steady_state(
     if price_per_chip_hour is not None:
         price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
     prompts = batch / (s_out - 1.0)
-    step = _step(model, chip, batch, (s_in + 1, s_in + s_out - 1), prompts, 0.0, s_in, 1.0, layout, link, weights, kv_dtype,
-                 compute_dtype, activation_dtype, non_negative("overhead_s", overhead_s))
+    step = _step(dep, batch, (s_in + 1, s_in + s_out - 1), prompts, 0.0, s_in, 1.0, non_negative("overhead_s", overhead_s))
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
                         price_per_chip_hour=price_per_chip_hour)
     cost = state.cost_per_million_tokens

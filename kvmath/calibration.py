@@ -50,9 +50,8 @@ from functools import lru_cache
 import numpy as np
 
 from .hardware import _RATE_COLUMN, Chip, get_chip
-from .links import get_link
 from .models import Model, get_model
-from .parallel import parse_layout
+from .layout import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .deployment import Deployment
@@ -300,19 +299,6 @@ class Calibration:
     unit_s: float
 
 
-def _opts(m: Measurement) -> dict:
-    return dict(weights=m.weights, kv_dtype=m.kv_dtype, compute_dtype=m.compute_dtype)
-
-
-def _layout(m: Measurement) -> dict:
-    out = {}
-    if m.layout:
-        out["layout"] = dataclasses.replace(parse_layout(m.layout), replicate_lm_head=m.replicated_lm_head)
-    if m.link:
-        out["link"] = get_link(m.link)
-    return out
-
-
 def _deployment(m: Measurement) -> Deployment:
     """The row's deployment: its model, chip, layout, link (none counted where the row names none) and formats."""
     layout = m.layout
@@ -367,8 +353,8 @@ def bound_for(measurement: Measurement | str) -> Calibration:
     model, chip = m.model_preset, m.chip_preset
     metric = m.metric
     if metric in ("ttft_s", "prefill_tok_s"):
-        t = float(prefill_bound(model, chip, m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens, **_opts(m),
-                                last_mlp_logits_only=m.last_mlp_logits_only, **_layout(m)))
+        t = float(prefill_bound(_deployment(m), m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens,
+                                last_mlp_logits_only=m.last_mlp_logits_only))
         flops = 2 * m.batch * m.input_tokens * (model.matmul_params_per_token() - model.vocab * model.d_model)
         rate = compute_rate(chip, m.weights, m.compute_dtype, model) * m.n_chips
         binds = "compute" if flops / rate > 0.5 * t else "memory"
@@ -389,7 +375,7 @@ def bound_for(measurement: Measurement | str) -> Calibration:
         unit_s = float(np.sum(steps)) / m.output_tokens
         bound, binds = 1 / unit_s, _binds(labels)
     else:  # seq_tok_s with a prompt, out_tok_s: whole runs, prefill included
-        r = request_times(model, chip, m.batch, m.input_tokens, m.output_tokens, **_opts(m), **_layout(m))
+        r = request_times(_deployment(m), m.batch, m.input_tokens, m.output_tokens)
         total = float(r.total_s)
         unit_s = total / m.output_tokens
         bound = m.output_tokens / total if metric == "seq_tok_s" else float(r.output_tokens_per_s)

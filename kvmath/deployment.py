@@ -8,9 +8,11 @@ compute rate), so that a question costs a few numpy operations:
 
 >>> from kvmath import Deployment
 >>> dep = Deployment("llama-2-70b", "h100-sxm", "tp=8")
->>> s = dep.step(64, 4096)
->>> round(s.strict_s * 1e3, 3), s.binds
-(9.138, 'memory')
+>>> s = dep.step(64, 4096)                  # 64 sequences of 4,096 cached tokens
+>>> round(s.weight_bytes_read / 1e9, 2), round(s.kv_bytes_read / 1e9, 2)   # per chip: an eighth of each
+(17.18, 10.74)
+>>> round(s.strict_s * 1e3, 3), s.binds    # (17.18 + 10.74) GB at 3.35 TB/s
+(8.333, 'memory')
 
 Every step is a **lower bound** (:attr:`Step.is_lower_bound`) unless an
 efficiency below 1, an overhead or a routing other than ``"floor"`` is
@@ -19,23 +21,64 @@ given: then it is an estimate, and says so.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Mapping
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .formulas import binds
 from .hardware import Chip, get_chip
-from .links import Link, as_link, _allreduce_s, _all_to_all_s, _two_tier_all_to_all_s
+from .layout import ParallelLayout, as_layout
+from .links import Link, _all_to_all_s, _allreduce_s, _two_tier_all_to_all_s, as_link
 from .models import Model, Precision, _group_bytes, get_model
 from .moe import ROUTINGS, _touched
-from .layout import ParallelLayout, as_layout
 from .results import Result
 from .units import dtype_bytes
+
+if TYPE_CHECKING:  # the request results live with the module that builds them, loaded on first use
+    from .requests import Frontier, Request
 from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
 
-#: Which resource binds the strict bound: the one whose time is the bound.
-RESOURCES = ("memory", "compute", "communication")
+# Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
+# about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
+_SCALARS = (float, int)
+
+
+def _max(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def _min(a, b):
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def _ceil(a):
+    if type(a) in _SCALARS:
+        return float(math.ceil(a))
+    return np.ceil(a)
+
+
+def _where(condition, a, b):
+    if type(condition) is bool:
+        return a if condition else b
+    return np.where(condition, a, b)
+
+
+def _any_differs(x, value: float) -> bool:
+    return x != value if type(x) is float else bool(np.any(x != value))
+
+
+def _finite(x) -> bool:
+    if type(x) is float:
+        return x - x == 0
+    return bool(np.all(np.isfinite(x)))
+
+
 
 _CHIP_LINK = object()  # Deployment's default link: the chip preset's own interconnect
 
@@ -155,9 +198,9 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .step import compute_rate  # the one rule for a step's FLOP rate
+        from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
-        object.__setattr__(self, "flops", compute_rate(chip, formats.weights, formats.compute, model))
+        object.__setattr__(self, "flops", _compute_rate(chip, formats.weights, formats.compute, model))
         object.__setattr__(self, "b_act", dtype_bytes(formats.activations, argument="activations"))
         object.__setattr__(self, "b_dispatch", self.b_act if formats.dispatch is None
                            else dtype_bytes(formats.dispatch, argument="dispatch"))
@@ -217,13 +260,17 @@ class Deployment:
         efficiency = fraction("efficiency", efficiency)
         overhead_s = non_negative("overhead_s", overhead_s)
         plan = self._plan
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            step = plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(np.ceil(context)),
-                              plan.attention_per_token(context) * tokens_per_seq, bandwidth=self.chip.bandwidth * efficiency,
-                              flops=self.flops, comm=self._comm, routing=routing, overhead_s=overhead_s,
-                              is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)
-                                                  and routing == "floor"))
-        if not (np.all(np.isfinite(step.strict_s)) and np.all(np.isfinite(step.no_overlap_s))):
+        estimate = routing != "floor" or _any_differs(efficiency, 1.0) or _any_differs(overhead_s, 0.0)
+        args = (batch, context, tokens_per_seq, plan.kv_per_seq(_ceil(context)),
+                plan.attention_per_token(context) * tokens_per_seq)
+        options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
+                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate)
+        if all(type(x) is float for x in (batch, context, tokens_per_seq, efficiency, overhead_s)):
+            step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
+        else:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                step = plan.pass_(*args, **options)
+        if not (_finite(step.strict_s) and _finite(step.no_overlap_s)):
             raise ResultOverflow(f"step: the result overflows float64 (it would be inf) for batch={_show(batch)}, "
                                  f"context={_show(context)}; use smaller numbers")
         return step
@@ -293,8 +340,7 @@ class Deployment:
         """
         from .requests import prefill_chip_step
 
-        return prefill_chip_step(self.model, self.chip, batch, input_tokens, layout=self.layout, link=self.link,
-                                 **self._options())
+        return prefill_chip_step(self, batch, input_tokens)
 
     def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
@@ -307,9 +353,8 @@ class Deployment:
         """
         from .requests import request_times
 
-        return request_times(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
-                             link=self.link, chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour,
-                             efficiency=efficiency, overhead_s=overhead_s, **self._options())
+        return request_times(self, batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens,
+                             price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s)
 
     def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
                    chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
@@ -319,17 +364,15 @@ class Deployment:
         """
         from .batching import mixed_step
 
-        return mixed_step(self.model, self.chip, batch, context, chunk_tokens, chunk_start, layout=self.layout,
-                          link=self.link, overhead_s=overhead_s, **self._options())
+        return mixed_step(self, batch, context, chunk_tokens, chunk_start, overhead_s=overhead_s)
 
     def steady_state(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                      price_per_chip_hour: ArrayLike | None = None, overhead_s: ArrayLike = 0.0):
         """Continuous batching at ``batch`` requests in flight (:class:`kvmath.batching.SteadyState`)."""
         from .batching import steady_state
 
-        return steady_state(self.model, self.chip, batch, input_tokens, output_tokens, layout=self.layout,
-                            link=self.link, price_per_chip_hour=price_per_chip_hour, overhead_s=overhead_s,
-                            **self._options())
+        return steady_state(self, batch, input_tokens, output_tokens, price_per_chip_hour=price_per_chip_hour,
+                            overhead_s=overhead_s)
 
     def frontier(self, input_tokens: ArrayLike, output_tokens: ArrayLike, *, batch: ArrayLike | None = None,
                  tpot_limit_s: float | None = None, chunk_tokens: int | None = None, budget: str = "device",
@@ -337,10 +380,9 @@ class Deployment:
         """Throughput per chip against tokens/s per user as the batch grows, capped by memory (:class:`Frontier`)."""
         from .requests import serving_frontier
 
-        return serving_frontier(self.model, self.chip, input_tokens, output_tokens, batch=batch,
-                                tpot_limit_s=tpot_limit_s, layout=self.layout, link=self.link,
+        return serving_frontier(self, input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s,
                                 chunk_tokens=chunk_tokens, budget=budget, hbm_bytes=hbm_bytes,
-                                price_per_chip_hour=price_per_chip_hour, **self._options())
+                                price_per_chip_hour=price_per_chip_hour)
 
     def critical_batch(self, routing: str = "uniform") -> float:
         """The batch at which the weight matmuls take as long as reading the weights they touch (one chip's).
@@ -403,8 +445,8 @@ class Deployment:
             per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
         max_batch = np.floor(free / per_seq_chip) * groups
-        per_token = plan.kv_per_seq(1.0) if plan.state_bytes == 0 else kv_seq / context
-        per_token_chip = per_seq_chip / kv_seq * per_token
+        per_token = kv_seq / context  # averaged over the sequence: windows and linear states included
+        per_token_chip = per_seq_chip / context
         result = dict(context=context, budget=budget, memory_per_chip_bytes=memory,
                       weight_bytes_per_chip=weights, kv_budget_bytes_per_chip=free,
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
@@ -412,13 +454,13 @@ class Deployment:
                       n_chips=self.n_chips, engine=None)
         if engine is not None:
             choice("engine", engine, ("vllm",))
-            result["engine"] = self._vllm(context, **engine_options)
+            result["engine"] = self._vllm(context, hbm_bytes=hbm_bytes, **engine_options)
         return Capacity(**{k: float(v) if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 else v
                            for k, v in result.items()})
 
-    def _vllm(self, context, *, gpu_memory_utilization: float | None = None, block_size: int | None = None,
-              max_model_len: int | None = None, vllm_version: str = "v1"):
-        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, vllm_engine
+    def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
+              block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1"):
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -426,18 +468,65 @@ class Deployment:
         if np.any(np.asarray(context) > max_len):
             raise ValueError(f"context ({context!r}) exceeds max_model_len ({max_model_len!r}): vLLM refuses longer "
                              "requests")
-        return vllm_engine(self.model, self.chip, max_len,
+        # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
+        total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
+        return vllm_engine(self.model, total, max_len,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
                            block_size=BLOCK_SIZE if block_size is None else block_size,
                            weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
                            engine=vllm_version)
 
-    def _options(self) -> dict:
-        f = self.formats
-        return dict(weights=f.weights, kv_dtype=f.kv, compute_dtype=f.compute, activation_dtype=f.activations)
+    def fewest_chips(self, budget: str = "device", hbm_bytes: float | None = None,
+                     engine: str | None = None) -> "Deployment":
+        """This deployment on the fewest tensor-parallel chips whose busiest chip holds its weights.
+
+        Tries ``tp = N`` from the fewest chips whose memory (``budget``, or
+        ``hbm_bytes`` per chip) could hold all the weights, upward, and keeps
+        the first layout the model accepts (the heads split ``tp`` ways) whose
+        busiest chip holds its weights; with ``engine="vllm"`` also one that
+        vLLM accepts (KV heads divisible by ``tp`` or dividing it). Links and
+        formats are kept. ``ValueError`` if no ``tp`` up to the head count will do.
+
+        Examples
+        --------
+        >>> Deployment("llama-3.1-70b", "h100-sxm").fewest_chips().n_chips   # 141 GB of bf16 weights on 80 GB chips
+        2
+        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().n_chips  # 11 would hold them; 128 heads split 16 ways
+        16
+        """
+        from .memory import _check_tensor_parallel, memory_budget
+
+        budget = choice("budget", budget, ("device", "reported", "reserve", "engine"))
+        if engine is not None:
+            choice("engine", engine, ("vllm",))
+        memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
+        whole = self.replace(layout=None, link=None)._plan.weight_resident
+        start = max(1, int(np.ceil(whole / memory)))
+        for tp in range(start, self.model.n_heads + 1):
+            layout = ParallelLayout(tp=tp, kv_split=self.layout.kv_split)
+            if self.model.n_heads % tp:
+                continue
+            if engine is not None:
+                try:
+                    _check_tensor_parallel(self.model, tp)
+                except ValueError:
+                    continue
+            dep = self.replace(layout=layout)
+            if dep._plan.weight_resident < memory:
+                return dep
+        raise ValueError(f"no tensor-parallel size from {start} to the {self.model.n_heads} heads of "
+                         f"{self.model.name} holds its {whole:.4g} bytes of weights at {memory:.4g} bytes per chip "
+                         f"(budget {budget!r})")
 
     # ----- communication --------------------------------------------------------
+
+    def _pipeline_s(self, message_bytes: ArrayLike) -> ArrayLike:
+        """The pipeline's ``pp - 1`` sends of ``message_bytes`` (:func:`pipeline_hops_s` on this deployment's links)."""
+        if self.layout.pp == 1 or self.link is None:
+            return 0.0
+        return pipeline_hops_s(self.layout, message_bytes, link=self.link, node_link=self.node_link,
+                               chips_per_node=self.chips_per_node)
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
@@ -486,13 +575,36 @@ def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Lin
         partial = tokens * (m.n_heads / lay.tp * (d_v + 1) * b_act)
         comm = comm + L * _allreduce_s(partial, lay.cp, over(lay.tp * lay.cp))
     if lay.pp > 1:
-        # stages fill nodes in order: the hops that cross a node boundary take node_link
-        stage = lay.tp * lay.cp * lay.dp
-        crossing = lay.pp - 1 if stage >= chips_per_node else max(0, -(-lay.pp * stage // chips_per_node) - 1)
-        for hops, hop_link in ((lay.pp - 1 - crossing, link), (crossing, node_link)):
-            if hops and hop_link is not None:
-                comm = comm + hops * (activation / hop_link.bandwidth + hop_link.latency_s)
+        comm = comm + pipeline_hops_s(lay, activation, link=link, node_link=node_link, chips_per_node=chips_per_node)
     return comm
+
+
+def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, *, link: Link | None, node_link: Link | None,
+                    chips_per_node: int) -> ArrayLike:
+    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline, seconds (0 without a link).
+
+    Stages fill nodes in order, ``tp * cp * dp`` chips each: a hop that
+    crosses a node boundary takes ``node_link``, the others ``link``.
+    """
+    stage, total = layout.tp * layout.cp * layout.dp, 0.0
+    crossing = layout.pp - 1 if stage >= chips_per_node else max(0, -(-layout.pp * stage // chips_per_node) - 1)
+    for hops, hop_link in ((layout.pp - 1 - crossing, link), (crossing, node_link)):
+        if hops and hop_link is not None:
+            total = total + hops * (message_bytes / hop_link.bandwidth + hop_link.latency_s)
+    return total
+
+
+def step_times(kv_read_s, weight_read_s, weight_compute_s, attention_compute_s, comm_s, overhead_s):
+    """``(strict_s, no_overlap_s)`` of a pass from its terms: the one place both forms are written.
+
+    Strict: ``overhead + max(reads, math, comm)`` (each resource in
+    parallel). No overlap: ``overhead + max(kv, attention) + max(weights read,
+    weight math) + comm``.
+    """
+    strict = overhead_s + _max(_max(kv_read_s + weight_read_s, attention_compute_s + weight_compute_s), comm_s)
+    no_overlap = (overhead_s + _max(kv_read_s, attention_compute_s) + _max(weight_read_s, weight_compute_s)
+                  + comm_s)
+    return strict, no_overlap
 
 
 def _show(value) -> str:
@@ -597,8 +709,9 @@ class Capacity(Result):
     budget, memory_per_chip_bytes : the memory budget and what it gives per chip.
     weight_bytes_per_chip : the weights the busiest chip holds (its stage's, its share).
     kv_budget_bytes_per_chip : what is left beside them for the cache.
-    kv_bytes_per_token, kv_bytes_per_seq : the cache of one token (every
-        attention layer; linear states averaged in) and of one sequence, whole.
+    kv_bytes_per_token, kv_bytes_per_seq : the cache of one sequence of
+        ``context`` tokens per token (sliding windows and linear states
+        averaged in) and whole.
     max_tokens, max_batch : cached tokens and sequences of ``context`` the
         whole deployment holds (each data-parallel group its own).
     n_chips : chips of the deployment.
@@ -619,27 +732,10 @@ class Capacity(Result):
     engine: object = None
 
 
-def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
-    """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
-
-    The one rule for "what binds" everywhere (steps, prefill passes, the CLI).
-
-    Examples
-    --------
-    >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
-    ('memory', 'memory', 'communication')
-    """
-    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
-    which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
-    if which.ndim == 0:
-        return RESOURCES[int(which)]
-    return np.array(RESOURCES)[which]
-
-
 class _Plan:
     """What a deployment's passes need that depends on the model, layout and formats alone.
 
-    Built once per Deployment (and by :func:`kvmath.parallel.chip_step`);
+    Built once per Deployment;
     :meth:`pass_` then runs on numbers and arrays checked at the boundary,
     with no further checks. This is the one step model: decode steps,
     verify steps, prefill passes and mixed steps are all passes of it.
@@ -657,7 +753,7 @@ class _Plan:
         self.lm_head_read = m.vocab * m.d_model * per_weight["lm_head"]
         self.fixed_read = fixed + self.lm_head_read
         self.embedding_row = 0.0 if m.tied_embeddings else m.d_model * per_weight["embedding"]
-        self.vocab, self.n_positions = m.vocab, m.n_positions
+        self.vocab, self.n_positions = float(m.vocab), float(m.n_positions)
         self.position_row = m.d_model * per_weight["positions"]
         self.n_experts, self.top_k = m.n_experts or 0, m.top_k or 0
         self.expert_bytes = groups["experts"] / m.n_experts * per_weight["experts"] if m.n_experts else 0.0
@@ -674,8 +770,8 @@ class _Plan:
         self.cp_combine = ((2 * (m.v_head_dim or m.head_dim) + 4) * m.n_heads / lay.tp * m.n_layers
                            if lay.cp > 1 else 0.0)
         # resident weights: the largest stage's layers, plus the tables
-        resident = m.weight_bytes_resident_by_group(weights)
-        self.stage = np.ceil(m.n_layers / lay.pp) / m.n_layers
+        resident = {name: n * per_weight[name] for name, n in groups.items()}  # Model.weight_bytes_resident_by_group
+        self.stage = math.ceil(m.n_layers / lay.pp) / m.n_layers
         tables = resident["embedding"] + resident["lm_head"] + resident["positions"]
         if lay.pp > 1:
             tables = max(resident["embedding"] + resident["positions"], resident["lm_head"])
@@ -690,7 +786,7 @@ class _Plan:
         """Cache bytes one sequence of ``context`` (whole) tokens holds, windows applied, linear states included."""
         total = self.state_bytes
         for (coefficient, window), layers in self.kv_terms.items():
-            held = context if window is None else np.minimum(context, window)
+            held = context if window is None else _min(context, window)
             total = total + (coefficient * self.b_kv * layers) * held
         return total
 
@@ -698,17 +794,17 @@ class _Plan:
         """Attention FLOPs of one new token over a ``context``-token cache, all layers."""
         total = self.state_flops
         for (coefficient, window), layers in self.flop_terms.items():
-            held = context if window is None else np.minimum(context, window)
+            held = context if window is None else _min(context, window)
             total = total + (coefficient * layers) * held
         return total
 
     def _chip_share(self, kv_seq):
         """The part of one sequence's cache ``kv_seq`` a chip holds when a tp group splits it by heads."""
         tp = self.layout.tp
-        share = np.ceil(self.kv_heads / tp) / self.kv_heads
+        share = _ceil(self.kv_heads / tp) / self.kv_heads
         if self.state_bytes and tp > 1:
             # a linear layer's state splits by its own heads (evenly where they are unknown), the rest by KV heads
-            state_share = np.ceil(self.state_heads / tp) / self.state_heads if self.state_heads else 1 / tp
+            state_share = _ceil(self.state_heads / tp) / self.state_heads if self.state_heads else 1 / tp
             return (kv_seq - self.state_bytes) * share + self.state_bytes * state_share
         return kv_seq * share
 
@@ -717,10 +813,10 @@ class _Plan:
         lay = self.layout
         if lay.dp == 1 and lay.pp == 1:
             return batch
-        per_group = np.maximum(np.ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
+        per_group = _max(_ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
         if lay.pp == 1:
             return per_group
-        return np.maximum(per_group / lay.pp, np.minimum(per_group, 1))
+        return _max(per_group / lay.pp, _min(per_group, 1))
 
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
@@ -739,18 +835,18 @@ class _Plan:
         micro = self.micro(batch)
         tokens = micro * tokens_per_seq
         # weights read
-        read = self.fixed_read + np.minimum(tokens, self.n_positions) * self.position_row
+        read = self.fixed_read + _min(tokens, self.n_positions) * self.position_row
         if self.embedding_row:
-            read = read + np.minimum(tokens, self.vocab) * self.embedding_row
+            read = read + _min(tokens, self.vocab) * self.embedding_row
         head_read = self.lm_head_read if lay.replicate_lm_head else self.lm_head_read / g
         if lm_head_tokens is not None:
-            read = read - np.where(lm_head_tokens == 0, self.lm_head_read, 0.0)
+            read = read - _where(lm_head_tokens == 0, self.lm_head_read, 0.0)
         weight_read = read / g
         if lay.replicate_lm_head:  # every chip reads the whole head where it reads it at all
             weight_read = weight_read + (head_read - self.lm_head_read / g) * (
-                1.0 if lm_head_tokens is None else np.where(lm_head_tokens == 0, 0.0, 1.0))
+                1.0 if lm_head_tokens is None else _where(lm_head_tokens == 0, 0.0, 1.0))
         if last_mlp_tokens is not None:  # the last layer's MLP is not read by a pass that runs it on no row
-            weight_read = weight_read - np.where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
+            weight_read = weight_read - _where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
         if self.n_experts:
             if lay.ep > 1:
                 touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
@@ -771,7 +867,7 @@ class _Plan:
             weight_flops = weight_flops - 2 * micro * (tokens_per_seq - last_mlp_tokens) * self.mlp_layer_params / g
         # the cache and attention: split by heads over tp (or by sequences), by position over cp
         if lay.kv_split == "batch":
-            seqs = np.minimum(micro, np.ceil(micro / lay.tp))
+            seqs = _min(micro, _ceil(micro / lay.tp))
             kv_read = seqs * kv_seq / lay.cp
             attention = seqs * attention_per_seq / lay.cp
         else:
@@ -782,12 +878,11 @@ class _Plan:
         comm_s = comm(tokens)
         kv_s, w_s = kv_read / bandwidth, weight_read / bandwidth
         wc_s, ac_s = weight_flops / flops, attention / flops
-        strict = overhead_s + np.maximum(np.maximum(kv_s + w_s, ac_s + wc_s), comm_s)
-        no_overlap = overhead_s + np.maximum(kv_s, ac_s) + np.maximum(w_s, wc_s) + comm_s
+        strict, no_overlap = step_times(kv_s, w_s, wc_s, ac_s, comm_s, overhead_s)
         # what the chip holds: the largest stage's share of its sequences' caches
-        seqs_held = np.maximum(1, np.ceil(batch / lay.dp)) if lay.dp > 1 else batch
+        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 else batch
         if lay.kv_split == "batch":
-            kv_resident = np.minimum(seqs_held, np.ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
+            kv_resident = _min(seqs_held, _ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
         else:
             kv_resident = seqs_held * self._chip_share(kv_seq) / lay.cp * self.stage
         return Step(batch=batch, context=context, tokens_per_seq=tokens_per_seq, micro_batch=micro,

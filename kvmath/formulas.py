@@ -31,17 +31,33 @@ import numpy as np
 
 from .links import all_to_all_time, allreduce_estimate, allreduce_time, p2p_time, ring_allreduce_bytes  # noqa: F401
 from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the notes' MoE forms)
+from .results import Result
 from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
 
 
-def _which(memory_s: ArrayLike, compute_s: ArrayLike) -> str | np.ndarray:
-    """"memory" where the memory time is at least the compute time, else "compute"."""
-    bound = np.where(np.asarray(memory_s >= compute_s), "memory", "compute")
-    return str(bound) if bound.ndim == 0 else bound
+#: Which resource binds a strict bound: the one whose time is the bound.
+RESOURCES = ("memory", "compute", "communication")
+
+
+def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
+    """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
+
+    The one rule for "what binds" everywhere (steps, prefill passes, the CLI).
+
+    Examples
+    --------
+    >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
+    ('memory', 'memory', 'communication')
+    """
+    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
+    which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
+    if which.ndim == 0:
+        return RESOURCES[int(which)]
+    return np.array(RESOURCES)[which]
 
 
 @dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(Result):
     """The terms of a decode step's bounds, in seconds (floats or arrays).
 
     Attributes
@@ -70,21 +86,23 @@ class StepBreakdown:
     no_overlap_s: ArrayLike
     strict_s: ArrayLike
 
+    _derived = ("bound", "attention_bound", "strict_bound")
+
     # the labels are computed only when asked for: on a grid they are string arrays as large as the grid
     @property
     def bound(self) -> str | np.ndarray:
         """Which weight term binds in the no-overlap form, "memory" or "compute" (equality: memory)."""
-        return _which(self.weight_read_s, self.weight_compute_s)
+        return binds(self.weight_read_s, self.weight_compute_s)
 
     @property
     def attention_bound(self) -> str | np.ndarray:
         """Which attention term binds in the no-overlap form."""
-        return _which(self.kv_read_s, self.attention_compute_s)
+        return binds(self.kv_read_s, self.attention_compute_s)
 
     @property
     def strict_bound(self) -> str | np.ndarray:
         """Which resource binds in the strict form."""
-        return _which(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
+        return binds(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
 
 
 @checked
@@ -619,8 +637,8 @@ def min_chips_for_weights(
     3
     >>> min_chips_for_weights(104e9, 40e9, usable_fraction=0.5)
     6
-    >>> from kvmath import get_chip
-    >>> min_chips_for_weights(160e9, get_chip("h100-sxm")), min_chips_for_weights(160e9, get_chip("h100-sxm"), budget="reported")
+    >>> from kvmath import Chip
+    >>> min_chips_for_weights(160e9, Chip.preset("h100-sxm")), min_chips_for_weights(160e9, Chip.preset("h100-sxm"), budget="reported")
     (2, 2)
     """
     weight_bytes = positive("weight_bytes", weight_bytes)
@@ -662,8 +680,8 @@ def kv_budget_bytes(
     16.0
     >>> kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) / 1e9
     10.0
-    >>> from kvmath import get_chip
-    >>> h100 = get_chip("h100-sxm")
+    >>> from kvmath import Chip
+    >>> h100 = Chip.preset("h100-sxm")
     >>> [round(kv_budget_bytes(2, h100, 141e9, budget=b) / 1e9, 2) for b in ("device", "reported", "reserve")]
     [19.0, 30.04, 28.37]
     """
@@ -708,6 +726,67 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     """
     budget = non_negative("kv_budget_bytes", kv_budget_bytes)
     return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
+
+
+@dataclass(frozen=True)
+class Fit(Result):
+    """What fits on chips of one memory size, by the notes' sums (:func:`fit`); bytes unless named otherwise.
+
+    Attributes
+    ----------
+    weight_bytes : all the weights, ``param_count x bytes_per_param``.
+    min_chips : the fewest chips that hold them (:func:`min_chips_for_weights`).
+    n_chips : the chips counted (``min_chips`` unless given).
+    hbm_bytes : memory per chip.
+    kv_budget_bytes : memory of ``n_chips`` left beside the weights (:func:`kv_budget_bytes`).
+    kv_bytes_per_token, context : the cache of one token, and tokens per sequence.
+    max_tokens, max_batch : whole tokens, and whole sequences of ``context``, that fit.
+    """
+
+    weight_bytes: float
+    min_chips: int
+    n_chips: int
+    hbm_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float
+    context: float
+    max_tokens: int
+    max_batch: int
+
+
+def fit(param_count: float, bytes_per_param: float, kv_bytes_per_token: float, context: float, hbm_bytes: float,
+        n_chips: int | None = None) -> Fit:
+    """The notes' capacity sums: chips for the weights, then the tokens and sequences whose cache fits beside them.
+
+    Exact whole counts (no model: weights as one block split evenly; a real
+    model on a real layout is :meth:`kvmath.Deployment.capacity`). Raises
+    ``ValueError`` naming ``n_chips`` where the chips given cannot hold the
+    weights, and ``kv_bytes_per_token`` where the tokens that fit overflow.
+
+    Examples
+    --------
+    The notes' 52B model in fp16 on 40 GB chips, 2 MiB of cache per token:
+
+    >>> f = fit(52e9, 2, 2 * 2**20, 2048, 40e9)
+    >>> f.min_chips, round(f.kv_budget_bytes / 1e9), f.max_tokens, f.max_batch
+    (3, 16, 7629, 3)
+    """
+    weights = weight_bytes(param_count, bytes_per_param)
+    fewest = min_chips_for_weights(weights, hbm_bytes)
+    chips = fewest if n_chips is None else int(positive_int("n_chips", n_chips))
+    if chips < fewest:
+        raise ValueError(f"n_chips {chips} cannot hold the {weights:.4g} bytes of weights at {hbm_bytes:.4g} bytes "
+                         f"per chip: {fewest} or more are needed")
+    budget = kv_budget_bytes(chips, hbm_bytes, weights)
+    context = positive("context", context)
+    try:
+        tokens, batch = max_kv_tokens(budget, kv_bytes_per_token), max_batch(budget, kv_bytes_per_token * context)
+    except ValueError:
+        raise ValueError(f"the tokens that fit overflow a whole number: kv_bytes_per_token {kv_bytes_per_token!r} "
+                         "is too small") from None
+    return Fit(weight_bytes=float(weights), min_chips=fewest, n_chips=chips, hbm_bytes=float(hbm_bytes),
+               kv_budget_bytes=float(budget), kv_bytes_per_token=float(kv_bytes_per_token), context=float(context),
+               max_tokens=tokens, max_batch=batch)
 
 
 # ----- speculative decoding --------------------------------------------------------

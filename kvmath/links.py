@@ -246,11 +246,14 @@ def _allreduce_s(size, n, link: Link | None):
     """
     if link is None:
         return 0.0
+    one_group = type(n) in (int, float)  # a layout's group size (the public function passes arrays)
+    if one_group and n <= 1:
+        return 0.0
     fewest = 2 * (n - 1) / n * size
     if link.in_switch_reduction:
-        fewest = np.minimum(fewest, size)
+        fewest = (fewest if fewest <= size else size) if type(size) is float else np.minimum(fewest, size)
     t = fewest / link.bandwidth + link.latency_s
-    return t if np.ndim(n) == 0 and n > 1 else np.where(n > 1, t, 0.0)
+    return t if one_group else np.where(n > 1, t, 0.0)
 
 
 def as_link(link) -> Link:
@@ -312,8 +315,11 @@ def _all_to_all_s(size, n, link: Link | None):
     """:func:`all_to_all_time` on checked inputs; 0 without a link."""
     if link is None:
         return 0.0
+    one_group = type(n) in (int, float)
+    if one_group and n <= 1:
+        return 0.0
     t = (n - 1) / n * size / link.bandwidth + link.latency_s
-    return t if np.ndim(n) == 0 and n > 1 else np.where(n > 1, t, 0.0)
+    return t if one_group else np.where(n > 1, t, 0.0)
 
 
 def _two_tier_all_to_all_s(size, ep, per_node, port: Link | None, node: Link | None):

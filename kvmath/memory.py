@@ -123,10 +123,11 @@ def runtime_total_bytes(chip: Chip | ArrayLike) -> ArrayLike:
 
     Examples
     --------
-    >>> from kvmath import get_chip, GiB
-    >>> round(runtime_total_bytes(get_chip("h100-sxm")) / GiB, 2)  # vLLM's 'total_gpu_memory 79.22GiB'
+    >>> from kvmath import Chip
+    >>> from kvmath.units import GiB
+    >>> round(runtime_total_bytes(Chip.preset("h100-sxm")) / GiB, 2)  # vLLM's 'total_gpu_memory 79.22GiB'
     79.22
-    >>> round(runtime_total_bytes(get_chip("l4")) / GiB, 2)        # 23034 MiB less the 0.5 GiB estimate
+    >>> round(runtime_total_bytes(Chip.preset("l4")) / GiB, 2)        # 23034 MiB less the 0.5 GiB estimate
     21.99
     """
     return _runtime_total(chip, "runtime_total_bytes")
@@ -183,8 +184,9 @@ def memory_budget(
 
     Examples
     --------
-    >>> from kvmath import get_chip, GiB
-    >>> h100 = get_chip("h100-sxm")
+    >>> from kvmath import Chip
+    >>> from kvmath.units import GiB
+    >>> h100 = Chip.preset("h100-sxm")
     >>> [round(memory_budget(h100, b) / GiB, 2) for b in BUDGETS]
     [74.51, 79.65, 78.87, 70.95]
     >>> memory_budget(40e9)  # a number is the device budget unchanged
@@ -276,12 +278,12 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
 
     Examples
     --------
-    >>> from kvmath import get_model
-    >>> vllm_page_bytes(get_model("llama-3-8b"))               # 16 x 2 x 8 x 128 x 2
+    >>> from kvmath import Model
+    >>> vllm_page_bytes(Model.preset("llama-3-8b"))               # 16 x 2 x 8 x 128 x 2
     65536
-    >>> vllm_page_bytes(get_model("llama-3-8b"), tensor_parallel=16)  # 8 heads, 16 ranks: one each
+    >>> vllm_page_bytes(Model.preset("llama-3-8b"), tensor_parallel=16)  # 8 heads, 16 ranks: one each
     8192
-    >>> vllm_page_bytes(get_model("deepseek-v3"), tensor_parallel=8)  # 16 x 576 x 2 on every rank
+    >>> vllm_page_bytes(Model.preset("deepseek-v3"), tensor_parallel=8)  # 16 x 576 x 2 on every rank
     18432
 
     A tensor-parallel size vLLM refuses raises ``ValueError`` (:func:`vllm_kv_cache` says which).
@@ -317,10 +319,10 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
 
     Examples
     --------
-    >>> from kvmath import get_model
-    >>> vllm_kv_groups(get_model("gemma-2-9b"))        # 21 global + 21 local layers
+    >>> from kvmath import Model
+    >>> vllm_kv_groups(Model.preset("gemma-2-9b"))        # 21 global + 21 local layers
     (21, 1, 1)
-    >>> vllm_kv_groups(get_model("gemma-2-9b"), hybrid=False)
+    >>> vllm_kv_groups(Model.preset("gemma-2-9b"), hybrid=False)
     (42, 1, 0)
 
     Linear-attention and chunked layers raise ``ValueError`` (:data:`VLLM_LAYER_KINDS`).
@@ -392,8 +394,9 @@ def vllm_activation_peak_bytes(
 
     Examples
     --------
-    >>> from kvmath import get_model, GiB
-    >>> round(vllm_activation_peak_bytes(get_model("llama-3-8b"), 20000) / GiB, 2)
+    >>> from kvmath import Model
+    >>> from kvmath.units import GiB
+    >>> round(vllm_activation_peak_bytes(Model.preset("llama-3-8b"), 20000) / GiB, 2)
     2.03
     """
     tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens)
@@ -427,7 +430,7 @@ def vllm_available_kv_bytes(
     --------
     Llama-3-8B on an H100, vLLM PR #10511 (logged: 53.29 GiB):
 
-    >>> from kvmath import GiB
+    >>> from kvmath.units import GiB
     >>> round(vllm_available_kv_bytes(79.22 * GiB, 14.96 * GiB, 1.26 * GiB, 1.79 * GiB) / GiB, 2)
     53.29
     """
@@ -554,7 +557,8 @@ def vllm_kv_cache(
     "Available KV cache memory: 6.51 GiB", "GPU KV cache size: 42,656 tokens",
     "Maximum concurrency for 32,768 tokens per request: 1.30x":
 
-    >>> from kvmath import Model, GiB
+    >>> from kvmath import Model
+    >>> from kvmath.units import GiB
     >>> qwen3_14b = Model("qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, attention="gqa")
     >>> kv = vllm_kv_cache(qwen3_14b, 6.51 * GiB, 32768)
     >>> kv.num_blocks, kv.tokens, round(kv.max_concurrency, 2)
@@ -659,8 +663,9 @@ def vllm_engine(
     #10511 logged 53.29 GiB of KV memory from its measured overheads, 3.4%
     less):
 
-    >>> from kvmath import get_chip, get_model, GiB
-    >>> e = vllm_engine(get_model("llama-3-8b"), get_chip("h100-sxm"), 8192, engine="v0")
+    >>> from kvmath import Chip, Model
+    >>> from kvmath.units import GiB
+    >>> e = vllm_engine(Model.preset("llama-3-8b"), Chip.preset("h100-sxm"), 8192, engine="v0")
     >>> round(e.available_kv_bytes / GiB, 2), e.num_blocks, round(e.max_concurrency, 2)
     (55.09, 28204, 55.09)
     """

@@ -243,6 +243,13 @@ class Model:
         """
         if self.layers is not None:
             return self.layers
+        cached = self.__dict__.get("_specs")
+        if cached is None:  # a frozen model's layers never change: built once (not a field: not compared or shown)
+            cached = self._derived_layer_specs()
+            object.__setattr__(self, "_specs", cached)
+        return cached
+
+    def _derived_layer_specs(self) -> tuple[LayerSpec, ...]:
         params = self._attention_params_per_layer()
         if self.attention == "mla":
             spec = LayerSpec("mla", n_heads=self.n_heads, latent_dim=self.kv_lora_rank + self.qk_rope_dim,

@@ -5,7 +5,7 @@ output tokens, runs as benchmarks run it:
 
 - **time to first token** (TTFT): one prefill of the ``B`` prompts, which
   also yields the first output token. Its bound is the step bound of
-  :func:`kvmath.chip_step` with ``S_in`` tokens per sequence: weights read
+  the deployment's step model with ``S_in`` tokens per sequence: weights read
   once, the new cache written, ``2 P S_in`` weight FLOPs (the LM head for the
   last token only) and causal attention, ``sum_{t=1}^{S_in} A(t)`` FLOPs
   with ``A(t)`` the attention FLOPs of a token that attends to ``t`` tokens
@@ -35,7 +35,6 @@ shapes is one call (:func:`serving_frontier`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
 import dataclasses
 
@@ -44,15 +43,10 @@ import numpy as np
 from .results import Result
 
 from .formulas import kv_budget_bytes
-from .hardware import Chip
-from .links import Link, as_link, p2p_time
 from .memory import BUDGETS, memory_budget
-from .models import Model, Precision, group_formats
-from .deployment import Step
-from .parallel import ParallelLayout, as_layout, chip_step
-from .formulas import prefill_time
-from .step import as_presets, compute_rate, format_rate, overflow_named, refuse_overflow
-from .units import dtype_bytes
+from .models import Model
+from .deployment import Deployment, Step, step_times
+from .step import overflow_named, refuse_overflow
 from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
@@ -80,13 +74,13 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     --------
     Llama 2 7B, 2,048 tokens: ``4 L h d_h * 2048 * 2049 / 2``.
 
-    >>> from kvmath import get_model
-    >>> prefill_attention_flops(get_model("llama-2-7b"), 2048) / 1e12
+    >>> from kvmath import Model
+    >>> prefill_attention_flops(Model.preset("llama-2-7b"), 2048) / 1e12
     1.100...
 
     DeepSeek-V3, 4,096 tokens: ``61 * 128 * (2 * 192 + 2 * 128) * 4096 * 4097 / 2``.
 
-    >>> round(prefill_attention_flops(get_model("deepseek-v3"), 4096) / 1e12, 2)
+    >>> round(prefill_attention_flops(Model.preset("deepseek-v3"), 4096) / 1e12, 2)
     41.93
     """
     s = positive_int("input_tokens", input_tokens)
@@ -228,41 +222,53 @@ class Request(Result):
         return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
 
 
-def _rate(chip, weights, compute_dtype, model) -> float:
-    """:func:`compute_rate`, given the model only where ``weights`` mixes formats of different rates (which needs
-    it to combine them); elsewhere the rate is the format's own, as before, bit for bit."""
-    mixed = isinstance(weights, Mapping) and len({format_rate(chip, f) for f in group_formats(weights).values()}) > 1
-    return compute_rate(chip, weights, compute_dtype, model if mixed else None)
-
-
 #: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 4M, 32 MB a float array
 #: (the frontier's 4096 batches x 1024 chunks, a 128K prompt in 128-token chunks).
 _MAX_CHUNK_CELLS = 2**22
 
 
-def _chip_step(model, chip, batch, context, layout, *, weights, kv_dtype, compute_dtype, link, b_act,
-               overhead_s, efficiency, tokens_per_seq=1, prefill=False, last_mlp_logits_only=False) -> Step:
-    """:func:`chip_step` with the chip's rates and the model's own cache and attention FLOPs."""
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
-    attention = (prefill_attention_flops(model, context) if prefill
-                 else model.attention_flops_per_token(context) * tokens_per_seq)
-    return chip_step(
-        model, batch, context, layout, chip.bandwidth * efficiency, _rate(chip, weights, compute_dtype, model),
-        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(context, b_kv), attention_flops_per_seq=attention,
-        tokens_per_seq=tokens_per_seq, link=link, activation_bytes=b_act, overhead_s=overhead_s,
-        lm_head_tokens_per_seq=1 if prefill else None,
-        last_mlp_tokens_per_seq=1 if prefill and last_mlp_logits_only else None,
-    )
+def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0, efficiency=1.0, prefill=False,
+          last_mlp_logits_only=False, lm_head_tokens=None, attention=None) -> Step:
+    """A pass of the deployment's one step model, with the model's own cache and attention FLOPs.
+
+    A prefill pass attends causally (:func:`prefill_attention_flops`) and
+    needs logits for one token per prompt (``lm_head_tokens``, default 1);
+    ``last_mlp_logits_only`` runs the last layer's MLP on that token alone.
+    """
+    plan = dep._plan
+    if attention is None:
+        attention = (prefill_attention_flops(dep.model, context) if prefill
+                     else plan.attention_per_token(context) * tokens_per_seq)
+    if prefill and lm_head_tokens is None:
+        lm_head_tokens = 1.0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(context), attention,
+                          bandwidth=dep.chip.bandwidth * efficiency, flops=dep.flops, comm=dep._comm,
+                          overhead_s=overhead_s, lm_head_tokens=lm_head_tokens,
+                          last_mlp_tokens=lm_head_tokens if prefill and last_mlp_logits_only else None)
 
 
-def _prefill_strict(step: Step) -> ArrayLike:
-    """The strict bound of a prefill on a chip: overhead + max(:func:`kvmath.prefill_time`, comm)."""
-    memory_or_math = prefill_time(step.weight_flops + step.attention_flops, step.flops, step.weight_bytes_read,
-                                  step.kv_bytes_read, step.bandwidth)
-    return step.overhead_s + np.maximum(memory_or_math, step.comm_s)
+def _without_pipeline(dep: Deployment) -> Deployment:
+    """The deployment's stage group alone: its layout with ``pp = 1`` (every layer on ``tp * cp * dp`` chips)."""
+    if dep.layout.pp == 1:
+        return dep
+    return dep.replace(layout=dataclasses.replace(dep.layout, pp=1))
 
 
-def _stage_share(model, chip, batch, context, layout, **opts) -> Step:
+def _stage_of(whole: Step, pp: int, weight_bytes_resident: float) -> Step:
+    """One chip's ``1 / pp`` share of a pass over the whole stage group: bytes, FLOPs, comm and times divided."""
+    kv_s, w_s, wc_s, ac_s, comm = (whole.kv_read_s / pp, whole.weight_read_s / pp, whole.weight_compute_s / pp,
+                                   whole.attention_compute_s / pp, whole.comm_s / pp)
+    strict, no_overlap = step_times(kv_s, w_s, wc_s, ac_s, comm, whole.overhead_s)
+    return dataclasses.replace(
+        whole, weight_bytes_read=whole.weight_bytes_read / pp, kv_bytes_read=whole.kv_bytes_read / pp,
+        weight_flops=whole.weight_flops / pp, attention_flops=whole.attention_flops / pp, comm_s=comm,
+        kv_read_s=kv_s, weight_read_s=w_s, weight_compute_s=wc_s, attention_compute_s=ac_s, strict_s=strict,
+        no_overlap_s=no_overlap, weight_bytes_resident=weight_bytes_resident,
+        kv_bytes_resident=whole.kv_bytes_resident / pp)
+
+
+def _stage_share(dep: Deployment, batch, context, **opts) -> Step:
     """A prefill pass on one chip of one pipeline stage: the stage group's work over ``pp``, memory of the layout.
 
     The pass is run on the layout without its pipeline (every layer on the
@@ -271,32 +277,14 @@ def _stage_share(model, chip, batch, context, layout, **opts) -> Step:
     split of the layers there can be, so each chip's share is at most its
     real stage's.
     """
-    whole = _chip_step(model, chip, batch, context, dataclasses.replace(layout, pp=1), prefill=True, **opts)
-    if layout.pp == 1:
+    whole = _pass(_without_pipeline(dep), batch, context, prefill=True, **opts)
+    if dep.layout.pp == 1:
         return whole
-    held = _chip_step(model, chip, 1, 1, layout, prefill=True, **{**opts, "tokens_per_seq": 1})
-    pp = layout.pp
-    return dataclasses.replace(
-        whole, weight_bytes_read=plain(whole.weight_bytes_read / pp),
-        kv_bytes_read=plain(whole.kv_bytes_read / pp), weight_flops=plain(whole.weight_flops / pp),
-        attention_flops=plain(whole.attention_flops / pp), comm_s=plain(whole.comm_s / pp),
-        weight_bytes_resident=held.weight_bytes_resident, kv_bytes_resident=plain(whole.kv_bytes_resident / pp))
+    return _stage_of(whole, dep.layout.pp, dep._plan.weight_resident)
 
 
-def prefill_chip_step(
-    model: Model | str,
-    chip: Chip | str,
-    batch: ArrayLike,
-    input_tokens: ArrayLike,
-    *,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
-) -> Step:
-    """One prefill pass of ``batch`` prompts on each chip of ``layout`` (bytes, FLOPs, comm): see :func:`prefill_bound`.
+def prefill_chip_step(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike) -> Step:
+    """One prefill pass of ``batch`` prompts on one chip of the first stage (bytes, FLOPs, comm): see :func:`prefill_bound`.
 
     Under pipeline parallelism the figures are one chip's: its stage's share
     (``1 / pp``) of the weights read, the cache written, the FLOPs and the
@@ -305,36 +293,26 @@ def prefill_chip_step(
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> p = prefill_chip_step(get_model("llama-2-7b"), get_chip("a100-80gb"), 1, 2048)
+    >>> from kvmath import Deployment
+    >>> p = prefill_chip_step(Deployment("llama-2-7b", "a100-80gb"), 1, 2048)
     >>> round((p.weight_flops + p.attention_flops) / 1e12, 2)  # 2 P S (LM head once) + causal attention
     27.63
-    >>> p3 = prefill_chip_step("llama-2-7b", "a100-80gb", 1, 2048, layout="pp=2")
+    >>> p3 = prefill_chip_step(Deployment("llama-2-7b", "a100-80gb", "pp=2"), 1, 2048)
     >>> round((p3.weight_flops + p3.attention_flops) / 1e12, 3)  # each chip does half
     13.813
     """
-    model, chip = as_presets(model, chip)
+    batch = positive("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
-    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
-                link=None if link is None else as_link(link),
-                b_act=dtype_bytes(activation_dtype, argument="activation_dtype"),
-                overhead_s=0.0, efficiency=1.0, tokens_per_seq=s_in)
-    return _stage_share(model, chip, batch, s_in, as_layout(layout).check(model), **opts)
+    broadcast(batch=batch, input_tokens=input_tokens)
+    return _stage_share(dep, batch, s_in, tokens_per_seq=s_in)
 
 
 @checked
 def prefill_bound(
-    model: Model | str,
-    chip: Chip | str,
+    dep: Deployment,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
     chunk_tokens: int | None = None,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
@@ -352,7 +330,7 @@ def prefill_bound(
     logits (the last token of each prompt) before the last layer's MLP, as
     llama.cpp does (``build_inp_out_ids``), so that MLP multiplies one row
     per prompt and a chunk without logits does not read its weights (a dense
-    model only; :func:`kvmath.chip_step`'s ``last_mlp_tokens_per_seq``).
+    model only).
 
     Under pipeline parallelism (``pp > 1``) the chunks flow through the
     stages, each stage's chip doing its share (``1 / pp``: the most even
@@ -372,59 +350,53 @@ def prefill_bound(
     --------
     Llama 2 7B, one 2,048-token prompt on an A100-80GB: compute-bound.
 
-    >>> from kvmath import get_chip, get_model
-    >>> m, a100 = get_model("llama-2-7b"), get_chip("a100-80gb")
-    >>> round(prefill_bound(m, a100, 1, 2048) * 1e3, 2)
+    >>> from kvmath import Deployment
+    >>> a100 = Deployment("llama-2-7b", "a100-80gb")
+    >>> round(prefill_bound(a100, 1, 2048) * 1e3, 2)
     88.54
-    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
+    >>> round(prefill_bound(a100, 1, 2048, chunk_tokens=512) * 1e3, 2)  # 4 compute-bound chunks: the same
     88.54
-    >>> round(prefill_bound(m, a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
+    >>> round(prefill_bound(a100, 1, 2048, chunk_tokens=64) * 1e3, 2)   # 32 chunks, each reading the weights
     212.1
 
     The 52B on three A100-40GB by layers: a third of the FLOPs per chip plus
     the fill of two stages, not the whole model on one chip:
 
-    >>> b = get_model("kipply-52b")
-    >>> round(prefill_bound(b, "a100-40gb", 1, 2048, layout="pp=3", link="nvlink3"), 3)
+    >>> round(prefill_bound(Deployment("kipply-52b", "a100-40gb", "pp=3", link="nvlink3"), 1, 2048), 3)
     0.275
     """
     with overflow_named("prefill_bound", batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens):
-        return _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                              activation_dtype, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only)
+        return _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only)
 
 
-def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                   activation_dtype, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only=False) -> ArrayLike:
+def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only) -> ArrayLike:
     """:func:`prefill_bound`'s body."""
-    model, chip = as_presets(model, chip)
-    layout = as_layout(layout).check(model)
-    link = None if link is None else as_link(link)
-    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
-    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
-                overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
+    model, layout = dep.model, dep.layout
+    opts = dict(overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
     s_in = positive_int("input_tokens", input_tokens)
+    batch = positive("batch", batch)
     broadcast(batch=batch, input_tokens=input_tokens)
     fills = layout.pp - 1
     if not isinstance(last_mlp_logits_only, (bool, np.bool_)):
         raise ValueError(f"last_mlp_logits_only must be True or False, got {last_mlp_logits_only!r}")
+    if last_mlp_logits_only and model.n_experts:
+        raise ValueError(f"last_mlp_logits_only is modelled for dense models only; {model.name} has experts")
+    last_mlp = bool(last_mlp_logits_only)
     if chunk_tokens is None:
-        share = _stage_share(model, chip, batch, s_in, layout, tokens_per_seq=s_in,
-                             last_mlp_logits_only=bool(last_mlp_logits_only), **opts)
-        ttft = _prefill_strict(share)
-        if fills:
-            hop = 0.0 if link is None else p2p_time(model.d_model * b_act, link)  # one token on to the next stage
-            ttft = ttft + fills * (share.weight_bytes_read / share.bandwidth + hop)
+        share = _stage_share(dep, batch, s_in, tokens_per_seq=s_in, last_mlp_logits_only=last_mlp, **opts)
+        ttft = share.strict_s
+        if fills:  # each earlier stage reads its weights and sends one token on
+            ttft = ttft + fills * share.weight_bytes_read / share.bandwidth + dep._pipeline_s(model.d_model * dep.b_act)
         refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens)
         return plain(ttft)
     c = one_int("chunk_tokens", chunk_tokens)
     c = int(min(c, np.max(s_in)))  # a chunk longer than every prompt is the whole prompt
     n_chunks = float(np.ceil(np.max(s_in) / c))
-    if n_chunks * np.size(s_in) * np.size(positive("batch", batch)) > _MAX_CHUNK_CELLS:
+    if n_chunks * np.size(s_in) * np.size(batch) > _MAX_CHUNK_CELLS:
         # each chunk is an array cell: refuse by name rather than run out of memory inside numpy
         raise ValueError(f"chunk_tokens {c} splits input_tokens (up to {np.max(s_in):.0f}) into {n_chunks:.0f} chunks, "
                          f"too many to evaluate for this batch (at most {_MAX_CHUNK_CELLS} batch x prompt x chunk "
                          "cells): use larger chunks")
-    b_kv = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
     # Chunk k covers prompt positions k c + 1 .. min((k + 1) c, S): numpy over the chunk index.
     k = np.arange(int(n_chunks))
     s = np.asarray(s_in, dtype=float)[..., None]
@@ -436,37 +408,28 @@ def _prefill_bound(model, chip, batch, input_tokens, layout, link, weights, kv_d
     first = np.maximum(done, 1)
     attention = prefill_attention_flops(model, end) - np.where(done > 0, prefill_attention_flops(model, first), 0)
     batch, efficiency, overhead_s = (np.asarray(x, dtype=float)[..., None]  # the chunk index is the last axis
-                                     for x in (positive("batch", batch), opts["efficiency"], opts["overhead_s"]))
-    step = chip_step(
-        model, batch, end, dataclasses.replace(layout, pp=1), chip.bandwidth * efficiency,
-        _rate(chip, weights, compute_dtype, model),
-        weights=weights, kv_bytes_per_seq=model.kv_bytes_per_seq(end, b_kv), attention_flops_per_seq=attention,
-        tokens_per_seq=np.maximum(size, 1), link=link, activation_bytes=b_act, overhead_s=overhead_s,
-        lm_head_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0),
-        last_mlp_tokens_per_seq=np.where(done + size >= s, 1.0, 0.0) if last_mlp_logits_only else None,
-    )
+                                     for x in (batch, opts["efficiency"], opts["overhead_s"]))
+    step = _pass(_without_pipeline(dep), batch, end, tokens_per_seq=np.maximum(size, 1), overhead_s=overhead_s,
+                 efficiency=efficiency, prefill=True, last_mlp_logits_only=last_mlp, attention=attention,
+                 lm_head_tokens=np.where(done + size >= s, 1.0, 0.0))
     if fills:
-        pp = layout.pp
-        step = dataclasses.replace(
-            step, weight_bytes_read=step.weight_bytes_read / pp, kv_bytes_read=step.kv_bytes_read / pp,
-            weight_flops=step.weight_flops / pp, attention_flops=step.attention_flops / pp, comm_s=step.comm_s / pp)
-    per_chunk = np.where(live, _prefill_strict(step), 0.0)
+        step = _stage_of(step, layout.pp, dep._plan.weight_resident)
+    per_chunk = np.where(live, step.strict_s, 0.0)
     ttft = np.cumsum(per_chunk, axis=-1)[..., -1]  # in order: a longer prompt beside it (zero chunks) changes no bit
     if fills:
-        hop = 0.0 if link is None else p2p_time(batch[..., 0] * size[..., 0] * model.d_model * b_act, link)
-        ttft = ttft + fills * (per_chunk[..., 0] + hop)
+        ttft = ttft + fills * per_chunk[..., 0] + dep._pipeline_s(batch[..., 0] * size[..., 0] * model.d_model * dep.b_act)
     refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens)
     return plain(ttft)
 
 
-def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, np.ndarray]:
+def _decode_sums(dep: Deployment, batch, lo, hi, opts) -> tuple[np.ndarray, np.ndarray]:
     """Strict and no-overlap bounds summed over decode steps with caches of ``lo .. hi`` tokens."""
-    w = model.sliding_window
+    w = dep.model.sliding_window
     # Stretches of context where every term is affine: before a window fills, and after.
     stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
     strict = no_overlap = 0.0
     for s1, s2, first, last in stretches:
-        t1, t2 = (_chip_step(model, chip, batch, s, layout, **opts) for s in (s1, s2))
+        t1, t2 = (_pass(dep, batch, float(s), **opts) for s in (s1, s2))
 
         def line(f):
             slope = f(t2) - f(t1)
@@ -486,18 +449,11 @@ def _decode_sums(model, chip, batch, lo, hi, layout, opts) -> tuple[np.ndarray, 
 
 @checked
 def request_times(
-    model: Model | str,
-    chip: Chip | str,
+    dep: Deployment,
     batch: ArrayLike,
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     *,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
     chunk_tokens: int | None = None,
     price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
@@ -505,17 +461,16 @@ def request_times(
 ) -> Request:
     """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
 
+    The prefill (:func:`prefill_bound`) yields the first token; the
+    ``output_tokens - 1`` decode steps that follow are summed in closed
+    form (see the module text). :meth:`kvmath.Deployment.request` calls it.
+
     Parameters
     ----------
-    model, chip : Model, Chip, or preset names
+    dep : Deployment
     batch, input_tokens, output_tokens : int or array
         Requests served together, and their prompt and output lengths
         (whole numbers; broadcast against each other).
-    layout, link : ParallelLayout, Link, or their text/preset names, optional
-        How the model spreads over chips and what connects them (default:
-        one chip). Without a link, communication is not counted.
-    weights, kv_dtype, compute_dtype, activation_dtype :
-        As in :func:`kvmath.decode_step`.
     chunk_tokens : int, optional
         Chunked prefill (see :func:`prefill_bound`).
     price_per_chip_hour : float or array, optional
@@ -532,25 +487,21 @@ def request_times(
     --------
     Llama 3 8B on one H100: 16 requests of 1,000 tokens in, 500 out.
 
-    >>> from kvmath import get_chip, get_model
-    >>> r = request_times(get_model("llama-3-8b"), get_chip("h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
+    >>> from kvmath import Deployment
+    >>> r = request_times(Deployment("llama-3-8b", "h100-sxm"), 16, 1000, 500, price_per_chip_hour=2.0)
     >>> round(r.ttft_s * 1e3, 1), round(r.time_per_output_token_s * 1e3, 3), round(float(r.output_tokens_per_s))
     (230.0, 5.263, 2801)
     >>> round(r.cost_per_million_tokens, 3)
     0.198
     """
     with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
-        return _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype,
-                              compute_dtype, activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s,
-                              efficiency)
+        return _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour,
+                              overhead_s, efficiency)
 
 
-def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link, weights, kv_dtype, compute_dtype,
-                   activation_dtype, chunk_tokens, price_per_chip_hour, overhead_s, efficiency) -> Request:
+def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour, overhead_s,
+                   efficiency) -> Request:
     """:func:`request_times`'s body."""
-    model, chip = as_presets(model, chip)
-    layout = as_layout(layout)
-    link = None if link is None else as_link(link)
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
     s_out = positive_int("output_tokens", output_tokens)
@@ -560,21 +511,16 @@ def _request_times(model, chip, batch, input_tokens, output_tokens, layout, link
         price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
-    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
-    opts = dict(weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, link=link, b_act=b_act,
-                overhead_s=overhead_s, efficiency=efficiency)
+    opts = dict(overhead_s=overhead_s, efficiency=efficiency)
     prompts, back = s_in, None
     if np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
         prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
-    ttft = prefill_bound(model, chip, batch, prompts, layout=layout, link=link, weights=weights, kv_dtype=kv_dtype,
-                         compute_dtype=compute_dtype, activation_dtype=activation_dtype, chunk_tokens=chunk_tokens,
-                         overhead_s=overhead_s, efficiency=efficiency)
+    ttft = prefill_bound(dep, batch, prompts, chunk_tokens=chunk_tokens, overhead_s=overhead_s, efficiency=efficiency)
     if back is not None:
         ttft = np.asarray(ttft)[..., back]
-    decode, decode_no_overlap = _decode_sums(model, chip, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0,
-                                             layout, opts)
+    decode, decode_no_overlap = _decode_sums(dep, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0, opts)
     times = Request(
-        batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=layout.n_chips,
+        batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=dep.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
         price_per_chip_hour=price_per_chip_hour,
@@ -625,19 +571,12 @@ class Frontier(Result):
 
 
 def serving_frontier(
-    model: Model | str,
-    chip: Chip | str,
+    dep: Deployment,
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     *,
     batch: ArrayLike | None = None,
     tpot_limit_s: float | None = None,
-    layout: ParallelLayout | str | None = None,
-    link: Link | str | None = None,
-    weights: Precision = "bf16",
-    kv_dtype: str | float = "bf16",
-    compute_dtype: str | None = None,
-    activation_dtype: str = "bf16",
     chunk_tokens: int | None = None,
     hbm_bytes: float | None = None,
     price_per_chip_hour: float | None = None,
@@ -662,21 +601,18 @@ def serving_frontier(
     holds 761 such requests; at most 15 ms per output token (66.7 tokens/s
     per user) allows 535, for 2,749 output tokens/s per chip:
 
-    >>> from kvmath import ParallelLayout, get_chip, get_link, get_model
-    >>> f = serving_frontier(get_model("llama-3-70b"), get_chip("h100-sxm"), 1000, 1000, tpot_limit_s=0.015,
-    ...                      layout=ParallelLayout(tp=8), link=get_link("nvlink4"))
+    >>> from kvmath import Deployment
+    >>> f = serving_frontier(Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4"), 1000, 1000,
+    ...                      tpot_limit_s=0.015)
     >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0])), f.budget
     (761, 535, 2749, 'device')
 
     Under vLLM's 0.9 of the runtime's memory, fewer fit (:func:`kvmath.vllm_engine`,
     which also sets aside vLLM's activation peak, admits fewer still):
 
-    >>> int(serving_frontier("llama-3-70b", "h100-sxm", 1000, 1000, layout="tp=8", budget="engine").max_batch[0])
+    >>> int(serving_frontier(Deployment("llama-3-70b", "h100-sxm", "tp=8"), 1000, 1000, budget="engine").max_batch[0])
     714
     """
-    model, chip = as_presets(model, chip)
-    layout = as_layout(layout)
-    link = None if link is None else as_link(link)
     budget = choice("budget", budget, BUDGETS)
     broadcast(input_tokens=input_tokens, output_tokens=output_tokens)
     if batch is not None and np.ndim(batch) > 1:
@@ -685,18 +621,15 @@ def serving_frontier(
     s_out = np.atleast_1d(positive_int("output_tokens", output_tokens)).astype(float)
     s_in, s_out = (x.ravel() for x in np.broadcast_arrays(s_in, s_out))
     batch = np.arange(1, 4097, dtype=float) if batch is None else np.atleast_1d(positive_int("batch", batch)).astype(float)
-    hbm = memory_budget(chip, budget) if hbm_bytes is None else positive("hbm_bytes", hbm_bytes)
-    b_act = dtype_bytes(activation_dtype, argument="activation_dtype")
-    one = _chip_step(model, chip, 1, s_in + s_out - 1, layout, weights=weights, kv_dtype=kv_dtype,
-                     compute_dtype=compute_dtype, link=link, b_act=b_act, overhead_s=0.0, efficiency=1.0)
+    hbm = memory_budget(dep.chip, budget) if hbm_bytes is None else positive("hbm_bytes", hbm_bytes)
+    one = _pass(dep, 1.0, s_in + s_out - 1)
     # weights that do not fit leave no room: no batch fits (found is False), not an error,
     # so a sweep over models and chips can show where a model does not fit
     w = one.weight_bytes_resident
     kv_room = kv_budget_bytes(1, hbm, w) if w <= hbm else 0.0
-    most = np.floor(kv_room / one.kv_bytes_resident) * layout.dp
-    requests = request_times(model, chip, batch[:, None], s_in, s_out, layout=layout, link=link, weights=weights,
-                             kv_dtype=kv_dtype, compute_dtype=compute_dtype, activation_dtype=activation_dtype,
-                             chunk_tokens=chunk_tokens, price_per_chip_hour=price_per_chip_hour)
+    most = np.floor(kv_room / one.kv_bytes_resident) * dep.layout.dp
+    requests = request_times(dep, batch[:, None], s_in, s_out, chunk_tokens=chunk_tokens,
+                             price_per_chip_hour=price_per_chip_hour)
     fits = batch[:, None] <= most
     throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
     tpot = requests.time_per_output_token_s

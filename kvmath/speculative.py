@@ -19,13 +19,12 @@ import numpy as np
 
 from .results import Result
 
-from .hardware import Chip
 from .models import Model
 from .deployment import Deployment
 from .formulas import expected_tokens_per_step, speculative_improvement_factor  # noqa: F401  (the notes' forms)
 from .models import get_model
-from .validation import (ArrayLike, as_number, as_scalar, checked, instance, non_negative, one_int, plain,
-                         positive, positive_int)
+from .validation import (ArrayLike, as_number, as_scalar, checked, instance, one_int, plain,
+                         positive)
 
 
 @dataclass(frozen=True)

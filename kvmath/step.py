@@ -10,28 +10,13 @@ the weights they read).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
-from .hardware import Chip, get_chip
-from .models import Model, Precision, _group_bytes, get_model, group_formats
-from .units import dtype_bytes
-from .validation import ArrayLike, ResultOverflow, checked, choice, finite, fraction, instance, non_negative, one_int, plain, positive, positive_int
-
-
-def as_presets(model, chip) -> tuple[Model, Chip]:
-    """``(model, chip)`` as objects: a preset name is looked up, anything else not a Model/Chip is a ValueError."""
-    out = []
-    for name, value, cls, getter in (("model", model, Model, get_model), ("chip", chip, Chip, get_chip)):
-        if isinstance(value, str):
-            value = getter(value)
-        elif not isinstance(value, cls):
-            raise ValueError(f"{name} must be a {cls.__name__} or a preset name, got {value!r}")
-        out.append(value)
-    return out[0], out[1]
+from .hardware import Chip
+from .models import Model, Precision, _group_bytes, group_formats
+from .validation import ResultOverflow, checked, choice, instance
 
 
 def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
@@ -76,19 +61,24 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> h100 = get_chip("h100-sxm")
+    >>> from kvmath import Chip, Model
+    >>> h100 = Chip.preset("h100-sxm")
     >>> compute_rate(h100, "fp8") / 1e12, compute_rate(h100, "fp8", "bf16") / 1e12
     (1978.9, 989.4)
     >>> mixed = {"default": "bf16", "experts": "fp8"}  # Mixtral: most matmul parameters are experts
-    >>> round(compute_rate(h100, mixed, model=get_model("mixtral-8x7b")) / 1e12)
+    >>> round(compute_rate(h100, mixed, model=Model.preset("mixtral-8x7b")) / 1e12)
     1774
     """
     instance("chip", chip, Chip, "a Chip (get_chip(name))")
     if model is not None:
         instance("model", model, Model, "a Model (get_model(name)) or None")
-    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     _group_bytes(weights, False)  # refuse a bad weights even where compute_dtype makes it unused
+    return _compute_rate(chip, weights, compute_dtype, model)
+
+
+def _compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None, model: Model | None) -> float:
+    """:func:`compute_rate` on checked arguments (a Deployment checks them when it is built)."""
+    formats = group_formats(weights, model.tied_embeddings if model is not None else False)
     if compute_dtype is not None:
         return chip.flops(compute_dtype)
 
@@ -123,11 +113,11 @@ def model_critical_batch(
 
     Examples
     --------
-    >>> from kvmath import get_chip, get_model
-    >>> h100 = get_chip("h100-sxm")
-    >>> round(model_critical_batch(get_model("llama-2-70b"), h100))  # C * b_w / (2 W) = 295.3
+    >>> from kvmath import Chip, Model
+    >>> h100 = Chip.preset("h100-sxm")
+    >>> round(model_critical_batch(Model.preset("llama-2-70b"), h100))  # C * b_w / (2 W) = 295.3
     295
-    >>> round(model_critical_batch(get_model("mixtral-8x7b"), h100))
+    >>> round(model_critical_batch(Model.preset("mixtral-8x7b"), h100))
     1079
     """
     routing = choice("routing", routing, ROUTINGS)

@@ -18,10 +18,18 @@ MiB = 2**20
 GiB = 2**30
 TiB = 2**40
 
-#: Bytes per element of each number format in ``data/formats.csv``, scales
-#: included: fractional for block formats (``q4_0``: 0.5625). The bare
-#: ``int4`` row counts no scales, as the sources do.
-DTYPE_BYTES: dict[str, float] = {name: get_format(name).bytes_per_weight for name in format_names()}
+
+
+def __getattr__(name: str):
+    # DTYPE_BYTES reads data/formats.csv: built on first use, not at import
+    if name == "DTYPE_BYTES":
+        return {f: get_format(f).bytes_per_weight for f in format_names()}
+    raise AttributeError(f"module 'kvmath.units' has no attribute {name!r}")
+
+
+#: ``DTYPE_BYTES``: bytes per element of each number format in ``data/formats.csv``,
+#: scales included: fractional for block formats (``q4_0``: 0.5625). The bare
+#: ``int4`` row counts no scales, as the sources do. (Computed on first use.)
 
 
 def dtype_bytes(dtype: str, *, argument: str = "dtype") -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import difflib
 import functools
 import math
 import numbers
@@ -27,6 +26,8 @@ def suggest(name: str, known: Iterable[str]) -> str:
     Names that contain what was typed come first ("h100" -> "h100-sxm"),
     then the closest spellings.
     """
+    import difflib  # only when a name is wrong: keeps it off the import path
+
     known = list(known)
     containing = sorted((k for k in known if name and name in k), key=len)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
@@ -85,6 +86,14 @@ def as_number(name: str, value) -> ArrayLike:
     ...
     ValueError: batch must be a real number or an array of them, got an array of strings: ['32']
     """
+    if type(value) is float or type(value) is int:  # the common case, first (bool is a subclass, not this type)
+        try:
+            out = float(value)
+        except OverflowError:
+            raise ValueError(f"{name} is too large for a float64, got {value!r}") from None
+        if out - out != 0:  # inf or NaN, without a function call
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return out
     if value is None:
         _refuse(name, value, "None")
     for kind, what in _REFUSED:
@@ -263,6 +272,10 @@ def checked(func):
 def positive(name: str, value) -> ArrayLike:
     """``value`` as float(s), each strictly greater than zero."""
     out = as_number(name, value)
+    if type(out) is float:
+        if out <= 0:
+            raise ValueError(f"{name} must be > 0, got {out!r}")
+        return out
     bad = np.asarray(out) <= 0
     if bad.any():
         raise ValueError(f"{name} must be > 0, got {_describe(out, bad)}")
@@ -272,6 +285,10 @@ def positive(name: str, value) -> ArrayLike:
 def non_negative(name: str, value) -> ArrayLike:
     """``value`` as float(s), each zero or greater."""
     out = as_number(name, value)
+    if type(out) is float:
+        if out < 0:
+            raise ValueError(f"{name} must be >= 0, got {out!r}")
+        return out
     bad = np.asarray(out) < 0
     if bad.any():
         raise ValueError(f"{name} must be >= 0, got {_describe(out, bad)}")
@@ -281,6 +298,10 @@ def non_negative(name: str, value) -> ArrayLike:
 def fraction(name: str, value) -> ArrayLike:
     """``value`` in the interval (0, 1]."""
     out = positive(name, value)
+    if type(out) is float:
+        if out > 1:
+            raise ValueError(f"{name} must be in (0, 1], got {out!r}")
+        return out
     bad = np.asarray(out) > 1
     if bad.any():
         raise ValueError(f"{name} must be in (0, 1], got {_describe(out, bad)}")

@@ -93,5 +93,5 @@ def test_the_cli_runs_where_kvbook_cannot_be_imported():
             "'--context', '4096', '--json']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    # Llama 2 7B, bf16: 2 (K and V) x 32 layers x 32 KV heads x 128 x 2 bytes = 524 288 bytes per token
-    assert json.loads(out.stdout)["kv_bytes_per_token"] == 524288
+    # Llama 2 7B, bf16: 2 (K and V) x 32 layers x 32 KV heads x 128 x 2 bytes = 524 288 bytes per token, 4,096 of them
+    assert json.loads(out.stdout)["kv_bytes_read"] == 524288 * 4096

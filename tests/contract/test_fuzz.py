@@ -54,9 +54,9 @@ VALID = {
     "frac": st.floats(1e-3, 1.0),                                      # (0, 1]
     "optcount": st.one_of(st.none(), st.integers(1, 10**6)),           # a count, or None for "not given"
     "digits": st.integers(0, 15),
-    "model": st.sampled_from(km.model_names() + ["LLAMA-2-7B", " mixtral-8x7b "]),
-    "chip": st.sampled_from(km.chip_names() + ["H100-SXM"]),
-    "dtype": st.sampled_from(sorted(km.DTYPE_BYTES) + ["BF16"]),
+    "model": st.sampled_from(km.Model.presets() + ["LLAMA-2-7B", " mixtral-8x7b "]),
+    "chip": st.sampled_from(km.Chip.presets() + ["H100-SXM"]),
+    "dtype": st.sampled_from(sorted(km.units.DTYPE_BYTES) + ["BF16"]),
     "shard": st.sampled_from(["heads", "batch", "BATCH"]),
     "hfconfig": st.sampled_from(_HF_CONFIGS),
 }
@@ -87,9 +87,9 @@ _NUMERIC = {"pos", "nonneg", "count", "frac", "frac0", "int", "chips", "one", "s
 _WHOLE = {"int", "chips", "one"}
 
 # Objects and names of the step, memory, links and serving models.
-_MODELS = [km.get_model(n) for n in km.model_names()]
-_CHIPS = [km.get_chip(n) for n in km.chip_names()]
-_LINKS = [km.get_link(n) for n in km.link_names()]
+_MODELS = [km.Model.preset(n) for n in km.Model.presets()]
+_CHIPS = [km.Chip.preset(n) for n in km.Chip.presets()]
+_LINKS = [km.Link.preset(n) for n in km.Link.presets()]
 _LAYOUTS = [km.ParallelLayout(), km.ParallelLayout(tp=2), km.ParallelLayout(tp=8), km.ParallelLayout(tp=2, pp=2),
             km.ParallelLayout(dp=2), km.ParallelLayout(cp=2), km.ParallelLayout(tp=4, ep=4)]
 _HF_DIR = __import__("pathlib").Path(__file__).parents[1] / "data" / "hf_configs"
@@ -130,10 +130,10 @@ VALID.update({
     "actdtype": st.sampled_from(["bf16", "fp8", "fp16", "FP8"]),
     "optcompute": st.one_of(st.none(), st.sampled_from(_COMPUTE)),
     "routing": st.sampled_from(["floor", "uniform", "ceiling", "UNIFORM"]),
-    "budget": st.sampled_from(list(km.BUDGETS) + ["ENGINE"]),
+    "budget": st.sampled_from(list(km.memory.BUDGETS) + ["ENGINE"]),
     "engine": st.sampled_from(["v1", "v0", "V1"]),
     "algorithm": st.sampled_from(["best", "ring", "one_shot", "in_switch", "RING"]),
-    "linkname": st.sampled_from(km.link_names() + ["NVLINK4"]),
+    "linkname": st.sampled_from(km.Link.presets() + ["NVLINK4"]),
     "layouttext": st.sampled_from(["tp=2", "tp=8,pp=2", "tp=2,dp=4", "ep=8,tp=8", "cp=2", "pp=1"]),
     "hfconfig": st.sampled_from(_HF_CONFIGS),
     "stepwork": st.builds(lambda m, b, c: km.step_work(m, b, c), st.sampled_from(_MODELS),
@@ -153,7 +153,7 @@ INVALID.update({
     "flag": ["true", 1, 0, None, "False", math.nan],
     "modelobj": _obj + ["llama-2-7b", _CHIPS[0]],
     "optmodelobj": [v for v in _obj if v is not None] + ["llama-2-7b", _CHIPS[0]],
-    "moemodelobj": _obj + ["deepseek-v3", _CHIPS[0], km.get_model("llama-2-7b")],  # a dense model has no experts
+    "moemodelobj": _obj + ["deepseek-v3", _CHIPS[0], km.Model.preset("llama-2-7b")],  # a dense model has no experts
     "chipobj": _obj + ["h100-sxm", _MODELS[0]],
     "modelpreset": _obj + ["llama2-7b", _CHIPS[0]],  # a preset name is accepted; an unknown one is not
     "chippreset": _obj + [_MODELS[0]],  # an unknown chip name is refused as "unknown hardware", not by argument
@@ -373,28 +373,28 @@ DOMAIN_ERRORS["decode_step"] += ("does not combine with layout", "does not divid
 for _name in ("chip_step", "layout_step_time"):
     DOMAIN_ERRORS[_name] = _LAYOUT_ERRORS + ("has no in-switch",)
 _BOUND = {
-    "Model.kv_bytes_per_token@mistral": lambda: km.get_model("mistral-7b-v0.1").kv_bytes_per_token,
-    "Model.kv_bytes_per_seq@gemma": lambda: km.get_model("gemma-2-9b").kv_bytes_per_seq,
-    "Model.kv_bytes_per_token@deepseek": lambda: km.get_model("deepseek-v3").kv_bytes_per_token,
-    "Model.with_kv_heads@llama": lambda: km.get_model("llama-2-7b").with_kv_heads,
-    "Chip.flops@h100": lambda: km.get_chip("h100-sxm").flops,
+    "Model.kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").kv_bytes_per_token,
+    "Model.kv_bytes_per_seq@gemma": lambda: km.Model.preset("gemma-2-9b").kv_bytes_per_seq,
+    "Model.kv_bytes_per_token@deepseek": lambda: km.Model.preset("deepseek-v3").kv_bytes_per_token,
+    "Model.with_kv_heads@llama": lambda: km.Model.preset("llama-2-7b").with_kv_heads,
+    "Chip.flops@h100": lambda: km.Chip.preset("h100-sxm").flops,
     "ParallelLayout.check@tp2": lambda: km.ParallelLayout(tp=2).check,
-    "Link.replace@nvlink4": lambda: km.get_link("nvlink4").replace,
+    "Link.replace@nvlink4": lambda: km.Link.preset("nvlink4").replace,
     "LayerSpec@sliding": lambda: functools.partial(km.LayerSpec, "sliding"),
     "LayerSpec@linear": lambda: functools.partial(km.LayerSpec, "linear"),
     "LayerSpec.tokens_held@sliding": lambda: km.LayerSpec("sliding", 16, 8, 256, window=4096).tokens_held,
     "Model.from_hf_config": lambda: km.Model.from_hf_config,
-    "Model.weight_bytes_read@mixtral": lambda: km.get_model("mixtral-8x7b").weight_bytes_read,
-    "Model.weight_bytes_read@deepseek": lambda: km.get_model("deepseek-v3").weight_bytes_read,
-    "Model.weight_bytes_read_by_group@qwen3moe": lambda: km.get_model("qwen3-30b-a3b").weight_bytes_read_by_group,
-    "Model.weight_bytes_resident@gptoss": lambda: km.get_model("gpt-oss-20b").weight_bytes_resident,
-    "Model.weight_bytes_resident_by_group@llama": lambda: km.get_model("llama-3-8b").weight_bytes_resident_by_group,
-    "Model.attention_flops_per_token@gemma3": lambda: km.get_model("gemma-3-12b").attention_flops_per_token,
-    "Model.attention_flops_per_token@deepseek": lambda: km.get_model("deepseek-v3").attention_flops_per_token,
-    "Model.kv_bytes_by_kind@gemma3": lambda: km.get_model("gemma-3-12b").kv_bytes_by_kind,
-    "Model.standard_kv_bytes_per_token@mistral": lambda: km.get_model("mistral-7b-v0.1").standard_kv_bytes_per_token,
-    "Chip.flops_for_format@h100": lambda: km.get_chip("h100-sxm").flops_for_format,
-    "Chip.ridge_point@b200": lambda: km.get_chip("b200").ridge_point,
+    "Model.weight_bytes_read@mixtral": lambda: km.Model.preset("mixtral-8x7b").weight_bytes_read,
+    "Model.weight_bytes_read@deepseek": lambda: km.Model.preset("deepseek-v3").weight_bytes_read,
+    "Model.weight_bytes_read_by_group@qwen3moe": lambda: km.Model.preset("qwen3-30b-a3b").weight_bytes_read_by_group,
+    "Model.weight_bytes_resident@gptoss": lambda: km.Model.preset("gpt-oss-20b").weight_bytes_resident,
+    "Model.weight_bytes_resident_by_group@llama": lambda: km.Model.preset("llama-3-8b").weight_bytes_resident_by_group,
+    "Model.attention_flops_per_token@gemma3": lambda: km.Model.preset("gemma-3-12b").attention_flops_per_token,
+    "Model.attention_flops_per_token@deepseek": lambda: km.Model.preset("deepseek-v3").attention_flops_per_token,
+    "Model.kv_bytes_by_kind@gemma3": lambda: km.Model.preset("gemma-3-12b").kv_bytes_by_kind,
+    "Model.standard_kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").standard_kv_bytes_per_token,
+    "Chip.flops_for_format@h100": lambda: km.Chip.preset("h100-sxm").flops_for_format,
+    "Chip.ridge_point@b200": lambda: km.Chip.preset("b200").ridge_point,
 }
 #: Names in __all__ that are not functions of numbers: constants, classes and listings.
 NOT_IN_TABLE = {"DTYPE_BYTES", "GB", "GiB", "KB", "KiB", "MB", "MiB", "TB", "TiB", "StepBreakdown",
@@ -421,7 +421,7 @@ def _function(name):
 def test_every_public_name_is_covered():
     missing = set(km.__all__) - set(FUNCTIONS) - NOT_IN_TABLE
     assert not missing, f"add these to FUNCTIONS in tests/contract/test_fuzz.py: {sorted(missing)}"
-    assert km.chip_names() and km.model_names()
+    assert km.Chip.presets() and km.Model.presets()
 
 
 #: Inputs that come back in results (a DecodeStep's layout, a ChipStep's): not numbers to check.
@@ -436,7 +436,7 @@ def _numbers(result) -> list:
         found = np.asarray(result.best_batch) > 0
         return [*_numbers(result.requests), result.max_batch, result.best_batch,
                 np.where(result.fits, result.throughput_per_chip, 0.0), np.where(found, result.best_throughput_per_chip, 0.0)]
-    if isinstance(result, km.RequestTimes):  # documented: NaN (undefined) per-token figures for one output token
+    if isinstance(result, km.Request):  # documented: NaN (undefined) per-token figures for one output token
         decoding = np.broadcast_to(np.asarray(result.output_tokens) > 1, np.shape(result.tokens_per_s_per_user))
         rest = [k for k in ("ttft_s", "decode_s", "decode_no_overlap_s", "price_per_chip_hour", "total_s",
                             "output_tokens_per_s", "output_tokens_per_s_per_chip", "cost_per_million_tokens")]
@@ -586,9 +586,9 @@ MODEL_FIELDS = {
 
 
 @FUZZ
-@given(st.sampled_from(km.model_names()), st.sampled_from(sorted(MODEL_FIELDS)), st.data())
+@given(st.sampled_from(km.Model.presets()), st.sampled_from(sorted(MODEL_FIELDS)), st.data())
 def test_model_fields_are_all_validated(preset, field, data):
-    model = km.get_model(preset)
+    model = km.Model.preset(preset)
     bad = data.draw(st.sampled_from(MODEL_FIELDS[field]))
     try:
         changed = model.replace(**{field: bad})
@@ -604,9 +604,9 @@ def test_model_fields_are_all_validated(preset, field, data):
 
 
 @FUZZ
-@given(st.sampled_from(km.model_names()), st.sampled_from([np.int32, np.int64, np.uint32, np.int16]))
+@given(st.sampled_from(km.Model.presets()), st.sampled_from([np.int32, np.int64, np.uint32, np.int16]))
 def test_model_fields_of_any_integer_type_give_the_same_sizes(preset, itype):
-    model = km.get_model(preset)
+    model = km.Model.preset(preset)
     fields = {f: itype(getattr(model, f)) for f in _MODEL_COUNTS + _MODEL_OPTIONAL
               if getattr(model, f) is not None and getattr(model, f) <= np.iinfo(itype).max}
     same = model.replace(**fields, attention=model.attention.upper())
@@ -625,13 +625,13 @@ CHIP_FIELDS = {
 
 
 @FUZZ
-@given(st.sampled_from(km.chip_names()), st.sampled_from(sorted(CHIP_FIELDS)), st.data())
+@given(st.sampled_from(km.Chip.presets()), st.sampled_from(sorted(CHIP_FIELDS)), st.data())
 def test_chip_fields_are_all_validated(preset, field, data):
     bad = data.draw(st.sampled_from(CHIP_FIELDS[field]))
     with pytest.raises(ValueError) as err:
-        km.get_chip(preset).replace(**{field: bad})
+        km.Chip.preset(preset).replace(**{field: bad})
     assert field in str(err.value) or ("bf16" in str(err.value) and field == "flops_by_dtype"), (field, bad, err.value)
-    assert km.get_chip(preset) == km.get_chip(preset.upper())
+    assert km.Chip.preset(preset) == km.Chip.preset(preset.upper())
 
 
 # ----- the command line -----------------------------------------------------------------

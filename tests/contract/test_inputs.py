@@ -24,57 +24,57 @@ from kvmath.validation import ResultOverflow, as_number, broadcast, whole
 W, C = 8.2e11, 1.97e14
 
 CASES = [
-    (lambda: km.kv_bytes_per_token(-1, 8, 128), "n_layers"),
-    (lambda: km.kv_bytes_per_token(0, 8, 128), "n_layers"),
-    (lambda: km.kv_bytes_per_token(32, 2.5, 128), "n_kv_heads"),
-    (lambda: km.kv_bytes_per_token(32, 8, 0), "head_dim"),
-    (lambda: km.kv_bytes_per_token(32, 8, 128, 0), "bytes_per_elem"),
-    (lambda: km.kv_bytes_per_token(32, 8, 128, math.nan), "bytes_per_elem"),
-    (lambda: km.kv_bytes_per_token("32", 8, 128), "n_layers"),
-    (lambda: km.kv_bytes_per_token(None, 8, 128), "n_layers"),
-    (lambda: km.kv_bytes_per_token(True, 8, 128), "n_layers"),
-    (lambda: km.kv_bytes_per_token(np.array([32, -32]), 8, 128), "n_layers"),
-    (lambda: km.min_step(-4, 1e6, 1e9, 1e9, W, C), "batch"),
-    (lambda: km.min_step(0, 1e6, 1e9, 1e9, W, C), "batch"),
-    (lambda: km.min_step(4, -1, 1e9, 1e9, W, C), "kv_bytes_per_seq"),
-    (lambda: km.min_step(4, 1e6, 0, 1e9, W, C), "param_bytes"),
-    (lambda: km.min_step(4, 1e6, 1e9, -1e9, W, C), "param_count"),
-    (lambda: km.min_step(4, 1e6, 1e9, 1e9, 0, C), "bandwidth"),
-    (lambda: km.min_step(4, 1e6, 1e9, 1e9, W, math.inf), "flops"),
-    (lambda: km.min_step(math.nan, 1e6, 1e9, 1e9, W, C), "batch"),
-    (lambda: km.min_step(np.array([1, np.inf]), 1e6, 1e9, 1e9, W, C), "batch"),
-    (lambda: km.min_step_simple(4, 1e6, 1e9, -W), "bandwidth"),
-    (lambda: km.critical_batch(C, 0, 2), "bandwidth"),
-    (lambda: km.critical_batch(-C, W, 2), "flops"),
-    (lambda: km.critical_batch(C, W, 0), "bytes_per_param"),
-    (lambda: km.tokens_per_s(0.01, 0), "batch"),
-    (lambda: km.tokens_per_s_per_seq(0), "step_s"),
-    (lambda: km.kv_cache_bytes(524288, 8192.5, 16), "context"),
-    (lambda: km.weight_bytes(52e9, -2), "bytes_per_param"),
-    (lambda: km.min_chips_for_weights(104e9, 40e9, usable_fraction=1.5), "usable_fraction"),
-    (lambda: km.kv_budget_bytes(1, 40e9, 104e9), "weight_bytes"),
-    (lambda: km.kv_budget_bytes(2.5, 40e9, 10e9), "n_chips"),
-    (lambda: km.max_kv_tokens(16e9, 0), "kv_bytes_per_token"),
-    (lambda: km.max_batch(-1, 1e6), "kv_budget_bytes"),
-    (lambda: km.kv_bytes_per_chip(1e9, 0, 8), "n_chips"),
-    (lambda: km.kv_bytes_per_chip(1e9, 2, 8, shard="layers"), "shard"),
-    (lambda: km.prefill_flops(0, 7e9, 32, 32, 128), "prompt_len"),
-    (lambda: km.prefill_time(1e12, 0, 1e9, 0, W), "flops"),
-    (lambda: km.attention_flops_per_step(16, 8192, 32, 0, 128), "n_heads"),
-    (lambda: km.dtype_bytes("bf8"), "dtype"),
-    (lambda: km.dtype_bytes(2), "dtype"),
-    (lambda: km.get_model("llama-9-7b"), "model"),
-    (lambda: km.get_model(7), "model"),
-    (lambda: km.get_chip("a100"), "hardware"),
-    (lambda: km.get_chip("h100-sxm").flops("int4"), "compute_dtype"),
-    (lambda: km.get_chip("a100-80gb").flops("fp8"), "fp8"),
-    (lambda: km.get_model("llama-2-7b").with_kv_heads(5), "n_kv_heads"),
-    (lambda: km.get_model("llama-2-7b").with_kv_heads(0), "n_kv_heads"),
-    (lambda: km.get_model("llama-2-7b").replace(n_kv_heads=5), "divisible by n_kv_heads"),
-    (lambda: km.get_model("llama-2-7b").replace(n_layers=32.5), "n_layers"),
-    (lambda: km.get_model("llama-2-7b").replace(attention="sparse"), "attention"),
-    (lambda: km.get_model("llama-2-7b").kv_bytes_per_seq(-5), "context"),
-    (lambda: km.get_chip("h100-sxm").replace(bandwidth=0), "bandwidth"),
+    (lambda: km.formulas.kv_bytes_per_token(-1, 8, 128), "n_layers"),
+    (lambda: km.formulas.kv_bytes_per_token(0, 8, 128), "n_layers"),
+    (lambda: km.formulas.kv_bytes_per_token(32, 2.5, 128), "n_kv_heads"),
+    (lambda: km.formulas.kv_bytes_per_token(32, 8, 0), "head_dim"),
+    (lambda: km.formulas.kv_bytes_per_token(32, 8, 128, 0), "bytes_per_elem"),
+    (lambda: km.formulas.kv_bytes_per_token(32, 8, 128, math.nan), "bytes_per_elem"),
+    (lambda: km.formulas.kv_bytes_per_token("32", 8, 128), "n_layers"),
+    (lambda: km.formulas.kv_bytes_per_token(None, 8, 128), "n_layers"),
+    (lambda: km.formulas.kv_bytes_per_token(True, 8, 128), "n_layers"),
+    (lambda: km.formulas.kv_bytes_per_token(np.array([32, -32]), 8, 128), "n_layers"),
+    (lambda: km.formulas.min_step(-4, 1e6, 1e9, 1e9, W, C), "batch"),
+    (lambda: km.formulas.min_step(0, 1e6, 1e9, 1e9, W, C), "batch"),
+    (lambda: km.formulas.min_step(4, -1, 1e9, 1e9, W, C), "kv_bytes_per_seq"),
+    (lambda: km.formulas.min_step(4, 1e6, 0, 1e9, W, C), "param_bytes"),
+    (lambda: km.formulas.min_step(4, 1e6, 1e9, -1e9, W, C), "param_count"),
+    (lambda: km.formulas.min_step(4, 1e6, 1e9, 1e9, 0, C), "bandwidth"),
+    (lambda: km.formulas.min_step(4, 1e6, 1e9, 1e9, W, math.inf), "flops"),
+    (lambda: km.formulas.min_step(math.nan, 1e6, 1e9, 1e9, W, C), "batch"),
+    (lambda: km.formulas.min_step(np.array([1, np.inf]), 1e6, 1e9, 1e9, W, C), "batch"),
+    (lambda: km.formulas.min_step_simple(4, 1e6, 1e9, -W), "bandwidth"),
+    (lambda: km.formulas.critical_batch(C, 0, 2), "bandwidth"),
+    (lambda: km.formulas.critical_batch(-C, W, 2), "flops"),
+    (lambda: km.formulas.critical_batch(C, W, 0), "bytes_per_param"),
+    (lambda: km.formulas.tokens_per_s(0.01, 0), "batch"),
+    (lambda: km.formulas.tokens_per_s_per_seq(0), "step_s"),
+    (lambda: km.formulas.kv_cache_bytes(524288, 8192.5, 16), "context"),
+    (lambda: km.formulas.weight_bytes(52e9, -2), "bytes_per_param"),
+    (lambda: km.formulas.min_chips_for_weights(104e9, 40e9, usable_fraction=1.5), "usable_fraction"),
+    (lambda: km.formulas.kv_budget_bytes(1, 40e9, 104e9), "weight_bytes"),
+    (lambda: km.formulas.kv_budget_bytes(2.5, 40e9, 10e9), "n_chips"),
+    (lambda: km.formulas.max_kv_tokens(16e9, 0), "kv_bytes_per_token"),
+    (lambda: km.formulas.max_batch(-1, 1e6), "kv_budget_bytes"),
+    (lambda: km.formulas.kv_bytes_per_chip(1e9, 0, 8), "n_chips"),
+    (lambda: km.formulas.kv_bytes_per_chip(1e9, 2, 8, shard="layers"), "shard"),
+    (lambda: km.formulas.prefill_flops(0, 7e9, 32, 32, 128), "prompt_len"),
+    (lambda: km.formulas.prefill_time(1e12, 0, 1e9, 0, W), "flops"),
+    (lambda: km.formulas.attention_flops_per_step(16, 8192, 32, 0, 128), "n_heads"),
+    (lambda: km.units.dtype_bytes("bf8"), "dtype"),
+    (lambda: km.units.dtype_bytes(2), "dtype"),
+    (lambda: km.Model.preset("llama-9-7b"), "model"),
+    (lambda: km.Model.preset(7), "model"),
+    (lambda: km.Chip.preset("a100"), "hardware"),
+    (lambda: km.Chip.preset("h100-sxm").flops("int4"), "compute_dtype"),
+    (lambda: km.Chip.preset("a100-80gb").flops("fp8"), "fp8"),
+    (lambda: km.Model.preset("llama-2-7b").with_kv_heads(5), "n_kv_heads"),
+    (lambda: km.Model.preset("llama-2-7b").with_kv_heads(0), "n_kv_heads"),
+    (lambda: km.Model.preset("llama-2-7b").replace(n_kv_heads=5), "divisible by n_kv_heads"),
+    (lambda: km.Model.preset("llama-2-7b").replace(n_layers=32.5), "n_layers"),
+    (lambda: km.Model.preset("llama-2-7b").replace(attention="sparse"), "attention"),
+    (lambda: km.Model.preset("llama-2-7b").kv_bytes_per_seq(-5), "context"),
+    (lambda: km.Chip.preset("h100-sxm").replace(bandwidth=0), "bandwidth"),
 ]
 
 
@@ -91,7 +91,7 @@ def test_bad_input_raises_value_error_naming_it(call, words):
 def test_with_kv_heads_5_names_the_divisibility():
     # 32 heads cannot be shared evenly by 5 KV heads
     with pytest.raises(ValueError, match=r"n_heads \(32\) must be divisible by n_kv_heads \(5\)"):
-        km.get_model("llama-2-7b").with_kv_heads(5)
+        km.Model.preset("llama-2-7b").with_kv_heads(5)
 
 
 # ----- numbers in, no wrap-around or inf out, pinned formulas -------------------------------------
@@ -118,9 +118,9 @@ REFUSED = [
 @pytest.mark.parametrize("what, value", REFUSED, ids=[w for w, _ in REFUSED])
 def test_every_kind_of_non_number_is_refused_naming_the_argument(what, value):
     with pytest.raises(ValueError, match="n_layers"):
-        km.kv_bytes_per_token(value, 8, 128)
+        km.formulas.kv_bytes_per_token(value, 8, 128)
     with pytest.raises(ValueError, match="bandwidth"):
-        km.min_step(1, 1e6, 1e9, 1e9, value, C)
+        km.formulas.min_step(1, 1e6, 1e9, 1e9, value, C)
 
 
 ACCEPTED = [1, 1.0, np.int8(1), np.int32(1), np.uint64(1), np.int64(1), np.float16(1), np.float32(1),
@@ -129,38 +129,39 @@ ACCEPTED = [1, 1.0, np.int8(1), np.int32(1), np.uint64(1), np.int64(1), np.float
 
 @pytest.mark.parametrize("value", ACCEPTED, ids=[repr(v) for v in ACCEPTED])
 def test_every_kind_of_real_number_is_accepted_with_the_same_value(value):
-    out = km.kv_bytes_per_token(value, 8, 128)
+    out = km.formulas.kv_bytes_per_token(value, 8, 128)
     assert np.all(np.asarray(out) == 2 * 8 * 128 * 2)
     assert np.shape(out) == np.shape(value)
 
 
 def test_structural_counts_must_be_whole_and_batch_may_be_fractional():
     with pytest.raises(ValueError, match="head_dim"):
-        km.kv_bytes_per_token(32, 8, 127.5)
+        km.formulas.kv_bytes_per_token(32, 8, 127.5)
     with pytest.raises(ValueError, match="n_heads"):
-        km.attention_flops_per_step(16, 8192, 32, 31.5, 128)
+        km.formulas.attention_flops_per_step(16, 8192, 32, 31.5, 128)
     with pytest.raises(ValueError, match="batch"):
-        km.kv_cache_bytes(524288, 8192, 2.5)  # a cache holds whole sequences
-    # the bound curves are continuous in batch and context (tensor_parallel_step too: decode_step sweeps it)
-    assert km.tensor_parallel_step(2.5, 1e6, 8, 1e9, 1e9, 2, W, C).kv_s == pytest.approx(2.5 * 1e6 / 2 / W)
-    assert km.min_step(2.5, 1e6, 1e9, 1e9, W, C) == pytest.approx((2.5 * 1e6 + 1e9) / W)
-    assert km.weight_flops_per_step(0.5, 7e9) == 7e9
-    assert km.attention_flops_per_step(0.5, 1000.5, 1, 1, 1) == 4 * 0.5 * 1000.5
-    assert km.tokens_per_s(0.01, 2.5) == 250.0
+        km.formulas.kv_cache_bytes(524288, 8192, 2.5)  # a cache holds whole sequences
+    # the bound curves are continuous in batch and context (a tensor-parallel step too: sweeps use it)
+    tp2 = km.Deployment("llama-3-8b", "h100-sxm", "tp=2").step(2.5, 1024)  # 8 KV heads, 4 a chip
+    assert tp2.kv_read_s == pytest.approx(2.5 * km.Model.preset("llama-3-8b").kv_bytes_per_seq(1024) / 2 / 3.35e12)
+    assert km.formulas.min_step(2.5, 1e6, 1e9, 1e9, W, C) == pytest.approx((2.5 * 1e6 + 1e9) / W)
+    assert km.formulas.weight_flops_per_step(0.5, 7e9) == 7e9
+    assert km.formulas.attention_flops_per_step(0.5, 1000.5, 1, 1, 1) == 4 * 0.5 * 1000.5
+    assert km.formulas.tokens_per_s(0.01, 2.5) == 250.0
 
 
 def test_numpy_int32_inputs_do_not_wrap():
     n = np.int32(2**30)
-    assert km.kv_bytes_per_token(n, np.int32(8), np.int32(128)) == 2.0 * 2**30 * 8 * 128 * 2
+    assert km.formulas.kv_bytes_per_token(n, np.int32(8), np.int32(128)) == 2.0 * 2**30 * 8 * 128 * 2
     arr = np.array([2**30, 2**30], dtype=np.int32)
-    assert np.all(km.kv_cache_bytes(arr, arr, arr) == 2.0**90)
+    assert np.all(km.formulas.kv_cache_bytes(arr, arr, arr) == 2.0**90)
 
 
 def test_mismatched_shapes_name_both_arguments():
     with pytest.raises(ValueError, match=r"batch \(3,\) and kv_bytes_per_seq \(4,\)"):
-        km.min_step(np.ones(3), np.ones(4), 1e9, 1e9, W, C)
+        km.formulas.min_step(np.ones(3), np.ones(4), 1e9, 1e9, W, C)
     with pytest.raises(ValueError, match=r"n_layers \(2,\) and head_dim \(3,\)"):
-        km.kv_bytes_per_token([32, 64], 8, [64, 128, 256])
+        km.formulas.kv_bytes_per_token([32, 64], 8, [64, 128, 256])
     assert broadcast(a=np.ones((2, 1)), b=np.ones(3), c=1.0) == (2, 3)
 
 
@@ -176,7 +177,7 @@ def test_helpers_convert_and_refuse():
 # ----- no wrap-around, no inf out of finite in --------------------------------
 
 def test_llama_with_int32_fields_reports_the_true_param_count():
-    m = km.get_model("llama-2-7b")
+    m = km.Model.preset("llama-2-7b")
     ints = {k: np.int32(getattr(m, k)) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab")}
     m32 = m.replace(**ints)
     assert m32.param_count() == m.param_count() == 6_738_415_616
@@ -184,16 +185,16 @@ def test_llama_with_int32_fields_reports_the_true_param_count():
 
 
 @pytest.mark.parametrize("call", [
-    lambda: km.kv_bytes_per_token(1e300, 1e300, 1),
-    lambda: km.min_step(1e300, 1e300, 1e9, 1e9, W, C),
-    lambda: km.tokens_per_s_per_seq(1e-320),
-    lambda: km.critical_batch(1e308, 1e-300, 4),
-    lambda: km.weight_bytes(1e300, 1e10),
-    lambda: km.min_chips_for_weights(1e300, 1e-300),
-    lambda: km.max_kv_tokens(1e300, 1e-300),
-    lambda: km.max_kv_tokens(np.array([1e30]), 1.0),  # would wrap an int64
-    lambda: km.prefill_flops(1e200, 1e200, 1, 1, 1),
-    lambda: km.get_model("llama-2-7b").kv_bytes_per_token(1e305),
+    lambda: km.formulas.kv_bytes_per_token(1e300, 1e300, 1),
+    lambda: km.formulas.min_step(1e300, 1e300, 1e9, 1e9, W, C),
+    lambda: km.formulas.tokens_per_s_per_seq(1e-320),
+    lambda: km.formulas.critical_batch(1e308, 1e-300, 4),
+    lambda: km.formulas.weight_bytes(1e300, 1e10),
+    lambda: km.formulas.min_chips_for_weights(1e300, 1e-300),
+    lambda: km.formulas.max_kv_tokens(1e300, 1e-300),
+    lambda: km.formulas.max_kv_tokens(np.array([1e30]), 1.0),  # would wrap an int64
+    lambda: km.formulas.prefill_flops(1e200, 1e200, 1, 1, 1),
+    lambda: km.Model.preset("llama-2-7b").kv_bytes_per_token(1e305),
 ])
 def test_finite_inputs_that_overflow_raise_a_named_value_error(call):
     with pytest.raises(ResultOverflow, match="overflows"):
@@ -201,8 +202,8 @@ def test_finite_inputs_that_overflow_raise_a_named_value_error(call):
 
 
 def test_overflow_in_an_inner_call_names_the_outer_function():
-    with pytest.raises(ValueError, match=r"^tensor_parallel_step: .*batch=1e\+300"):
-        km.tensor_parallel_step(1e300, 1e300, 8, 1e9, 1e9, 2, W, C)
+    with pytest.raises(ValueError, match=r"^step: .*batch=1e\+300"):
+        km.Deployment("llama-2-70b", "h100-sxm", "tp=8").step(1e300, 1e300)
 
 
 # ----- models and chips ------------------------------------------------------
@@ -231,19 +232,19 @@ MODEL_BAD = [
 @pytest.mark.parametrize("preset, change, words", MODEL_BAD, ids=[w for *_, w in MODEL_BAD])
 def test_model_replace_validates_every_field(preset, change, words):
     with pytest.raises(ValueError, match=words):
-        km.get_model(preset).replace(**change)
+        km.Model.preset(preset).replace(**change)
 
 
 def test_model_names_are_case_insensitive():
-    ds = km.get_model("deepseek-v3")
+    ds = km.Model.preset("deepseek-v3")
     upper = ds.replace(attention="MLA")
     assert upper.attention == "mla"
     assert upper.kv_bytes_per_token() == ds.kv_bytes_per_token() == 70_272
-    assert km.get_model("llama-2-7b").replace(tied_embeddings=np.bool_(True)).tied_embeddings is True
+    assert km.Model.preset("llama-2-7b").replace(tied_embeddings=np.bool_(True)).tied_embeddings is True
 
 
 def test_chip_replace_converts_and_checks():
-    chip = km.get_chip("h100-sxm")
+    chip = km.Chip.preset("h100-sxm")
     faster = chip.replace(bandwidth=np.int64(4 * 10**12))
     assert faster.bandwidth == 4e12 and type(faster.bandwidth) is float
     for change, words in [(dict(bandwidth="2e12"), "bandwidth"), (dict(hbm_bytes=-1), "hbm_bytes"),
@@ -258,7 +259,7 @@ def test_chip_replace_converts_and_checks():
 
 
 def test_chip_presets_are_immutable():
-    chip = km.get_chip("h100-sxm")
+    chip = km.Chip.preset("h100-sxm")
     before = dict(chip.flops_by_dtype)
     with pytest.raises(TypeError):
         chip.flops_by_dtype["bf16"] = 1.0
@@ -266,7 +267,7 @@ def test_chip_presets_are_immutable():
         chip.flops_by_dtype.update(bf16=1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         chip.bandwidth = 1.0
-    assert dict(km.get_chip("h100-sxm").flops_by_dtype) == before
+    assert dict(km.Chip.preset("h100-sxm").flops_by_dtype) == before
     assert pickle.loads(pickle.dumps(chip)) == chip == copy.deepcopy(chip)
 
 
@@ -275,27 +276,27 @@ def test_chip_presets_are_immutable():
 def test_min_chips_is_exact_where_the_float_quotient_rounds_down():
     # weights one ulp above what 820 chips hold: the rounded quotient says 820
     w, hbm, usable = 4247855516989.1333, 27949156994.196033, 0.18534768712917032
-    n = km.min_chips_for_weights(w, hbm, usable)
+    n = km.formulas.min_chips_for_weights(w, hbm, usable)
     assert n == 821
-    assert km.kv_budget_bytes(n, hbm, w, usable) > 0
+    assert km.formulas.kv_budget_bytes(n, hbm, w, usable) > 0
     with pytest.raises(ValueError, match="weight_bytes exceed"):
-        km.kv_budget_bytes(n - 1, hbm, w, usable)
+        km.formulas.kv_budget_bytes(n - 1, hbm, w, usable)
 
 
 def test_min_chips_is_exact_where_the_float_quotient_rounds_up():
     # weights exactly what 379 chips hold, but the rounded quotient is a hair above 379
     w, hbm, usable = 10638760196753.982, 47592925419.14031, 0.5898063027663567
     assert np.ceil(w / (hbm * usable)) == 380
-    assert km.min_chips_for_weights(w, hbm, usable) == 379
-    assert km.kv_budget_bytes(379, hbm, w, usable) == 0.0
-    assert km.min_chips_for_weights(1e-300, 1e300) == 1  # the quotient underflows to 0
+    assert km.formulas.min_chips_for_weights(w, hbm, usable) == 379
+    assert km.formulas.kv_budget_bytes(379, hbm, w, usable) == 0.0
+    assert km.formulas.min_chips_for_weights(1e-300, 1e300) == 1  # the quotient underflows to 0
 
 
 def test_counts_that_do_not_fit_an_int64_array_are_refused_not_wrapped():
-    assert km.max_kv_tokens(np.array([2.0**63 - 1024]), 1.0)[0] == 2**63 - 1024
+    assert km.formulas.max_kv_tokens(np.array([2.0**63 - 1024]), 1.0)[0] == 2**63 - 1024
     with pytest.raises(ResultOverflow, match="overflows"):
-        km.max_kv_tokens(np.array([2.0**63]), 1.0)
-    assert km.max_kv_tokens(2.0**63, 1.0) == 2**63  # a scalar is a Python int: exact
+        km.formulas.max_kv_tokens(np.array([2.0**63]), 1.0)
+    assert km.formulas.max_kv_tokens(2.0**63, 1.0) == 2**63  # a scalar is a Python int: exact
 
 
 def test_min_chips_and_budget_agree_on_many_configurations():
@@ -303,73 +304,73 @@ def test_min_chips_and_budget_agree_on_many_configurations():
     w = rng.uniform(1e9, 1e13, 2000)
     hbm = rng.uniform(1e9, 2e11, 2000)
     usable = rng.uniform(0.1, 1.0, 2000)
-    n = km.min_chips_for_weights(w, hbm, usable)
+    n = km.formulas.min_chips_for_weights(w, hbm, usable)
     assert n.dtype == np.int64
-    assert np.all(km.kv_budget_bytes(n, hbm, w, usable) >= 0)
+    assert np.all(km.formulas.kv_budget_bytes(n, hbm, w, usable) >= 0)
     fewer = n - 1
     assert np.all((fewer == 0) | (fewer * hbm * usable < w))
 
 
 def test_fmt_refuses_nan_inf_and_negatives():
-    for fmt in (km.fmt_bytes, km.fmt_seconds, km.fmt_count, km.fmt_flops, km.fmt_flop_rate, km.fmt_bandwidth):
+    for fmt in (km.formatting.fmt_bytes, km.formatting.fmt_seconds, km.formatting.fmt_count, km.formatting.fmt_flops, km.formatting.fmt_flop_rate, km.formatting.fmt_bandwidth):
         for bad in (float("nan"), float("inf"), -1.0, "1", None, True, np.array([1.0, 2.0])):
             with pytest.raises(ValueError):
                 fmt(bad)
         with pytest.raises(ValueError, match="digits"):
             fmt(1.0, digits=-1)
-    assert km.fmt_seconds(0) == "0.00 ns" and km.fmt_count(0) == "0" and km.fmt_bytes(np.float32(0)) == "0.00 GB (0.00 GiB)"
+    assert km.formatting.fmt_seconds(0) == "0.00 ns" and km.formatting.fmt_count(0) == "0" and km.formatting.fmt_bytes(np.float32(0)) == "0.00 GB (0.00 GiB)"
 
 
 # ----- the formulas, pinned where a one-character bug hides -----------------------
 
 def test_bound_at_exact_equality_is_memory():
     # P_bytes / W = 2 / 1 and 2 * P_count * B / C = 2 * 1 * 1 / 1: a tie
-    t = km.step_breakdown(1, 0, 2.0, 1.0, 1.0, 1.0)
-    assert t.weight_memory_s == t.weight_compute_s == 2.0
+    t = km.formulas.step_breakdown(1, 0, 2.0, 1.0, 1.0, 1.0)
+    assert t.weight_read_s == t.weight_compute_s == 2.0
     assert t.bound == "memory"
-    grid = km.step_breakdown(np.array([0.5, 1.0, 2.0]), 0, 2.0, 1.0, 1.0, 1.0)
+    grid = km.formulas.step_breakdown(np.array([0.5, 1.0, 2.0]), 0, 2.0, 1.0, 1.0, 1.0)
     assert list(grid.bound) == ["memory", "memory", "compute"]
 
 
 def test_beta_alpha_uses_weight_over_activation_bytes():
     # beta = b_w / b_act = 1 / 2: half of alpha = 312e12 / 1.5e12 = 208
-    assert km.critical_batch_beta_alpha(312e12, 1.5e12, 1, 2) == 104.0
-    assert km.critical_batch_beta_alpha(312e12, 1.5e12, 4, 2) == 416.0
+    assert km.formulas.critical_batch_beta_alpha(312e12, 1.5e12, 1, 2) == 104.0
+    assert km.formulas.critical_batch_beta_alpha(312e12, 1.5e12, 4, 2) == 416.0
 
 
 def test_usable_fraction_counts_in_every_capacity_function():
-    assert km.min_chips_for_weights(100e9, 40e9) == 3
-    assert km.min_chips_for_weights(100e9, 40e9, usable_fraction=0.5) == 5
-    assert km.min_chips_for_weights(100e9, 40e9, usable_fraction=0.9) == 3
-    assert km.min_chips_for_weights(100e9, 80e9, usable_fraction=0.9) == 2
-    assert km.kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) == 10e9
-    assert km.kv_budget_bytes(4, 40e9, 100e9, usable_fraction=0.75) == 20e9
+    assert km.formulas.min_chips_for_weights(100e9, 40e9) == 3
+    assert km.formulas.min_chips_for_weights(100e9, 40e9, usable_fraction=0.5) == 5
+    assert km.formulas.min_chips_for_weights(100e9, 40e9, usable_fraction=0.9) == 3
+    assert km.formulas.min_chips_for_weights(100e9, 80e9, usable_fraction=0.9) == 2
+    assert km.formulas.kv_budget_bytes(3, 40e9, 50e9, usable_fraction=0.5) == 10e9
+    assert km.formulas.kv_budget_bytes(4, 40e9, 100e9, usable_fraction=0.75) == 20e9
     with pytest.raises(ValueError, match="weight_bytes exceed"):
-        km.kv_budget_bytes(3, 40e9, 100e9, usable_fraction=0.5)
+        km.formulas.kv_budget_bytes(3, 40e9, 100e9, usable_fraction=0.5)
 
 
 def test_kv_budget_refuses_any_overcommit():
-    assert km.kv_budget_bytes(2, 40e9, 80e9) == 0.0  # exactly full is fine
+    assert km.formulas.kv_budget_bytes(2, 40e9, 80e9) == 0.0  # exactly full is fine
     for over in (1.0, 1e6, 0.5e9, 0.999e9):
         with pytest.raises(ValueError, match="weight_bytes exceed"):
-            km.kv_budget_bytes(2, 40e9, 80e9 + over)
+            km.formulas.kv_budget_bytes(2, 40e9, 80e9 + over)
 
 
 def test_fmt_seconds_switches_unit_at_exactly_1_ms_and_1_s():
-    assert km.fmt_seconds(1.0) == "1.00 s"
-    assert km.fmt_seconds(0.999) == "999.00 ms"
-    assert km.fmt_seconds(1e-3) == "1.00 ms"
-    assert km.fmt_seconds(0.999e-3) == "999.00 µs"
-    assert km.fmt_seconds(1e-6) == "1.00 µs"
-    assert km.fmt_seconds(0.999e-6) == "999.00 ns"
+    assert km.formatting.fmt_seconds(1.0) == "1.00 s"
+    assert km.formatting.fmt_seconds(0.999) == "999.00 ms"
+    assert km.formatting.fmt_seconds(1e-3) == "1.00 ms"
+    assert km.formatting.fmt_seconds(0.999e-3) == "999.00 µs"
+    assert km.formatting.fmt_seconds(1e-6) == "1.00 µs"
+    assert km.formatting.fmt_seconds(0.999e-6) == "999.00 ns"
 
 
 def test_fmt_count_rounding_guard():
-    assert km.fmt_count(9.999e9) == "1.00e10"  # not "10.00e9"
-    assert km.fmt_count(9.994e9) == "9.99e9"
-    assert km.fmt_count(9.995e9, digits=3) == "9.995e9"
-    assert km.fmt_count(99.96) == "1.00e2"
-    assert km.fmt_count(1) == "1.00e0"
+    assert km.formatting.fmt_count(9.999e9) == "1.00e10"  # not "10.00e9"
+    assert km.formatting.fmt_count(9.994e9) == "9.99e9"
+    assert km.formatting.fmt_count(9.995e9, digits=3) == "9.995e9"
+    assert km.formatting.fmt_count(99.96) == "1.00e2"
+    assert km.formatting.fmt_count(1) == "1.00e0"
 
 
 # ----- the command line ----------------------------------------------------------
@@ -455,34 +456,38 @@ def test_cli_names_are_case_insensitive(capsys):
 # ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
 
 def test_fmt_si_prefix_switches_at_exactly_the_scale_and_digits_go_to_15():
-    assert km.fmt_flops(1e9) == "1.00 GFLOP"
-    assert km.fmt_bandwidth(1e12) == "1.00 TB/s"
-    assert km.fmt_flop_rate(999.0) == "999.00 FLOP/s"
-    assert km.fmt_seconds(1.5, digits=15) == "1.500000000000000 s"
+    assert km.formatting.fmt_flops(1e9) == "1.00 GFLOP"
+    assert km.formatting.fmt_bandwidth(1e12) == "1.00 TB/s"
+    assert km.formatting.fmt_flop_rate(999.0) == "999.00 FLOP/s"
+    assert km.formatting.fmt_seconds(1.5, digits=15) == "1.500000000000000 s"
     with pytest.raises(ValueError, match="digits"):
-        km.fmt_seconds(1.5, digits=16)
+        km.formatting.fmt_seconds(1.5, digits=16)
 
 
 def test_fmt_count_of_subnormal_counts():
-    assert km.fmt_count(5e-324) == "4.94e-324"
-    assert km.fmt_count(1.5e-310) == "1.50e-310"
-    assert km.fmt_count(2.5e-300) == "2.50e-300"
+    assert km.formatting.fmt_count(5e-324) == "4.94e-324"
+    assert km.formatting.fmt_count(1.5e-310) == "1.50e-310"
+    assert km.formatting.fmt_count(2.5e-300) == "2.50e-300"
 
 
-def test_tensor_parallel_share_that_underflows_is_named():
-    with pytest.raises(ValueError, match="param_count / n_chips underflows"):
-        km.tensor_parallel_step(1, 0, 8, 1e9, 5e-324, 2, W, C)
-    with pytest.raises(ValueError, match="param_bytes / n_chips underflows"):
-        km.tensor_parallel_step(1, 0, 8, 5e-324, 1e9, 2, W, C)
+def test_a_subnormal_rate_in_a_tensor_parallel_step_is_named():
+    # the old closed form took parameter counts and bytes that could underflow when shared over the chips; a
+    # deployment's model has whole counts, so the subnormal inputs left are the chip's rates: each must give a
+    # ResultOverflow naming the step, never a ZeroDivisionError or inf
+    h100 = km.Chip.preset("h100-sxm")
+    with pytest.raises(ValueError, match="^step: the result overflows"):
+        km.Deployment("llama-3-8b", h100.replace(bandwidth=5e-324), "tp=2").step(1, 1)
+    with pytest.raises(ValueError, match="^step: the result overflows"):
+        km.Deployment("llama-3-8b", h100.replace(flops_by_dtype={"bf16": 5e-324}), "tp=2").step(1, 1)
 
 
 def test_prefill_counts_the_batch_and_both_memory_terms():
-    one = km.prefill_flops(2048, 6.74e9, 32, 32, 128)
-    assert km.prefill_flops(2048, 6.74e9, 32, 32, 128, batch=4) == 4 * one
+    one = km.formulas.prefill_flops(2048, 6.74e9, 32, 32, 128)
+    assert km.formulas.prefill_flops(2048, 6.74e9, 32, 32, 128, batch=4) == 4 * one
     assert one == 2 * 6.74e9 * 2048 + 2 * 32 * 32 * 128 * 2048**2
     # memory-bound: read 13.48 GB of weights and write 1 GB of cache at 2 TB/s
-    assert km.prefill_time(1e9, 1e15, 13.48e9, 1e9, 2e12) == pytest.approx(14.48e9 / 2e12, rel=1e-15)
-    assert km.prefill_time(1e15, 1e15, 13.48e9, 1e9, 2e12) == 1.0  # compute-bound: 1 s
+    assert km.formulas.prefill_time(1e9, 1e15, 13.48e9, 1e9, 2e12) == pytest.approx(14.48e9 / 2e12, rel=1e-15)
+    assert km.formulas.prefill_time(1e15, 1e15, 13.48e9, 1e9, 2e12) == 1.0  # compute-bound: 1 s
 
 
 #: param_count() and active_param_count() of every preset, exactly. They agree with the
@@ -503,7 +508,7 @@ EXACT_PARAMS = {
 
 @pytest.mark.parametrize("name", sorted(EXACT_PARAMS))
 def test_param_counts_exactly(name):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     assert (m.param_count(), m.active_param_count()) == EXACT_PARAMS[name]
 
 
@@ -514,7 +519,7 @@ def test_mixtral_param_count_by_hand():
     norms_and_embeddings = (2 * 32 + 1) * 4096 + 2 * 32000 * 4096
     total = 32 * (attention + 8 * 3 * 4096 * 14336 + router) + norms_and_embeddings
     active = 32 * (attention + 2 * 3 * 4096 * 14336 + router) + norms_and_embeddings
-    m = km.get_model("mixtral-8x7b")
+    m = km.Model.preset("mixtral-8x7b")
     assert (m.param_count(), m.active_param_count()) == (total, active)
 
 
@@ -524,7 +529,7 @@ def test_mla_attention_params_by_hand():
     kv_down = 7168 * (512 + 64)
     kv_up = 512 * 128 * (128 + 128)
     out = 128 * 128 * 7168
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     assert m._attention_params_per_layer() == q + kv_down + kv_up + out == 187_105_280
     # without a compressed query (as in DeepSeek-V2-Lite) the query projection is d x h x (d_nope + d_rope)
     no_q_rank = m.replace(q_lora_rank=None)
@@ -532,5 +537,5 @@ def test_mla_attention_params_by_hand():
 
 
 def test_top_k_may_equal_n_experts():
-    m = km.get_model("mixtral-8x7b").replace(top_k=8)
+    m = km.Model.preset("mixtral-8x7b").replace(top_k=8)
     assert m.active_param_count() == m.param_count()

@@ -16,7 +16,7 @@ GiB = 2**30
 
 def test_unsloth_pr4757_gemma3_27b_legacy_and_correct_figures_are_gib():
     # unsloth_pr4757: "Gemma-3 27B | Sliding Window | 81.38 GB | 10.41 GB"
-    m = km.get_model("gemma-3-27b")
+    m = km.Model.preset("gemma-3-27b")
     s = 131_072  # not stated by the PR; this context (and bf16) reproduces both figures
     legacy = 2 * m.n_kv_heads * (m.d_model // m.n_heads) * m.n_layers * s * 2  # 2*16*168*62*S*2
     assert legacy == 87_375_740_928
@@ -29,7 +29,7 @@ def test_unsloth_pr4757_gemma3_27b_legacy_and_correct_figures_are_gib():
 
 def test_eleuther_cookbook_kv_ignores_heads_and_counts_k_and_v_once():
     # eleuther_cookbook_mem: per_gpu_kv_cache_mem = bytes * hidden * layers * tokens * batch
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     cookbook = 2 * m.d_model * m.n_layers * 8192
     assert cookbook / GiB == 2.0
     assert m.kv_bytes_per_seq(8192) / GiB == 1.0  # 2 * 32 * 8 * 128 * 2 B per token = 128 KiB
@@ -40,18 +40,18 @@ def test_bekman_formula_is_exact_for_llama_31_8b_and_not_for_qwen3_32b():
     def bekman(m):
         return 2 * 2 * m.n_layers * m.d_model * m.n_kv_heads / m.n_heads
 
-    llama = km.get_model("llama-3.1-8b")
+    llama = km.Model.preset("llama-3.1-8b")
     assert bekman(llama) == llama.kv_bytes_per_token() == 131_072
     assert round(llama.kv_bytes_per_token() / 1e6, 3) == 0.131
     assert round(0.131 * 1024) == 134                      # the source's rounded chain
     assert round(0.131 * 1024 * 128 / 1e3, 1) == 17.2
-    qwen = km.get_model("qwen3-32b")                       # head_dim 128, d / h = 80
+    qwen = km.Model.preset("qwen3-32b")                       # head_dim 128, d / h = 80
     assert bekman(qwen) / qwen.kv_bytes_per_token() == pytest.approx(80 / 128, rel=1e-12)
 
 
 def test_head_width_error_goes_both_ways_over_the_presets():
     ratios = {m.name: (m.d_model / m.n_heads) / m.head_dim
-              for m in map(km.get_model, km.model_names())
+              for m in map(km.Model.preset, km.Model.presets())
               if m.attention != "mla" and m.head_dim * m.n_heads != m.d_model}
     assert ratios["qwen3-32b"] == 0.625 and ratios["gemma-3-27b"] == 168 / 128
     assert min(ratios.values()) < 1 < max(ratios.values())
@@ -60,12 +60,12 @@ def test_head_width_error_goes_both_ways_over_the_presets():
 def test_two_times_hidden_size_overcounts_gqa_by_the_group_size():
     # vllm_pr29736 review: 4x for Llama-3-8B
     for name, g in (("llama-3-8b", 4), ("llama-3-70b", 8), ("falcon-7b", 71)):
-        m = km.get_model(name)
+        m = km.Model.preset(name)
         assert 2 * m.n_layers * m.d_model * 2 / m.kv_bytes_per_token() == g
 
 
 def test_mla_latent_only_and_mla_as_mha():
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     assert m.kv_bytes_per_token() == 61 * (512 + 64) * 2 == 70_272
     assert 61 * 512 * 2 / m.kv_bytes_per_token() == pytest.approx(8 / 9, rel=1e-12)
     # per head: keys 128 + 64 wide, values 128
@@ -74,21 +74,22 @@ def test_mla_latent_only_and_mla_as_mha():
 
 def test_lmcache_prints_gib_as_gb():
     # lmcache_kvcalc: sizeGB = totalBytes / (1024 ** 3), printed "GB" with 4 decimals
-    seq = km.get_model("llama-3.1-8b").kv_bytes_per_seq(131_072)
+    seq = km.Model.preset("llama-3.1-8b").kv_bytes_per_seq(131_072)
     assert f"{seq / 1024**3:.4f}" == "16.0000"
     assert round(seq / 1e9, 2) == 17.18
 
 
 def test_llm_analysis_kv_twice_and_two_mlp_matrices():
     # llmanalysis022: kv_cache_latency = 2 * kv_cache_memory / bandwidth; MLP 2 * d * d_ff per layer
-    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
-    w = km.decode_step(m, h100, 64, 8192).work
-    assert w.kv_bytes_read == 64 * GiB
+    m, h100 = km.Model.preset("llama-3-8b"), km.Chip.preset("h100-sxm")
+    w = km.Deployment(m, h100).step(64, 8192)  # one chip: its reads are the totals
+    kv_per_seq = m.kv_bytes_per_seq(8192)
+    assert w.kv_bytes_read == 64 * kv_per_seq == 64 * GiB
     twice = (w.weight_bytes_read + 2 * w.kv_bytes_read) / (w.weight_bytes_read + w.kv_bytes_read)
     assert twice == pytest.approx(1.8207, abs=5e-5)
     # 1.5x exactly where the batch's cache weighs as much as the weights read
-    b = w.weight_bytes_read / w.kv_bytes_per_seq
-    assert (w.weight_bytes_read + 2 * b * w.kv_bytes_per_seq) / (w.weight_bytes_read + b * w.kv_bytes_per_seq) \
+    b = w.weight_bytes_read / kv_per_seq
+    assert (w.weight_bytes_read + 2 * b * kv_per_seq) / (w.weight_bytes_read + b * kv_per_seq) \
         == pytest.approx(1.5, rel=1e-12)
     # eleuther_cookbook_mem: num_mlp_linears 2 (default) of width intermediate_size, read from the config
     two = m.param_count() - m.n_layers * m.d_model * m.d_ff  # one of three MLP matrices dropped
@@ -106,8 +107,8 @@ def test_unsloth_pr4757_qwen3_06b_legacy_halves_the_cache():
     s = 40_960  # not stated by the PR; with bf16 it reproduces both figures
     legacy = 2 * 8 * (1024 // 16) * 28 * s * 2
     assert round(legacy / GiB, 2) == 2.19
-    assert round(km.kv_bytes_per_token(28, 8, 128) * s / GiB, 2) == 4.38
-    assert legacy * 2 == km.kv_bytes_per_token(28, 8, 128) * s
+    assert round(km.formulas.kv_bytes_per_token(28, 8, 128) * s / GiB, 2) == 4.38
+    assert legacy * 2 == km.formulas.kv_bytes_per_token(28, 8, 128) * s
 
 
 def test_lmcache_glm_entries_take_d_over_h():
@@ -118,9 +119,9 @@ def test_lmcache_glm_entries_take_d_over_h():
 
 def test_embedding_table_read_every_step_overcounts_untied_models_only():
     for name in ("llama-3-8b", "gpt-oss-20b"):
-        m = km.get_model(name)
+        m = km.Model.preset(name)
         extra = m.active_param_count() * 2 - m.weight_bytes_read(1)
         # the input table less the one row the step really reads
         assert extra == pytest.approx((m.vocab - 1) * m.d_model * 2, rel=1e-12)
-    tied = km.get_model("llama-3.2-1b")
+    tied = km.Model.preset("llama-3.2-1b")
     assert tied.active_param_count() * 2 == pytest.approx(tied.weight_bytes_read(1), rel=1e-12)

@@ -10,8 +10,9 @@ import kvmath as km
 settings.register_profile("kvmath", deadline=None, derandomize=True)
 settings.load_profile("kvmath")
 
-A100, H100 = km.get_chip("a100-80gb"), km.get_chip("h100-sxm")
-L7 = km.get_model("llama-2-7b")
+A100, H100 = km.Chip.preset("a100-80gb"), km.Chip.preset("h100-sxm")
+L7 = km.Model.preset("llama-2-7b")
+L7_A100 = km.Deployment(L7, A100)
 # Llama 2 7B by hand: 32 layers, d = 4096, 32 heads of 128, vocab 32000, not tied
 L, D, H, DH, V = 32, 4096, 32, 128, 32000
 P = L7.param_count()
@@ -27,23 +28,23 @@ def attention(t):
 @pytest.mark.parametrize("name, layout", [("llama-3-8b", None), ("mixtral-8x7b", None), ("gemma-2-9b", "tp=2"),
                                           ("llama-2-70b", "tp=8"), ("deepseek-v3", "tp=8")])
 def test_no_chunk_is_the_decode_step(name, layout):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     w = "fp8" if name == "deepseek-v3" else "bf16"
     for batch, context in ((1, 100), (64, 4096), (512, 30000)):
-        s = km.mixed_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
-        d = km.decode_step(m, H100, batch, context, layout=layout, link="nvlink4", weights=w)
-        assert s.strict_step_s == pytest.approx(d.strict_step_s, rel=1e-12)
-        assert s.decode_only_s == pytest.approx(d.strict_step_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
+        dep = km.Deployment(m, H100, layout, link="nvlink4", weights=w)
+        s, d = dep.mixed_step(batch, context), dep.step(batch, context)
+        assert s.strict_s == pytest.approx(d.strict_s, rel=1e-12)
+        assert s.decode_only_s == pytest.approx(d.strict_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
 
 
 def test_mixed_step_by_hand():
     # 2 decode sequences at 10 tokens, plus a 3-token chunk of a prompt with 4 tokens cached, on an A100-80GB
-    s = km.mixed_step(L7, A100, 2, 10, 3, 4)
+    s = L7_A100.mixed_step(2, 10, 3, 4)
     bytes_ = WEIGHTS + 5 * D * 2 + 2 * 10 * KV_TOKEN + 7 * KV_TOKEN   # 5 embedding rows; the chunk reads 4, writes 3
     flops = 2 * 2 * MATMUL + 2 * attention(10) + 2 * 3 * (MATMUL - V * D) + sum(attention(t) for t in (5, 6, 7))
     assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(bytes_, rel=1e-12)
     assert s.flops == pytest.approx(flops, rel=1e-12)
-    assert s.strict_step_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
+    assert s.strict_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
     assert s.prefill_tokens == 3 and s.n_chips == 1
 
 
@@ -51,16 +52,16 @@ def test_a_big_chunk_makes_the_step_compute_bound():
     # Llama 3 8B on an H100, 64 sequences at 2,000 tokens: 512 prompt tokens ride in the memory-bound step
     # (9.49 -> 9.51 ms); 4,096 make it compute-bound (63.3 ms), about 2 x 8.03e9 x 4160 / 989.4e12 = 67.5 ms
     # less the LM head the chunk does not need
-    m = km.get_model("llama-3-8b")
-    s = km.mixed_step(m, H100, 64, 2000, np.array([0, 512, 4096]))
-    assert s.strict_step_s[1] < 1.01 * s.strict_step_s[0]
+    m = km.Model.preset("llama-3-8b")
+    s = km.Deployment(m, H100).mixed_step(64, 2000, np.array([0, 512, 4096]))
+    assert s.strict_s[1] < 1.01 * s.strict_s[0]
     assert s.compute_s[2] > s.memory_s[2] and 6 < s.slowdown[2] < 7
     assert s.compute_s[2] < 2 * m.matmul_params_per_token() * 4160 / H100.flops() + 0.002
 
 
 def test_steady_state_by_hand():
     # 4 slots, 6 tokens in, 3 out: 2 decode steps a request, so 2 prompts (12 tokens) a step; decode at 7.5
-    s = km.steady_state(L7, A100, 4, 6, 3, price_per_chip_hour=3.6)
+    s = L7_A100.steady_state(4, 6, 3, price_per_chip_hour=3.6)
     bytes_ = WEIGHTS + 16 * D * 2 + 4 * 7.5 * KV_TOKEN + 2 * 6 * KV_TOKEN
     prompt_flops = 2 * (MATMUL - V * D) * 6 + 2 * V * D + sum(attention(t) for t in range(1, 7))
     flops = 4 * 2 * MATMUL + 4 * attention(7.5) + 2 * prompt_flops
@@ -71,8 +72,8 @@ def test_steady_state_by_hand():
 
 
 def test_cost_per_million_tokens_by_hand():
-    assert km.cost_per_million_tokens(3.6, 1.0) == pytest.approx(1000.0, rel=1e-15)  # 0.001 a second, a token a second
-    assert np.allclose(km.cost_per_million_tokens(np.array([1.0, 2.0]), 1000.0), [1 / 3.6, 2 / 3.6], rtol=1e-15)
+    assert km.formulas.cost_per_million_tokens(3.6, 1.0) == pytest.approx(1000.0, rel=1e-15)  # 0.001 a second, a token a second
+    assert np.allclose(km.formulas.cost_per_million_tokens(np.array([1.0, 2.0]), 1000.0), [1 / 3.6, 2 / 3.6], rtol=1e-15)
 
 
 @settings(max_examples=40)
@@ -80,9 +81,10 @@ def test_cost_per_million_tokens_by_hand():
        st.integers(16, 32000), st.integers(2, 4000))
 def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out):
     # the static batch's mean step is a mean of max(affine, affine): at least the max at the mean context
-    m = km.get_model(name)
-    s = km.steady_state(m, H100, batch, s_in, s_out)
-    r = km.request_times(m, H100, batch, s_in, s_out)
+    m = km.Model.preset(name)
+    dep = km.Deployment(m, H100)
+    s = dep.steady_state(batch, s_in, s_out)
+    r = dep.request(batch, s_in, s_out)
     assert s.step.decode_only_s <= r.time_per_output_token_s * (1 + 1e-9)  # the closed-form sum rounds at 1e-12
     assert s.time_per_output_token_s >= s.step.decode_only_s
 
@@ -92,33 +94,36 @@ def test_steady_decode_is_at_most_the_static_batch_tpot(name, batch, s_in, s_out
        st.integers(0, 8192), st.integers(0, 8192), st.integers(0, 8192))
 def test_step_is_monotone_in_the_chunk(name, batch, context, c1, c2, start):
     lo, hi = sorted((c1, c2))
-    m = km.get_model(name)
-    a, b = (km.mixed_step(m, H100, batch, context, c, start).strict_step_s for c in (lo, hi))
+    m = km.Model.preset(name)
+    dep = km.Deployment(m, H100)
+    a, b = (dep.mixed_step(batch, context, c, start).strict_s for c in (lo, hi))
     assert a <= b * (1 + 1e-12)
 
 
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ValueError, match="layout must use tensor"):
-        km.mixed_step(L7, A100, 1, 10, layout="pp=2")
+        L7_A100.replace(layout="pp=2").mixed_step(1, 10)
     with pytest.raises(ValueError, match="output_tokens must be at least 2"):
-        km.steady_state(L7, A100, 1, 10, 1)
+        L7_A100.steady_state(1, 10, 1)
     with pytest.raises(ValueError, match="chunk_tokens"):
-        km.mixed_step(L7, A100, 1, 10, 2.5)
+        L7_A100.mixed_step(1, 10, 2.5)
     with pytest.raises(ValueError, match="chunk_start"):
-        km.mixed_step(L7, A100, 1, 10, 2, -1)
+        L7_A100.mixed_step(1, 10, 2, -1)
     with pytest.raises(ValueError, match="price_per_chip_hour"):
-        km.steady_state(L7, A100, 1, 10, 5, price_per_chip_hour=-1.0)
+        L7_A100.steady_state(1, 10, 5, price_per_chip_hour=-1.0)
     with pytest.raises(ValueError, match="tokens_per_s_per_chip"):
-        km.cost_per_million_tokens(1.0, 0.0)
+        km.formulas.cost_per_million_tokens(1.0, 0.0)
 
 
-@pytest.mark.parametrize("fn", [km.mixed_step, km.steady_state, km.decode_step])
+@pytest.mark.parametrize("question", ["mixed_step", "steady_state", "step"])
 @pytest.mark.parametrize("bad", [[1], {"a": 1}, np.ones(2)])
-def test_an_unhashable_compute_dtype_is_refused_by_name(fn, bad):
-    # a list, dict or array once reached a dict lookup and raised TypeError: unhashable type
-    args = (L7, A100, 1, 10) + ((5,) if fn is km.steady_state else ())
-    with pytest.raises(ValueError, match="compute_dtype"):
-        fn(*args, compute_dtype=bad)
+def test_an_unhashable_compute_dtype_is_refused_by_name(question, bad):
+    # a list, dict or array once reached a dict lookup and raised TypeError: unhashable type; the deployment
+    # every question is asked of refuses it when built, as an argument or inside Formats
+    args = (1, 10) + ((5,) if question == "steady_state" else ())
+    for build in (lambda: km.Deployment(L7, A100, compute=bad), lambda: km.Deployment(L7, A100, formats=km.Formats(compute=bad))):
+        with pytest.raises(ValueError, match="compute_dtype"):
+            getattr(build(), question)(*args)
 
 
 # TensorRT-LLM's published "Total Output Throughput (tokens/sec)", nvidia/Llama-3.1-8B-Instruct-FP8, TP1,
@@ -137,11 +142,11 @@ def test_no_published_throughput_beats_the_steady_state_bound(chip):
     # The most generous reading of each row: fp8 weights and fp8 cache, the marketed memory, and the paged
     # steady state's mean context (more sequences than at their longest). The bound at the largest batch
     # that fits must stay above the measurement (20 rows; the closest was 0.67 of the bound when written).
-    m, c = km.get_model("llama-3.1-8b"), km.get_chip(chip)
-    free = km.memory_budget(c, "device") - m.weight_bytes_resident("fp8")
+    m, c = km.Model.preset("llama-3.1-8b"), km.Chip.preset(chip)
+    free = km.memory.memory_budget(c, "device") - m.weight_bytes_resident("fp8")
     for (s_in, s_out), measured in TRTLLM_LLAMA31_8B_FP8[chip].items():
         most = np.floor(free / m.kv_bytes_per_seq(s_in + s_out / 2, 1.0))
-        s = km.steady_state(m, c, np.arange(1, most + 1), s_in, s_out, weights="fp8", kv_dtype="fp8")
+        s = km.Deployment(m, c, weights="fp8", kv="fp8").steady_state(np.arange(1, most + 1), s_in, s_out)
         assert measured < np.max(s.output_tokens_per_s_per_chip), (s_in, s_out)
 
 
@@ -154,10 +159,10 @@ def test_steady_caches_are_the_exact_mean_for_windows_given_as_layers():
     two = tuple(LayerSpec("sliding", 32, 8, 128, window=w) if i % 2 else LayerSpec("full", 32, 8, 128)
                 for i, w in enumerate([512, 4096] * 16))
     for layers in (chunked, two):
-        m = km.get_model("llama-3-8b").replace(layers=layers, name="windows-as-layers")
+        m = km.Model.preset("llama-3-8b").replace(layers=layers, name="windows-as-layers")
         for s_in, s_out in ((4000, 10000), (100, 9000), (9000, 500)):
             t = np.arange(s_in + 1, s_in + s_out)
-            s = km.steady_state(m, H100, 8, s_in, s_out)
+            s = km.Deployment(m, H100).steady_state(8, s_in, s_out)
             decode = 8 * np.mean(m.kv_bytes_per_seq(t, 2.0))           # brute force over every context
             prompts = 8 / (s_out - 1) * m.kv_bytes_per_seq(s_in, 2.0)  # the prompts' share writes its cache
             assert s.step.kv_bytes_read == pytest.approx(decode + prompts, rel=1e-12)

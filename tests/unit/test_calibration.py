@@ -10,8 +10,11 @@ import pytest
 
 import kvmath as km
 from kvmath.calibration import EXTRA_MODELS, METRICS, REGIMES
+from kvmath.layout import parse_layout
+# llama.cpp's last-MLP rule is an option of the request model's prefill only (the calibration rows use it)
+from kvmath.requests import prefill_bound
 
-ROWS = km.load_measurements()
+ROWS = km.calibration.load_measurements()
 BIB = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text(encoding="utf-8")
 
 
@@ -21,7 +24,7 @@ def test_enough_rows_and_sources():
     assert len({m.id for m in ROWS}) == len(ROWS), "ids are unique"
     # every regime the issue names has measurements
     for regime in REGIMES:
-        assert len(km.load_measurements(regime)) >= 3, regime
+        assert len(km.calibration.load_measurements(regime)) >= 3, regime
 
 
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
@@ -30,16 +33,16 @@ def test_every_row_loads(m):
     assert m.url.startswith("https://") and m.title and m.quote
     assert m.unknowns.strip(), "every row says what its source leaves unknown"
     assert re.search(r"@\w+\{" + re.escape(m.source) + ",", BIB), f"{m.source} is cited in references.bib"
-    assert m.model in EXTRA_MODELS or m.model in km.model_names()
-    assert m.chip in km.chip_names()
+    assert m.model in EXTRA_MODELS or m.model in km.Model.presets()
+    assert m.chip in km.Chip.presets()
     assert m.measured > 0 and m.batch >= 1 and m.n_chips >= 1
     if m.layout and not m.layout.startswith("split="):
-        km.parse_layout(m.layout).check(m.model_preset)
+        parse_layout(m.layout).check(m.model_preset)
 
 
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
 def test_no_measurement_beats_its_bound(m):
-    c = km.bound_for(m)
+    c = km.calibration.bound_for(m)
     assert np.isfinite(c.bound) and c.bound > 0
     assert 0 < c.ratio <= 1, f"{m.id} reaches {c.ratio:.3f} of its bound: an assumption of the bound is wrong"
     assert c.binds in ("memory", "compute", "mixed")
@@ -58,7 +61,7 @@ def test_hand_computed_palm_latency():
     weights = layers * per_layer + vocab * d                      # int8: one byte each
     kv = 2 * layers * 256 * 2 * 2048                               # K and V, one head of 256, bf16
     expected = (weights / 64 + kv) / 1.2e12
-    c = km.bound_for("pope-palm-64")
+    c = km.calibration.bound_for("pope-palm-64")
     assert c.bound == pytest.approx(expected, rel=1e-4)           # norms are left out here (0.0003%)
     assert c.ratio == pytest.approx(expected / 0.029, rel=1e-4)
 
@@ -75,7 +78,7 @@ def test_hand_computed_m2_ultra_70b_tg512():
     weights = 2 * (80 * per_layer + 128256 * 8192)
     kv_mean = 327680 * 256.5
     expected_tok_s = 800e9 / (weights + kv_mean)
-    c = km.bound_for("xd-m2u-70b-f16")
+    c = km.calibration.bound_for("xd-m2u-70b-f16")
     assert c.bound == pytest.approx(expected_tok_s, rel=1e-4)     # norms and the one embedding row: < 0.002%
     assert c.ratio == pytest.approx(4.76 / expected_tok_s, rel=1e-4)
 
@@ -92,7 +95,7 @@ def test_hand_computed_ttft_a100():
     layers = 32 * (4 * d * d + 3 * d * 11008)
     flops = 2 * s * layers + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
     expected = flops / 312e12
-    c = km.bound_for("trt-7b-a100-ttft")
+    c = km.calibration.bound_for("trt-7b-a100-ttft")
     assert c.bound == pytest.approx(expected, rel=2e-3)
     assert c.binds == "compute"
     assert c.ratio == pytest.approx(expected / 0.133, rel=2e-3)
@@ -104,11 +107,12 @@ def test_chunked_prefill_reads_the_lm_head_once():
     Charging the 128,256 x 4096 bf16 head (1.05 GB) on every step put the bound
     within 3% of llama.cpp's 65.21 tokens/s; without it the bound is 72.0.
     """
-    m, chip = km.get_model("llama-3-8b"), km.get_chip("rtx-4090")
+    m, chip = km.Model.preset("llama-3-8b"), km.Chip.preset("rtx-4090")
     head = 128256 * 4096 * 2
-    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
-    steps = float(np.sum(with_logits.strict_step_s)) - 511 * head / chip.bandwidth
-    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    dep = km.Deployment(m, chip)
+    with_logits = dep.step(1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_s)) - 511 * head / chip.bandwidth
+    t = dep.request(1, 512, 1, chunk_tokens=1).ttft_s
     # the prefill's attention is causal over 1 .. 512, as the decode steps' is; bytes dominate
     assert t == pytest.approx(steps, rel=2e-3)
 
@@ -121,26 +125,27 @@ def test_llama_cpp_skips_the_last_mlp_without_logits():
     Whole prompt at once (Llama 2 7B, 2,048 tokens, A100 fp16): the last MLP
     multiplies one row instead of 2,048, 2 x 2047 x 3 x 4096 x 11008 fewer FLOPs.
     """
-    m, chip = km.get_model("llama-3-8b"), km.get_chip("rtx-4090")
+    m, chip = km.Model.preset("llama-3-8b"), km.Chip.preset("rtx-4090")
     head, mlp = 128256 * 4096 * 2, 3 * 4096 * 14336 * 2
-    with_logits = km.decode_step(m, chip, 1, np.arange(1, 513, dtype=float))
-    steps = float(np.sum(with_logits.strict_step_s)) - 511 * (head + mlp) / chip.bandwidth
-    t = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
+    dep = km.Deployment(m, chip)
+    with_logits = dep.step(1, np.arange(1, 513, dtype=float))
+    steps = float(np.sum(with_logits.strict_s)) - 511 * (head + mlp) / chip.bandwidth
+    t = prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
     assert t == pytest.approx(steps, rel=2e-3)
     # the plain rule charges the MLP: exactly 511 of its reads more
-    plain = km.prefill_bound(m, chip, 1, 512, chunk_tokens=1)
+    plain = dep.request(1, 512, 1, chunk_tokens=1).ttft_s
     assert plain - t == pytest.approx(511 * mlp / chip.bandwidth, rel=1e-9)
-    assert km.bound_for("lcpp-4090-8b-ub1").bound == pytest.approx(512 / t, rel=1e-12)
+    assert km.calibration.bound_for("lcpp-4090-8b-ub1").bound == pytest.approx(512 / t, rel=1e-12)
     s, d = 2048, 4096
     flops = 2 * s * 32 * (4 * d * d + 3 * d * 11008) + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
     skipped = 2 * (s - 1) * 3 * d * 11008
-    t7 = km.prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
-                          last_mlp_logits_only=True)
+    t7 = prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
+                       last_mlp_logits_only=True)
     assert t7 == pytest.approx((flops - skipped) / 312e12, rel=2e-3)
     with pytest.raises(ValueError, match="last_mlp_logits_only"):
-        km.prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
+        prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
     with pytest.raises(ValueError, match="dense models only"):
-        km.prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
+        prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
 
 
 def test_replicated_lm_head_is_read_whole_on_every_chip():
@@ -149,32 +154,30 @@ def test_replicated_lm_head_is_read_whole_on_every_chip():
     Per chip at tp = 8: the head's 524.3 MB instead of an eighth, 458.75 MB
     more to read, and 2 x 32000 x 8192 x 7/8 more FLOPs per token.
     """
-    m = km.get_model("llama-2-70b")
-    kv, att = m.kv_bytes_per_seq(100), m.attention_flops_per_token(100)
-    opts = dict(kv_bytes_per_seq=kv, attention_flops_per_seq=att)
-    split = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8), 2.039e12, 312e12, **opts)
-    whole = km.chip_step(m, 1, 100, km.ParallelLayout(tp=8, replicate_lm_head=True), 2.039e12, 312e12, **opts)
+    dep = km.Deployment("llama-2-70b", "a100-80gb", km.ParallelLayout(tp=8), link=None)  # 2.039e12 B/s, 312e12 FLOP/s
+    split = dep.step(1, 100)
+    whole = dep.replace(layout=km.ParallelLayout(tp=8, replicate_lm_head=True)).step(1, 100)
     head = 32000 * 8192 * 2
     assert whole.weight_bytes_read - split.weight_bytes_read == pytest.approx(head * 7 / 8, rel=1e-12)
     assert whole.weight_flops - split.weight_flops == pytest.approx(2 * 32000 * 8192 * 7 / 8, rel=1e-12)
     assert whole.weight_bytes_resident - split.weight_bytes_resident == pytest.approx(head * 7 / 8, rel=1e-12)
-    c = km.bound_for("gf-70b-tp8")
+    c = km.calibration.bound_for("gf-70b-tp8")
     assert c.measurement.replicated_lm_head
     # 200 tokens from the 5-token prefill and 199 steps, all memory-bound at batch 1, each reading the
     # extra 458.75 MB at 2.039 TB/s: the time per token grows by exactly that read
-    plain = km.bound_for(dataclasses.replace(c.measurement, replicated_lm_head=False))
-    assert c.step_s - plain.step_s == pytest.approx(head * 7 / 8 / 2.039e12, rel=1e-6)
+    plain = km.calibration.bound_for(dataclasses.replace(c.measurement, replicated_lm_head=False))
+    assert c.unit_s - plain.unit_s == pytest.approx(head * 7 / 8 / 2.039e12, rel=1e-6)
     with pytest.raises(ValueError, match="replicate_lm_head"):
         km.ParallelLayout(tp=2, replicate_lm_head=1)
     with pytest.raises(ValueError, match="replicated_lm_head needs a parallel layout"):
-        dataclasses.replace(km.get_measurement("gf-7b-bf16"), replicated_lm_head=True)
+        dataclasses.replace(km.calibration.get_measurement("gf-7b-bf16"), replicated_lm_head=True)
 
 
 def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="measurement_id"):
-        km.get_measurement("gf-7b-bf61")
+        km.calibration.get_measurement("gf-7b-bf61")
     with pytest.raises(ValueError, match="regime"):
-        km.load_measurements("tiny_batch")
+        km.calibration.load_measurements("tiny_batch")
 
 
 def test_geforce_fp16_prefill_takes_the_fp16_accumulate_rate():
@@ -185,13 +188,13 @@ def test_geforce_fp16_prefill_takes_the_fp16_accumulate_rate():
     at least the matmul FLOPs of 512 tokens (2 x 512 x (8.03e9 - the 0.53e9
     embedding table), the LM head on the last token only) at that rate.
     """
-    m = km.get_measurement("xd-4090-8b-f16-pp512")
+    m = km.calibration.get_measurement("xd-4090-8b-f16-pp512")
     assert m.compute_flops_per_s == 330.3e12 and m.chip_preset.flops("fp16") == 330.3e12
-    assert km.get_measurement("pr4766-3090-7b-f16-pp512").chip_preset.flops("fp16") == 142e12
-    l3 = km.get_model("llama-3-8b")
+    assert km.calibration.get_measurement("pr4766-3090-7b-f16-pp512").chip_preset.flops("fp16") == 142e12
+    l3 = km.Model.preset("llama-3-8b")
     body = l3.param_count() - 2 * l3.vocab * l3.d_model  # neither the embedding nor the LM head
     flops = 2 * 512 * body + 2 * l3.vocab * l3.d_model
-    c = km.bound_for(m)
+    c = km.calibration.bound_for(m)
     assert c.binds == "compute"
     assert 512 / c.bound >= flops / 330.3e12  # attention's FLOPs come on top
     assert 512 / c.bound == pytest.approx(flops / 330.3e12, rel=0.1)
@@ -212,19 +215,19 @@ def test_a_bad_row_names_its_field(change, name):
     import dataclasses
 
     with pytest.raises(ValueError, match=name):
-        km.bound_for(dataclasses.replace(km.get_measurement("gf-7b-bf16"), **change))
+        km.calibration.bound_for(dataclasses.replace(km.calibration.get_measurement("gf-7b-bf16"), **change))
 
 
 @pytest.mark.parametrize("call", [
-    lambda: km.bound_for(None), lambda: km.bound_for({"id": "gf-7b-bf16"}), lambda: km.get_measurement(1),
-    lambda: km.load_measurements([]), lambda: km.calibrate(1),
+    lambda: km.calibration.bound_for(None), lambda: km.calibration.bound_for({"id": "gf-7b-bf16"}), lambda: km.calibration.get_measurement(1),
+    lambda: km.calibration.load_measurements([]), lambda: km.calibration.calibrate(1),
 ])
 def test_wrong_types_are_value_errors(call):
     with pytest.raises(ValueError, match="measurement|regime"):
         call()
 
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def _glued(notebook: str, prefix: str) -> dict[str, float]:
@@ -258,7 +261,7 @@ def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
     assert len(ch12) == 14 and len(ch13) >= 50
     for row, phi in ch12.items():
         assert f"{phi:.2f}" == ch13[row], (row, phi, ch13[row])
-        assert phi == pytest.approx(km.bound_for(row).ratio, rel=1e-12)  # and both are today's package
+        assert phi == pytest.approx(km.calibration.bound_for(row).ratio, rel=1e-12)  # and both are today's package
     # the two rows whose ratios used to differ (88% against 0.905, 54% against 0.53)
     assert (ch13["lcpp-4090-8b-ub1"], ch13["gf-70b-tp8"]) == ("0.88", "0.54")
 

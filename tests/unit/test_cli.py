@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 
 import kvmath as km
+from kvmath.formatting import fmt_bytes
 from kvmath.cli import main
 
-JSON_KEYS = {"step_s", "kv_s", "weight_memory_s", "weight_compute_s", "bound", "tokens_per_s_per_seq", "tokens_per_s", "critical_batch"}
-NEW_KEYS = {"no_overlap_step_s", "no_overlap_tokens_per_s", "weight_bytes_read", "weight_bytes_read_uniform",
-            "weight_bytes_resident", "attention_flops", "no_overlap_attention_bound", "no_overlap_weights_bound"}
+from kvmath import Deployment, Formats
+
+#: kvmath.formulas.StepBreakdown's to_dict(): the keys of `decode --json` with --params and no model
+NOTES_KEYS = {"kv_read_s", "weight_read_s", "weight_compute_s", "attention_compute_s", "overhead_s", "no_overlap_s",
+              "strict_s", "bound", "attention_bound", "strict_bound"}
 
 
 def run_json(capsys, *argv):
@@ -24,40 +27,44 @@ def test_notes_30b_example_from_the_command_line(capsys):
     common = ["decode", "--params", "30e9", "--weight-dtype", "int8", "--kv-bytes-per-token", "100e3",
               "--bandwidth", "8.2e11", "--flops", "1.97e14", "--chips", "16", "--context", "8192"]
     small = run_json(capsys, *common, "--batch", "4")
-    assert JSON_KEYS | NEW_KEYS <= set(small)
+    assert set(small) == NOTES_KEYS
     # the notes' 2.536 ms: memory-bound, so both forms agree
-    assert small["no_overlap_step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
-    assert small["step_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
-    assert small["bound"] == "memory"
+    assert small["no_overlap_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
+    assert small["strict_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
+    assert small["strict_bound"] == "memory"
     big = run_json(capsys, *common, "--batch", "256")
     # the notes' 20.86 ms is the no-overlap form: 15.98 ms of KV + 4.87 ms of weight math
-    assert big["no_overlap_step_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
-    assert big["no_overlap_weights_bound"] == "compute"
-    assert big["no_overlap_tokens_per_s"] == pytest.approx(256 / 20.86e-3, rel=1e-3)
+    assert big["no_overlap_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
+    assert big["bound"] == "compute"
     # strict: (256 * 8192 * 100e3 + 30e9) B / (16 * 8.2e11 B/s) = 18.271 ms, memory-bound
-    assert big["step_s"] * 1e3 == pytest.approx((256 * 8192 * 100e3 + 30e9) / (16 * 8.2e11) * 1e3, rel=1e-12)
-    assert big["step_s"] * 1e3 == pytest.approx(18.27, abs=5e-3)
-    assert big["bound"] == "memory"
-    assert big["tokens_per_s"] == pytest.approx(256 / big["step_s"], rel=1e-12)
-    assert big["critical_batch"] == pytest.approx(120.1, abs=0.05)
-    assert big["attention_flops"] == 0  # no model: no heads to count
-    assert big["is_lower_bound"] is True
+    assert big["strict_s"] * 1e3 == pytest.approx((256 * 8192 * 100e3 + 30e9) / (16 * 8.2e11) * 1e3, rel=1e-12)
+    assert big["strict_s"] * 1e3 == pytest.approx(18.27, abs=5e-3)
+    assert big["strict_bound"] == "memory"
+    assert big["attention_compute_s"] == 0  # no model: no heads to count
+    # the same figures are the notes' formula called directly
+    assert big == km.formulas.step_breakdown(256, 8192 * 100e3, 30e9, 30e9, 16 * 8.2e11, 16 * 1.97e14).to_dict()
+    out = text(capsys, *common, "--batch", "256")
+    assert "critical batch B_crit    120.1" in out  # 1.97e14 x 1 B / (2 x 8.2e11)
 
 
 def test_thread_example_mha_vs_mqa_with_tp2(capsys):
-    common = ["decode", "--params", "7e9", "--hardware", "a100-80gb", "--chips", "2", "--batch", "16",
-              "--efficiency", "0.7"]
+    common = ["decode", "--hardware", "a100-80gb", "--chips", "2", "--batch", "16", "--efficiency", "0.7"]
     mha = run_json(capsys, *common, "--model", "codellama-7b", "--context", "8192")
-    # 14 GB + 68.72 GB over two GPUs at 0.7 x 2.039e12
-    assert mha["step_s"] == pytest.approx((7e9 + 34.36e9) / (0.7 * 2.039e12), rel=1e-3)
+    # the cache: 16 x 8192 tokens x 32 layers x 2 x 4096 x 2 B = 68.72 GB, half on each of the two GPUs
+    assert mha["kv_bytes_read"] == 16 * 8192 * 32 * 2 * 4096 * 2 / 2
+    assert mha["kv_read_s"] == pytest.approx(mha["kv_bytes_read"] / (0.7 * 2.039e12), rel=1e-12)
+    assert mha["is_lower_bound"] is False  # an efficiency below 1 makes it an estimate
     # falcon-7b's 71 heads do not split 2 ways (review item 5): the MQA case uses StarCoder (48 heads, 1 KV head)
     assert main([*common, "--model", "falcon-7b", "--context", "8192"]) == 2
     assert "--parallel pp=2" in capsys.readouterr().err
-    mqa_model = ["--model", "starcoder", "--kv-bytes-per-token", "16384", "--context", "262144"]
+    mqa_model = ["--model", "starcoder", "--context", "262144"]
     heads = run_json(capsys, *common, *mqa_model)
     batch = run_json(capsys, *common, *mqa_model, "--kv-shard", "batch")
-    assert heads["kv_bytes_per_chip"] == pytest.approx(68.72e9, rel=1e-4)  # one KV head: no split
-    assert batch["kv_bytes_per_chip"] == pytest.approx(34.36e9, rel=1e-4)
+    whole = 16 * 262144 * 40 * 2 * 128 * 2  # 40 layers, one KV head of 128, bf16
+    assert heads["kv_bytes_read"] == whole  # one KV head: no split
+    assert batch["kv_bytes_read"] == whole / 2  # --kv-shard batch is --parallel tp=2,kv=batch
+    assert batch == run_json(capsys, "decode", "--hardware", "a100-80gb", "--parallel", "tp=2,kv=batch", "--batch", "16",
+                             "--efficiency", "0.7", *mqa_model)
 
 
 def test_llama_70b_on_8_h100(capsys):
@@ -65,14 +72,22 @@ def test_llama_70b_on_8_h100(capsys):
                  "--batch", "64", "--context", "4096")
     # KV: 64 * 4096 * 327680 B over 8 chips. Weights read: the 68,976,648,192 parameters less the
     # 32,000 x 8,192 input table, plus the 64 rows looked up, at 2 B each over 8 chips; all at 3.35e12 B/s
-    assert r["kv_s"] == pytest.approx(64 * 4096 * 327_680 / 8 / 3.35e12, rel=1e-9)
+    assert r["kv_read_s"] == pytest.approx(64 * 4096 * 327_680 / 8 / 3.35e12, rel=1e-9)
     read = (68_976_648_192 - 32_000 * 8192 + 64 * 8192) * 2
-    assert r["weight_bytes_read"] == read
-    assert r["weight_bytes_resident"] == 68_976_648_192 * 2
-    assert r["weight_memory_s"] == pytest.approx(read / 8 / 3.35e12, rel=1e-12)
+    assert r["weight_bytes_read"] == pytest.approx(read / 8, rel=1e-15)
+    assert r["weight_bytes_resident"] == pytest.approx(68_976_648_192 * 2 / 8, rel=1e-15)
+    assert r["weight_read_s"] == pytest.approx(read / 8 / 3.35e12, rel=1e-12)
     # attention: 4 * B * S * L * h * d_h FLOPs, split 8 ways
-    assert r["attention_flops"] == 4 * 64 * 4096 * 80 * 64 * 128
-    assert r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+    assert r["attention_flops"] == 4 * 64 * 4096 * 80 * 64 * 128 / 8
+    # the default link is the H100's own NVLink 4: 2 all-reduces per layer are counted without --link
+    assert r["comm_s"] > 0 and r["n_chips"] == 8
+    none = run_json(capsys, "decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8",
+                    "--batch", "64", "--context", "4096", "--link", "none")
+    assert none["comm_s"] == 0 and none["kv_read_s"] == r["kv_read_s"]
+    assert r["strict_s"] == max(r["memory_s"], r["compute_s"], r["comm_s"])
+    out = text(capsys, "decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8",
+               "--batch", "64", "--context", "4096")
+    assert "critical batch B_crit    295.3" in out and "link nvlink4" in out
 
 
 def test_llama_3_8b_bound_is_not_beaten_by_llama_cpp(capsys):
@@ -81,32 +96,30 @@ def test_llama_3_8b_bound_is_not_beaten_by_llama_cpp(capsys):
     r = run_json(capsys, "decode", "--model", "llama-3-8b", "--hardware", "rtx-4090", "--batch", "1", "--context", "512")
     # hand: (8,030,261,248 - 128,256 x 4,096 + 4,096) x 2 B of weights, 512 x 131,072 B of KV, at 1.008e12 B/s
     weights = (8_030_261_248 - 128_256 * 4096 + 4096) * 2
-    assert r["step_s"] == pytest.approx((weights + 512 * 131_072) / 1.008e12, rel=1e-12)
+    assert r["strict_s"] == pytest.approx((weights + 512 * 131_072) / 1.008e12, rel=1e-12)
     assert r["tokens_per_s"] > 65.21
 
 
 def test_moe_weight_bytes_floor_estimate_and_resident(capsys):
     r = run_json(capsys, "decode", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--batch", "8", "--context", "1024")
-    m = km.get_model("mixtral-8x7b")
+    m = km.Model.preset("mixtral-8x7b")
     expert = 3 * 4096 * 14336  # one expert's gated MLP
     resident = m.param_count() * 2
-    # floor: 2 of 8 experts per layer; uniform: 8 (1 - (3/4)^8) = 7.1992 experts; resident: all 8
+    # floor: 2 of 8 experts per layer; resident: all 8
     assert r["weight_bytes_resident"] == resident
     assert r["weight_bytes_read"] == pytest.approx(resident - 32 * 6 * expert * 2 - (32000 - 8) * 4096 * 2, rel=1e-12)
-    assert r["weight_bytes_read_uniform"] == pytest.approx(
-        r["weight_bytes_read"] + 32 * (8 * (1 - 0.75**8) - 2) * expert * 2, rel=1e-12)
-    assert r["weight_bytes_read"] < r["weight_bytes_read_uniform"] < r["weight_bytes_resident"]
     # the step bound charges the floor; capacity holds every expert
-    assert r["weight_memory_s"] == pytest.approx(r["weight_bytes_read"] / 3.35e12, rel=1e-12)
+    assert r["weight_read_s"] == pytest.approx(r["weight_bytes_read"] / 3.35e12, rel=1e-12)
     # Mixtral's own B_crit is about P_total / P_active times the dense 295
-    assert 1000 < r["model_critical_batch"] < 1100 and r["critical_batch"] == pytest.approx(295.3, abs=0.05)
+    c = run_json(capsys, "critical-batch", "--model", "mixtral-8x7b", "--hardware", "h100-sxm")
+    assert 1000 < c["model_critical_batch"] < 1100 and c["critical_batch"] == pytest.approx(295.3, abs=0.05)
 
 
 def test_every_decode_key_is_documented(capsys):
     from kvmath.cli import DECODE_KEYS
     r = run_json(capsys, "decode", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8", "--batch", "4",
                  "--context", "4096")
-    assert list(r) == list(DECODE_KEYS)
+    assert list(r) == list(DECODE_KEYS) == list(Deployment("deepseek-v3", "h200", "tp=8").step(4, 4096).to_dict())
     with pytest.raises(SystemExit):
         main(["decode", "--help"])
     help_text = capsys.readouterr().out
@@ -131,6 +144,7 @@ def test_text_output_has_units(capsys):
 def test_capacity_52b(capsys):
     r = run_json(capsys, "capacity", "--params", "52e9", "--kv-bytes-per-token", "2097152", "--hbm-bytes", "40e9", "--context", "2048")
     assert (r["min_chips"], r["max_tokens"], r["max_batch"]) == (3, 7629, 3)
+    assert r == km.formulas.fit(52e9, 2, 2097152, 2048, 40e9).to_dict()
 
 
 def test_critical_batch_and_listings(capsys):
@@ -159,6 +173,12 @@ def test_critical_batch_and_listings(capsys):
         (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--efficiency", "1.5"], "--efficiency"),
         (["capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "2", "--context", "1"], "--chips 2 cannot hold"),
         (["critical-batch"], "--hardware"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8", "--link", "nvlink9", "--batch", "1", "--context", "1"], "--link"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--parallel", "tp=3", "--batch", "1", "--context", "1"], "--parallel"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--parallel", "tp=8", "--chips", "4", "--batch", "1", "--context", "1"], "--chips"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--chips", "8", "--chips-per-node", "0", "--batch", "1", "--context", "1"], "--chips-per-node"),
+        (["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--params", "7e9", "--batch", "1", "--context", "1"], "--params"),
+        (["run", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--input", "1", "--output", "2", "--budget", "reserve", "--json"], "--budget"),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -198,8 +218,8 @@ def test_mla_latent_cache_is_not_split_by_heads(capsys):
     heads = run_json(capsys, *common)
     batch = run_json(capsys, *common, "--kv-shard", "batch")
     total = 8 * 4096 * 70_272
-    assert heads["kv_bytes_per_chip"] == total
-    assert batch["kv_bytes_per_chip"] == total / 8
+    assert heads["kv_bytes_read"] == total
+    assert batch["kv_bytes_read"] == total / 8
 
 
 # ----- capacity, models, hardware and decode: bad options and figures -----------------------------
@@ -224,8 +244,8 @@ def text(capsys, *argv):
 
 def test_engine_refuses_params_and_kv_overrides(capsys):
     # item 16: both were silently ignored by the vLLM block
-    assert "--params does not apply with --engine vllm" in fails(capsys, *CAP, "--engine", "vllm", "--params", "1e9")
-    assert "--kv-bytes-per-token does not apply" in fails(capsys, *CAP, "--engine", "vllm", "--kv-bytes-per-token", "1")
+    assert "--params does not combine with --model" in fails(capsys, *CAP, "--engine", "vllm", "--params", "1e9")
+    assert "--kv-bytes-per-token does not combine" in fails(capsys, *CAP, "--engine", "vllm", "--kv-bytes-per-token", "1")
 
 
 def test_engine_tp_defaults_to_the_chips_the_command_chose(capsys):
@@ -233,23 +253,30 @@ def test_engine_tp_defaults_to_the_chips_the_command_chose(capsys):
     assert main(["capacity", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--context", "8192",
                  "--engine", "vllm", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["chips"] == 2 and r["engine"]["tensor_parallel"] == 2
-    e = km.vllm_engine(km.get_model("llama-3.1-70b"), km.get_chip("h100-sxm"), 8192, tensor_parallel=2)
+    assert r["n_chips"] == 2
+    e = km.memory.vllm_engine(km.Model.preset("llama-3.1-70b"), km.Chip.preset("h100-sxm"), 8192, tensor_parallel=2)
     assert r["engine"]["num_blocks"] == e.num_blocks
+    # 405B: 11 chips would hold the weights, but its 128 heads split 16 ways at the fewest
+    err = fails(capsys, "capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "8", "--context", "8")
+    assert "--chips 8 cannot hold" in err and "--chips 16 or more" in err
 
 
 def test_engine_errors_name_the_tp_and_chips(capsys):
     err = fails(capsys, *CAP, "--engine", "vllm", "--chips", "3")
-    assert "TP=3 (--chips)" in err and "does not divide the 32 attention heads" in err
+    assert "--chips 3" in err and "must divide the 32 heads" in err
+    # TP = 14 splits Qwen2.5 7B's 28 heads, but vLLM also needs its 4 KV heads to divide 14 or 14 to divide them
+    err = fails(capsys, "capacity", "--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--context", "8192",
+                "--engine", "vllm", "--chips", "14")
+    assert "TP=14 (--chips)" in err and "vLLM refuses" in err
 
 
 def test_hbm_bytes_is_the_reported_total_for_the_engine_too(capsys):
     # item 17: 80e9 was taken as the runtime total by the engine and as the reported total by --budget
-    r = json.loads(text(capsys, "capacity", "--model", "llama-3-8b", "--hbm-bytes", "80e9", "--context", "8192",
-                        "--engine", "vllm", "--json"))
-    assert r["engine"]["total_bytes"] == 80e9 - 0.5 * km.GiB and r["engine"]["total_is_estimate"]
-    out = text(capsys, "capacity", "--model", "llama-3-8b", "--hbm-bytes", "80e9", "--context", "8192",
-               "--engine", "vllm")
+    r = json.loads(text(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--hbm-bytes", "80e9",
+                        "--context", "8192", "--engine", "vllm", "--json"))
+    assert r["engine"]["total_bytes"] == 80e9 - 0.5 * km.units.GiB and r["memory_per_chip_bytes"] == 80e9
+    out = text(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--hbm-bytes", "80e9",
+               "--context", "8192", "--engine", "vllm")
     assert "CUDA runtime total" in out and "estimate: reported total less 0.5 GiB" in out
 
 
@@ -264,15 +291,15 @@ def test_chip_without_a_reported_total_points_to_hbm_bytes(capsys, extra):
 def test_engine_text_output_labels(capsys):
     # item 21: duplicated "54.72x at 8,192" phrase; "device total" is the CUDA runtime total; engine-wide lines
     out = text(capsys, *CAP, "--engine", "vllm")
-    assert "54.72x at 8,192 tokens\n" in out and "54.72x at 8,192 tokens, " not in out
+    assert "54.72x at 8,192 tokens\n" in out
     assert "device total" not in out and "CUDA runtime total" in out
     assert out.index("engine (all ranks)") < out.index("KV cache size") < out.index("max concurrency")
     # the value column is aligned whatever the label
     lines = {line.split("  ")[0]: line for line in out.splitlines()}
     assert lines["KV budget on 1 chip(s)"].index("63.94") == lines["weights"].index("16.06")
-    # a different --max-model-len still shows both
+    # a different --max-model-len: the engine's concurrency is at its max_model_len, the batch at --context
     out = text(capsys, *CAP, "--engine", "vllm", "--max-model-len", "16384")
-    assert "x at 16,384 tokens, " in out and "x at 8,192\n" in out
+    assert "x at 16,384 tokens\n" in out and "batch at S = 8,192" in out
 
 
 def test_context_past_max_model_len_is_refused(capsys):
@@ -291,10 +318,10 @@ def test_engine_refuses_what_vllm_refuses(capsys):
 
 
 def test_kv_per_token_is_labelled_an_average(capsys):
-    # item 22: gpt-oss-20b at 131,072 tokens averages 24,600 B/token; it reserves 49,152
+    # gpt-oss-20b at 131,072 tokens averages 24,600 B/token (half its 24 layers keep a 128-token window);
+    # a token in every layer would take 49,152: the label says which one is shown
     out = text(capsys, "capacity", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--context", "131072")
-    assert "KV per token (average over S = 131,072)" in out and "24,600 B" in out
-    assert "tokens that fit at that average" in out
+    assert "KV per token (average over S = 131,072)" in out and "24,600 B" in out and "49,152" not in out
 
 
 @pytest.mark.parametrize("argv, hint", [
@@ -318,7 +345,7 @@ def test_overflow_messages_name_the_options(capsys):
                                   "--context", "8", "--bandwidth", "1e-320")
     err = fails(capsys, "capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "1",
                 "--context", "8")
-    assert "--chips 1 cannot hold" in err and "--chips 11 or more" in err
+    assert "--chips 1 cannot hold" in err and "--chips 16 or more" in err
     assert "--kv-bytes-per-token" in fails(capsys, "capacity", "--params", "1e10", "--kv-bytes-per-token", "1e-300",
                                            "--hbm-bytes", "1e12", "--context", "1")
 
@@ -340,15 +367,14 @@ def test_decode_with_a_config_equals_decode_with_the_same_model_as_a_preset(caps
     args = ["--hardware", "h100-sxm", "--batch", "16", "--context", "4096"]
     by_config = run_json(capsys, "decode", "--config", LLAMA31, *args)
     by_preset = run_json(capsys, "decode", "--model", "llama-3-8b", *args)
-    assert by_config["model"] == "meta-llama--Llama-3.1-8B" and by_config["supported_context"] is None
-    for key in ("kv_cache_bytes", "weight_bytes_read", "attention_flops", "step_s", "kv_bytes_per_token"):
+    for key in ("kv_bytes_read", "weight_bytes_read", "attention_flops", "strict_s", "no_overlap_s"):
         assert by_config[key] == by_preset[key], key
 
 
 def test_capacity_and_decode_charge_linear_layers_their_fixed_state(capsys):
     r = run_json(capsys, "decode", "--config", NEXT, "--hardware", "h200", "--batch", "8", "--context", "8192")
     # 24,576 B/token in the 12 full layers + 39,518,208 B of state per sequence (tests/unit/test_hf_config.py)
-    assert r["kv_cache_bytes"] == 8 * (24_576 * 8192 + 39_518_208)
+    assert r["kv_bytes_read"] == 8 * (24_576 * 8192 + 39_518_208)
     c = run_json(capsys, "capacity", "--config", NEXT, "--hardware", "h200", "--context", "8192", "--chips", "2")
     assert c["kv_bytes_per_token"] == (24_576 * 8192 + 39_518_208) / 8192
 
@@ -378,7 +404,7 @@ def test_config_and_model_are_exclusive(capsys):
 
 def test_models_filter_by_family_and_attention(capsys):
     llama = run_json(capsys, "models", "--family", "llama")
-    assert {r["name"] for r in llama} == {n for n in km.model_names() if km.get_model(n).family == "llama"}
+    assert {r["name"] for r in llama} == {n for n in km.Model.presets() if km.Model.preset(n).family == "llama"}
     assert "llama-3-8b" in {r["name"] for r in llama}
     sliding = {r["name"] for r in run_json(capsys, "models", "--attention", "sliding")}
     assert {"mistral-7b-v0.1", "gemma-2-9b"} <= sliding and "llama-3-8b" not in sliding
@@ -393,3 +419,54 @@ def test_hardware_filter_by_vendor(capsys):
     assert all(r["vendor"] == "google" for r in google)
     assert main(["hardware", "--vendor", "amd"]) == 0
     assert "mi300x" in capsys.readouterr().out
+
+
+# ----- --json is the result's to_dict(), for the same inputs in Python ------------------------
+
+@pytest.mark.parametrize("model, chip, argv, layout, kwargs", [
+    ("llama-3-8b", "h100-sxm", [], None, {}),
+    ("mixtral-8x7b", "a100-80gb", ["--chips", "4", "--weight-dtype", "fp8", "--kv-dtype", "fp8"], "tp=4",
+     dict(weights="fp8", kv="fp8")),
+    ("llama-2-70b", "h100-sxm", ["--parallel", "tp=4,pp=2", "--link", "ib-ndr400"], "tp=4,pp=2", dict(link="ib-ndr400")),
+    ("deepseek-v3", "h200", ["--parallel", "dp=16,ep=16", "--chips-per-node", "8", "--node-link", "ib-ndr400",
+                             "--weight-dtype", "fp8"], "dp=16,ep=16",
+     dict(weights="fp8", chips_per_node=8, node_link="ib-ndr400")),
+])
+def test_json_is_the_deployments_to_dict(capsys, model, chip, argv, layout, kwargs):
+    dep = Deployment(model, chip, layout, **kwargs)
+    common = ["--model", model, "--hardware", chip, *argv]
+    assert run_json(capsys, "decode", *common, "--batch", "32", "--context", "4096") == dep.step(32, 4096).to_dict()
+    r = dep.request(8, 2048, 128, chunk_tokens=512)
+    assert run_json(capsys, "run", *common, "--batch", "8", "--input", "2048", "--output", "128",
+                    "--chunk-tokens", "512") == r.to_dict()
+    p = run_json(capsys, "prefill", *common, "--batch", "8", "--input", "2048")
+    assert p["prefill"] == dep.prefill(8, 2048).to_dict()
+    one = dep.request(8, 2048, 1).to_dict()
+    assert one["time_per_output_token_s"] != one["time_per_output_token_s"]  # NaN: no decode step
+    assert p["request"] == {**one, "time_per_output_token_s": None, "tokens_per_s_per_user": None}
+    if layout is None or "pp" not in layout and "ep" not in layout:
+        assert run_json(capsys, "capacity", *common, "--context", "8192") == dep.capacity(8192).to_dict()
+
+
+def test_capacity_json_with_the_engine_is_the_capacitys(capsys):
+    c = Deployment("llama-3.1-70b", "h100-sxm", "tp=2").capacity(8192, engine="vllm", block_size=32)
+    r = run_json(capsys, "capacity", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--context", "8192",
+                 "--engine", "vllm", "--block-size", "32")
+    assert r == c.to_dict() and r["engine"]["block_size"] == 32
+
+
+def test_help_lists_every_command_with_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    from kvmath.cli import _COMMANDS
+    for command in _COMMANDS:
+        lines = [line for line in out.splitlines() if line.strip().startswith(command + " ")]
+        assert len(lines) == 1, command
+        assert len(lines[0].split(None, 1)) == 2, command  # the name and its help on the same line
+
+
+def test_the_cli_defaults_are_the_librarys():
+    from kvmath import cli, memory
+    assert (cli.GPU_MEMORY_UTILIZATION, cli.BLOCK_SIZE) == (memory.GPU_MEMORY_UTILIZATION, memory.BLOCK_SIZE)

@@ -184,7 +184,7 @@ def test_totals_within_1_percent_of_published(name, published):
     ("deepseek-r1", "deepseek-ai--DeepSeek-V3"),  # R1 shares V3's architecture
 ])
 def test_a_preset_and_its_config_give_the_same_model(preset, config):
-    p, c = km.get_model(preset), km.Model.from_hf_config(path(config))
+    p, c = km.Model.preset(preset), km.Model.from_hf_config(path(config))
     shape = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab", "tied_embeddings", "mlp_matrices",
              "attention", "sliding_window", "n_sliding_layers", "n_experts", "top_k", "d_ff_expert", "kv_lora_rank",
              "qk_rope_dim", "q_lora_rank", "v_head_dim")
@@ -212,8 +212,8 @@ def test_kv_by_layer_kind():
 
 def test_a_config_model_runs_through_the_step_model():
     m = km.Model.from_hf_config(path("Qwen--Qwen3-Next-80B-A3B-Instruct"))
-    step = km.decode_step(m, km.get_chip("h200"), batch=8, context=8192)
-    assert step.work.kv_bytes_per_seq == 240_844_800
+    step = km.Deployment(m, "h200").step(batch=8, context=8192)
+    assert step.kv_bytes_read == 8 * 240_844_800  # one chip reads every sequence's whole cache
 
 
 LLAMA = json.loads(path("meta-llama--Llama-3.1-8B").read_text())
@@ -297,7 +297,7 @@ def test_first_k_dense_replace_above_the_layers_names_the_key():
 
 
 def test_model_refuses_more_dense_layers_than_layers():
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     with pytest.raises(ValueError, match="n_dense_layers"):
         m.replace(n_dense_layers=m.n_layers + 1)
     with pytest.raises(ValueError, match="n_dense_layers"):

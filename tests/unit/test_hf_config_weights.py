@@ -29,7 +29,7 @@ DEEPSEEK_V3 = {**json.loads(path("deepseek-ai--DeepSeek-V3").read_text()),
 
 
 def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
-    weights = km.weights_from_hf_config(GPT_OSS)
+    weights = km.hf_config.weights_from_hf_config(GPT_OSS)
     assert weights == {"default": "bf16", "experts": "mxfp4"}
     m = km.Model.from_hf_config(GPT_OSS)
     # experts 24 layers x 32 x 3 x 2880^2 = 19,110,297,600 at 4.25 bits = 10,152,345,600 B;
@@ -41,12 +41,12 @@ def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
 
 def test_the_gptq_mirror_is_refused_naming_the_key():
     with pytest.raises(ValueError, match=r"quantization_config\.quant_method' 'gptq' is not one kvmath reads"):
-        km.weights_from_hf_config(path("openai--gpt-oss-20b"))
+        km.hf_config.weights_from_hf_config(path("openai--gpt-oss-20b"))
     assert "'gptq'" in km.Model.from_hf_config(path("openai--gpt-oss-20b")).note  # recorded, not silently bf16
 
 
 def test_deepseek_v3_fp8_block_scales_are_negligible():
-    weights = km.weights_from_hf_config(DEEPSEEK_V3)
+    weights = km.hf_config.weights_from_hf_config(DEEPSEEK_V3)
     assert weights == {"default": "bf16", "attention": "fp8-e4m3", "mlp": "fp8-e4m3", "experts": "fp8-e4m3",
                        "shared_experts": "fp8-e4m3"}
     m = km.Model.from_hf_config(DEEPSEEK_V3)
@@ -64,13 +64,13 @@ def test_deepseek_v3_fp8_block_scales_are_negligible():
     ("deepseek-ai--DeepSeek-V3", "bf16"),  # the reconstructed file, without its quantization_config
 ])
 def test_plain_configs_give_their_torch_dtype(name, expected):
-    assert km.weights_from_hf_config(path(name)) == expected
+    assert km.hf_config.weights_from_hf_config(path(name)) == expected
 
 
 def test_every_test_config_reads_or_names_the_key():
     for config in sorted(DATA.glob("*/config.json")) + sorted((DATA / "reconstructed").glob("*.json")):
         try:
-            km.weights_from_hf_config(config)
+            km.hf_config.weights_from_hf_config(config)
         except ValueError as err:
             assert "quantization_config" in str(err) or "torch_dtype" in str(err), (config, err)
 
@@ -87,12 +87,12 @@ def test_every_test_config_reads_or_names_the_key():
 ])
 def test_a_bad_quantization_config_names_the_key(edit, key):
     with pytest.raises(ValueError, match=key):
-        km.weights_from_hf_config({**GPT_OSS, "torch_dtype": "bfloat16", **edit})
+        km.hf_config.weights_from_hf_config({**GPT_OSS, "torch_dtype": "bfloat16", **edit})
 
 
 def test_no_dtype_and_no_quantization_is_refused():
     with pytest.raises(ValueError, match="torch_dtype"):
-        km.weights_from_hf_config({"model_type": "llama"})
+        km.hf_config.weights_from_hf_config({"model_type": "llama"})
 
 
 def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():

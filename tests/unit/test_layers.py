@@ -39,20 +39,20 @@ def test_layers_with_different_heads_and_head_dims_sum():
 
 
 def test_a_model_listing_its_layers_honours_them_everywhere():
-    base = km.get_model("llama-3-8b")
+    base = km.Model.preset("llama-3-8b")
     layers = (LayerSpec("sliding", 32, 8, 128, window=1024, params=1),) * 16 + (LayerSpec("full", 32, 8, 128, params=1),) * 16
     m = base.replace(layers=layers, name="half-local")
     assert m.kv_bytes_per_token() == base.kv_bytes_per_token()  # reserved per token: unchanged
     assert m.kv_bytes_per_seq(8192) == 16 * 131072 / 32 * (1024 + 8192)
     assert m.param_groups()["attention"] == 32
-    w = km.step_work(m, 4, 8192)
-    assert w.kv_bytes_per_seq == m.kv_bytes_per_seq(8192)
+    w = km.Deployment(m, "h100-sxm").step(4, 8192)  # the step model reads the listed layers' cache
+    assert w.kv_bytes_read == 4 * m.kv_bytes_per_seq(8192) == 4 * 16 * 131072 / 32 * (1024 + 8192)
     assert m.layer_kinds == ("full", "sliding")
 
 
-@pytest.mark.parametrize("name", km.model_names())
+@pytest.mark.parametrize("name", km.Model.presets())
 def test_derived_layers_give_the_preset_numbers(name):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     listed = m.replace(layers=m.layer_specs(), sliding_window=None, n_sliding_layers=None)
     for s in (1, 4096, 100_000):
         assert listed.kv_bytes_per_seq(s) == m.kv_bytes_per_seq(s)
@@ -76,4 +76,4 @@ def test_bad_layer_specs_name_the_field(kwargs, match):
 
 def test_a_model_needs_one_spec_per_layer():
     with pytest.raises(ValueError, match="layers"):
-        km.get_model("llama-3-8b").replace(layers=(FULL,))
+        km.Model.preset("llama-3-8b").replace(layers=(FULL,))

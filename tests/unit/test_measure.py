@@ -41,7 +41,7 @@ def test_decode_loop_cost_broadcasts_and_feeds_min_step():
     c = measure.decode_loop_cost(batches, 16, 64, 2)
     assert np.array_equal(c.kv_bytes, batches * c.kv_bytes_per_seq)
     assert np.all(np.diff(c.flops_per_step) > 0)
-    step = kvmath.min_step(batches, c.kv_bytes_per_seq, c.weight_bytes, c.param_count, 10e9, 100e9)
+    step = kvmath.formulas.min_step(batches, c.kv_bytes_per_seq, c.weight_bytes, c.param_count, 10e9, 100e9)
     assert np.all(step >= c.bytes_per_step / 10e9 - 1e-15)
 
 

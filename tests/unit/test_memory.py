@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvmath
-from kvmath import GiB, Model, get_chip, get_model
+from kvmath import Model
+from kvmath.units import GiB
+
+get_chip, get_model = kvmath.Chip.preset, Model.preset
 from kvmath.memory import (
     BUDGETS,
     NON_TORCH_BYTES,
@@ -293,8 +296,8 @@ def test_budgets_of_the_h100():
     assert memory_budget(h100, "reserve") == pytest.approx(h100.runtime_bytes - 0.35 * GiB, rel=1e-15)
     assert memory_budget(h100, "engine") == pytest.approx(0.9 * h100.runtime_bytes - 0.35 * GiB, rel=1e-15)
     # capacity functions: the default budget keeps every existing result
-    assert kvmath.kv_budget_bytes(3, 40e9, 104e9) == kvmath.kv_budget_bytes(3, 40e9, 104e9, budget="device")
-    assert kvmath.kv_budget_bytes(2, h100, 140e9, budget="reported") == pytest.approx(2 * 81559 * 2**20 - 140e9)
+    assert kvmath.formulas.kv_budget_bytes(3, 40e9, 104e9) == kvmath.formulas.kv_budget_bytes(3, 40e9, 104e9, budget="device")
+    assert kvmath.formulas.kv_budget_bytes(2, h100, 140e9, budget="reported") == pytest.approx(2 * 81559 * 2**20 - 140e9)
 
 
 def test_unknown_figures_raise():
@@ -310,7 +313,7 @@ def test_unknown_figures_raise():
 
 # ----- properties -------------------------------------------------------------
 
-PRESET_CHIPS = [c for c in kvmath.chip_names() if get_chip(c).device_bytes is not None]
+PRESET_CHIPS = [c for c in kvmath.Chip.presets() if get_chip(c).device_bytes is not None]
 
 
 @given(st.sampled_from(PRESET_CHIPS), st.floats(0.05, 0.99), st.floats(0, 2 * GiB))
@@ -467,13 +470,14 @@ def test_tp_splits_linear_state_by_its_value_heads():
     # the state splits over its 32 value heads, ceil(32/8)/32 = 1/8 -> 4,939,776 B. Total 17,522,688 B per chip
     # (it was 32,342,016, half the whole cache).
     m = km.Model.from_hf_config(NEXT)
-    step = km.decode_step(m, get_chip("b200"), batch=1, context=1024, n_chips=8)
-    assert step.work.kv_bytes_per_seq == 64_684_032
-    assert step.kv_bytes_per_chip == pytest.approx(12_582_912 + 4_939_776, rel=1e-12)
+    one = km.Deployment(m, "b200")
+    assert m.kv_bytes_per_seq(1024) == 64_684_032
+    step = one.replace(layout="tp=8").step(batch=1, context=1024)
+    assert step.kv_bytes_read == pytest.approx(12_582_912 + 4_939_776, rel=1e-12)
     # one chip: everything; batch sharding: whole sequences, unchanged
-    assert km.decode_step(m, get_chip("b200"), batch=1, context=1024).kv_bytes_per_chip == pytest.approx(64_684_032)
-    by_batch = km.decode_step(m, get_chip("b200"), batch=8, context=1024, n_chips=8, shard="batch")
-    assert by_batch.kv_bytes_per_chip == pytest.approx(64_684_032)
+    assert one.step(batch=1, context=1024).kv_bytes_read == pytest.approx(64_684_032)
+    by_batch = one.replace(layout="tp=8,kv=batch").step(batch=8, context=1024)
+    assert by_batch.kv_bytes_read == pytest.approx(64_684_032)
 
 
 # ----- a budget that is not positive ---------------------------------
@@ -529,7 +533,7 @@ def test_tp_not_dividing_the_kv_heads_is_refused():
 @pytest.mark.parametrize("call", [
     lambda: memory_budget(get_chip("h200"), "reserve"),
     lambda: memory_budget(get_chip("h200"), "engine"),
-    lambda: km.min_chips_for_weights(1e9, get_chip("h200"), budget="engine"),
+    lambda: km.formulas.min_chips_for_weights(1e9, get_chip("h200"), budget="engine"),
     lambda: runtime_total_bytes(get_chip("h200")),
 ])
 def test_a_chip_without_a_reported_total_names_a_real_budget(call):
@@ -553,12 +557,12 @@ def test_huge_counts_raise_instead_of_wrapping():
     with pytest.raises(ValueError, match="max_model_len is too large"):
         vllm_kv_cache(LLAMA_3_8B, 1e30, np.array([1e20, 8192]))
     with pytest.raises(ValueError, match="too large|overflows|int64"):
-        km.max_kv_tokens(np.array([1e30]), 1)
+        km.formulas.max_kv_tokens(np.array([1e30]), 1)
     with pytest.raises(ValueError, match="too large|overflows|int64"):
-        km.max_kv_tokens(1e12, 1e-300)  # was OverflowError: cannot convert float infinity
+        km.formulas.max_kv_tokens(1e12, 1e-300)  # was OverflowError: cannot convert float infinity
     with pytest.raises(ValueError, match="too large|overflows|int64"):
-        km.min_chips_for_weights(np.array([1e30]), 1e-10)
-    assert km.max_kv_tokens(np.array([16e9]), 2 * 2**20).tolist() == [7629]
+        km.formulas.min_chips_for_weights(np.array([1e30]), 1e-10)
+    assert km.formulas.max_kv_tokens(np.array([16e9]), 2 * 2**20).tolist() == [7629]
 
 
 # ----- small leniencies -----------------------------------------------

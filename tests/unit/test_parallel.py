@@ -1,4 +1,4 @@
-"""Parallel layouts (kvmath/parallel.py): chip_step's communication and FLOP terms by hand (the
+"""Parallel layouts (kvmath.layout) in a deployment's step: communication and FLOP terms by hand (the
 expert-parallel all-to-all, the context-parallel log-sum-exp combine, the logits skipped by a prefill,
 routed work under ep), and expert parallelism (redundant experts, the all-to-alls of a step).
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import pytest
 
+import numpy as np
+
 import kvmath as km
-from kvmath import get_model
-from kvmath.links import Link
-from kvmath.parallel import ParallelLayout, chip_step
+from kvmath import Formats, Link, ParallelLayout
+
+get_model = km.Model.preset
 
 LINK = Link(name="test-link", bandwidth=100e9, latency_s=1e-6)
 W, ALPHA = 100e9, 1e-6
@@ -22,9 +24,12 @@ REL = 1e-12
 
 
 def _step(model, batch, layout, **kw):
-    kw.setdefault("kv_bytes_per_seq", 1e6)
-    kw.setdefault("attention_flops_per_seq", 1e9)
-    return chip_step(model, batch, 4096, layout, 3.35e12, 989e12, link=LINK, **kw)
+    """One decode step at 4,096 tokens on H100s (3.35 TB/s, 989.4 TFLOP/s) joined by LINK."""
+    return km.Deployment(model, "h100-sxm", layout, link=LINK).step(batch, 4096, **kw)
+
+
+#: Llama 2 70B's attention FLOPs of one token over 4,096 cached tokens, all layers: 4 L h d_h S
+ATTENTION_70B = 4 * 80 * 64 * 128 * 4096
 
 
 def test_expert_parallel_all_to_all_replaces_the_moe_layers_second_all_reduce():
@@ -85,9 +90,9 @@ def test_without_expert_parallelism_routed_flops_split_like_the_rest():
 
 def test_context_parallel_combine_flops_and_its_all_reduce():
     # Llama 2 70B, tp = 2 and cp = 2, batch 2: the combine costs cp (2 d_v + 4) FLOPs per head on the
-    # chip, layer and token: 2 * 260 * 32 * 80 * 2 = 2,662,400; the chip does 2 * 1e9 / 4 attention FLOPs.
+    # chip, layer and token: 2 * 260 * 32 * 80 * 2 = 2,662,400; the chip does a quarter of 2 sequences' attention.
     s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2, cp=2))
-    assert s.attention_flops == pytest.approx(2 * 1e9 / 4 + 2 * (2 * 128 + 4) * 32 * 80 * 2, rel=REL)
+    assert s.attention_flops == pytest.approx(2 * ATTENTION_70B / 4 + 2 * (2 * 128 + 4) * 32 * 80 * 2, rel=REL)
     # links: 160 all-reduces of 2 * 8,192 * 2 B over the 4 weight shards, and 80 of the partial outputs
     # (2 tokens * 32 heads * (128 + 1) values * 2 B = 16,512 B) over the 2 context shards
     def best(size, n):
@@ -98,13 +103,13 @@ def test_context_parallel_combine_flops_and_its_all_reduce():
 
 def test_without_context_parallelism_there_is_no_combine():
     s = _step(get_model("llama-2-70b"), 2, ParallelLayout(tp=2))
-    assert s.attention_flops == pytest.approx(2 * 1e9 / 2, rel=REL)
+    assert s.attention_flops == pytest.approx(2 * ATTENTION_70B / 2, rel=REL)
 
 
 def test_a_prefill_skips_the_logits_of_all_but_its_last_token():
-    m = get_model("llama-2-70b")
-    full = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512)
-    last = _step(m, 2, ParallelLayout(tp=2), tokens_per_seq=512, lm_head_tokens_per_seq=1)
+    dep = km.Deployment("llama-2-70b", "h100-sxm", ParallelLayout(tp=2), link=LINK)
+    full = dep.step(2, 512, tokens_per_seq=512)  # a verify step: logits for every token
+    last = dep.prefill(2, 512)                   # a prefill pass: logits for the last token only
     # 2 sequences * 511 tokens * 2 * vocab 32,000 * d 8,192 FLOPs, split over tp = 2
     assert full.weight_flops - last.weight_flops == pytest.approx(2 * 511 * 2 * 32_000 * 8_192 / 2, rel=REL)
 
@@ -125,15 +130,29 @@ def test_expert_parallelism_must_span_a_stage_and_divide_the_experts(layout, mes
 # ``rel=1e-12``) or figures from DeepSeek's published deployment and the
 # DeepEP README.
 
-DS = km.get_model("deepseek-v3")
-IB = km.get_link("ib-ndr400")
-NVL = km.get_link("nvlink4-h800")
+DS = km.Model.preset("deepseek-v3")
+IB = km.Link.preset("ib-ndr400")
+NVL = km.Link.preset("nvlink4-h800")
+
+
+def expert_parallel_comm_s(tokens, ep, port, *, dispatch_bytes=2, combine_bytes=2, chips_per_node=None, in_node=None,
+                           model=DS):
+    """The all-to-alls of one DeepSeek-V3 decode step, dp = ep, ``tokens`` per chip: the step's comm_s.
+
+    ``port`` is each chip's link between nodes, ``in_node`` the link inside a node (default: the port for
+    every peer), as the old ``expert_parallel_comm_s(model, tokens, ep, link, node_link=...)`` took them.
+    """
+    layout = ParallelLayout(dp=ep, ep=ep, redundant_experts=32 if ep == 144 else 0)
+    formats = Formats(activations={2: "bf16", 1: "fp8"}[combine_bytes], dispatch={2: "bf16", 1: "fp8"}[dispatch_bytes])
+    dep = km.Deployment(model, "h800", layout, link=port if in_node is None else in_node, node_link=port,
+                        chips_per_node=chips_per_node, formats=formats)
+    return dep.step(np.multiply(tokens, ep), 4096).comm_s
 
 
 def test_link_presets_for_the_h800_deployment():
     # DeepEP README: a CX7 400 Gb/s NIC per H800, ~50 GB/s; nccl#1374: H800 NVLink 200 GB/s one way
     assert IB.bandwidth == 400e9 / 8 and IB.stated_as == "per direction"
-    assert NVL.bandwidth == 200e9 and NVL.bandwidth < km.get_link("nvlink4").bandwidth
+    assert NVL.bandwidth == 200e9 and NVL.bandwidth < km.Link.preset("nvlink4").bandwidth
 
 
 def test_all_to_all_by_hand_two_levels():
@@ -142,39 +161,38 @@ def test_all_to_all_by_hand_two_levels():
     s = 88 * 8 * 7168
     dispatch = max(136 / 144 * s / 50e9 + 0.5e-6, 143 / 144 * s / 250e9 + 0.5e-6)
     combine = max(136 / 144 * 2 * s / 50e9 + 0.5e-6, 143 / 144 * 2 * s / 250e9 + 0.5e-6)
-    t = km.expert_parallel_comm_s(DS, 88, 144, IB, dispatch_bytes=1, combine_bytes=2,
-                                  chips_per_node=8, node_link=NVL)
+    t = expert_parallel_comm_s(88, 144, IB, dispatch_bytes=1, combine_bytes=2, chips_per_node=8, in_node=NVL)
     assert t == pytest.approx(58 * (dispatch + combine), rel=1e-12)  # 61 layers, 3 dense
     assert t == pytest.approx(16.64e-3, abs=0.005e-3)
 
 
 def test_all_to_all_one_level_is_the_links_all_to_all():
-    one = km.expert_parallel_comm_s(DS, 128, 128, IB, dispatch_bytes=1, combine_bytes=2)
-    by_hand = 58 * (km.all_to_all_time(128 * 8 * 7168, 128, IB) + km.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
+    one = expert_parallel_comm_s(128, 128, IB, dispatch_bytes=1, combine_bytes=2)
+    by_hand = 58 * (km.formulas.all_to_all_time(128 * 8 * 7168, 128, IB) + km.formulas.all_to_all_time(128 * 8 * 7168 * 2, 128, IB))
     assert one == pytest.approx(by_hand, rel=1e-12)
     # one node: every peer is near, and its copies may take NVLink or the port (200 + 50 GB/s);
     # one chip: nothing moves
-    inside = km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=8, node_link=NVL)
+    inside = expert_parallel_comm_s(8, 8, IB, chips_per_node=8, in_node=NVL)
     assert inside == pytest.approx(2 * 58 * (7 / 8 * 8 * 8 * 7168 * 2 / 250e9 + 0.5e-6), rel=1e-12)
-    assert km.expert_parallel_comm_s(DS, 8, 1, IB) == 0
+    assert expert_parallel_comm_s(8, 1, IB) == 0
     # a group smaller than a node is all near; without node_link, near traffic uses link
-    assert km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=16, node_link=NVL) == inside
-    assert km.expert_parallel_comm_s(DS, 8, 16, IB, chips_per_node=8) == pytest.approx(
-        km.expert_parallel_comm_s(DS, 8, 16, IB), rel=1e-12)
+    assert expert_parallel_comm_s(8, 8, IB, chips_per_node=16, in_node=NVL) == inside
+    assert expert_parallel_comm_s(8, 16, IB, chips_per_node=8) == pytest.approx(
+        expert_parallel_comm_s(8, 16, IB), rel=1e-12)
 
 
 def test_all_to_all_is_monotone_in_tokens_and_broadcasts():
-    t = km.expert_parallel_comm_s(DS, [1, 10, 100], 144, IB, chips_per_node=8, node_link=NVL)
+    t = expert_parallel_comm_s([1, 10, 100], 144, IB, chips_per_node=8, in_node=NVL)
     assert t[0] < t[1] < t[2]
 
 
 def test_all_to_all_refuses_bad_input():
     with pytest.raises(ValueError, match="dense"):
-        km.expert_parallel_comm_s(km.get_model("llama-2-70b"), 8, 8, IB)
+        expert_parallel_comm_s(8, 8, IB, model=km.Model.preset("llama-2-70b"))
     with pytest.raises(ValueError, match="chips_per_node"):
-        km.expert_parallel_comm_s(DS, 8, 8, IB, chips_per_node=0)
-    with pytest.raises(ValueError, match="tokens"):
-        km.expert_parallel_comm_s(DS, 0, 8, IB)
+        expert_parallel_comm_s(8, 8, IB, chips_per_node=0)
+    with pytest.raises(ValueError, match="batch"):  # the tokens are the step's batch
+        expert_parallel_comm_s(0, 8, IB)
 
 
 def test_redundant_experts_in_a_layout():
@@ -190,9 +208,7 @@ def test_redundant_experts_in_a_layout():
         km.ParallelLayout(dp=8, ep=8, redundant_experts=-1)
     assert repr(layout) == "ParallelLayout(tp=1, cp=1, dp=144, pp=1, ep=144, redundant_experts=32)"
     assert repr(km.ParallelLayout(tp=8)) == "ParallelLayout(tp=8, cp=1, dp=1, pp=1, ep=1)"
-    kv, att = DS.kv_bytes_per_seq(4989, 1), DS.attention_flops_per_token(4989)
-    step = km.chip_step(DS, 144 * 88, 4989, layout, 3.35e12, 1.9789e15, weights="fp8",
-                        kv_bytes_per_seq=kv, attention_flops_per_seq=att)
+    step = km.Deployment(DS, "h100-sxm", layout, link=None, weights="fp8", kv="fp8").step(144 * 88, 4989)
     # each chip holds 2 routed experts of 3 x 7168 x 2048 fp8 weights in each of 58 layers
     routed_resident = 2 * 3 * 7168 * 2048 * 58
     others = DS.weight_bytes_resident("fp8") - DS.param_groups()["experts"]
@@ -210,8 +226,8 @@ def test_two_level_bound_is_below_each_path_alone():
     # nor NVLink carrying the same-node share while the port carries the rest (the one-path split)
     for ep in (2, 8, 16, 32, 144, 256):
         for n in (1, 2, 4, 8, 16):
-            t = km.expert_parallel_comm_s(DS, 128, ep, IB, chips_per_node=n, node_link=NVL)
-            port_only = km.expert_parallel_comm_s(DS, 128, ep, IB)
+            t = expert_parallel_comm_s(128, ep, IB, chips_per_node=n, in_node=NVL)
+            port_only = expert_parallel_comm_s(128, ep, IB)
             m = min(n, ep)
             split = 2 * 58 * max((ep - m) / ep * 128 * 8 * 7168 * 2 / 50e9 + 0.5e-6 if ep > m else 0.0,
                                  (m - 1) / ep * 128 * 8 * 7168 * 2 / 200e9 + 0.5e-6 if m > 1 else 0.0)

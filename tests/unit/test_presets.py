@@ -17,42 +17,42 @@ CHIPS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "tpu-v4
 
 
 def test_every_reference_model_is_a_preset():
-    assert set(KV_COLUMN) <= set(km.model_names())
+    assert set(KV_COLUMN) <= set(km.Model.presets())
 
 
 def test_every_reference_chip_is_a_preset():
-    assert km.chip_names()[:len(CHIPS)] == CHIPS  # the reference chips first, newer presets after
+    assert km.Chip.presets()[:len(CHIPS)] == CHIPS  # the reference chips first, newer presets after
 
 
 @pytest.mark.parametrize("name, expected", sorted(KV_COLUMN.items()))
 def test_kv_bytes_per_token_matches_models_md(name, expected):
-    assert km.get_model(name).kv_bytes_per_token() == expected
+    assert km.Model.preset(name).kv_bytes_per_token() == expected
 
 
 @pytest.mark.parametrize("name", sorted(KV_COLUMN))
 def test_param_count_within_2_percent_of_published(name):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     assert m.param_count() == pytest.approx(m.published_params, rel=0.02)
 
 
 @pytest.mark.parametrize("name, active", [("mixtral-8x7b", 12.88e9), ("deepseek-v3", 37e9)])
 def test_moe_active_params(name, active):
     # DeepSeek's "37B activated" is rounded; ours counts embeddings and head too (37.5e9): 2%.
-    assert km.get_model(name).active_param_count() == pytest.approx(active, rel=0.02)
+    assert km.Model.preset(name).active_param_count() == pytest.approx(active, rel=0.02)
 
 
 def test_dense_models_use_all_parameters():
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     assert m.active_param_count() == m.param_count()
 
 
 def test_sliding_window_caps_the_cache():
-    mistral = km.get_model("mistral-7b-v0.1")
+    mistral = km.Model.preset("mistral-7b-v0.1")
     # every layer keeps at most 4096 tokens: at 8192 the average per token halves
     assert mistral.kv_bytes_per_seq(8192) == 4096 * 131_072
     assert mistral.kv_bytes_per_token(context=8192) == 65_536
     assert mistral.kv_bytes_per_token(context=2048) == 131_072
-    gemma = km.get_model("gemma-2-9b")
+    gemma = km.Model.preset("gemma-2-9b")
     # 21 local layers capped at 4096 + 21 global layers at 32768, 8192 B per layer per token
     per_layer = 2 * 8 * 256 * 2
     assert gemma.kv_bytes_per_seq(32768) == per_layer * (21 * 4096 + 21 * 32768)
@@ -61,24 +61,24 @@ def test_sliding_window_caps_the_cache():
 def test_sliding_window_broadcasts_over_context():
     import numpy as np
 
-    got = km.get_model("mistral-7b-v0.1").kv_bytes_per_seq(np.array([1024, 4096, 16384]))
+    got = km.Model.preset("mistral-7b-v0.1").kv_bytes_per_seq(np.array([1024, 4096, 16384]))
     assert list(got) == [1024 * 131_072, 4096 * 131_072, 4096 * 131_072]
 
 
 def test_mla_caches_a_latent():
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     assert m.kv_elems_per_token_per_layer() == 512 + 64
     with pytest.raises(ValueError, match="MLA"):
         m.with_kv_heads(8)
 
 
 def test_lookup_is_case_insensitive_and_suggests():
-    assert km.get_model("CodeLlama-7B").name == "codellama-7b"
-    assert km.get_chip(" H100-SXM ").name == "h100-sxm"
+    assert km.Model.preset("CodeLlama-7B").name == "codellama-7b"
+    assert km.Chip.preset(" H100-SXM ").name == "h100-sxm"
     with pytest.raises(ValueError, match="did you mean 'llama-2-70b'"):
-        km.get_model("llama-2-70")
+        km.Model.preset("llama-2-70")
     with pytest.raises(ValueError, match="did you mean .*'a100-80gb'"):
-        km.get_chip("a100-80")
+        km.Chip.preset("a100-80")
 
 
 @pytest.mark.parametrize(
@@ -98,19 +98,19 @@ def test_lookup_is_case_insensitive_and_suggests():
     ],
 )
 def test_chip_numbers_match_hardware_md(name, hbm, bandwidth, bf16):
-    chip = km.get_chip(name)
+    chip = km.Chip.preset(name)
     assert (chip.hbm_bytes, chip.bandwidth, chip.flops("bf16")) == (hbm, bandwidth, bf16)
     assert chip.flops("fp16") == chip.flops("bf16")
 
 
 @pytest.mark.parametrize("name, ridge", [("a100-40gb", 200.6), ("a100-80gb", 153), ("h100-sxm", 295), ("h200", 206), ("tpu-v5e", 240), ("tpu-v5p", 166)])
 def test_ridge_points_match_hardware_md(name, ridge):
-    assert km.get_chip(name).ridge_point() == pytest.approx(ridge, abs=0.6)
+    assert km.Chip.preset(name).ridge_point() == pytest.approx(ridge, abs=0.6)
 
 
 def test_every_preset_names_its_source():
-    assert all(km.get_model(n).source for n in km.model_names())
-    assert all(km.get_chip(n).source for n in km.chip_names())
+    assert all(km.Model.preset(n).source for n in km.Model.presets())
+    assert all(km.Chip.preset(n).source for n in km.Chip.presets())
 
 
 NEW_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-3b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "gpt-oss-20b",
@@ -120,7 +120,7 @@ NEW_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-3b", "qwen3-8b", "qwen
 
 @pytest.mark.parametrize("name", NEW_MODELS)
 def test_new_presets_within_1_percent_of_published_or_say_why(name):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     assert m.family and m.source
     off = abs(m.param_count() / m.published_params - 1)
     # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T) say why in the note
@@ -138,13 +138,13 @@ NEW_CHIPS = ["h800", "h20", "b200-hgx", "gb200", "mi325x", "mi355x", "rtx-3090",
     ("h20", 96e9, 4.0e12, 148e12),
 ])
 def test_sourced_new_chips(name, hbm, bandwidth, bf16):
-    chip = km.get_chip(name)
+    chip = km.Chip.preset(name)
     assert (chip.hbm_bytes, chip.bandwidth, chip.flops("bf16")) == (hbm, bandwidth, bf16)
 
 
 def test_every_new_chip_has_a_source_and_says_when_unverified():
     for name in NEW_CHIPS:
-        chip = km.get_chip(name)
+        chip = km.Chip.preset(name)
         assert chip.source
         if "recalled" in chip.source:
             assert "unverified" in chip.note, name
@@ -155,16 +155,16 @@ def test_new_model_kv_and_layout(name):
     # bf16 KV per token (every layer): 2 * kv_heads * head_dim * 2 B * layers
     expected = {"gpt-oss-120b": 2 * 8 * 64 * 2 * 36, "qwen3-235b-a22b": 2 * 4 * 128 * 2 * 94,
                 "gemma-3-27b": 2 * 16 * 128 * 2 * 62, "llama-3.2-1b": 2 * 8 * 64 * 2 * 16}
-    assert km.get_model(name).kv_bytes_per_token() == expected[name]
+    assert km.Model.preset(name).kv_bytes_per_token() == expected[name]
     # gpt-oss-120b: 18 layers hold at most 128 tokens; Gemma 3 27B: 52 of 62 hold at most 1024
-    gpt, gemma = km.get_model("gpt-oss-120b"), km.get_model("gemma-3-27b")
+    gpt, gemma = km.Model.preset("gpt-oss-120b"), km.Model.preset("gemma-3-27b")
     assert gpt.kv_bytes_per_seq(8192) == 2048 * (18 * 128 + 18 * 8192)
     assert gemma.kv_bytes_per_seq(8192) == 8192 * (52 * 1024 + 10 * 8192)
 
 
 def test_gpt_oss_120b_published_active_leaves_out_the_input_embedding():
     # model card arXiv:2508.10925 Table 1: 5.13B active, unembedding counted, embedding not
-    m = km.get_model("gpt-oss-120b")
+    m = km.Model.preset("gpt-oss-120b")
     assert m.active_param_count() - m.vocab * m.d_model == pytest.approx(5.13e9, rel=0.001)
 
 
@@ -177,19 +177,19 @@ def test_gpt_oss_120b_published_active_leaves_out_the_input_embedding():
     ("m2-ultra", "bf16", 27.2e12),  # 76 cores x 128 ALUs x 2 x 1.398 GHz, the GPU's FP16 rate
 ])
 def test_verified_chip_rates(name, fmt, rate):
-    assert km.get_chip(name).flops(fmt) == pytest.approx(rate, rel=1e-4)
+    assert km.Chip.preset(name).flops(fmt) == pytest.approx(rate, rel=1e-4)
 
 
 def test_apple_rows_say_bf16_stands_in_with_the_fp16_rate():
     for name in ("m2-ultra", "m3-max", "m4-max"):
-        assert "bf16 stands in with the GPU's FP16 rate" in km.get_chip(name).note
+        assert "bf16 stands in with the GPU's FP16 rate" in km.Chip.preset(name).note
 
 
 def test_h100_and_h200_share_tensor_core_rates():
     # Same GH100 tensor cores (132 SMs, 528 tensor cores at 1.83 GHz: 528 x 1024 x 1.83e9 = 989.43e12 bf16);
     # the H200 differs only in memory. fp8 and int8 are twice bf16 in the silicon; the whitepaper's
     # rounded 1978.9 / 989.4 is 2 to within 1e-4.
-    h100, h200 = km.get_chip("h100-sxm"), km.get_chip("h200")
+    h100, h200 = km.Chip.preset("h100-sxm"), km.Chip.preset("h200")
     for dtype in ("bf16", "fp8", "int8"):
         assert h200.flops(dtype) == h100.flops(dtype)
     assert h100.flops("fp8") / h100.flops("bf16") == pytest.approx(2, rel=1e-4)

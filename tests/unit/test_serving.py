@@ -15,8 +15,8 @@ from kvmath.requests import prefill_chip_step
 settings.register_profile("kvmath", deadline=None, derandomize=True)
 settings.load_profile("kvmath")
 
-H100, A100 = km.get_chip("h100-sxm"), km.get_chip("a100-80gb")
-NV4 = km.get_link("nvlink4")
+H100, A100 = km.Chip.preset("h100-sxm"), km.Chip.preset("a100-80gb")
+NV4 = km.Link.preset("nvlink4")
 
 
 def run_json(capsys, *argv):
@@ -30,58 +30,58 @@ def run_json(capsys, *argv):
 def test_link_presets_state_per_direction_bandwidth_with_sources():
     # NVIDIA: A100 has 12 NVLinks of 25 GB/s each way (nccl-tests#149); H100's 450 GB/s is the
     # line rate one way and 900 GB/s adds both (nccl#1442); TPU v5e docs give 400 GB/s bidirectional.
-    assert km.get_link("nvlink3").bandwidth == 12 * 25e9
-    assert km.get_link("nvlink4").bandwidth == 450e9
-    v5e = km.get_link("tpu-v5e-ici")
+    assert km.Link.preset("nvlink3").bandwidth == 12 * 25e9
+    assert km.Link.preset("nvlink4").bandwidth == 450e9
+    v5e = km.Link.preset("tpu-v5e-ici")
     assert v5e.stated_as == "bidirectional" and v5e.stated_bandwidth == 2 * v5e.bandwidth == 400e9
     # PCIe 4.0 x16: 16 lanes x 16 GT/s x 128/130 / 8 bits
-    assert km.get_link("pcie4-x16").bandwidth == pytest.approx(16 * 16e9 * 128 / 130 / 8, rel=2e-3)
-    for name in km.link_names():
-        link = km.get_link(name)
+    assert km.Link.preset("pcie4-x16").bandwidth == pytest.approx(16 * 16e9 * 128 / 130 / 8, rel=2e-3)
+    for name in km.Link.presets():
+        link = km.Link.preset(name)
         assert link.source and link.latency_source
         assert link.latency_is_assumption  # no vendor publishes a per-hop latency
 
 
 def test_ring_all_reduce_bytes_and_time_by_hand():
     # 8 chips, 16 KiB: each sends 2 * 7/8 * 16384 = 28,672 bytes in 14 steps
-    assert km.ring_allreduce_bytes(16384, 8) == 28672
-    ring = km.allreduce_time(16384, 8, NV4, "ring")
+    assert km.formulas.ring_allreduce_bytes(16384, 8) == 28672
+    ring = km.formulas.allreduce_time(16384, 8, NV4, "ring")
     assert ring == pytest.approx(28672 / 450e9 + 14 * 0.5e-6, rel=1e-12)
     # one-shot: 7 x 16384 bytes in one step; in-switch (NVLS): 16384 up and back, 2 steps
-    assert km.allreduce_time(16384, 8, NV4, "one_shot") == pytest.approx(7 * 16384 / 450e9 + 0.5e-6, rel=1e-12)
-    assert km.allreduce_time(16384, 8, NV4, "in_switch") == pytest.approx(16384 / 450e9 + 1e-6, rel=1e-12)
+    assert km.formulas.allreduce_time(16384, 8, NV4, "one_shot") == pytest.approx(7 * 16384 / 450e9 + 0.5e-6, rel=1e-12)
+    assert km.formulas.allreduce_time(16384, 8, NV4, "in_switch") == pytest.approx(16384 / 450e9 + 1e-6, rel=1e-12)
     # two-shot: ring's bytes in 2 steps
-    assert km.allreduce_time(16384, 8, NV4, "two_shot") == pytest.approx(28672 / 450e9 + 1e-6, rel=1e-12)
+    assert km.formulas.allreduce_time(16384, 8, NV4, "two_shot") == pytest.approx(28672 / 450e9 + 1e-6, rel=1e-12)
     # the bound: one step and the fewest bytes a chip must receive (S with the switch's sum)
     big = 1e9
-    assert km.allreduce_time(big, 8, NV4) == pytest.approx(big / 450e9 + 0.5e-6, rel=1e-12)
+    assert km.formulas.allreduce_time(big, 8, NV4) == pytest.approx(big / 450e9 + 0.5e-6, rel=1e-12)
     with pytest.raises(ValueError, match="in-switch"):
-        km.allreduce_time(16384, 8, km.get_link("pcie4-x16"), "in_switch")
+        km.formulas.allreduce_time(16384, 8, km.Link.preset("pcie4-x16"), "in_switch")
 
 
 def test_estimate_uses_the_measured_floor_and_is_above_the_bound():
     # Azure ND H200 v5 nccl-tests (NVLS): about 30 us per call up to 64 KB
-    est = km.allreduce_estimate(16384, 8, NV4)
+    est = km.formulas.allreduce_estimate(16384, 8, NV4)
     assert est == pytest.approx(30e-6 + 16384 / 450e9 + 0 * 1e-6, rel=1e-3)
-    assert est > km.allreduce_time(16384, 8, NV4)
+    assert est > km.formulas.allreduce_time(16384, 8, NV4)
     # published measurements are never below the bound: 2x A100 over NVLink, 32 B, 10.14 us (nccl#583)
-    assert km.allreduce_time(32, 2, km.get_link("nvlink3")) < 10.14e-6
+    assert km.formulas.allreduce_time(32, 2, km.Link.preset("nvlink3")) < 10.14e-6
     # MSCCL++ one-shot NVLS all-reduce, 1 KB in 5.45 us (mscclpp#507): the bound stays below
-    assert km.allreduce_time(1024, 8, NV4) < 5.45e-6
+    assert km.formulas.allreduce_time(1024, 8, NV4) < 5.45e-6
 
 
-links = st.sampled_from([km.get_link(n) for n in km.link_names()])
+links = st.sampled_from([km.Link.preset(n) for n in km.Link.presets()])
 messages = st.floats(0, 1e10)
 chips = st.integers(1, 512)
 
 
 @given(messages, chips, links, st.sampled_from(["best", "ring", "one_shot"]))
 def test_communication_is_zero_on_one_chip_and_never_negative(size, n, link, algorithm):
-    t = km.allreduce_time(size, n, link, algorithm)
-    assert t >= 0 and km.all_to_all_time(size, n, link) >= 0
+    t = km.formulas.allreduce_time(size, n, link, algorithm)
+    assert t >= 0 and km.formulas.all_to_all_time(size, n, link) >= 0
     if n == 1:
-        assert t == 0 and km.all_to_all_time(size, 1, link) == 0
-        assert km.tensor_parallel_comm_s(km.get_model("llama-2-70b"), 1 + size / 1e6, 1, link) == 0
+        assert t == 0 and km.formulas.all_to_all_time(size, 1, link) == 0
+        assert km.tensor_parallel_comm_s(km.Model.preset("llama-2-70b"), 1 + size / 1e6, 1, link) == 0
 
 
 # ----- the parallelism model -------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_communication_is_zero_on_one_chip_and_never_negative(size, n, link, alg
 def test_kv_heads_replicate_when_chips_outnumber_them():
     # Llama 3 8B: 8 KV heads of 128, 32 layers, bf16: 131,072 B per token. On 16 chips each holds
     # ceil(8 / 16) = 1 head, an eighth of the cache, not a sixteenth.
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     kv_seq = 32 * 2 * 8 * 128 * 2 * 1000
     s = km.chip_step(m, 4, 1000, km.ParallelLayout(tp=16), H100.bandwidth, H100.flops(),
                      kv_bytes_per_seq=kv_seq, attention_flops_per_seq=0)
@@ -103,20 +103,20 @@ def test_kv_heads_replicate_when_chips_outnumber_them():
 
 def test_mla_latent_is_replicated_by_tensor_parallelism_and_split_by_sequence():
     # DeepSeek-V3: (512 + 64) elements x 61 layers x 2 B = 70,272 B per token, shared by all 128 heads
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     total = 8 * 4096 * 70_272
-    tp8 = km.decode_step(m, km.get_chip("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(tp=8))
+    tp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(tp=8))
     assert tp8.kv_bytes_per_chip == total
-    cp8 = km.decode_step(m, km.get_chip("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(cp=8))
+    cp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(cp=8))
     assert cp8.kv_bytes_per_chip == total / 8
-    dp8 = km.decode_step(m, km.get_chip("h200"), 8, 4096, weights="fp8",
+    dp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8",
                          layout=km.ParallelLayout(dp=8, ep=8), link=NV4)
     assert dp8.kv_bytes_per_chip == total / 8
     assert dp8.comm_s > 0  # dispatch and combine all-to-alls
 
 
 def test_expert_parallelism_replicates_attention_and_shares_routed_experts():
-    m = km.get_model("deepseek-v3")
+    m = km.Model.preset("deepseek-v3")
     resident = m.weight_bytes_resident_by_group("fp8")
     s = km.chip_step(m, 8, 4096, km.ParallelLayout(dp=8, ep=8), 4.8e12, 1.979e15, weights="fp8",
                      kv_bytes_per_seq=0, attention_flops_per_seq=0)
@@ -126,16 +126,16 @@ def test_expert_parallelism_replicates_attention_and_shares_routed_experts():
     with pytest.raises(ValueError, match="ep"):
         km.ParallelLayout(tp=2, ep=8).check(m)
     with pytest.raises(ValueError, match="dense"):
-        km.ParallelLayout(dp=2, ep=2).check(km.get_model("llama-2-70b"))
+        km.ParallelLayout(dp=2, ep=2).check(km.Model.preset("llama-2-70b"))
 
 
 def test_52b_on_three_gpus_cannot_use_three_way_tensor_parallelism_but_can_pipeline():
     # kipply: 52B in fp16 needs 3 A100-40GB; 64 heads do not split 3 ways
-    m = km.get_model("kipply-52b")
+    m = km.Model.preset("kipply-52b")
     with pytest.raises(ValueError, match="tp \\(3\\) must divide the 64 heads"):
         km.ParallelLayout(tp=3).check(m)
-    a100 = km.get_chip("a100-40gb")
-    step = km.decode_step(m, a100, 1, 100, weights="fp16", layout=km.ParallelLayout(pp=3), link=km.get_link("nvlink3"))
+    a100 = km.Chip.preset("a100-40gb")
+    step = km.decode_step(m, a100, 1, 100, weights="fp16", layout=km.ParallelLayout(pp=3), link=km.Link.preset("nvlink3"))
     one = km.decode_step(m, a100, 1, 100, weights="fp16")
     # at batch 1 a pipeline is no faster than one chip (each stage waits for the one before),
     # plus two point-to-point hops of 8192 x 2 bytes
@@ -145,7 +145,7 @@ def test_52b_on_three_gpus_cannot_use_three_way_tensor_parallelism_but_can_pipel
 
 
 def test_tensor_parallel_layout_reproduces_the_existing_tensor_parallel_step():
-    m = km.get_model("llama-2-70b")
+    m = km.Model.preset("llama-2-70b")
     for batch, context in ((1, 128), (64, 4096), (512, 32768)):
         old = km.decode_step(m, H100, batch, context, n_chips=8)
         new = km.decode_step(m, H100, batch, context, layout=km.ParallelLayout(tp=8))
@@ -154,7 +154,7 @@ def test_tensor_parallel_layout_reproduces_the_existing_tensor_parallel_step():
 
 
 def test_tp_comm_enters_the_strict_bound_as_a_max_and_the_no_overlap_form_as_a_sum():
-    m = km.get_model("llama-2-70b")
+    m = km.Model.preset("llama-2-70b")
     slow = NV4.replace(latency_s=100e-6)  # a link so slow that communication binds
     base = km.decode_step(m, H100, 1, 4096, n_chips=8)
     s = km.decode_step(m, H100, 1, 4096, n_chips=8, link=slow)
@@ -168,7 +168,7 @@ models = st.sampled_from(["llama-3-8b", "llama-2-70b", "mixtral-8x7b", "deepseek
 
 @given(models, st.integers(1, 2048), st.integers(1, 100_000), links)
 def test_one_chip_reproduces_the_single_chip_bound(name, batch, context, link):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     single = km.decode_step(m, H100, batch, context)
     laid = km.decode_step(m, H100, batch, context, layout=km.ParallelLayout(), link=link)
     assert laid.comm_s == 0
@@ -186,7 +186,7 @@ def _layouts(m):
 
 @given(models, st.integers(1, 512), st.integers(1, 50_000), st.data())
 def test_per_chip_memory_is_at_least_the_total_over_the_chips(name, batch, context, data):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     layout = data.draw(st.sampled_from(_layouts(m)))
     kv = m.kv_bytes_per_seq(context)
     s = km.chip_step(m, batch, context, layout, H100.bandwidth, H100.flops(), kv_bytes_per_seq=kv,
@@ -201,7 +201,7 @@ def test_per_chip_memory_is_at_least_the_total_over_the_chips(name, batch, conte
 
 def test_ttft_and_decode_sum_for_a_small_case_by_hand():
     # Llama 2 7B on an A100-80GB (2.039e12 B/s, 312e12 FLOP/s), 2 requests of 3 tokens in, 4 out.
-    m = km.get_model("llama-2-7b")
+    m = km.Model.preset("llama-2-7b")
     L, d, h, dh, V = 32, 4096, 32, 128, 32000
     P = m.param_count()
     kv_token = L * 2 * h * dh * 2                        # 524,288 B
@@ -229,7 +229,7 @@ def test_ttft_and_decode_sum_for_a_small_case_by_hand():
     ("mixtral-8x7b", km.ParallelLayout(tp=2, pp=2), NV4),
 ])
 def test_closed_form_decode_sum_equals_the_sum_of_step_bounds(name, layout, link):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     batches = np.array([1, 37, 512, 4096])[:, None]
     shapes = [(5, 1), (1, 2), (100, 300), (3000, 2500)]
     r = km.request_times(m, H100, batches, [s for s, _ in shapes], [o for _, o in shapes], layout=layout, link=link)
@@ -244,7 +244,7 @@ def test_closed_form_decode_sum_equals_the_sum_of_step_bounds(name, layout, link
 
 
 def test_chunked_prefill_never_beats_one_pass_and_matches_it_when_compute_bound():
-    m = km.get_model("llama-2-7b")
+    m = km.Model.preset("llama-2-7b")
     one = km.prefill_bound(m, A100, 1, 2048)
     assert km.prefill_bound(m, A100, 1, 2048, chunk_tokens=512) == pytest.approx(one, rel=1e-12)
     assert km.prefill_bound(m, A100, 1, 2048, chunk_tokens=64) > one   # 32 chunks, each reading 13 GB of weights
@@ -253,7 +253,7 @@ def test_chunked_prefill_never_beats_one_pass_and_matches_it_when_compute_bound(
 
 def test_prefill_attention_flops_sum_causally_with_windows():
     # Gemma 2 9B: 21 of 42 layers attend over at most 4096 tokens; 4 h d_h = 16384 FLOPs per cached token per layer
-    m = km.get_model("gemma-2-9b")
+    m = km.Model.preset("gemma-2-9b")
     s, w = 10_000, 4096
     full = 21 * s * (s + 1) / 2
     local = 21 * (w * (w + 1) / 2 + (s - w) * w)
@@ -263,14 +263,14 @@ def test_prefill_attention_flops_sum_causally_with_windows():
 @given(models, st.integers(1, 64), st.integers(1, 20_000), st.integers(1, 20_000))
 def test_ttft_is_monotone_in_input_length(name, batch, s1, s2):
     lo, hi = sorted((s1, s2))
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     assert km.prefill_bound(m, H100, batch, lo) <= km.prefill_bound(m, H100, batch, hi)
 
 
 @given(models, st.integers(1, 256), st.integers(1, 8000), st.integers(1, 4000), st.integers(1, 4000))
 def test_total_time_is_monotone_in_output_length(name, batch, s_in, o1, o2):
     lo, hi = sorted((o1, o2))
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     r = km.request_times(m, H100, batch, s_in, np.array([lo, hi]), layout=km.ParallelLayout(tp=2), link=NV4)
     assert r.total_s[0] <= r.total_s[1]
 
@@ -281,7 +281,7 @@ def test_total_time_is_monotone_in_output_length(name, batch, s_in, o1, o2):
 def test_frontier_memory_cap_and_best_batch_by_hand():
     # Llama 3 70B in bf16 on 8 H100s: 141.1 GB of weights, 17.64 GB a chip; 80 GB less that holds
     # 1999-token caches of 327,680 / 8 B per token per chip
-    m = km.get_model("llama-3-70b")
+    m = km.Model.preset("llama-3-70b")
     f = km.serving_frontier(m, H100, [1000, 4000], [1000, 1000], tpot_limit_s=0.015, layout=km.ParallelLayout(tp=8),
                             link=NV4)
     per_chip_weights = m.weight_bytes_resident() / 8
@@ -300,7 +300,7 @@ def test_run_json_has_every_key_and_agrees_with_the_library(capsys):
     r = run_json(capsys, "run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "16", "--input", "1000",
                  "--output", "500", "--price-per-hour", "2")
     assert list(r) == list(RUN_KEYS)
-    lib = km.request_times(km.get_model("llama-3-8b"), H100, 16, 1000, 500, price_per_chip_hour=2.0)
+    lib = km.request_times(km.Model.preset("llama-3-8b"), H100, 16, 1000, 500, price_per_chip_hour=2.0)
     for key in ("ttft_s", "decode_s", "total_s", "time_per_output_token_s", "output_tokens_per_s", "cost_per_million_tokens"):
         assert r[key] == pytest.approx(float(getattr(lib, key)), rel=1e-12)
     unpriced = run_json(capsys, "run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "10", "--output", "5")
@@ -317,10 +317,10 @@ def test_decode_json_comm_s(capsys):
 
 def test_prefill_and_links_commands(capsys):
     p = run_json(capsys, "prefill", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--input", "2048")
-    assert p["ttft_s"] == pytest.approx(km.prefill_bound(km.get_model("llama-2-7b"), A100, 1, 2048), rel=1e-12)
+    assert p["ttft_s"] == pytest.approx(km.prefill_bound(km.Model.preset("llama-2-7b"), A100, 1, 2048), rel=1e-12)
     assert p["bound"] == "compute"
     rows = run_json(capsys, "links")
-    assert [r["name"] for r in rows] == km.link_names()
+    assert [r["name"] for r in rows] == km.Link.presets()
 
 
 @pytest.mark.parametrize(
@@ -366,51 +366,51 @@ def test_batch_one_on_eight_chips_against_a_published_measurement():
     # about 68~70 ms". Its shape: 80 layers, d = 8192, 64 heads, d_ff = 22016, vocab 32000.
     m = km.Model(name="llama-65b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=64, head_dim=128,
                  d_ff=22016, vocab=32000)
-    nv3 = km.get_link("nvlink3")
+    nv3 = km.Link.preset("nvlink3")
     s = km.decode_step(m, A100, 1, 512, n_chips=8, weights="fp16", link=nv3)
     assert s.strict_step_s < 0.068                        # the bound is not beaten
     assert 0.0080 < s.strict_step_s < 0.0081              # 130.6 GB / 8 / 2.039 TB/s plus the cache
     # 160 all-reduces of 16 KB: physics (0.5 us a hop, the floor 2 (N-1)/N S / W + alpha) 0.095 ms; at the
     # 10.14 us nccl-tests measured on two A100s (nccl#583) 1.6 ms: 0.15% and 2.7% of the 61 ms gap
     assert s.comm_s == pytest.approx(160 * (2 * 7 / 8 * 16384 / 300e9 + 0.5e-6), rel=1e-12)
-    estimate = 160 * km.allreduce_estimate(16384, 8, nv3)
+    estimate = 160 * km.formulas.allreduce_estimate(16384, 8, nv3)
     gap = 0.069 - s.strict_step_s
     assert s.comm_s / gap < 0.003 and 0.02 < estimate / gap < 0.03
 
 
 # ----- review-serving fixes (one test per item; each fails on the code before the fix) -------------
 
-M8, M70, TP8 = km.get_model("llama-3-8b"), km.get_model("llama-3-70b"), km.ParallelLayout(tp=8)
+M8, M70, TP8 = km.Model.preset("llama-3-8b"), km.Model.preset("llama-3-70b"), km.ParallelLayout(tp=8)
 
 
 @pytest.mark.parametrize("link", ["nvlink3", "nvlink4", "pcie4-x16", "amd-if-mi300x"])
 def test_item1_best_all_reduce_is_below_two_shot_and_every_named_algorithm(link):
-    L = km.get_link(link)
+    L = km.Link.preset(link)
     sizes = np.array([32.0, 1024, 16384, 65536, 1 << 20, 16 << 20, 1e9])
     for n in (2, 3, 4, 8, 16):
-        best = km.allreduce_time(sizes, n, L)
+        best = km.formulas.allreduce_time(sizes, n, L)
         names = ["ring", "one_shot", "two_shot"] + (["in_switch"] if L.in_switch_reduction else [])
         for name in names:
-            assert np.all(best <= km.allreduce_time(sizes, n, L, name) * (1 + 1e-12))
+            assert np.all(best <= km.formulas.allreduce_time(sizes, n, L, name) * (1 + 1e-12))
         # by hand: one step, and the fewest bytes a chip must receive
         fewest = np.minimum(2 * (n - 1) / n * sizes, sizes) if L.in_switch_reduction else 2 * (n - 1) / n * sizes
         assert best == pytest.approx(fewest / L.bandwidth + L.latency_s, rel=1e-12)
 
 
 def test_item1_two_shot_by_hand_and_the_step_it_changes():
-    nv3, S = km.get_link("nvlink3"), 1 << 20
+    nv3, S = km.Link.preset("nvlink3"), 1 << 20
     two_shot = 2 * 7 / 8 * S / 300e9 + 2 * 0.5e-6                                  # 7.117 us
-    assert km.allreduce_time(S, 8, nv3) == pytest.approx(two_shot - 0.5e-6, rel=1e-12)  # was 13.117 us (ring)
-    assert km.allreduce_time(S, 8, nv3, "two_shot") == pytest.approx(two_shot, rel=1e-12)
+    assert km.formulas.allreduce_time(S, 8, nv3) == pytest.approx(two_shot - 0.5e-6, rel=1e-12)  # was 13.117 us (ring)
+    assert km.formulas.allreduce_time(S, 8, nv3, "two_shot") == pytest.approx(two_shot, rel=1e-12)
     # Llama 2 70B on 8 A100s at B = 64: 160 all-reduces of 64 x 8192 x 2 bytes, below two-shot's 1.14 ms
     s = km.decode_step("llama-2-70b", "a100-80gb", 64, 4096, n_chips=8, link=nv3)
     message = 64 * 8192 * 2
     assert s.comm_s == pytest.approx(160 * (2 * 7 / 8 * message / 300e9 + 0.5e-6), rel=1e-12)
-    assert s.comm_s < 160 * km.allreduce_time(message, 8, nv3, "two_shot") < 1.15e-3
+    assert s.comm_s < 160 * km.formulas.allreduce_time(message, 8, nv3, "two_shot") < 1.15e-3
 
 
 def test_item2_ttft_under_pp_is_a_stage_share_plus_the_fill_not_the_whole_model():
-    m, a40, nv3 = km.get_model("kipply-52b"), km.get_chip("a100-40gb"), km.get_link("nvlink3")
+    m, a40, nv3 = km.Model.preset("kipply-52b"), km.Chip.preset("a100-40gb"), km.Link.preset("nvlink3")
     one = km.prefill_bound(m, a40, 1, 2048)                    # 0.6907 s: every FLOP on one chip
     p = prefill_chip_step(m, a40, 1, 2048)
     share = prefill_chip_step(m, a40, 1, 2048, layout=km.ParallelLayout(pp=3))
@@ -435,14 +435,14 @@ def test_item2_ttft_under_pp_is_a_stage_share_plus_the_fill_not_the_whole_model(
 @given(st.sampled_from(["kipply-52b", "llama-3-8b", "mixtral-8x7b", "gemma-2-9b"]), st.integers(1, 8),
        st.integers(16, 4096), st.integers(1, 4096), st.sampled_from([2, 3, 4]))
 def test_item2_no_chunking_beats_the_unchunked_pp_bound(name, batch, prompt, chunk, pp):
-    m = km.get_model(name)
+    m = km.Model.preset(name)
     layout = km.ParallelLayout(pp=pp)
     free = km.prefill_bound(m, H100, batch, prompt, layout=layout, link=NV4)
     assert free <= km.prefill_bound(m, H100, batch, prompt, layout=layout, link=NV4, chunk_tokens=chunk) * (1 + 1e-12)
 
 
 def test_item3_pipeline_micro_batches_are_not_rounded_up():
-    m = km.get_model("llama-3.1-8b")
+    m = km.Model.preset("llama-3.1-8b")
     b3, b4 = (km.decode_step(m, H100, B, 131072, layout=km.ParallelLayout(pp=2)) for B in (3, 4))
     w, kv = b4.work.weight_bytes_read, b4.work.kv_bytes_per_seq
     # three micro-batches of one: max(3 x (w + kv) / 2, w + kv) = 14.413 ms beats the old 14.737 ms "bound"
@@ -459,7 +459,7 @@ def test_item4_per_chip_figures_under_pp(capsys):
     for key in ("weight_bytes_read_per_chip", "kv_bytes_written_per_chip", "flops_per_chip"):
         assert three[key] == pytest.approx(one[key] / 3, rel=1e-12)
     assert three["weight_bytes_read_per_chip"] < 36.5e9   # below what a chip holds
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     d = run_json(capsys, "decode", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "3",
                  "--context", "8192", "--parallel", "pp=2")
     assert d["kv_bytes_per_chip"] == pytest.approx(3 * m.kv_bytes_per_seq(8192) / 2, rel=1e-12)
@@ -467,7 +467,7 @@ def test_item4_per_chip_figures_under_pp(capsys):
 
 
 def test_item5_both_parallelism_paths_validate_alike(capsys):
-    m, a40 = km.get_model("kipply-52b"), km.get_chip("a100-40gb")
+    m, a40 = km.Model.preset("kipply-52b"), km.Chip.preset("a100-40gb")
     with pytest.raises(ValueError, match=r"n_chips \(3\) must divide the 64 heads.*ParallelLayout\(pp=3\)"):
         km.decode_step(m, a40, 1, 1000, n_chips=3)
     km.decode_step(m, a40, 1, 1000, n_chips=3, shard="batch")  # by batch, any count is valid
@@ -484,7 +484,7 @@ def test_item5_both_parallelism_paths_validate_alike(capsys):
 
 
 def test_item6_preset_names_are_accepted_and_other_types_refused_by_name():
-    m, h = km.get_model("llama-3-8b"), H100
+    m, h = km.Model.preset("llama-3-8b"), H100
     by_object = km.decode_step(m, h, 1, 4096, n_chips=8, link=NV4)
     assert km.decode_step(m, h, 1, 4096, n_chips=8, link="nvlink4").comm_s == by_object.comm_s
     assert (km.decode_step(m, h, 1, 4096, layout="tp=8").strict_step_s
@@ -499,11 +499,11 @@ def test_item6_preset_names_are_accepted_and_other_types_refused_by_name():
     with pytest.raises(ValueError, match="model must be a Model"):
         km.request_times(None, h, 1, 100, 10)
     with pytest.raises(ValueError, match="unknown link"):
-        km.allreduce_time(1024, 8, "nvlink9")
+        km.formulas.allreduce_time(1024, 8, "nvlink9")
 
 
 def test_item7_overflow_names_the_arguments_and_the_cli_prints_one_line(capsys):
-    m = km.get_model("llama-3-8b")
+    m = km.Model.preset("llama-3-8b")
     with pytest.raises(ValueError, match="request_times.*output_tokens=1e\\+300"):
         km.request_times(m, H100, 1, 1000, 1e300)
     with pytest.raises(ValueError, match="request_times.*batch=1e\\+300"):
@@ -564,12 +564,12 @@ def test_item11_shapes_named_and_a_2d_batch_refused():
 
 
 def test_item12_frontier_takes_a_named_budget_and_run_reports_it(capsys):
-    m = km.get_model("llama-3-70b")
+    m = km.Model.preset("llama-3-70b")
     f = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1])
     assert f.budget == "device" and f.memory_bytes == 80e9 and int(f.max_batch[0]) == 761
     reserve = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="reserve")
     # the review's figure with hbm_bytes=memory_budget(h, "reserve")
-    assert reserve.memory_bytes == km.memory_budget(H100, "reserve") and int(reserve.max_batch[0]) == 818
+    assert reserve.memory_bytes == km.memory.memory_budget(H100, "reserve") and int(reserve.max_batch[0]) == 818
     engine = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="engine")
     assert int(engine.max_batch[0]) < 761
     common = ["run", "--model", "llama-3-70b", "--hardware", "h100-sxm", "--input", "1000", "--output", "1000",
@@ -577,7 +577,7 @@ def test_item12_frontier_takes_a_named_budget_and_run_reports_it(capsys):
     device = run_json(capsys, *common)
     assert device["budget"] == "device" and device["memory_budget_bytes"] == 80e9 and device["fits_in_memory"]
     vllm = run_json(capsys, *common, "--budget", "engine")
-    assert vllm["memory_budget_bytes"] == pytest.approx(km.memory_budget(H100, "engine"), rel=1e-12)
+    assert vllm["memory_budget_bytes"] == pytest.approx(km.memory.memory_budget(H100, "engine"), rel=1e-12)
     assert not vllm["fits_in_memory"]
 
 
@@ -609,7 +609,7 @@ def test_item15_frontier_says_when_nothing_meets_the_limit():
 def test_frontier_of_weights_that_do_not_fit_has_no_batch_not_an_error():
     # Mixtral 8x7B in bf16: 46.70e9 parameters x 2 bytes = 93.4 GB, over the H100's 80 GB
     # (the chapter 11 figure asks for exactly this pair); on the 141 GB H200 it fits
-    m = km.get_model("mixtral-8x7b")
+    m = km.Model.preset("mixtral-8x7b")
     assert 2 * m.param_count() > H100.hbm_bytes
     f = km.serving_frontier(m, H100, 1000, 1000, batch=[1, 64])
     assert f.max_batch[0] == 0 and not f.fits.any() and not f.found[0] and f.best_batch[0] == 0

@@ -10,46 +10,46 @@ import numpy as np
 import pytest
 
 import kvmath as km
+from kvmath.speculative import speculation_break_even_batch
+
+H100_8B = km.Deployment("llama-3-8b", "h100-sxm")
 
 
 def test_improvement_factor_reproduces_leviathan_table_2():
     # T5-small drafting for T5-XXL (EnDe, argmax): a = 0.75, gamma = 7, measured 3.4x.
     # 0.75**8 = 0.1001129150390625, E = 0.8998870849609375 / 0.25 = 3.59954833984375;
     # c = 77e6 / 11e9 = 0.007, 7c + 1 = 1.049: 3.43141...
-    f = km.speculative_improvement_factor(0.75, 7, 77e6 / 11e9)
+    f = km.formulas.speculative_improvement_factor(0.75, 7, 77e6 / 11e9)
     assert f == pytest.approx(3.59954833984375 / 1.049, rel=1e-12)
     assert round(f, 1) == 3.4
 
 
 def test_improvement_factor_limits():
     # c = 0: the expected tokens; gamma = 1: (1 + a) / (1 + c) (Leviathan et al., Corollary 3.9's form)
-    assert km.speculative_improvement_factor(0.8, 4, 0.0) == pytest.approx(3.3616, rel=1e-12)
-    assert km.speculative_improvement_factor(0.85, 1, 0.1) == pytest.approx(1.85 / 1.1, rel=1e-12)
-    grid = km.speculative_improvement_factor(0.8, np.array([1, 2, 4]), 0.05)
+    assert km.formulas.speculative_improvement_factor(0.8, 4, 0.0) == pytest.approx(3.3616, rel=1e-12)
+    assert km.formulas.speculative_improvement_factor(0.85, 1, 0.1) == pytest.approx(1.85 / 1.1, rel=1e-12)
+    grid = km.formulas.speculative_improvement_factor(0.8, np.array([1, 2, 4]), 0.05)
     assert grid.shape == (3,)
     with pytest.raises(ValueError, match="cost_ratio"):
-        km.speculative_improvement_factor(0.8, 4, -0.1)
+        km.formulas.speculative_improvement_factor(0.8, 4, -0.1)
     with pytest.raises(ValueError, match="acceptance"):
-        km.speculative_improvement_factor(1.5, 4, 0.1)
+        km.formulas.speculative_improvement_factor(1.5, 4, 0.1)
 
 
 def test_the_default_verify_step_is_the_chain_of_gamma_plus_one():
-    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
-    a = km.speculative_decode(m, h100, 64, 1024, 4, 0.8)
-    b = km.speculative_decode(m, h100, 64, 1024, 4, 0.8, verify_tokens=5)
+    a = H100_8B.speculate(64, 1024, 4, 0.8)
+    b = H100_8B.speculate(64, 1024, 4, 0.8, verify_tokens=5)
     assert a.speedup == b.speedup and a.verify_step_s == b.verify_step_s
 
 
 def test_a_tree_verifies_more_tokens_than_it_keeps():
-    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
-    tree = km.speculative_decode(m, h100, np.array([1.0, 16.0]), 128, 4, None, verify_tokens=64, tokens_per_step=3.0)
+    tree = H100_8B.speculate(np.array([1.0, 16.0]), 128, 4, None, verify_tokens=64, tokens_per_step=3.0)
     # batch 1: 64 tokens x 2 x 7.5e9 FLOPs = 0.97 ms of math under a 4.8 ms weight read: memory-bound,
     # so the speed-up is the 3 tokens (to 0.1%: the verify step looks up 63 more embedding rows)
     assert tree.speedup[0] == pytest.approx(3.0, rel=1e-3)
     # batch 16: 1,024 tokens through the weights, 15.5 ms of math: compute-bound, the tree loses
     assert tree.speedup[1] < 1
-    assert tree.verify_step_s[1] == pytest.approx(km.decode_step(m, h100, 16, 128, tokens_per_seq=64).strict_step_s,
-                                                  rel=1e-12)
+    assert tree.verify_step_s[1] == pytest.approx(H100_8B.step(16, 128, tokens_per_seq=64).strict_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -63,48 +63,45 @@ def test_a_tree_verifies_more_tokens_than_it_keeps():
     (dict(acceptance=None), "acceptance"),
     # both given: which one counts? Refused rather than silently dropping the acceptance (even a bad one)
     (dict(tokens_per_step=3.0, acceptance=0.8), "acceptance"), (dict(tokens_per_step=3.0, acceptance=2.0), "acceptance"),
-    # the plain and verify steps set their own tokens per sequence
+    # the plain and verify steps set their own tokens per sequence: speculate takes none (a TypeError naming it)
     (dict(tokens_per_seq=3), "tokens_per_seq"),
 ])
 def test_tree_options_refuse_bad_input_by_name(kwargs, words):
-    args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), batch=1, context=128, gamma=4,
-                acceptance=0.8)
+    args = dict(batch=1, context=128, gamma=4, acceptance=0.8)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=words):
-        km.speculative_decode(**args)
+    with pytest.raises(TypeError if "tokens_per_seq" in kwargs else ValueError, match=words):
+        H100_8B.speculate(**args)
 
 
 def test_dense_break_even_at_short_context_is_b_crit_times_e_over_gamma_plus_one():
     # with no cache to read the plain step is a weight read, P b_w / W, and the verify step
     # compute-bound, 2 P (gamma + 1) B / C: equal speed-up 1 at B = B_crit E / (gamma + 1)
     # = (989.4e12 x 2 / (2 x 3.35e12)) x 3.3616 / 5 = 198.57 (0.2%: one token of cache, embedding rows)
-    b = km.speculation_break_even_batch(km.get_model("llama-3-8b"), km.get_chip("h100-sxm"), 1, 4, 0.8)
+    b = speculation_break_even_batch(H100_8B, 1, 4, 0.8)
     assert b == pytest.approx(989.4e12 / 3.35e12 * 3.3616 / 5, rel=2e-3)
 
 
 def test_moe_break_even_is_the_last_crossing_where_the_speedup_first_dips():
-    h100, m = km.get_chip("h100-sxm"), km.get_model("deepseek-v3")
-    kw = dict(n_chips=8, weights="fp8")
+    dep = km.Deployment("deepseek-v3", "h100-sxm", "tp=8", weights="fp8", link=None)  # the old n_chips=8
     # batch 3: a plain step touches 8 x 3 = 24 at most of 256 experts per layer, the verify step's
     # 15 tokens about 256 (1 - (248/256)^15) = 98: the verify step is dearer than its 3.36 tokens
-    dip = km.speculative_decode(m, h100, 3, 128, 4, 0.8, **kw).speedup
+    dip = dep.speculate(3, 128, 4, 0.8).speedup
     assert dip < 1
-    b = km.speculation_break_even_batch(m, h100, 128, 4, 0.8, **kw)
-    s = km.speculative_decode(m, h100, np.array([b / 2, b, 2 * b]), 128, 4, 0.8, **kw).speedup
+    b = speculation_break_even_batch(dep, 128, 4, 0.8)
+    s = dep.speculate(np.array([b / 2, b, 2 * b]), 128, 4, 0.8).speedup
     assert b > 1000  # past the MoE critical batch, not at the dip
     assert s[0] > 1 and s[1] == pytest.approx(1, abs=1e-6) and s[2] < 1
     # a = 0.7 loses at batch 1 (2.77 tokens for a verify step of about 3.0 plain steps) and pays later:
     # the break-even exists all the same
-    assert km.speculative_decode(m, h100, 1, 128, 4, 0.7, **kw).speedup < 1
-    assert km.speculation_break_even_batch(m, h100, 128, 4, 0.7, **kw) > 1000
+    assert dep.speculate(1, 128, 4, 0.7).speedup < 1
+    assert speculation_break_even_batch(dep, 128, 4, 0.7) > 1000
 
 
 def test_break_even_of_a_tree_and_no_break_even_at_long_context():
-    m, h100 = km.get_model("llama-3-8b"), km.get_chip("h100-sxm")
-    b = km.speculation_break_even_batch(m, h100, 128, 4, None, verify_tokens=64, tokens_per_step=3.0)
+    b = speculation_break_even_batch(H100_8B, 128, 4, None, verify_tokens=64, tokens_per_step=3.0)
     assert 8 < b < 16  # by the test above: pays at 8... loses at 16
     with pytest.raises(ValueError, match="still pays"):  # the cache read dominates both steps
-        km.speculation_break_even_batch(m, h100, 8192, 4, 0.8)
+        speculation_break_even_batch(H100_8B, 8192, 4, 0.8)
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -116,7 +113,8 @@ def test_break_even_of_a_tree_and_no_break_even_at_long_context():
 def test_break_even_refuses_arrays_and_the_batch_by_name(kwargs, words):
     # one break-even batch: an (n, 1) array would broadcast against the batch grid and, before this
     # check, failed inside the solver with numpy's "truth value of an array ... is ambiguous"
-    args = dict(model=km.get_model("llama-3-8b"), chip=km.get_chip("h100-sxm"), context=128, gamma=4, acceptance=0.8)
+    args = dict(context=128, gamma=4, acceptance=0.8)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=words):
-        km.speculation_break_even_batch(**args)
+    # tokens_per_seq is no option of speculate any more: refused as an unexpected keyword that names it
+    with pytest.raises(TypeError if "tokens_per_seq" in kwargs else ValueError, match=words):
+        speculation_break_even_batch(H100_8B, **args)
