@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvmath  # noqa: E402
+from kvmath import formulas  # noqa: E402
 from book_figures import NOTEBOOKS, BookFigure, book_figures  # noqa: E402
 from kvbook import plots  # noqa: E402
 from kvbook.interactive import Choice, InteractiveFigure, Slider  # noqa: E402
@@ -60,14 +61,14 @@ TARGET_MS = 30.0
 
 def curves(batch: int, chip_name: str):
     """Decode min-step (s) against context for every model, one numpy call each."""
-    chip = kvmath.get_chip(chip_name)
+    chip = kvmath.Chip.preset(chip_name)
     out = {}
     for name in MODELS:
-        m = kvmath.get_model(name)
+        m = kvmath.Model.preset(name)
         p = m.param_count()
-        kv_seq = kvmath.kv_bytes_per_seq(m.kv_bytes_per_token(), CONTEXTS)
-        out[name] = kvmath.min_step(batch, kv_seq, 2 * p, p, chip.bandwidth, chip.flops("bf16"))
-    return out, kvmath.critical_batch(chip.flops("bf16"), chip.bandwidth, 2)
+        kv_seq = formulas.kv_bytes_per_seq(m.kv_bytes_per_token(), CONTEXTS)
+        out[name] = formulas.min_step(batch, kv_seq, 2 * p, p, chip.bandwidth, chip.flops("bf16"))
+    return out, formulas.critical_batch(chip.flops("bf16"), chip.bandwidth, 2)
 
 
 def setup(fig):

@@ -74,10 +74,12 @@ class MixedStep(Result):
     overhead_s: ArrayLike
     decode_only_s: ArrayLike
 
+    _derived = ("memory_s", "compute_s", "strict_s", "slowdown")
+
     @property
     def memory_s(self) -> ArrayLike:
         """``(weights + cache) / W``, seconds."""
-        return plain((self.weight_bytes_read + self.kv_bytes_read) / self.bandwidth)
+        return plain((self.kv_bytes_read + self.weight_bytes_read) / self.bandwidth)  # as a Step adds them
 
     @property
     def compute_s(self) -> ArrayLike:
@@ -146,9 +148,7 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     prompt = run(np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
     tokens = batch + np.where(has, prompts * c, 0.0)
     both = run(1.0, 1.0, tokens, 0.0, 0.0)
-    decode_only = overhead_s + np.maximum(np.maximum(
-        (decode.weight_bytes_read + decode.kv_bytes_read) / bw,
-        (decode.weight_flops + decode.attention_flops) / rate), decode.comm_s)
+    decode_only = overhead_s + decode.strict_s  # the decode step alone (its own overhead is 0)
     return MixedStep(
         batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=dep.n_chips,
         weight_bytes_read=plain(both.weight_bytes_read),
@@ -240,6 +240,9 @@ class SteadyState(Result):
     input_tokens: ArrayLike
     output_tokens: ArrayLike
     price_per_chip_hour: ArrayLike | None = None
+
+    _derived = ("time_per_output_token_s", "tokens_per_s_per_user", "output_tokens_per_s_per_chip",
+                "cost_per_million_tokens")
 
     @property
     def time_per_output_token_s(self) -> ArrayLike:

@@ -53,6 +53,8 @@ DECODE_KEYS = {
     "kv_bytes_resident": "cache bytes the chip holds",
     "kv_read_s": "seconds to read the chip's cache", "weight_read_s": "seconds to read the chip's weights",
     "weight_compute_s": "seconds of the chip's weight math", "attention_compute_s": "seconds of the chip's attention math",
+    "memory_s": "seconds to read all the chip's bytes, (kv + weight bytes) / W",
+    "compute_s": "seconds of all the chip's math, (weight + attention FLOPs) / C",
     "comm_s": "lower bound on the chain of communication over --link / --node-link, seconds (0 on one chip or with --link none)",
     "overhead_s": "fixed per-step overhead (--overhead-s; an estimate)",
     "strict_s": "strict lower bound on the step: overhead + max(bytes / W, FLOPs / C, comm_s), seconds",
@@ -60,7 +62,6 @@ DECODE_KEYS = {
     "is_lower_bound": "true when the times are bounds; false when --efficiency < 1 or --overhead-s > 0 make them estimates",
     "n_chips": "chips of the layout", "bandwidth": "bytes/s per chip used (peak x --efficiency)",
     "flops": "FLOP/s per chip the matmuls and attention run at",
-    "memory_s": "kv_read_s + weight_read_s", "compute_s": "weight_compute_s + attention_compute_s",
     "binds": "what sets strict_s: memory, compute or communication",
     "tokens_per_s": "batch / strict_s: tokens/s of the whole batch",
     "memory_bytes": "weight_bytes_resident + kv_bytes_resident",
@@ -668,13 +669,8 @@ def _prefill(args) -> _Answer:
     s_in = int(positive_int("--input", args.input))
     one_pass = dep.prefill(batch, s_in)
     req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args))
-    data = {"prefill": one_pass.to_dict(), "request": _defined(req.to_dict())}
+    data = {"prefill": one_pass.to_dict(), "request": req.to_dict()}
     return _Answer(data, lambda: _print_prefill(args, dep, one_pass, req))
-
-
-def _defined(d: dict) -> dict:
-    """A Request's to_dict() for JSON: its NaN figures (per-token rates of a single output token) are null."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in d.items()}
 
 
 def _print_prefill(args, dep, p, req) -> None:
@@ -696,7 +692,7 @@ def _run(args) -> _Answer:
     s_out = int(positive_int("--output", args.output))
     price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
     r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price)
-    return _Answer(_defined(r.to_dict()), lambda: _print_run(args, dep, r))
+    return _Answer(r.to_dict(), lambda: _print_run(args, dep, r))
 
 
 def _print_run(args, dep, r) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .formulas import binds
+from .formulas import _max, binds, step_times
 from .hardware import Chip, get_chip
 from .layout import ParallelLayout, as_layout
 from .links import Link, _all_to_all_s, _allreduce_s, _two_tier_all_to_all_s, as_link
@@ -43,12 +43,6 @@ from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, n
 # Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
 # about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
 _SCALARS = (float, int)
-
-
-def _max(a, b):
-    if type(a) in _SCALARS and type(b) in _SCALARS:
-        return a if a >= b else b
-    return np.maximum(a, b)
 
 
 def _min(a, b):
@@ -200,7 +194,13 @@ class Deployment:
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
         from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
-        object.__setattr__(self, "flops", _compute_rate(chip, formats.weights, formats.compute, model))
+        if formats.compute is not None:
+            choice("compute", formats.compute, ("bf16", "fp16", "fp8", "int8", "fp4"))
+        rate = _compute_rate(chip, formats.weights, formats.compute, model)
+        if not (rate > 0 and math.isfinite(rate)):  # a subnormal chip rate combined to 0 or inf: refuse by name
+            raise ResultOverflow(f"chip {chip.name!r}: the matmuls' FLOP rate of these weights is {rate!r} "
+                                 "(it under- or overflows float64); use a larger rate")
+        object.__setattr__(self, "flops", rate)
         object.__setattr__(self, "b_act", dtype_bytes(formats.activations, argument="activations"))
         object.__setattr__(self, "b_dispatch", self.b_act if formats.dispatch is None
                            else dtype_bytes(formats.dispatch, argument="dispatch"))
@@ -266,7 +266,11 @@ class Deployment:
         options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
                        routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate)
         if all(type(x) is float for x in (batch, context, tokens_per_seq, efficiency, overhead_s)):
-            step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
+            try:
+                step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
+            except (ZeroDivisionError, OverflowError):  # a product of valid floats under- or overflowed
+                raise ResultOverflow(f"step: the result overflows float64 for batch={batch!r}, context={context!r}; "
+                                     "use smaller numbers") from None
         else:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 step = plan.pass_(*args, **options)
@@ -344,17 +348,21 @@ class Deployment:
 
     def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
-                efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0) -> "Request":
+                efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0,
+                last_mlp_logits_only: bool = False) -> "Request":
         """A batch of whole requests: prefill, then ``output_tokens - 1`` decode steps (:class:`Request`).
 
         ``chunk_tokens`` runs the prompt in chunks (each re-reads the
         weights); a price per chip-hour adds the cost per million tokens.
+        ``last_mlp_logits_only``: an engine that runs the last layer's MLP on
+        the rows that need logits only, as llama.cpp does (dense models).
         Lower bounds unless an efficiency or overhead is given.
         """
         from .requests import request_times
 
         return request_times(self, batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens,
-                             price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s)
+                             price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s,
+                             last_mlp_logits_only=last_mlp_logits_only)
 
     def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
                    chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
@@ -564,7 +572,7 @@ def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Lin
         comm = (2 * L - moe_layers) * _allreduce_s(activation, g, over(g))
     if moe_layers:
         per_chip = tokens * (m.top_k * m.d_model) / g
-        if chips_per_node < lay.ep and node_link is not link:
+        if node_link is not link:  # the port may carry copies for the chip's own node too (DeepEP's kernels)
             hop = sum(_two_tier_all_to_all_s(per_chip * b, lay.ep, chips_per_node, node_link, link)
                       for b in (b_dispatch, b_act))
         else:
@@ -592,19 +600,6 @@ def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, *, link: L
         if hops and hop_link is not None:
             total = total + hops * (message_bytes / hop_link.bandwidth + hop_link.latency_s)
     return total
-
-
-def step_times(kv_read_s, weight_read_s, weight_compute_s, attention_compute_s, comm_s, overhead_s):
-    """``(strict_s, no_overlap_s)`` of a pass from its terms: the one place both forms are written.
-
-    Strict: ``overhead + max(reads, math, comm)`` (each resource in
-    parallel). No overlap: ``overhead + max(kv, attention) + max(weights read,
-    weight math) + comm``.
-    """
-    strict = overhead_s + _max(_max(kv_read_s + weight_read_s, attention_compute_s + weight_compute_s), comm_s)
-    no_overlap = (overhead_s + _max(kv_read_s, attention_compute_s) + _max(weight_read_s, weight_compute_s)
-                  + comm_s)
-    return strict, no_overlap
 
 
 def _show(value) -> str:
@@ -635,6 +630,9 @@ class Step(Result):
         chip's bandwidth.
     weight_compute_s, attention_compute_s : the weight matmuls and
         attention's math at the chip's FLOP rate.
+    memory_s, compute_s : all the chip's bytes at its bandwidth, all its
+        FLOPs at its rate (one division each, so every step form that moves the
+        same bytes and FLOPs gives the same time to the last bit).
     comm_s : the chain of communication between chips (0 if none counted).
     overhead_s : the fixed overhead given (0 for a bound).
     strict_s : the strict lower bound, ``overhead + max(all bytes / W,
@@ -662,6 +660,8 @@ class Step(Result):
     weight_read_s: ArrayLike
     weight_compute_s: ArrayLike
     attention_compute_s: ArrayLike
+    memory_s: ArrayLike
+    compute_s: ArrayLike
     comm_s: ArrayLike
     overhead_s: ArrayLike
     strict_s: ArrayLike
@@ -670,16 +670,6 @@ class Step(Result):
     n_chips: int
     bandwidth: ArrayLike
     flops: float
-
-    @property
-    def memory_s(self) -> ArrayLike:
-        """All the chip's reads at its bandwidth: kv_read_s + weight_read_s."""
-        return self.kv_read_s + self.weight_read_s
-
-    @property
-    def compute_s(self) -> ArrayLike:
-        """All the chip's math at its FLOP rate: weight_compute_s + attention_compute_s."""
-        return self.weight_compute_s + self.attention_compute_s
 
     @property
     def binds(self) -> str | np.ndarray:
@@ -696,7 +686,7 @@ class Step(Result):
         """Bytes the chip holds: its weights and its share of the cache."""
         return self.weight_bytes_resident + self.kv_bytes_resident
 
-    _derived = ("memory_s", "compute_s", "binds", "tokens_per_s", "memory_bytes")
+    _derived = ("binds", "tokens_per_s", "memory_bytes")
 
 
 @dataclass(frozen=True)
@@ -878,7 +868,9 @@ class _Plan:
         comm_s = comm(tokens)
         kv_s, w_s = kv_read / bandwidth, weight_read / bandwidth
         wc_s, ac_s = weight_flops / flops, attention / flops
-        strict, no_overlap = step_times(kv_s, w_s, wc_s, ac_s, comm_s, overhead_s)
+        memory_s = (kv_read + weight_read) / bandwidth
+        compute_s = (weight_flops + attention) / flops
+        strict, no_overlap = step_times(memory_s, compute_s, comm_s, overhead_s, kv_s, w_s, wc_s, ac_s)
         # what the chip holds: the largest stage's share of its sequences' caches
         seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 else batch
         if lay.kv_split == "batch":
@@ -889,7 +881,8 @@ class _Plan:
                     weight_bytes_read=weight_read, kv_bytes_read=kv_read, weight_flops=weight_flops,
                     attention_flops=attention, weight_bytes_resident=self.weight_resident,
                     kv_bytes_resident=kv_resident, kv_read_s=kv_s, weight_read_s=w_s, weight_compute_s=wc_s,
-                    attention_compute_s=ac_s, comm_s=comm_s + 0 * strict, overhead_s=overhead_s,
+                    attention_compute_s=ac_s, memory_s=memory_s, compute_s=compute_s, comm_s=comm_s + 0 * strict,
+                    overhead_s=overhead_s,
                     strict_s=strict, no_overlap_s=no_overlap, is_lower_bound=is_lower_bound, n_chips=lay.n_chips,
                     bandwidth=bandwidth, flops=flops)
 

@@ -56,6 +56,27 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
     return np.array(RESOURCES)[which]
 
 
+def _max(a, b):
+    """np.maximum that stays in plain Python for two scalars (a numpy call on floats costs ~1 us)."""
+    if type(a) in (float, int) and type(b) in (float, int):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def step_times(memory_s, compute_s, comm_s, overhead_s, kv_read_s, weight_read_s, weight_compute_s,
+               attention_compute_s):
+    """``(strict_s, no_overlap_s)`` of a pass from its terms: the one place both forms are written.
+
+    Strict: ``overhead + max(memory_s, compute_s, comm_s)`` (each resource
+    in parallel). No overlap: ``overhead + max(kv, attention) + max(weights
+    read, weight math) + comm``.
+    """
+    strict = overhead_s + _max(_max(memory_s, compute_s), comm_s)
+    no_overlap = (overhead_s + _max(kv_read_s, attention_compute_s) + _max(weight_read_s, weight_compute_s)
+                  + comm_s)
+    return strict, no_overlap
+
+
 @dataclass(frozen=True)
 class StepBreakdown(Result):
     """The terms of a decode step's bounds, in seconds (floats or arrays).
@@ -144,12 +165,8 @@ def step_breakdown(
     >>> round(t.no_overlap_s * 1e3, 2), round(t.strict_s * 1e3, 2), t.strict_bound
     (20.86, 18.27, 'memory')
     """
-    batch = positive("batch", batch)
-    kv_bytes_per_seq = non_negative("kv_bytes_per_seq", kv_bytes_per_seq)
-    param_bytes = positive("param_bytes", param_bytes)
-    param_count = positive("param_count", param_count)
-    bandwidth = positive("bandwidth", bandwidth)
-    flops = positive("flops", flops)
+    batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops = _step_args(
+        batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
     attention_flops_per_seq = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     overhead_s = non_negative("overhead_s", overhead_s)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
@@ -157,16 +174,16 @@ def step_breakdown(
     weight_read_s = param_bytes / bandwidth
     weight_compute_s = 2 * param_count * batch * tokens_per_seq / flops
     attention_compute_s = batch * attention_flops_per_seq / flops
-    memory_s = kv_read_s + weight_read_s
-    compute_s = attention_compute_s + weight_compute_s
+    strict, no_overlap = step_times(kv_read_s + weight_read_s, attention_compute_s + weight_compute_s, 0.0,
+                                    overhead_s, kv_read_s, weight_read_s, weight_compute_s, attention_compute_s)
     return StepBreakdown(
         kv_read_s=plain(kv_read_s),
         weight_read_s=plain(weight_read_s),
         weight_compute_s=plain(weight_compute_s),
         attention_compute_s=plain(attention_compute_s),
         overhead_s=overhead_s,
-        no_overlap_s=plain(overhead_s + np.maximum(kv_read_s, attention_compute_s) + np.maximum(weight_read_s, weight_compute_s)),
-        strict_s=plain(overhead_s + np.maximum(memory_s, compute_s)),
+        no_overlap_s=plain(no_overlap),
+        strict_s=plain(strict),
     )
 
 

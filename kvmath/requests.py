@@ -45,7 +45,8 @@ from .results import Result
 from .formulas import kv_budget_bytes
 from .memory import BUDGETS, memory_budget
 from .models import Model
-from .deployment import Deployment, Step, step_times
+from .deployment import Deployment, Step
+from .formulas import step_times
 from .step import overflow_named, refuse_overflow
 from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
@@ -259,11 +260,13 @@ def _stage_of(whole: Step, pp: int, weight_bytes_resident: float) -> Step:
     """One chip's ``1 / pp`` share of a pass over the whole stage group: bytes, FLOPs, comm and times divided."""
     kv_s, w_s, wc_s, ac_s, comm = (whole.kv_read_s / pp, whole.weight_read_s / pp, whole.weight_compute_s / pp,
                                    whole.attention_compute_s / pp, whole.comm_s / pp)
-    strict, no_overlap = step_times(kv_s, w_s, wc_s, ac_s, comm, whole.overhead_s)
+    memory_s, compute_s = whole.memory_s / pp, whole.compute_s / pp
+    strict, no_overlap = step_times(memory_s, compute_s, comm, whole.overhead_s, kv_s, w_s, wc_s, ac_s)
     return dataclasses.replace(
         whole, weight_bytes_read=whole.weight_bytes_read / pp, kv_bytes_read=whole.kv_bytes_read / pp,
         weight_flops=whole.weight_flops / pp, attention_flops=whole.attention_flops / pp, comm_s=comm,
-        kv_read_s=kv_s, weight_read_s=w_s, weight_compute_s=wc_s, attention_compute_s=ac_s, strict_s=strict,
+        kv_read_s=kv_s, weight_read_s=w_s, weight_compute_s=wc_s, attention_compute_s=ac_s, memory_s=memory_s,
+        compute_s=compute_s, strict_s=strict,
         no_overlap_s=no_overlap, weight_bytes_resident=weight_bytes_resident,
         kv_bytes_resident=whole.kv_bytes_resident / pp)
 
@@ -458,6 +461,7 @@ def request_times(
     price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
+    last_mlp_logits_only: bool = False,
 ) -> Request:
     """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
 
@@ -471,8 +475,8 @@ def request_times(
     batch, input_tokens, output_tokens : int or array
         Requests served together, and their prompt and output lengths
         (whole numbers; broadcast against each other).
-    chunk_tokens : int, optional
-        Chunked prefill (see :func:`prefill_bound`).
+    chunk_tokens, last_mlp_logits_only : optional
+        Chunked prefill, and the last layer's MLP on the logits' rows only (see :func:`prefill_bound`).
     price_per_chip_hour : float or array, optional
         For ``cost_per_million_tokens`` (currency per chip-hour; broadcasts).
     overhead_s, efficiency :
@@ -496,11 +500,11 @@ def request_times(
     """
     with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
         return _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour,
-                              overhead_s, efficiency)
+                              overhead_s, efficiency, last_mlp_logits_only)
 
 
 def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour, overhead_s,
-                   efficiency) -> Request:
+                   efficiency, last_mlp_logits_only) -> Request:
     """:func:`request_times`'s body."""
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
@@ -515,7 +519,8 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
     prompts, back = s_in, None
     if np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
         prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
-    ttft = prefill_bound(dep, batch, prompts, chunk_tokens=chunk_tokens, overhead_s=overhead_s, efficiency=efficiency)
+    ttft = prefill_bound(dep, batch, prompts, chunk_tokens=chunk_tokens, overhead_s=overhead_s, efficiency=efficiency,
+                         last_mlp_logits_only=last_mlp_logits_only)
     if back is not None:
         ttft = np.asarray(ttft)[..., back]
     decode, decode_no_overlap = _decode_sums(dep, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0, opts)

@@ -3,14 +3,22 @@
 The command line's ``--json`` is ``to_dict()`` of the same object, so Python
 and JSON cannot disagree: each key is an attribute (a field, or one of the
 derived quantities the class lists in ``_derived``), arrays become lists and
-numpy scalars plain numbers.
+numpy scalars plain numbers, and NaN (an undefined figure, such as the time
+per output token of a one-token request) None, which JSON can hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
+
+
+def _no_nan(x):
+    if isinstance(x, list):
+        return [_no_nan(v) for v in x]
+    return None if isinstance(x, float) and math.isnan(x) else x
 
 
 def plain_value(value):
@@ -18,9 +26,9 @@ def plain_value(value):
     if isinstance(value, Result):
         return value.to_dict()
     if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
+        return _no_nan(value.tolist())
+    if isinstance(value, (np.generic, float)):
+        return _no_nan(value.item() if isinstance(value, np.generic) else value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

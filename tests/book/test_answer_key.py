@@ -29,7 +29,7 @@ Multiply.
 """
 SOLUTION = """import kvmath
 from myst_nb import glue
-k = kvmath.kv_bytes_per_token(4, 2, 8, 2)
+k = kvmath.formulas.kv_bytes_per_token(4, 2, 8, 2)
 glue("L", 4, display=False)
 glue("ans_ex-toy-1_bytes", f"{k:.0f} bytes", display=False)
 glue("ans_ex-toy-10_tokens", "7 tokens", display=False)

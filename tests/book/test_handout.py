@@ -37,17 +37,17 @@ def test_two_a4_pages(pdf):
 def test_nothing_is_clipped(pdf):
     """Each page hides what overflows it, so everything that must be there is looked for."""
     text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
-    for name in kvmath.chip_names() + handout.MODELS:
+    for name in kvmath.Chip.presets() + handout.MODELS:
         assert name in text, name
     for m in workshop_pages.misconceptions():
         assert m["title"].split()[0] in text
     assert "prefill FLOPs (causal)" in text
-    h100 = kvmath.get_chip("h100-sxm")
-    assert f"{h100.runtime_bytes / kvmath.GiB:.2f} GiB" in text
+    h100 = kvmath.Chip.preset("h100-sxm")
+    assert f"{h100.runtime_bytes / 2**30:.2f} GiB" in text
 
 
 def test_numbers_come_from_kvmath():
     page = handout.render()
-    a100 = kvmath.get_chip("a100-80gb")
+    a100 = kvmath.Chip.preset("a100-80gb")
     assert f">{a100.ridge_point():.0f}<" in page
-    assert f">{kvmath.get_model('llama-3-8b').kv_bytes_per_token(2) / kvmath.KiB:.0f}<" in page
+    assert f">{kvmath.Model.preset('llama-3-8b').kv_bytes_per_token(2) / 1024:.0f}<" in page

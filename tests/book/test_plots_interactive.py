@@ -277,7 +277,7 @@ def test_kvmath_core_does_not_import_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, kvmath; kvmath.critical_batch(312e12, 1.5e12, 2); print('matplotlib' in sys.modules)"
+    code = "import sys, kvmath; kvmath.formulas.critical_batch(312e12, 1.5e12, 2); print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

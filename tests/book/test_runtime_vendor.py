@@ -95,7 +95,7 @@ def _notebook(*sources: str) -> dict:
 def test_the_cut_keeps_what_the_figure_reads_and_drops_glue_and_checks():
     nb = _notebook(
         "import numpy as np\nimport kvmath\nfrom myst_nb import glue",
-        "SCALE = 2.0\nunused = kvmath.get_chip('h100-sxm')\nglue('x', 1, display=False)",
+        "SCALE = 2.0\nunused = kvmath.Chip.preset('h100-sxm')\nglue('x', 1, display=False)",
         "rows = []\nfor k in range(3):\n    rows.append(k * SCALE)",
         "kvbook.check_table([('a', None, '1')])\nprint(rows)",
         "%matplotlib inline\nfrom kvbook.interactive import Slider, interactive_figure\n"

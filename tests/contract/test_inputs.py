@@ -473,12 +473,13 @@ def test_fmt_count_of_subnormal_counts():
 def test_a_subnormal_rate_in_a_tensor_parallel_step_is_named():
     # the old closed form took parameter counts and bytes that could underflow when shared over the chips; a
     # deployment's model has whole counts, so the subnormal inputs left are the chip's rates: each must give a
-    # ResultOverflow naming the step, never a ZeroDivisionError or inf
+    # ResultOverflow naming the step (a rate that only a product makes too small) or the chip's rate (one that
+    # combines to 0 when the deployment is built), never a ZeroDivisionError or inf
     h100 = km.Chip.preset("h100-sxm")
-    with pytest.raises(ValueError, match="^step: the result overflows"):
+    with pytest.raises(km.ResultOverflow, match="^step: the result overflows"):
         km.Deployment("llama-3-8b", h100.replace(bandwidth=5e-324), "tp=2").step(1, 1)
-    with pytest.raises(ValueError, match="^step: the result overflows"):
-        km.Deployment("llama-3-8b", h100.replace(flops_by_dtype={"bf16": 5e-324}), "tp=2").step(1, 1)
+    with pytest.raises(km.ResultOverflow, match="^chip 'h100-sxm': the matmuls' FLOP rate"):
+        km.Deployment("llama-3-8b", h100.replace(flops_by_dtype={"bf16": 5e-324}), "tp=2")
 
 
 def test_prefill_counts_the_batch_and_both_memory_terms():

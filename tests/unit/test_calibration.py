@@ -12,7 +12,6 @@ import kvmath as km
 from kvmath.calibration import EXTRA_MODELS, METRICS, REGIMES
 from kvmath.layout import parse_layout
 # llama.cpp's last-MLP rule is an option of the request model's prefill only (the calibration rows use it)
-from kvmath.requests import prefill_bound
 
 ROWS = km.calibration.load_measurements()
 BIB = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text(encoding="utf-8")
@@ -130,7 +129,7 @@ def test_llama_cpp_skips_the_last_mlp_without_logits():
     dep = km.Deployment(m, chip)
     with_logits = dep.step(1, np.arange(1, 513, dtype=float))
     steps = float(np.sum(with_logits.strict_s)) - 511 * (head + mlp) / chip.bandwidth
-    t = prefill_bound(m, chip, 1, 512, chunk_tokens=1, last_mlp_logits_only=True)
+    t = dep.request(1, 512, 1, chunk_tokens=1, last_mlp_logits_only=True).ttft_s
     assert t == pytest.approx(steps, rel=2e-3)
     # the plain rule charges the MLP: exactly 511 of its reads more
     plain = dep.request(1, 512, 1, chunk_tokens=1).ttft_s
@@ -139,13 +138,13 @@ def test_llama_cpp_skips_the_last_mlp_without_logits():
     s, d = 2048, 4096
     flops = 2 * s * 32 * (4 * d * d + 3 * d * 11008) + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
     skipped = 2 * (s - 1) * 3 * d * 11008
-    t7 = prefill_bound("llama-2-7b", "a100-80gb", 1, s, weights="fp16", compute_dtype="fp16",
-                       last_mlp_logits_only=True)
+    t7 = km.Deployment("llama-2-7b", "a100-80gb", weights="fp16", compute="fp16").request(
+        1, s, 1, last_mlp_logits_only=True).ttft_s
     assert t7 == pytest.approx((flops - skipped) / 312e12, rel=2e-3)
     with pytest.raises(ValueError, match="last_mlp_logits_only"):
-        prefill_bound("llama-3-8b", "rtx-4090", 1, 512, last_mlp_logits_only="yes")
+        km.Deployment("llama-3-8b", "rtx-4090").request(1, 512, 1, last_mlp_logits_only="yes")
     with pytest.raises(ValueError, match="dense models only"):
-        prefill_bound("mixtral-8x7b", "a100-80gb", 1, 512, chunk_tokens=8, last_mlp_logits_only=True)
+        km.Deployment("mixtral-8x7b", "a100-80gb").request(1, 512, 1, chunk_tokens=8, last_mlp_logits_only=True)
 
 
 def test_replicated_lm_head_is_read_whole_on_every_chip():

@@ -599,6 +599,7 @@ class InteractiveFigure:
 
         self.controls = dict(controls)
         self.main = main
+        self.call: dict | None = None  # set by kvbook.figures.figure: the function call that made this figure
         self.dpi = float(dpi)  # CSS pixels per inch: the size the image is shown at
         self.pixel_ratio = float(pixel_ratio)  # rendered pixels per CSS pixel (HiDPI)
         self.caption = caption
@@ -822,11 +823,13 @@ class InteractiveFigure:
                      "kind": "choice" if isinstance(c, Choice) else "slider",
                      "labels": [c.fmt(v) for v in c.values], "default": c.index(c.default)}
                     for n, c in self.controls.items()]
+        # a figure made by a kvbook.figures function says which call made it: the page's live layer repeats it
+        call = "" if self.call is None else f' data-call="{html.escape(json.dumps(self.call))}"'
         data = json.dumps({"frames": frames, "labels": labels, "alts": alts,
                            "name": main_name, "main": self.main,
                            "controls": controls}).replace("</", "<\\/")
         return (
-            f'<div class="kvmath-interactive" id="{uid}" data-main="{html.escape(self.main)}">\n'
+            f'<div class="kvmath-interactive" id="{uid}" data-main="{html.escape(self.main)}"{call}>\n'
             f'<img class="kvmath-interactive-img" src="{frames[start]}" alt="{html.escape(alts[start])}" '
             f'width="{width_px}" height="{height_px}" '
             f'style="width:100%;max-width:{width_px}px;height:auto;">\n'

@@ -2,8 +2,10 @@
 
 After the HTML build, for each notebook page with ``kvbook.interactive`` figures:
 
-* the code those figures need is cut from the notebook (``packages/kvbook/kvbook/live/figure_code.py``)
-  and written beside the build as ``_figures/<page>.py``, with
+* the code those figures need, the calls of the ``kvbook.figures`` functions the
+  page shows (``packages/kvbook/kvbook/live/figure_calls.py``; for a chapter not
+  ported to figure functions yet, code cut from its notebook by
+  ``figure_code.py``), is written beside the build as ``_figures/<page>.py``, with
   ``_figures/<page>.json`` saying where the runtime is and which figures are
   static (a figure that measures the machine keeps its build-time frames);
 * the page gets one deferred script, ``_vendor/kvmath-live/live.js``, which adds
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from sphinx.util import logging
 
-from kvbook.live import figure_code, vendor_pyodide
+from kvbook.live import figure_calls, figure_code, vendor_pyodide
 
 logger = logging.getLogger(__name__)
 LIVE_SRC = Path(figure_code.__file__).resolve().parent
@@ -115,7 +117,11 @@ def make_live(outdir: Path, docname: str, source: Path, runtime: dict) -> int:
     count = html.count(MARK)
     if not count:
         return 0
-    found = figure_code.extract_file(source)
+    page_calls = figure_calls.calls(html)
+    if page_calls and all(page_calls):  # every figure made by a kvbook.figures function: repeat the calls
+        found = figure_calls.code(page_calls)
+    else:  # a chapter whose figures are not functions yet: the code is cut from its notebook
+        found = figure_code.extract_file(source)
     if found is None or len(found["figures"]) != count:
         _say(f"{docname}: {count} figures on the page but "
              f"{0 if found is None else len(found['figures'])} found in the notebook's code; "

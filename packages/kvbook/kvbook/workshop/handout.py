@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import kvmath
+from kvmath.units import GiB, KiB
 
 from kvbook.repo import ROOT
 from kvbook.workshop import workshop_pages
@@ -70,12 +71,12 @@ def _n(x: float | None, digits: int = 0) -> str:
 
 def chip_rows() -> list[list[str]]:
     rows = []
-    for name in kvmath.chip_names():
-        c = kvmath.get_chip(name)
+    for name in kvmath.Chip.presets():
+        c = kvmath.Chip.preset(name)
         flops = [_n(c.flops_by_dtype[f] / 1e12) if f in c.flops_by_dtype else "—" for f in FORMATS]
         rows.append([f"<code>{html.escape(c.name)}</code>", _n(c.hbm_bytes / 1e9, 0),
-                     _n(c.device_bytes / kvmath.GiB, 2) if c.device_bytes else "—",
-                     _n(c.runtime_bytes / kvmath.GiB, 2) if c.runtime_bytes else "—",
+                     _n(c.device_bytes / GiB, 2) if c.device_bytes else "—",
+                     _n(c.runtime_bytes / GiB, 2) if c.runtime_bytes else "—",
                      _n(c.bandwidth / 1e12, 2), *flops, _n(c.ridge_point("bf16"), 0)])
     return rows
 
@@ -83,13 +84,13 @@ def chip_rows() -> list[list[str]]:
 def model_rows() -> list[list[str]]:
     rows = []
     for name in MODELS:
-        m = kvmath.get_model(name)
+        m = kvmath.Model.preset(name)
         per_token = m.kv_bytes_per_token(2)
         seq = m.kv_bytes_per_seq(CONTEXT, 2)
         rows.append([f"<code>{html.escape(m.name)}</code>", m.attention.upper(), str(m.n_layers), str(m.n_heads),
                      str(m.n_kv_heads) if m.attention != "mla" else "latent",
-                     _n(m.param_count() / 1e9, 1), _n(per_token / kvmath.KiB, 0),
-                     _n(seq / kvmath.GiB, 2), _n(seq / 1e9, 2)])
+                     _n(m.param_count() / 1e9, 1), _n(per_token / KiB, 0),
+                     _n(seq / GiB, 2), _n(seq / 1e9, 2)])
     return rows
 
 
@@ -129,8 +130,8 @@ def render() -> str:
                     "KiB / token", f"GiB / {CONTEXT:,} tok", f"GB / {CONTEXT:,} tok"], model_rows(), 2)
     formulas = "<table class='formulas'>" + "".join(
         f"<tr><td>{name}</td><td>{f}</td></tr>" for name, f in FORMULAS) + "</table>"
-    gib = kvmath.GiB
-    h100 = kvmath.get_chip("h100-sxm")
+    gib = GiB
+    h100 = kvmath.Chip.preset("h100-sxm")
     units = (
         f"<p><b>GB</b> = 10<sup>9</sup> bytes; <b>GiB</b> = 2<sup>30</sup> = {_n(gib)} bytes = "
         f"{gib / 1e9:.4f} GB. KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup> bytes. Bandwidth in bytes/s "

@@ -1,0 +1,68 @@
+"""Each chapter's figures, as functions with explicit parameters.
+
+A chapter's notebook shows a figure by calling its function
+(``ch00.roofline_point()``); the published page's live layer calls the same
+function in the reader's browser, and the tests and benchmarks call it too.
+So a figure's code exists once, here, and no tool has to cut it out of a
+notebook. Module ``chNN`` holds chapter NN's figures.
+
+:func:`figure` registers a function. An interactive figure it returns
+remembers the call (``InteractiveFigure.call``: module, function and keyword
+arguments), which the page's HTML carries, so the build knows exactly what
+the browser must call, with what. Keyword arguments must be JSON values
+(numbers, strings, lists): presets are passed by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import pkgutil
+from typing import Callable
+
+#: Every registered figure function, by "chNN.name".
+REGISTRY: dict[str, Callable] = {}
+
+#: Why a figure that measures this machine keeps its build-time frames in the browser.
+MEASURES_THE_MACHINE = (
+    "This figure stays as rendered when the book was built: its code measures the machine it runs on "
+    "(kvmath.measure), at sizes (hundreds of MB copied, 2048\u00b3 matrix products) that take minutes in "
+    "WebAssembly, and the figure shows the build machine's measurements. Every value of its slider was rendered "
+    "then; run the chapter with make lab to measure your own machine.")
+
+
+def figure(fn: Callable | None = None, *, static: str = "") -> Callable:
+    """Register ``fn`` as a chapter figure; with ``static``, its page keeps the build's frames (say why).
+
+    The wrapped function takes keyword arguments only, each a JSON value.
+    """
+    def register(fn: Callable) -> Callable:
+        chapter = fn.__module__.rsplit(".", 1)[-1]
+
+        @functools.wraps(fn)
+        def call(**kwargs):
+            try:
+                json.dumps(kwargs)
+            except TypeError as err:
+                raise ValueError(f"{chapter}.{fn.__name__}: arguments must be JSON values (pass presets by "
+                                 f"name): {err}") from None
+            fig = fn(**kwargs)
+            if hasattr(fig, "to_html"):  # an InteractiveFigure: the page's live layer will call us again
+                fig.call = {"module": fn.__module__, "function": fn.__name__, "kwargs": kwargs,
+                            "static": static}
+            return fig
+
+        call.static = static
+        REGISTRY[f"{chapter}.{fn.__name__}"] = call
+        return call
+
+    return register(fn) if fn is not None else register
+
+
+def load_all() -> dict[str, Callable]:
+    """Import every chapter module and return :data:`REGISTRY` (name -> function)."""
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("ch"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    return dict(REGISTRY)
