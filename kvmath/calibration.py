@@ -196,6 +196,21 @@ class Measurement:
         lengths = f"{self.input_tokens}/{self.output_tokens}"
         return f"{self.model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
 
+    def deployment(self) -> Deployment:
+        """The row's :class:`kvmath.Deployment`: model, chip, layout, link and formats, as :func:`bound_for` uses them.
+
+        A ``split=N`` layout (Pope et al.'s) is ``tp=N,kv=batch``; ``replicated_lm_head``
+        sets the layout's ``replicate_lm_head``; a row that names no link counts no
+        communication (``link=None``).
+
+        Examples
+        --------
+        >>> dep = get_measurement("gf-70b-tp2").deployment()
+        >>> dep.layout.tp, dep.layout.replicate_lm_head, dep.link.name
+        (2, True, 'nvlink3')
+        """
+        return _deployment(self)
+
 
 def _weights(cell: str):
     """A weights cell: ``bf16``, ``0.625`` (bytes per weight) or ``default:q4_k;lm_head:q6_k``."""
