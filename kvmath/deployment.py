@@ -232,7 +232,8 @@ class Deployment:
     # ----- the decode step ----------------------------------------------------
 
     def step(self, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
-             routing: str = "floor", efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0) -> "Step":
+             routing: str = "floor", efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0,
+             logits: bool = True, last_mlp_logits_only: bool = False) -> "Step":
         """One decode step of ``batch`` sequences of ``context`` cached tokens each, on the busiest chip.
 
         Parameters
@@ -249,6 +250,12 @@ class Deployment:
         efficiency, overhead_s : float or array
             Achieved fraction of peak bandwidth, and a fixed time per step:
             with either, the step is an estimate, not a bound.
+        logits, last_mlp_logits_only : bool
+            ``logits=False``: no token of the step needs logits (a prompt
+            token fed as a step of its own), so it neither reads nor
+            multiplies by the LM head; with ``last_mlp_logits_only`` (an
+            engine that keeps only the rows needing logits before the last
+            layer's MLP, as llama.cpp does; dense models) that MLP is skipped too.
 
         Returns
         -------
@@ -257,14 +264,21 @@ class Deployment:
         """
         batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq)
         routing = choice("routing", routing, ROUTINGS)
+        for name, value in (("logits", logits), ("last_mlp_logits_only", last_mlp_logits_only)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        if last_mlp_logits_only and self.model.n_experts:
+            raise ValueError(f"last_mlp_logits_only is modelled for dense models only; {self.model.name} has experts")
         efficiency = fraction("efficiency", efficiency)
         overhead_s = non_negative("overhead_s", overhead_s)
         plan = self._plan
         estimate = routing != "floor" or _any_differs(efficiency, 1.0) or _any_differs(overhead_s, 0.0)
         args = (batch, context, tokens_per_seq, plan.kv_per_seq(_ceil(context)),
                 plan.attention_per_token(context) * tokens_per_seq)
+        no_logits = None if logits else 0.0  # tokens per sequence that need logits: all, or none
         options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
-                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate)
+                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate, lm_head_tokens=no_logits,
+                       last_mlp_tokens=no_logits if last_mlp_logits_only else None)
         if all(type(x) is float for x in (batch, context, tokens_per_seq, efficiency, overhead_s)):
             try:
                 step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
