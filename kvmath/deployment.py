@@ -192,7 +192,7 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
+        from .rates import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
         if formats.compute is not None:
             choice("compute", formats.compute, ("bf16", "fp16", "fp8", "int8", "fp4"))
@@ -413,7 +413,7 @@ class Deployment:
         the batch until every expert is touched (``routing="uniform"``, an
         estimate, by default).
         """
-        from .step import model_critical_batch
+        from .rates import model_critical_batch
 
         return model_critical_batch(self.model, self.chip, self.formats.weights, self.formats.compute, routing)
 
