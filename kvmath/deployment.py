@@ -503,19 +503,20 @@ class Deployment:
                      engine: str | None = None) -> "Deployment":
         """This deployment on the fewest tensor-parallel chips whose busiest chip holds its weights.
 
-        Tries ``tp = N`` from the fewest chips whose memory (``budget``, or
-        ``hbm_bytes`` per chip) could hold all the weights, upward, and keeps
-        the first layout the model accepts (the heads split ``tp`` ways) whose
-        busiest chip holds its weights; with ``engine="vllm"`` also one that
-        vLLM accepts (KV heads divisible by ``tp`` or dividing it). Links and
+        Tries ``N`` chips from the fewest whose memory (``budget``, or
+        ``hbm_bytes`` per chip) could hold all the weights, upward: ``tp = N``
+        where the heads split ``N`` ways, else ``pp = N`` (by layers), and keeps
+        the first layout whose busiest chip holds its weights; with
+        ``engine="vllm"`` only tensor parallelism that vLLM accepts (KV heads
+        divisible by ``tp`` or dividing it). Links and
         formats are kept. ``ValueError`` if no ``tp`` up to the head count will do.
 
         Examples
         --------
         >>> Deployment("llama-3.1-70b", "h100-sxm").fewest_chips().n_chips   # 141 GB of bf16 weights on 80 GB chips
         2
-        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().n_chips  # 11 would hold them; 128 heads split 16 ways
-        16
+        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().layout  # 10.1 chips' worth; 128 heads split 16 ways
+        ParallelLayout(tp=1, cp=1, dp=1, pp=12, ep=1)
         """
         from .memory import _check_tensor_parallel, memory_budget
 
@@ -525,13 +526,16 @@ class Deployment:
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         whole = self.replace(layout=None, link=None)._plan.weight_resident
         start = max(1, int(np.ceil(whole / memory)))
-        for tp in range(start, self.model.n_heads + 1):
-            layout = ParallelLayout(tp=tp, kv_split=self.layout.kv_split)
-            if self.model.n_heads % tp:
+        for n in range(start, self.model.n_heads + 1):
+            if self.model.n_heads % n == 0:
+                layout = ParallelLayout(tp=n, kv_split=self.layout.kv_split)
+            elif engine is None and n <= self.model.n_layers:
+                layout = ParallelLayout(pp=n)  # the heads do not split n ways; the layers do
+            else:
                 continue
             if engine is not None:
                 try:
-                    _check_tensor_parallel(self.model, tp)
+                    _check_tensor_parallel(self.model, n)
                 except ValueError:
                     continue
             dep = self.replace(layout=layout)
