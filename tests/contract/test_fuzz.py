@@ -372,14 +372,16 @@ _NO_RATE = ("has no bf16 rate", "has no fp8 rate", "has no int8 rate")
 for _name in [n for n in FUNCTIONS if n.startswith("Deployment")]:
     DOMAIN_ERRORS[_name] = DOMAIN_ERRORS.get(_name, ()) + _NO_RATE + _LAYOUT_ERRORS + _CHUNKS + (
         "is not modelled with a layout", "must be 1 or the layout's", "has no in-switch", "weight_bytes exceed",
-        "does not divide the", "mixes formats of different compute rates")
+        "does not divide the", "mixes formats of different compute rates",
+        "is modelled for dense models only")  # llama.cpp's last-MLP rule: documented for dense models
 for _name in ("Deployment.mixed_step", "Deployment.steady_state"):
     DOMAIN_ERRORS[_name] += ("layout must use tensor", "output_tokens must be at least 2")
 DOMAIN_ERRORS["Deployment.critical_batch"] += ("never catches up",)
 for _name in ("Deployment.capacity", "Deployment.fewest_chips"):
-    DOMAIN_ERRORS[_name] += ("the weights do not fit", "no tensor-parallel size from", "has no device_bytes",
+    DOMAIN_ERRORS[_name] += ("the weights do not fit", "no tensor-parallel size from", "cannot hold", "has no device_bytes",
                              "has no runtime_bytes", "must exceed the driver's reserve",
-                             "is sized for tensor parallelism only")  # vLLM's sizing: documented, tp layouts only
+                             "is sized for tensor parallelism only",  # vLLM's sizing: documented, tp layouts only
+                             "context must be a whole number")  # and whole tokens
 DOMAIN_ERRORS["Deployment.frontier"] += ("must exceed the driver's reserve",)
 _BOUND = {
     "Model.kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").kv_bytes_per_token,
@@ -622,6 +624,8 @@ def test_mismatched_shapes_name_the_arguments(call, data):
     numeric = [a for a, k in FUNCTIONS[name].items() if k in _NUMERIC - _WHOLE]
     if len(numeric) < 2 or name.startswith("formatting.") or "@" in name or name in _SCALAR_ONLY:
         return
+    if name in DOMAIN_ERRORS and _call(name, args) is None:
+        return  # a combination with no answer (ep on a dense model) is refused before the shapes, as it should be
     a, b = data.draw(st.permutations(numeric))[:2]
     args = {**args, a: np.full(2, args[a]), b: np.full(3, args[b])}
     with pytest.raises(ValueError, match=rf"{a} \(2,\) and {b} \(3,\)|{b} \(3,\) and {a} \(2,\)"):
