@@ -51,3 +51,11 @@ def test_chapter_01_figures_build():
         "intensity_vs_batch": None,
         "roofline_live": {"chip": ("choice", "h100-sxm"), "batch": ("slider", 1)},
     })
+
+
+def test_chapter_02_figures_build():
+    check_chapter("ch02", {
+        "kvcache_presets": None,
+        "kvcache_live": {"model": ("choice", "codellama-7b"), "context": ("slider", 8192), "batch": ("slider", 16),
+                         "kv_dtype": ("choice", "bf16"), "chip": ("choice", "a100-80gb")},
+    })
