@@ -59,3 +59,12 @@ def test_chapter_02_figures_build():
         "kvcache_live": {"model": ("choice", "codellama-7b"), "context": ("slider", 8192), "batch": ("slider", 16),
                          "kv_dtype": ("choice", "bf16"), "chip": ("choice", "a100-80gb")},
     })
+
+
+def test_chapter_03_figures_build():
+    check_chapter("ch03", {
+        "ms_example": None,
+        "ms_curve": None,
+        "minstep_live": {"batch": ("slider", 256), "context": ("slider", 8192), "chips": ("slider", 16),
+                         "weights": ("choice", "int8"), "kv_per_token": ("slider", 100e3)},
+    })
