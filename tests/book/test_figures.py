@@ -68,3 +68,12 @@ def test_chapter_03_figures_build():
         "minstep_live": {"batch": ("slider", 256), "context": ("slider", 8192), "chips": ("slider", 16),
                          "weights": ("choice", "int8"), "kv_per_token": ("slider", 100e3)},
     })
+
+
+def test_chapter_04_figures_build():
+    check_chapter("ch04", {
+        "bc_crossing": None,
+        "bc_fraction": None,
+        "bcrit_live": {"batch": ("slider", 128), "chip": ("choice", "h100-sxm"), "weights": ("choice", "bf16"),
+                       "math": ("choice", "bf16")},
+    })
