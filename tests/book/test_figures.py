@@ -77,3 +77,12 @@ def test_chapter_04_figures_build():
         "bcrit_live": {"batch": ("slider", 128), "chip": ("choice", "h100-sxm"), "weights": ("choice", "bf16"),
                        "math": ("choice", "bf16")},
     })
+
+
+def test_chapter_05_figures_build():
+    check_chapter("ch05", {
+        "share_design": None,
+        "share_h100": None,
+        "share_window": None,
+        "share_live": {"kv_heads": ("slider", 8), "model": ("choice", "llama-2-70b"), "chip": ("choice", "h100-sxm")},
+    })
