@@ -41,11 +41,10 @@ from .results import Result
 
 from .deployment import Deployment
 from .requests import prefill_attention_flops
-from .step import refuse_overflow
-from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
+from .validation import refuse_overflow, ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class MixedStep(Result):
     """Bounds on one continuous-batching step, per chip (seconds, bytes, FLOPs; arrays where the inputs were).
 
@@ -224,7 +223,7 @@ def mixed_step(
     return step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class SteadyState(Result):
     """Continuous batching with ``batch`` decode slots kept full (see :func:`steady_state`).
 

@@ -55,7 +55,7 @@ from .layout import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .deployment import Deployment
-from .step import compute_rate
+from .rates import compute_rate
 from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).
@@ -196,6 +196,21 @@ class Measurement:
         lengths = f"{self.input_tokens}/{self.output_tokens}"
         return f"{self.model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
 
+    def deployment(self) -> Deployment:
+        """The row's :class:`kvmath.Deployment`: model, chip, layout, link and formats, as :func:`bound_for` uses them.
+
+        A ``split=N`` layout (Pope et al.'s) is ``tp=N,kv=batch``; ``replicated_lm_head``
+        sets the layout's ``replicate_lm_head``; a row that names no link counts no
+        communication (``link=None``).
+
+        Examples
+        --------
+        >>> dep = get_measurement("gf-70b-tp2").deployment()
+        >>> dep.layout.tp, dep.layout.replicate_lm_head, dep.link.name
+        (2, True, 'nvlink3')
+        """
+        return _deployment(self)
+
 
 def _weights(cell: str):
     """A weights cell: ``bf16``, ``0.625`` (bytes per weight) or ``default:q4_k;lm_head:q6_k``."""
@@ -255,7 +270,7 @@ def get_measurement(measurement_id: str) -> Measurement:
     raise ValueError(f"measurement_id {measurement_id!r} is not in measurements.csv; did you mean {close}?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Calibration:
     """A measurement next to its bound.
 

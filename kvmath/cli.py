@@ -197,65 +197,71 @@ def _add_layout_options(p: argparse.ArgumentParser, capacity: bool = False) -> N
                    help="chips one node holds: a collective over more takes --node-link (default: every chip of the layout)")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``only``, that command's alone (half the start-up of building them all)."""
     # wide enough that every command and its help share one line
     parser = _Parser(prog="kvmath", description="The arithmetic of LLM inference: bounds from a model, a chip and a layout.",
                      formatter_class=_OneLineHelp)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
                                 prog="kvmath")  # a prog spares argparse a help formatter (and shutil) per start
 
-    keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
-    decode = sub.add_parser(
-        "decode", help="bounds on one decode step and tokens/s (Deployment.step)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
-               "with --params alone: the keys of kvmath.formulas.step_breakdown",
-    )
-    _add_model_options(decode, notes=True)
-    _add_chip_options(decode)
-    _add_layout_options(decode)
-    decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B (required)", action=_Once)
-    decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S (required)", action=_Once)
-    decode.add_argument("--efficiency", type=_number, default=1.0,
-                        help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)", action=_Once)
-    decode.add_argument("--overhead-s", type=_number, default=0.0,
-                        help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)", action=_Once)
+    if only in (None, "decode"):
+        keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
+        decode = sub.add_parser(
+            "decode", help="bounds on one decode step and tokens/s (Deployment.step)",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
+                   "with --params alone: the keys of kvmath.formulas.step_breakdown",
+        )
+        _add_model_options(decode, notes=True)
+        _add_chip_options(decode)
+        _add_layout_options(decode)
+        decode.add_argument("--batch", type=_number, required=True, help="sequences per step, B (required)", action=_Once)
+        decode.add_argument("--context", type=_number, required=True, help="tokens in each sequence's cache, S (required)", action=_Once)
+        decode.add_argument("--efficiency", type=_number, default=1.0,
+                            help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)", action=_Once)
+        decode.add_argument("--overhead-s", type=_number, default=0.0,
+                            help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)", action=_Once)
 
-    capacity = sub.add_parser("capacity", help="weights, KV budget, tokens and batch that fit (Deployment.capacity)")
-    _add_model_options(capacity, notes=True)
-    capacity.add_argument("--hardware", action=_Once,
-                          help="chip preset (see `kvmath hardware`); default: none, then --hbm-bytes is needed")
-    capacity.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
-    _add_layout_options(capacity, capacity=True)
-    capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes; overrides the --hardware preset's (default: from the preset)", action=_Once)
-    capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S (required)", action=_Once)
-    capacity.add_argument("--budget", default="device", type=str.lower, choices=("device", "reported", "reserve"),
-                          help="memory per chip: the marketed size (default), the total the device reports "
-                               "(nvidia-smi), or the CUDA runtime's total less the process's non-torch memory; "
-                               "a --hbm-bytes number is taken as the reported total", action=_Once)
-    capacity.add_argument("--engine", type=str.lower, choices=("vllm",),
-                          help="also size the KV cache as this serving engine does, at TP = the layout's chips "
-                               "(default: none)", action=_Once)
-    capacity.add_argument("--gpu-memory-utilization", type=_number,
-                          help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
-    capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})", action=_Once)
-    capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
-    capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
-                          help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
+    if only in (None, "capacity"):
+        capacity = sub.add_parser("capacity", help="weights, KV budget, tokens and batch that fit (Deployment.capacity)")
+        _add_model_options(capacity, notes=True)
+        capacity.add_argument("--hardware", action=_Once,
+                              help="chip preset (see `kvmath hardware`); default: none, then --hbm-bytes is needed")
+        capacity.add_argument("--json", action=_OnceFlag, help="print one JSON object instead of text (default: text)")
+        _add_layout_options(capacity, capacity=True)
+        capacity.add_argument("--hbm-bytes", type=_number, help="memory per chip in bytes; overrides the --hardware preset's (default: from the preset)", action=_Once)
+        capacity.add_argument("--context", type=_number, required=True, help="tokens per sequence, S (required)", action=_Once)
+        capacity.add_argument("--budget", default="device", type=str.lower, choices=("device", "reported", "reserve"),
+                              help="memory per chip: the marketed size (default), the total the device reports "
+                                   "(nvidia-smi), or the CUDA runtime's total less the process's non-torch memory; "
+                                   "a --hbm-bytes number is taken as the reported total", action=_Once)
+        capacity.add_argument("--engine", type=str.lower, choices=("vllm",),
+                              help="also size the KV cache as this serving engine does, at TP = the layout's chips "
+                                   "(default: none)", action=_Once)
+        capacity.add_argument("--gpu-memory-utilization", type=_number,
+                              help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
+        capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})", action=_Once)
+        capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
+        capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
+                              help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
 
-    crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
-    crit.add_argument("--hardware", help="chip preset; default: none, then --bandwidth and --flops are both needed", action=_Once)
-    _add_model_choice(crit, "model preset: also solve its own B_crit, which MoE models change (default: none)")
-    crit.add_argument("--bandwidth", type=_number, help="bytes/s; overrides the --hardware preset's (default: from the preset)", action=_Once)
-    crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype; overrides the --hardware preset's (default: from the preset)", action=_Once)
-    crit.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
-                      help="number format of the stored weights, b_w (default: %(default)s)")
-    crit.add_argument("--compute-dtype", type=str.lower, choices=COMPUTE_DTYPES,
-                      help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)", action=_Once)
-    crit.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
+    if only in (None, "critical-batch"):
+        crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
+        crit.add_argument("--hardware", help="chip preset; default: none, then --bandwidth and --flops are both needed", action=_Once)
+        _add_model_choice(crit, "model preset: also solve its own B_crit, which MoE models change (default: none)")
+        crit.add_argument("--bandwidth", type=_number, help="bytes/s; overrides the --hardware preset's (default: from the preset)", action=_Once)
+        crit.add_argument("--flops", type=_number, help="FLOP/s in the compute dtype; overrides the --hardware preset's (default: from the preset)", action=_Once)
+        crit.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
+                          help="number format of the stored weights, b_w (default: %(default)s)")
+        crit.add_argument("--compute-dtype", type=str.lower, choices=COMPUTE_DTYPES,
+                          help="rate the matmuls run at (default: the weight format's own where the chip has it, else bf16)", action=_Once)
+        crit.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
 
     for name, text in (("prefill", "bound on the prefill, time to first token (Deployment.prefill, .request)"),
                        ("run", "whole requests: TTFT, decode, tokens/s, cost (Deployment.request)")):
+        if only not in (None, name):
+            continue
         p = sub.add_parser(name, help=text)
         _add_model_options(p, notes=False)
         _add_chip_options(p)
@@ -271,16 +277,19 @@ def _build_parser() -> argparse.ArgumentParser:
                            help="text only: the memory per chip the last step's memory is compared with "
                                 "(kvmath.memory.memory_budget; default: device, the marketed size)")
 
-    models = sub.add_parser("models", help="list model presets")
-    models.add_argument("--family", help="only this family (llama, qwen, gemma, ...; default: all)", action=_Once)
-    models.add_argument("--attention", help="only models with this attention (mha, gqa, mqa, mla) or layer kind "
-                                            "(full, sliding, chunked, linear; default: all)", action=_Once)
-    models.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
-    hardware = sub.add_parser("hardware", help="list chip presets")
-    hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple; default: all)", action=_Once)
-    hardware.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
-    links = sub.add_parser("links", help="list link presets")
-    links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
+    if only in (None, "models"):
+        models = sub.add_parser("models", help="list model presets")
+        models.add_argument("--family", help="only this family (llama, qwen, gemma, ...; default: all)", action=_Once)
+        models.add_argument("--attention", help="only models with this attention (mha, gqa, mqa, mla) or layer kind "
+                                                "(full, sliding, chunked, linear; default: all)", action=_Once)
+        models.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
+    if only in (None, "hardware"):
+        hardware = sub.add_parser("hardware", help="list chip presets")
+        hardware.add_argument("--vendor", help="only this vendor (nvidia, amd, google, apple; default: all)", action=_Once)
+        hardware.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
+    if only in (None, "links"):
+        links = sub.add_parser("links", help="list link presets")
+        links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
     return parser
 
 
@@ -869,7 +878,8 @@ def _encodable(text: str, stream) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvmath`` console script; returns the exit status."""
-    args = _build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _build_parser(argv[0] if argv and argv[0] in _COMMANDS else None).parse_args(argv)
     compute = _COMMANDS[args.command][0]
     try:
         _refuse_ignored(args)

@@ -192,7 +192,7 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
+        from .rates import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
         if formats.compute is not None:
             choice("compute", formats.compute, ("bf16", "fp16", "fp8", "int8", "fp4"))
@@ -232,7 +232,8 @@ class Deployment:
     # ----- the decode step ----------------------------------------------------
 
     def step(self, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
-             routing: str = "floor", efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0) -> "Step":
+             routing: str = "floor", efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0,
+             logits: bool = True, last_mlp_logits_only: bool = False) -> "Step":
         """One decode step of ``batch`` sequences of ``context`` cached tokens each, on the busiest chip.
 
         Parameters
@@ -249,6 +250,12 @@ class Deployment:
         efficiency, overhead_s : float or array
             Achieved fraction of peak bandwidth, and a fixed time per step:
             with either, the step is an estimate, not a bound.
+        logits, last_mlp_logits_only : bool
+            ``logits=False``: no token of the step needs logits (a prompt
+            token fed as a step of its own), so it neither reads nor
+            multiplies by the LM head; with ``last_mlp_logits_only`` (an
+            engine that keeps only the rows needing logits before the last
+            layer's MLP, as llama.cpp does; dense models) that MLP is skipped too.
 
         Returns
         -------
@@ -257,14 +264,21 @@ class Deployment:
         """
         batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq)
         routing = choice("routing", routing, ROUTINGS)
+        for name, value in (("logits", logits), ("last_mlp_logits_only", last_mlp_logits_only)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        if last_mlp_logits_only and self.model.n_experts:
+            raise ValueError(f"last_mlp_logits_only is modelled for dense models only; {self.model.name} has experts")
         efficiency = fraction("efficiency", efficiency)
         overhead_s = non_negative("overhead_s", overhead_s)
         plan = self._plan
         estimate = routing != "floor" or _any_differs(efficiency, 1.0) or _any_differs(overhead_s, 0.0)
         args = (batch, context, tokens_per_seq, plan.kv_per_seq(_ceil(context)),
                 plan.attention_per_token(context) * tokens_per_seq)
+        no_logits = None if logits else 0.0  # tokens per sequence that need logits: all, or none
         options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
-                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate)
+                       routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate, lm_head_tokens=no_logits,
+                       last_mlp_tokens=no_logits if last_mlp_logits_only else None)
         if all(type(x) is float for x in (batch, context, tokens_per_seq, efficiency, overhead_s)):
             try:
                 step = plan.pass_(*args, **options)  # plain floats: no numpy warnings to silence
@@ -399,7 +413,7 @@ class Deployment:
         the batch until every expert is touched (``routing="uniform"``, an
         estimate, by default).
         """
-        from .step import model_critical_batch
+        from .rates import model_critical_batch
 
         return model_critical_batch(self.model, self.chip, self.formats.weights, self.formats.compute, routing)
 
@@ -489,19 +503,20 @@ class Deployment:
                      engine: str | None = None) -> "Deployment":
         """This deployment on the fewest tensor-parallel chips whose busiest chip holds its weights.
 
-        Tries ``tp = N`` from the fewest chips whose memory (``budget``, or
-        ``hbm_bytes`` per chip) could hold all the weights, upward, and keeps
-        the first layout the model accepts (the heads split ``tp`` ways) whose
-        busiest chip holds its weights; with ``engine="vllm"`` also one that
-        vLLM accepts (KV heads divisible by ``tp`` or dividing it). Links and
+        Tries ``N`` chips from the fewest whose memory (``budget``, or
+        ``hbm_bytes`` per chip) could hold all the weights, upward: ``tp = N``
+        where the heads split ``N`` ways, else ``pp = N`` (by layers), and keeps
+        the first layout whose busiest chip holds its weights; with
+        ``engine="vllm"`` only tensor parallelism that vLLM accepts (KV heads
+        divisible by ``tp`` or dividing it). Links and
         formats are kept. ``ValueError`` if no ``tp`` up to the head count will do.
 
         Examples
         --------
         >>> Deployment("llama-3.1-70b", "h100-sxm").fewest_chips().n_chips   # 141 GB of bf16 weights on 80 GB chips
         2
-        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().n_chips  # 11 would hold them; 128 heads split 16 ways
-        16
+        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().layout  # 10.1 chips' worth; 128 heads split 16 ways
+        ParallelLayout(tp=1, cp=1, dp=1, pp=12, ep=1)
         """
         from .memory import _check_tensor_parallel, memory_budget
 
@@ -511,13 +526,16 @@ class Deployment:
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         whole = self.replace(layout=None, link=None)._plan.weight_resident
         start = max(1, int(np.ceil(whole / memory)))
-        for tp in range(start, self.model.n_heads + 1):
-            layout = ParallelLayout(tp=tp, kv_split=self.layout.kv_split)
-            if self.model.n_heads % tp:
+        for n in range(start, self.model.n_heads + 1):
+            if self.model.n_heads % n == 0:
+                layout = ParallelLayout(tp=n, kv_split=self.layout.kv_split)
+            elif engine is None and n <= self.model.n_layers:
+                layout = ParallelLayout(pp=n)  # the heads do not split n ways; the layers do
+            else:
                 continue
             if engine is not None:
                 try:
-                    _check_tensor_parallel(self.model, tp)
+                    _check_tensor_parallel(self.model, n)
                 except ValueError:
                     continue
             dep = self.replace(layout=layout)
@@ -611,7 +629,7 @@ def _shape_args(batch, context, tokens_per_seq):
     return positive("batch", batch), positive("context", context), positive("tokens_per_seq", tokens_per_seq)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Step(Result):
     """One decode step on the busiest chip of a deployment: what it moves and computes, and how long at least.
 
@@ -689,7 +707,7 @@ class Step(Result):
     _derived = ("binds", "tokens_per_s", "memory_bytes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Capacity(Result):
     """What fits in a deployment's memory (:meth:`Deployment.capacity`); bytes per chip unless named otherwise.
 

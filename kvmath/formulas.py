@@ -34,6 +34,18 @@ from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the n
 from .results import Result
 from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
 
+#: Every formula the module defines or re-exports (the links' collectives, the MoE forms), and their result types.
+__all__ = [
+    "RESOURCES", "binds", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
+    "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
+    "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
+    "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
+    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "Fit", "fit",
+    "expected_tokens_per_step", "speculative_improvement_factor", "cost_per_million_tokens",
+    "all_to_all_time", "allreduce_estimate", "allreduce_time", "p2p_time", "ring_allreduce_bytes",
+    "experts_touched", "saturated_critical_batch",
+]
+
 
 #: Which resource binds a strict bound: the one whose time is the bound.
 RESOURCES = ("memory", "compute", "communication")
@@ -77,7 +89,7 @@ def step_times(memory_s, compute_s, comm_s, overhead_s, kv_read_s, weight_read_s
     return strict, no_overlap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class StepBreakdown(Result):
     """The terms of a decode step's bounds, in seconds (floats or arrays).
 
@@ -745,7 +757,7 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Fit(Result):
     """What fits on chips of one memory size, by the notes' sums (:func:`fit`); bytes unless named otherwise.
 

@@ -446,7 +446,7 @@ def vllm_available_kv_bytes(
     return plain(left)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class EngineBudget(Result):
     """vLLM's KV cache for one engine (all figures per rank unless stated).
 

@@ -47,8 +47,7 @@ from .memory import BUDGETS, memory_budget
 from .models import Model
 from .deployment import Deployment, Step
 from .formulas import step_times
-from .step import overflow_named, refuse_overflow
-from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
+from .validation import overflow_named, refuse_overflow, ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
 @checked
@@ -156,7 +155,7 @@ def _sum_max2_and_constant(f: tuple, g: tuple, k: ArrayLike, lo: ArrayLike, hi: 
     return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Request(Result):
     """Bounds on serving a batch of requests (seconds; arrays where the inputs were).
 
@@ -536,7 +535,7 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
     return times
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Frontier(Result):
     """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
 

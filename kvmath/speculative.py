@@ -27,7 +27,7 @@ from .validation import (ArrayLike, as_number, as_scalar, checked, instance, one
                          positive)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Speculation(Result):
     """Speculative decoding against plain decoding, at the strict bounds (seconds per step).
 

@@ -245,7 +245,7 @@ def compare(golden: dict[str, str], now: dict[str, str], changes: dict | None = 
             failed.append(f"{key}: vanished{'' if target == key else f' (listed as moved to {target})'}")
             continue
         want = entry.get("new", old)
-        if now[target] != want:
+        if now[target] != want and not ("/glue/" in target and same_number(want, now[target])):
             failed.append(f"{target}: {now[target]!r}, but the changes file accepts {want!r} (was {old!r})")
         elif target == key and want == old:
             failed.append(f"{key}: listed in the changes file but unchanged: drop the entry")

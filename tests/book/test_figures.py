@@ -1,27 +1,68 @@
-"""Every chapter's figure functions (kvbook.figures) build with their defaults.
+"""Every chapter figure is a kvbook.figures function that builds with its defaults, and the live layer can repeat it.
 
-A static figure is a matplotlib Figure; an interactive one has the controls
-the chapter shows, with their defaults, and carries its call (module,
-function, keyword arguments), which the page's live layer repeats.
+The notebooks call these functions; the published page's Web Worker calls them
+again from the call each interactive figure carries in its HTML
+(kvbook.live.figure_calls), so a figure that does not rebuild from its call
+would leave the page's controls dead.
 """
 
 from __future__ import annotations
 
-import matplotlib
 import pytest
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
+from kvbook import figures, plots
+from kvbook.interactive import Choice, InteractiveFigure
+from kvbook.live import figure_calls
 
-from matplotlib.figure import Figure  # noqa: E402
+ALL = figures.load_all()
 
-from kvbook import plots  # noqa: E402
-from kvbook.figures import load_all  # noqa: E402
-from kvbook.interactive import Choice, InteractiveFigure  # noqa: E402
+
+def test_some_chapters_have_figure_functions():
+    assert "ch00.roofline_point" in ALL and "ch00.weights_against_math" in ALL
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_each_figure_builds_with_its_defaults_and_an_interactive_one_carries_its_call(name):
+    from matplotlib.figure import Figure
+
+    from kvbook.interactive import InteractiveFigure
+
+    made = ALL[name]()
+    assert isinstance(made, (Figure, InteractiveFigure)), name
+    if isinstance(made, InteractiveFigure):
+        module, function = name.split(".")
+        assert made.call == {"module": f"kvbook.figures.{module}", "function": function, "kwargs": {},
+                             "static": ALL[name].static}
+        page_calls = figure_calls.calls(made.to_html())
+        assert page_calls == [made.call]
+        namespace: dict = {}
+        exec(figure_calls.code(page_calls)["code"], namespace)  # what the browser's worker runs
+        again = namespace["_kvmath_figures"]
+        assert len(again) == 1 and isinstance(again[0], InteractiveFigure)
+        assert list(again[0].controls) == list(made.controls) and again[0].values == made.values
+
+
+def test_a_figure_argument_must_be_a_json_value():
+    with pytest.raises(ValueError, match="arguments must be JSON values"):
+        ALL["ch00.roofline_point"](chip=object())
+
+
+def test_the_page_code_imports_each_chapter_once_and_calls_in_display_order():
+    calls = [{"module": "kvbook.figures.ch00", "function": "roofline_point", "kwargs": {"batch": 4}, "static": ""},
+             {"module": "kvbook.figures.ch00", "function": "roofline_point", "kwargs": {}, "static": "why"}]
+    out = figure_calls.code(calls)
+    assert out["code"].count("import kvbook.figures.ch00 as _chapter0") == 1
+    assert out["code"].index("(**{'batch': 4})") < out["code"].index("(**{})")
+    assert out["figures"] == [{"cell": 0, "static": False, "reason": ""}, {"cell": 1, "static": True, "reason": "why"}]
+
+
+# --- chapters 01-05: each chapter's figures, and each interactive one's controls and their defaults ---------
 
 
 def chapter_figures(chapter: str) -> dict:
     """``{name: function}`` of the registered figures of ``chapter`` ("ch01")."""
-    return {name.split(".", 1)[1]: fn for name, fn in load_all().items() if name.split(".", 1)[0] == chapter}
+    return {name.split(".", 1)[1]: fn for name, fn in ALL.items() if name.split(".", 1)[0] == chapter}
 
 
 def check_chapter(chapter: str, expected: dict) -> None:

@@ -263,3 +263,26 @@ def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
         assert phi == pytest.approx(km.calibration.bound_for(row).ratio, rel=1e-12)  # and both are today's package
     # the two rows whose ratios used to differ (88% against 0.905, 54% against 0.53)
     assert (ch13["lcpp-4090-8b-ub1"], ch13["gf-70b-tp8"]) == ("0.88", "0.54")
+
+
+def test_a_measurement_gives_its_deployment():
+    """Measurement.deployment(): the row's layout, link and formats, the Deployment bound_for steps on.
+
+    gpt-fast's Llama 2 70B in bf16 at tp = 2 over NVLink 3: each chip reads half of
+    every weight but the 32000 x 8192 bf16 LM head (524.288 MB), which tp.py keeps
+    whole on both. Pope et al.'s ``split=64`` is weights over 64 chips with the cache
+    split by sequence, and the row names no link, so none is counted.
+    """
+    from kvmath.calibration import bound_for, get_measurement
+
+    dep = get_measurement("gf-70b-tp2").deployment()
+    assert (dep.layout.tp, dep.layout.replicate_lm_head, dep.link.name) == (2, True, "nvlink3")
+    assert (dep.formats.weights, dep.formats.kv, dep.formats.compute) == ("bf16", "bf16", "bf16")
+    read = dep.model.weight_bytes_read_by_group(1, "bf16")
+    head = 32000 * 8192 * 2
+    assert read["lm_head"] == head
+    assert dep.step(1, 105).weight_bytes_read == pytest.approx((sum(read.values()) - head) / 2 + head, rel=1e-12)
+    pope = get_measurement("pope-palm-64").deployment()
+    assert (pope.n_chips, pope.layout.tp, pope.layout.kv_split, pope.link) == (64, 64, "batch", None)
+    # an s_per_token row's bound is one step at its context: the same number through both paths
+    assert float(pope.step(1, 2048).strict_s) == pytest.approx(bound_for("pope-palm-64").bound, rel=1e-12)

@@ -58,7 +58,6 @@ def step_at_batch_1(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: in
         ax.set_xlim(0, 1.35 * max(ms))
         ax.set_xlabel("time per decode step (ms)")
         ax.grid(axis="y", visible=False)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -88,7 +87,6 @@ def roofline_h100(model: str = "llama-3-8b", chip: str = "h100-sxm", prompt_toke
         prefill_note.set_verticalalignment("top")
         prefill_note.xyann = (0, -10)  # under the point, clear of the ridge line
         ax.legend(loc="upper left")
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -119,7 +117,6 @@ def intensity_vs_batch(model: str = "llama-3-8b", chip: str = "h100-sxm", max_ba
         ax.set_yscale("log")
         ax.set_ylabel("arithmetic intensity (FLOPs / byte)")
         ax.legend(loc="upper left")
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 

@@ -64,7 +64,6 @@ def kvcache_presets(long_context: int = 32768):
         for kind, color in colors.items():
             ax.barh([np.nan], [np.nan], color=color, label=kind.upper())
         ax.legend(loc="lower right")
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 

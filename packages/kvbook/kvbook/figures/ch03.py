@@ -114,7 +114,6 @@ def ms_example(chip: str = "tpu-v5e", bandwidth: float = BANDWIDTH, n_chips: int
         bbox_to_anchor=(0.5, 1.0),
         ncol=2,
     )
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -184,7 +183,6 @@ def ms_curve(chip: str = "tpu-v5e", bandwidth: float = BANDWIDTH, n_chips: int =
     )
     kp.mark_vline(ax_t, b_crit, f"B_crit = {b_crit:.0f}", y=0.6)
     kp.mark_vline(ax_r, b_crit, f"B_crit = {b_crit:.0f}", y=0.6)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 

@@ -84,7 +84,6 @@ def bc_crossing(model: str = "kipply-52b", chip: str = "a100-40gb", bandwidth: f
     kp.mark_vline(ax, b_kipply, f"B_crit = {b_kipply:.0f}", y=0.25)
     kp.mark_vline(ax, b_other, f"{b_other:.0f}", y=0.12, color=kp.COLORS[3])
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -136,7 +135,6 @@ def bc_fraction(models: tuple = PLOT_MODELS, chip: str = "h100-sxm", marked: str
     ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
     kp.mark_vline(ax, s_half_marked, f"S_1/2 = {s_half_marked:,.0f} ({marked})", y=0.97)
     ax.legend(loc="upper right", fontsize=8)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 

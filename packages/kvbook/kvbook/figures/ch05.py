@@ -74,7 +74,6 @@ def share_design(models: tuple = DESIGN_MODELS):
     ax.xaxis.set_major_formatter(kp.bytes_formatter("KiB"))  # ...labelled in KiB
     ax.grid(axis="y", visible=False)
     ax.legend(loc="lower right", fontsize=8)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -132,7 +131,6 @@ def share_h100(models: tuple = ONE_CHIP, chip: str = "h100-sxm", batch: int = 16
     ax.set_xticks(2 ** np.arange(10, 21, 2))
     kp.log_batch_axis(ax, "y", "tokens/s per sequence (upper bound)")  # plain log2 ticks
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
@@ -165,7 +163,6 @@ def share_window(models: tuple = ("llama-3-8b", "mistral-7b-v0.1", "gemma-2-9b")
     ax2.set_yticks(np.arange(0, 385, 64) * KiB)
     ax2.set_ylim(0, 384 * KiB)
     ax1.legend(loc="lower right", fontsize=8)
-    kp.close(fig)  # shown once, as the cell's result
     return fig
 
 
