@@ -53,3 +53,31 @@ def test_the_page_code_imports_each_chapter_once_and_calls_in_display_order():
     assert out["code"].count("import kvbook.figures.ch00 as _chapter0") == 1
     assert out["code"].index("(**{'batch': 4})") < out["code"].index("(**{})")
     assert out["figures"] == [{"cell": 0, "static": False, "reason": ""}, {"cell": 1, "static": True, "reason": "why"}]
+
+
+def _chapter_figures(chapter: str, static: set, interactive: dict):
+    """Chapter ``chapter``'s registered figures are exactly ``static`` (matplotlib) and ``interactive``.
+
+    ``interactive`` maps a function to its controls' defaults, in the order the controls are shown.
+    """
+    from matplotlib.figure import Figure
+
+    from kvbook.interactive import InteractiveFigure
+
+    assert {n for n in ALL if n.startswith(f"{chapter}.")} == {f"{chapter}.{n}" for n in static | set(interactive)}
+    for name in static:
+        assert isinstance(ALL[f"{chapter}.{name}"](), Figure), name
+    for name, defaults in interactive.items():
+        made = ALL[f"{chapter}.{name}"]()
+        assert isinstance(made, InteractiveFigure), name
+        assert made.values == defaults and list(made.controls) == list(defaults), name
+        assert made.call["function"] == name and made.call["module"] == f"kvbook.figures.{chapter}"
+        assert figure_calls.calls(made.to_html()) == [made.call]
+
+
+def test_chapter_11_figures_build():
+    _chapter_figures("ch11", {"serving_frontier", "interference"},
+                     {"serving_live": {"batch": 64, "model": "llama-3-8b", "chip": "h200"}})
+    # the notebook's own values travel in the call, so the page's live layer repeats them
+    fig = ALL["ch11.serving_live"](batch=8, price_per_chip_hour=3.0)
+    assert fig.values["batch"] == 8 and fig.call["kwargs"] == {"batch": 8, "price_per_chip_hour": 3.0}
