@@ -81,3 +81,7 @@ def test_chapter_11_figures_build():
     # the notebook's own values travel in the call, so the page's live layer repeats them
     fig = ALL["ch11.serving_live"](batch=8, price_per_chip_hour=3.0)
     assert fig.values["batch"] == 8 and fig.call["kwargs"] == {"batch": 8, "price_per_chip_hour": 3.0}
+
+
+def test_chapter_13_figures_build():
+    _chapter_figures("ch13", {"regimes", "overhead"}, {"two_costs_live": {"t0_ms": 3.5, "eta": 1.0}})
