@@ -85,3 +85,31 @@ def test_chapter_11_figures_build():
 
 def test_chapter_13_figures_build():
     _chapter_figures("ch13", {"regimes", "overhead"}, {"two_costs_live": {"t0_ms": 3.5, "eta": 1.0}})
+
+
+def test_chapter_14_figures_build():
+    from kvbook.figures import MEASURES_THE_MACHINE
+
+    # the build machine's measurements, passed as the chapter passes them: W, C and the sweep's medians
+    steps = [[b, s, 1e-3 * b * s ** 0.5] for s in (16, 64) for b in (1, 2, 4, 8) if b * s <= 256]
+    rates = {"bandwidth": 10e9, "flops": 50e9}
+    for name in ("roofline", "knee", "measure_live"):
+        assert ALL[f"ch14.{name}"].static == MEASURES_THE_MACHINE, name
+    assert {n for n in ALL if n.startswith("ch14.")} == {"ch14.roofline", "ch14.knee", "ch14.measure_live"}
+    from matplotlib.figure import Figure
+
+    assert isinstance(ALL["ch14.roofline"](**rates), Figure)
+    assert isinstance(ALL["ch14.knee"](steps=steps, **rates), Figure)
+    live = ALL["ch14.measure_live"](context=64, steps=steps, **rates)
+    # the slider offers exactly the contexts measured, and the call carries the measurements to the page
+    assert list(live.controls["context"].values) == [16, 64] and live.values == {"context": 64}
+    assert live.call["kwargs"]["steps"] == steps and live.call["static"] == MEASURES_THE_MACHINE
+    assert figure_calls.calls(live.to_html()) == [live.call]
+
+
+def test_chapter_15_figures_build():
+    _chapter_figures("ch15", {"kv_by_kind"}, {})
+
+
+def test_chapter_16_figures_build():
+    _chapter_figures("ch16", {"ratios"}, {"windows_live": {"context": 8192}})
