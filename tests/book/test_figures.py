@@ -113,3 +113,17 @@ def test_chapter_15_figures_build():
 
 def test_chapter_16_figures_build():
     _chapter_figures("ch16", {"ratios"}, {"windows_live": {"context": 8192}})
+
+
+def test_chapter_12_figures_build():
+    from kvmath.calibration import calibrate
+
+    from kvbook.figures import ch12
+
+    keys = [r["key"] for r in ch12.LIVE_ROWS]
+    _chapter_figures("ch12", {"mbu", "comm"}, {"reality_live": {"row": "1", "fraction": 0.7}})
+    assert list(ALL["ch12.reality_live"]().controls["row"].values) == keys
+    # the defaults are the chapter's rows as computed when written: each phi is still kvmath.calibration's (6 digits)
+    phis = [c.ratio for c in calibrate()]
+    for r in ch12.LIVE_ROWS:
+        assert min(abs(r["ratio"] / p - 1) for p in phis) < 1e-5, r["key"]
