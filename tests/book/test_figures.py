@@ -116,9 +116,8 @@ def test_chapter_16_figures_build():
 
 
 def test_chapter_12_figures_build():
-    from kvmath.calibration import calibrate
-
     from kvbook.figures import ch12
+    from kvmath.calibration import calibrate
 
     keys = [r["key"] for r in ch12.LIVE_ROWS]
     _chapter_figures("ch12", {"mbu", "comm"}, {"reality_live": {"row": "1", "fraction": 0.7}})

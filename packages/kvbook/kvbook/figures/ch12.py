@@ -88,8 +88,9 @@ def mbu(rows: list = MBU_ROWS, run_phi: float = RUN_PHI_7, run_phi_row: str = "7
     row ``run_phi_row`` also gets its whole-run phi ``run_phi`` (a diamond).
     The dotted line is gpt-fast's observed A100 bandwidth, over its rows only.
     """
-    import kvbook.plots as kp
     from matplotlib.ticker import PercentFormatter
+
+    import kvbook.plots as kp
 
     colors = _source_colors()
     a100 = kvmath.Chip.preset("a100-80gb")
@@ -122,8 +123,9 @@ def comm(gaps: list = GAPS):
     ``gaps``: (key, label, bound without communication, + communication
     physics, + measured all-reduce latency, measured) per row, seconds.
     """
-    import kvbook.plots as kp
     from matplotlib.ticker import PercentFormatter
+
+    import kvbook.plots as kp
 
     fig, ax = kp.new_figure((7.2, 4.4))
     STAGES = [
@@ -162,9 +164,10 @@ def reality_live(row: str = "1", fraction: float = 0.7, rows: list = LIVE_ROWS):
     unit_s: the whole run's bound per step, ratio: phi, t_meas_s, kind,
     n_chips, binds), as the chapter computes them.
     """
+    from matplotlib.ticker import PercentFormatter
+
     import kvbook.plots as kp
     from kvbook.interactive import Choice, Slider, interactive_figure
-    from matplotlib.ticker import PercentFormatter
 
     by_key = {r["key"]: r for r in rows}
 

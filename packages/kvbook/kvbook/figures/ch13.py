@@ -32,8 +32,9 @@ def _batch1(cal):
 @figure
 def regimes():
     """Each published measurement's phi (its fraction of kvmath's bound), by regime, the median marked."""
-    import kvbook.plots as kp
     from matplotlib.ticker import PercentFormatter
+
+    import kvbook.plots as kp
 
     order = list(REGIMES)
     by_regime = {r: [c for c in calibrate() if c.measurement.regime == r] for r in order}
@@ -63,8 +64,9 @@ def overhead(t0_s: float = T0_NVIDIA_MEDIAN_S):
 
     The dashed curve is equation cal-two-costs with eta = 1 (seconds per step).
     """
-    import kvbook.plots as kp
     from matplotlib.ticker import PercentFormatter
+
+    import kvbook.plots as kp
 
     fig, ax = kp.new_figure((7.2, 4.2))
     for c in _batch1(calibrate()):
@@ -97,9 +99,10 @@ def two_costs_live(t0_ms: float = 3.5, eta: float = 1.0):
     Against the batch-1 rows of one chip; the title gives the median miss
     over the NVIDIA rows and over the Apple rows.
     """
+    from matplotlib.ticker import PercentFormatter
+
     import kvbook.plots as kp
     from kvbook.interactive import Choice, Slider, interactive_figure
-    from matplotlib.ticker import PercentFormatter
 
     batch1 = _batch1(calibrate())
 

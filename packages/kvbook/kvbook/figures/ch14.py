@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import kvmath.measure as measure
 from kvmath import formulas as F
+from kvmath import measure
 
 from . import MEASURES_THE_MACHINE, figure
 

@@ -92,8 +92,9 @@ def ratios(pitfalls: list = PITFALLS):
     every preset the chapter computed]] per pitfall. Filled: the summary's
     preset (blue above 1, orange below); hollow: the others.
     """
-    import kvbook.plots as kp
     import matplotlib.ticker as mticker
+
+    import kvbook.plots as kp
 
     labels = [label for label, _, _ in pitfalls]
     fig, ax = kp.new_figure((8, 4.6))
