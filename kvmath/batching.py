@@ -11,7 +11,7 @@ its prompt. The weights are read once for all of them. Two rules:
   (it reads the ``c0`` tokens before it and writes its own); the weights are
   read once for all ``B + c`` tokens. The strict bound is
   ``overhead + max(bytes / W, FLOPs / C, comm)``, as for a decode step
-  (:func:`kvmath.decode_step`), so ``c = 0`` gives the decode step exactly.
+  (:meth:`kvmath.Deployment.step`), so ``c = 0`` gives the decode step exactly.
 - :func:`steady_state`: ``B`` decode slots kept full. A request of
   ``S_in`` prompt and ``S_out`` output tokens holds a slot for its
   ``S_out - 1`` decode steps (its first token comes from its prefill), so

@@ -19,7 +19,7 @@ metric                bound
                       source's timer includes its prefill (gpt-fast):
                       ``S_out / request_times(...).total_s``. Without one
                       (``llama-bench tg N``) the run is ``N`` decode steps at
-                      contexts ``1 .. N``, each :func:`kvmath.decode_step`.
+                      contexts ``1 .. N``, each :meth:`kvmath.Deployment.step`.
 ``out_tok_s``         output tokens/s of the whole batch, prefill included:
                       ``request_times(...).output_tokens_per_s`` (``per_chip``:
                       the source divides it by the chips).
@@ -55,7 +55,6 @@ from .layout import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .deployment import Deployment
-from .rates import compute_rate
 from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).
@@ -350,14 +349,13 @@ def bound_for(measurement: Measurement | str) -> Calibration:
     """
     instance("measurement", measurement, (Measurement, str), "a Measurement (get_measurement(id)) or its id")
     m = get_measurement(measurement) if isinstance(measurement, str) else measurement
-    model, chip = m.model_preset, m.chip_preset
     metric = m.metric
     if metric in ("ttft_s", "prefill_tok_s"):
-        t = float(prefill_bound(_deployment(m), m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens,
+        dep = _deployment(m)
+        t = float(prefill_bound(dep, m.batch, m.input_tokens, chunk_tokens=m.chunk_tokens,
                                 last_mlp_logits_only=m.last_mlp_logits_only))
-        flops = 2 * m.batch * m.input_tokens * (model.matmul_params_per_token() - model.vocab * model.d_model)
-        rate = compute_rate(chip, m.weights, m.compute_dtype, model) * m.n_chips
-        binds = "compute" if flops / rate > 0.5 * t else "memory"
+        # what binds the pass the prompt runs in: the whole prompt, or its first chunk (the one rule, Step.binds)
+        binds = str(dep.prefill(m.batch, min(m.input_tokens, m.chunk_tokens or m.input_tokens)).binds)
         if metric == "ttft_s":
             bound, unit_s = t, t
         else:

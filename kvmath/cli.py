@@ -506,9 +506,9 @@ def _print_notes_decode(args, n: int, t, b_crit: float) -> None:
     print(f"  weights, memory          {fmt_seconds(t.weight_read_s)}")
     print(f"  weights, compute         {fmt_seconds(t.weight_compute_s)}")
     print(f"  step, strict {'lower bound' if args.efficiency == 1 and args.overhead_s == 0 else 'estimate':<11} "
-          f"{fmt_seconds(t.strict_s)}  ({t.strict_bound}-bound)")
+          f"{fmt_seconds(t.strict_s)}  ({t.binds}-bound)")
     print(f"  step, no overlap         {fmt_seconds(t.no_overlap_s)}  "
-          f"(attention {t.attention_bound}-bound, weights {t.bound}-bound)")
+          f"(attention {t.attention_binds}-bound, weights {t.weights_bind}-bound)")
     print(f"  tokens/s per sequence    {formulas.tokens_per_s_per_seq(t.strict_s):.2f}")
     print(f"  tokens/s for the batch   {formulas.tokens_per_s(t.strict_s, args.batch):.2f}")
     print(f"  critical batch B_crit    {b_crit:.1f}")

@@ -107,10 +107,10 @@ class StepBreakdown(Result):
         attention FLOPs and overhead are 0.
     strict_s : the strict lower bound, overhead + max(kv_read_s + weight_read_s,
         attention_compute_s + weight_compute_s).
-    bound : which weight term binds in the no-overlap form, "memory" or "compute"
-        (equality counts as memory-bound).
-    attention_bound : which attention term binds in the no-overlap form.
-    strict_bound : which resource binds in the strict form.
+    weights_bind : what sets the weight term of the no-overlap form, "memory"
+        (reading them) or "compute" (their matmuls); equality counts as memory.
+    attention_binds : what sets the attention term of the no-overlap form.
+    binds : what sets the strict form, "memory" or "compute" (:func:`binds`).
     """
 
     kv_read_s: ArrayLike
@@ -121,21 +121,21 @@ class StepBreakdown(Result):
     no_overlap_s: ArrayLike
     strict_s: ArrayLike
 
-    _derived = ("bound", "attention_bound", "strict_bound")
+    _derived = ("weights_bind", "attention_binds", "binds")
 
     # the labels are computed only when asked for: on a grid they are string arrays as large as the grid
     @property
-    def bound(self) -> str | np.ndarray:
+    def weights_bind(self) -> str | np.ndarray:
         """Which weight term binds in the no-overlap form, "memory" or "compute" (equality: memory)."""
         return binds(self.weight_read_s, self.weight_compute_s)
 
     @property
-    def attention_bound(self) -> str | np.ndarray:
+    def attention_binds(self) -> str | np.ndarray:
         """Which attention term binds in the no-overlap form."""
         return binds(self.kv_read_s, self.attention_compute_s)
 
     @property
-    def strict_bound(self) -> str | np.ndarray:
+    def binds(self) -> str | np.ndarray:
         """Which resource binds in the strict form."""
         return binds(self.kv_read_s + self.weight_read_s, self.attention_compute_s + self.weight_compute_s)
 
@@ -174,9 +174,9 @@ def step_breakdown(
     The notes' 30B model at B = 256: 20.86 ms without overlap, 18.27 ms strict.
 
     >>> t = step_breakdown(256, 8192 * 100e3, 30e9, 30e9, 16 * 8.2e11, 16 * 1.97e14)
-    >>> round(t.kv_read_s * 1e3, 2), round(t.weight_compute_s * 1e3, 2), t.bound
+    >>> round(t.kv_read_s * 1e3, 2), round(t.weight_compute_s * 1e3, 2), t.weights_bind
     (15.98, 4.87, 'compute')
-    >>> round(t.no_overlap_s * 1e3, 2), round(t.strict_s * 1e3, 2), t.strict_bound
+    >>> round(t.no_overlap_s * 1e3, 2), round(t.strict_s * 1e3, 2), t.binds
     (20.86, 18.27, 'memory')
     """
     batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops = _step_args(

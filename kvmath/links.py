@@ -323,14 +323,24 @@ def _all_to_all_s(size, n, link: Link | None):
 
 
 def _two_tier_all_to_all_s(size, ep, per_node, port: Link | None, node: Link | None):
-    """One all-to-all of ``size`` bytes per chip over ``ep`` chips in nodes of ``per_node``, seconds.
+    """Lower bound on one all-to-all of ``size`` bytes per chip over ``ep`` chips in nodes of ``per_node``, seconds.
 
-    The share bound for other nodes must leave through the chip's network
-    ``port``; the share for its own node may take either path, so the two
-    together carry all ``(ep - 1) / ep`` of it (see
-    :func:`kvmath.expert_parallel_comm_s`, which states the bound)::
+    Expert parallelism's dispatch and combine (one copy per token and routed
+    expert, as DeepEP's low-latency kernels send them; spread evenly, ``1/ep``
+    of the copies stay on the chip). The chip's network ``port`` and the
+    fabric inside its ``node`` are two separate paths: the ``(ep - n) / ep``
+    share bound for other nodes must leave through the port, while the
+    ``(n - 1) / ep`` share for the chip's own node may take either (a kernel
+    can send it through the port and the switch, as DeepEP's first
+    low-latency kernels did). So the port carries at least the first share,
+    and the two paths together all ``(ep - 1) / ep``::
 
         max((ep - n) / ep * S / W_port + alpha_port, (ep - 1) / ep * S / (W_port + W_node) + min(alpha))
+
+    with ``n = min(per_node, ep)``. Routing that puts a token's experts on
+    fewer chips, or a kernel that sends one copy per chip, moves less: the
+    bound is for spread routing and per-expert copies. 0 without a port.
+    :meth:`kvmath.Deployment.step` charges two per MoE layer, on one chain.
     """
     if port is None:
         return 0.0

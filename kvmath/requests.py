@@ -17,7 +17,7 @@ output tokens, runs as benchmarks run it:
   stage's share of the work plus the fill of the pipeline (see
   :func:`prefill_bound`), never the whole model's FLOPs on one chip.
 - **decode**: ``S_out - 1`` steps, the ``j``-th over a cache of ``S_in + j``
-  tokens (``j = 1 .. S_out - 1``), each bounded by :func:`kvmath.decode_step`'s
+  tokens (``j = 1 .. S_out - 1``), each bounded by :meth:`kvmath.Deployment.step`'s
   strict form. Within a stretch of contexts where no sliding window fills
   up, every term of a step is affine in the context, so the sum of the
   step bounds is a sum of the upper envelope of two lines and a constant
@@ -556,8 +556,9 @@ class Frontier(Result):
     tokens_per_s_per_user : 1 / time per output token (NaN where it does not
         fit, or for one output token, where it is undefined).
     best_batch : per shape, the batch of highest throughput per chip that
-        fits and meets ``tpot_limit_s`` (0 where none does; a one-token
-        output has no TPOT and meets any limit).
+        fits and meets ``tpot_limit_s`` (the smallest such batch where
+        throughput ties within 1e-9; 0 where none does; a one-token output
+        has no TPOT and meets any limit).
     best_throughput_per_chip : its throughput per chip (0.0 where none).
     found : per shape, whether any batch fits and meets the limit.
     """
@@ -641,7 +642,10 @@ def serving_frontier(
     no_decode = s_out == 1  # one output token: no TPOT, so any limit is met
     allowed = fits if tpot_limit_s is None else fits & (no_decode | (tpot <= positive("tpot_limit_s", tpot_limit_s)))
     score = np.where(allowed, throughput, -np.inf)
-    pick = np.argmax(score, axis=0)
+    # the smallest batch within rounding of the best: on a compute-bound plateau throughput ties to ~1e-15,
+    # and the larger batch only makes each user wait longer for the same tokens per chip
+    best = np.max(score, axis=0)
+    pick = np.argmax(score >= best * (1 - 1e-9), axis=0)
     found = np.any(allowed, axis=0)
     return Frontier(
         requests=requests, budget=budget, memory_bytes=float(hbm), max_batch=most, fits=fits,

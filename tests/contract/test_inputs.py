@@ -327,9 +327,9 @@ def test_bound_at_exact_equality_is_memory():
     # P_bytes / W = 2 / 1 and 2 * P_count * B / C = 2 * 1 * 1 / 1: a tie
     t = km.formulas.step_breakdown(1, 0, 2.0, 1.0, 1.0, 1.0)
     assert t.weight_read_s == t.weight_compute_s == 2.0
-    assert t.bound == "memory"
+    assert t.weights_bind == "memory"
     grid = km.formulas.step_breakdown(np.array([0.5, 1.0, 2.0]), 0, 2.0, 1.0, 1.0, 1.0)
-    assert list(grid.bound) == ["memory", "memory", "compute"]
+    assert list(grid.weights_bind) == ["memory", "memory", "compute"]
 
 
 def test_beta_alpha_uses_weight_over_activation_bytes():

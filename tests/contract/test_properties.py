@@ -55,9 +55,9 @@ def test_bound_flips_at_the_critical_batch(p, b_w, w, c, factor):
     b_crit = km.formulas.critical_batch(c, w, b_w)
     t = km.formulas.step_breakdown(b_crit * factor, 0, p * b_w, p, w, c)
     if factor < 0.999:
-        assert t.bound == "memory"
+        assert t.weights_bind == "memory"
     elif factor > 1.001:
-        assert t.bound == "compute"
+        assert t.weights_bind == "compute"
 
 
 @given(context, st.integers(1, 64), st.sampled_from([1, 2, 4, 8, 16, 32]))
@@ -76,4 +76,4 @@ def test_one_call_broadcasts_over_a_grid():
         for j, sj in enumerate([1024, 8192]):
             assert grid[i, j] == km.formulas.min_step(bi, sj * 524_288, 13.48e9, 6.74e9, 2.039e12, 312e12)
     t = km.formulas.step_breakdown(b, s * 524_288, 13.48e9, 6.74e9, 2.039e12, 312e12)
-    assert t.bound.shape == (3, 1)  # the weight terms do not depend on context
+    assert t.weights_bind.shape == (3, 1)  # the weight terms do not depend on context

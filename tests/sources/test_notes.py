@@ -41,7 +41,7 @@ def test_b256_is_20_86_ms_not_20_96():
     assert t.kv_read_s * 1e3 == pytest.approx(15.98, abs=5e-3)
     assert t.weight_compute_s * 1e3 == pytest.approx(4.87, abs=5e-3)
     assert t.no_overlap_s * 1e3 == pytest.approx(20.86, abs=5e-3)
-    assert t.bound == "compute"
+    assert t.weights_bind == "compute"
     assert abs(t.no_overlap_s * 1e3 - 20.96) > 0.09  # the notes' figure is a slip
 
 

@@ -15,7 +15,7 @@ from kvmath import Deployment, Formats
 
 #: kvmath.formulas.StepBreakdown's to_dict(): the keys of `decode --json` with --params and no model
 NOTES_KEYS = {"kv_read_s", "weight_read_s", "weight_compute_s", "attention_compute_s", "overhead_s", "no_overlap_s",
-              "strict_s", "bound", "attention_bound", "strict_bound"}
+              "strict_s", "weights_bind", "attention_binds", "binds"}
 
 
 def run_json(capsys, *argv):
@@ -31,15 +31,15 @@ def test_notes_30b_example_from_the_command_line(capsys):
     # the notes' 2.536 ms: memory-bound, so both forms agree
     assert small["no_overlap_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
     assert small["strict_s"] * 1e3 == pytest.approx(2.536, abs=5e-4)
-    assert small["strict_bound"] == "memory"
+    assert small["binds"] == "memory"
     big = run_json(capsys, *common, "--batch", "256")
     # the notes' 20.86 ms is the no-overlap form: 15.98 ms of KV + 4.87 ms of weight math
     assert big["no_overlap_s"] * 1e3 == pytest.approx(20.86, abs=5e-3)
-    assert big["bound"] == "compute"
+    assert big["weights_bind"] == "compute"
     # strict: (256 * 8192 * 100e3 + 30e9) B / (16 * 8.2e11 B/s) = 18.271 ms, memory-bound
     assert big["strict_s"] * 1e3 == pytest.approx((256 * 8192 * 100e3 + 30e9) / (16 * 8.2e11) * 1e3, rel=1e-12)
     assert big["strict_s"] * 1e3 == pytest.approx(18.27, abs=5e-3)
-    assert big["strict_bound"] == "memory"
+    assert big["binds"] == "memory"
     assert big["attention_compute_s"] == 0  # no model: no heads to count
     # the same figures are the notes' formula called directly
     assert big == km.formulas.step_breakdown(256, 8192 * 100e3, 30e9, 30e9, 16 * 8.2e11, 16 * 1.97e14).to_dict()
