@@ -1,11 +1,13 @@
-"""The book's own interactive figures, taken from the chapters' notebooks.
+"""The book's own interactive figures, from the chapters' figure functions (kvbook.figures).
 
-``book_figures(path)`` runs a notebook's code cells in this process, in
-order, up to its last ``interactive_figure`` call, with ``myst_nb.glue`` and
-``IPython.display.display`` stubbed, and returns one factory per figure: the
-chapter's own ``setup`` and ``controls``, so a test or a benchmark can make
-the figure again with other options (``make(blit=False)``). The code is the
-notebook's, unchanged: no figure is written a second time.
+``book_figures(path)`` calls every interactive figure function of a chapter
+(``notebooks/03_min_step.ipynb`` -> ``kvbook.figures.ch03``) with its
+defaults, records the ``setup`` and ``controls`` it hands to
+``interactive_figure``, and returns one factory per figure, so a test or a
+benchmark can make the figure again with other options (``make(blit=False)``).
+No figure is written a second time, and nothing is cut out of a notebook.
+A figure function whose parameters have no defaults (it draws the chapter's
+own computed rows) is left out: it needs the chapter to run.
 
 Used by tests/book/test_plots_interactive.py (blitted pixels equal full redraws)
 and benchmarks/bench_slider.py (time per move on real figures).
@@ -14,11 +16,8 @@ and benchmarks/bench_slider.py (time per move on real figures).
 from __future__ import annotations
 
 import contextlib
-import io
-import json
-import os
-import sys
-import types
+import importlib
+import inspect
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,71 +41,52 @@ class BookFigure:
 
 
 @contextlib.contextmanager
-def _stubs(record: Callable):
+def _recording(record: Callable):
     import kvbook.interactive as ki
 
-    saved_mod = {k: sys.modules.get(k) for k in ("myst_nb",)}
-    fake = types.ModuleType("myst_nb")
-    fake.glue = lambda *a, **k: None
-    sys.modules["myst_nb"] = fake
-    import IPython.display as ipd
-
-    saved = (ki.interactive_figure, ipd.display)
-    ki.interactive_figure = record
-    ipd.display = lambda *a, **k: None
+    saved = ki.interactive_figure
+    ki.interactive_figure = record  # the figure functions import it when called
     try:
         yield
     finally:
-        ki.interactive_figure = saved[0]
-        ipd.display = saved[1]
-        for k, v in saved_mod.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+        ki.interactive_figure = saved
+
+
+def _callable_with_defaults(fn: Callable) -> bool:
+    return all(p.default is not inspect.Parameter.empty for p in inspect.signature(fn).parameters.values())
 
 
 def book_figures(path: str | Path) -> list[BookFigure]:
-    """Run ``path``'s code cells up to its last figure; one :class:`BookFigure` per figure."""
+    """One :class:`BookFigure` per interactive figure function of ``path``'s chapter (``NN_*.ipynb``)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    from kvbook import figures
     from kvbook.interactive import InteractiveFigure
 
-    path = Path(path)
-    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    sources = ["".join(c["source"]) for c in cells]
-    last = max(i for i, s in enumerate(sources) if "interactive_figure(" in s)
-    found: list[BookFigure] = []
-
-    def record(setup, controls, main=None, **kwargs):
-        found.append(BookFigure(f"{path.stem}#{len(found) + 1}", setup, dict(controls),
-                                {"main": main, **kwargs}))
-        return InteractiveFigure(setup, controls, main=main, **kwargs)
-
-    # `display` is a builtin in a Jupyter kernel; the cells' printed text is not needed
-    namespace: dict[str, Any] = {"__name__": "__main__", "display": lambda *a, **k: None}
-    cwd = os.getcwd()
-    os.chdir(path.parent)
+    chapter = f"ch{Path(path).name[:2]}"
     try:
-        with _stubs(record), contextlib.redirect_stdout(io.StringIO()):
-            for i, src in enumerate(sources[: last + 1]):
-                code = "\n".join(line for line in src.splitlines()
-                                 if not line.lstrip().startswith(("%", "!")))
-                exec(compile(code, f"{path.name}[cell {i}]", "exec"), namespace)
-    finally:
-        os.chdir(cwd)
+        importlib.import_module(f"kvbook.figures.{chapter}")  # registers the chapter's figures
+    except ModuleNotFoundError:
+        return []
+    found: list[BookFigure] = []
+    for name, fn in figures.REGISTRY.items():
+        if not name.startswith(chapter + ".") or fn.static or not _callable_with_defaults(fn):
+            continue
+
+        def record(setup, controls, main=None, _name=name, **kwargs):
+            found.append(BookFigure(_name, setup, dict(controls), {"main": main, **kwargs}))
+            return InteractiveFigure(setup, controls, main=main, **kwargs)
+
+        with _recording(record):
+            fn()
     return found
 
 
-if __name__ == "__main__":  # list what each notebook gives, and how long it takes
+if __name__ == "__main__":  # list what each chapter gives, and how long it takes
+    import sys
     import time
 
     for nb in sys.argv[1:] or sorted(NOTEBOOKS.glob("*.ipynb")):
         t0 = time.perf_counter()
-        try:
-            figs = book_figures(nb)
-        except ValueError as e:
-            print(Path(nb).name, "no figure", e)
-            continue
-        print(f"{Path(nb).name}: {figs} in {time.perf_counter() - t0:.1f} s")
+        print(f"{Path(nb).name}: {book_figures(nb)} in {time.perf_counter() - t0:.1f} s")

@@ -499,7 +499,9 @@ def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
     from book_figures import book_figures  # benchmarks/ is on pytest.ini's pythonpath
 
     root = Path(__file__).resolve().parents[2]
-    for bf in book_figures(root / "notebooks" / f"{stem}.ipynb"):
+    found = book_figures(root / "notebooks" / f"{stem}.ipynb")
+    assert found, f"{stem}: no interactive figure function callable with its defaults"
+    for bf in found:
         moves = [{name: v} for name, c in bf.controls.items() for v in c.values]
         rng = random.Random(0)
         names = list(bf.controls)
