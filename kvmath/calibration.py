@@ -181,11 +181,6 @@ class Measurement:
         return parse_layout(self.layout).n_chips
 
     @property
-    def measured_total(self) -> float:
-        """The measurement for the whole system (a per-chip throughput times the chips)."""
-        return self.measured * (self.n_chips if self.per_chip else 1)
-
-    @property
     def configuration(self) -> str:
         """A short description: chips, layout, batch, lengths, formats."""
         chips = f"{self.n_chips}x {self.chip}" + (f" ({self.layout})" if self.layout else "")

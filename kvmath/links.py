@@ -285,11 +285,9 @@ def allreduce_estimate(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link 
     30.04
     """
     link = as_link(link)
-    if link.measured_allreduce_latency_s is None:
-        raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     n = positive_int("n_chips", n_chips)
     non_negative("message_bytes", message_bytes)  # named before the link's missing figure
-    if _link(link).measured_allreduce_latency_s is None:
+    if link.measured_allreduce_latency_s is None:
         raise ValueError(f"link {link.name!r} has no measured all-reduce latency to estimate from")
     bytes_s = allreduce_time(message_bytes, n_chips, link.replace(latency_s=0.0))
     return plain(np.where(n > 1, link.measured_allreduce_latency_s + bytes_s, 0.0))

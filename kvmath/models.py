@@ -17,7 +17,6 @@ from typing import Mapping, Union
 import numpy as np
 
 from . import layers as _layers
-from .formulas import kv_bytes_per_token
 from .layers import LayerSpec
 from .moe import ROUTINGS, experts_touched
 from .presets import lookup, optional_int, read_rows
@@ -600,11 +599,6 @@ class Model:
         """
         return _layers.kv_bytes_by_kind(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
-    @checked
-    def standard_kv_bytes_per_token(self, bytes_per_elem: float = 2) -> float:
-        """``kvmath.kv_bytes_per_token`` of this model's L, h_kv and d_h (ignores MLA and windows)."""
-        return kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, bytes_per_elem)
-
 
 _INT_FIELDS = (
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab", "mlp_matrices",
@@ -616,10 +610,8 @@ _OPTIONAL_MINIMUM = {
     "d_ff_expert": 1, "n_dense_layers": 0, "q_lora_rank": 1, "kv_lora_rank": 1, "qk_rope_dim": 1,
     "v_head_dim": 1, "supported_context": 1,
 }
-_OPTIONAL_INT_FIELDS = (
-    "sliding_window", "n_sliding_layers", "n_experts", "n_shared_experts", "top_k", "d_ff_expert",
-    "n_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim",
-)
+#: The optional counts read from a preset row as they are (supported_context has a reader of its own).
+_OPTIONAL_INT_FIELDS = tuple(k for k in _OPTIONAL_MINIMUM if k != "supported_context")
 
 
 def _model_from_row(row: dict[str, str]) -> Model:

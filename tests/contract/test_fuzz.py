@@ -328,7 +328,6 @@ FUNCTIONS = {
     "Model.attention_flops_per_token@gemma3": dict(context="pos"),
     "Model.attention_flops_per_token@deepseek": dict(context="pos"),
     "Model.kv_bytes_by_kind@gemma3": dict(context="count", bytes_per_elem="pos"),
-    "Model.standard_kv_bytes_per_token@mistral": dict(bytes_per_elem="pos"),
     "Chip.flops_for_format@h100": dict(weights="format"),
     "Chip.ridge_point@b200": dict(dtype="compute"),
 }
@@ -403,7 +402,6 @@ _BOUND = {
     "Model.attention_flops_per_token@gemma3": lambda: km.Model.preset("gemma-3-12b").attention_flops_per_token,
     "Model.attention_flops_per_token@deepseek": lambda: km.Model.preset("deepseek-v3").attention_flops_per_token,
     "Model.kv_bytes_by_kind@gemma3": lambda: km.Model.preset("gemma-3-12b").kv_bytes_by_kind,
-    "Model.standard_kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").standard_kv_bytes_per_token,
     "Chip.flops_for_format@h100": lambda: km.Chip.preset("h100-sxm").flops_for_format,
     "Chip.ridge_point@b200": lambda: km.Chip.preset("b200").ridge_point,
     "Deployment.replace@tp2": lambda: km.Deployment("llama-3-8b", "h100-sxm", "tp=2").replace,
