@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from .formulas import StepBreakdown, step_breakdown
 from .validation import ArrayLike, choice, plain, positive, positive_int
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "DecodeLoopResult",
     "cpu_peak_flops",
     "decode_loop",
+    "decode_loop_bound",
     "decode_loop_cost",
     "decode_sweep",
     "matmul_flops",
@@ -435,6 +437,32 @@ def decode_loop_cost(batch: ArrayLike, context: ArrayLike, d_model: int = 2048, 
         attention_flops=plain(attention_flops),
         flops_per_step=plain(weight_flops + attention_flops),
     )
+
+
+def decode_loop_bound(batch: ArrayLike, context: ArrayLike, bandwidth: ArrayLike, flops: ArrayLike,
+                      d_model: int = 2048, n_layers: int = 2, bytes_per_elem: float = 4) -> StepBreakdown:
+    """Both forms of the min-step bound on one step of :func:`decode_loop`, at rates W and C.
+
+    :func:`decode_loop_cost`'s bytes and FLOPs, attention FLOPs included,
+    through :func:`kvmath.formulas.step_breakdown` with ``bandwidth`` W
+    (bytes/s) and ``flops`` C (FLOP/s): measured ones to put a timed step
+    next to its bound, or a datasheet's for another chip. Other parameters
+    are :func:`decode_loop_cost`'s; broadcasts over ``batch`` and ``context``.
+
+    Examples
+    --------
+    B = 2, S = 8, d = 16, L = 3 (see :func:`decode_loop_cost`): 18,432 bytes
+    and 15,360 FLOPs a step, so at 1,000 bytes/s and 500 FLOP/s the FLOPs bind.
+
+    >>> t = decode_loop_bound(2, 8, 1000.0, 500.0, d_model=16, n_layers=3)
+    >>> round(float(t.strict_s), 3), t.strict_bound
+    (30.72, 'compute')
+    >>> round(float(t.kv_read_s), 3), round(float(t.weight_read_s), 3)
+    (6.144, 12.288)
+    """
+    c = decode_loop_cost(batch, context, d_model, n_layers, bytes_per_elem)
+    return step_breakdown(batch, c.kv_bytes_per_seq, c.weight_bytes, c.param_count, bandwidth, flops,
+                          attention_flops_per_seq=c.attention_flops / np.asarray(batch, dtype=float))
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,23 @@ def test_decode_loop_cost_broadcasts_and_feeds_min_step():
     assert np.all(step >= c.bytes_per_step / 10e9 - 1e-15)
 
 
+def test_decode_loop_bound_is_the_hand_counted_bytes_and_flops_over_the_rates():
+    # B = 2, S = 8, d = 16, L = 3, float32: weights 4 d^2 L = 3,072 (12,288 bytes), caches 2 * 2 L S d 4 = 6,144
+    # bytes; FLOPs 2 B 3,072 = 12,288 for the weights and 4 B S d L = 3,072 for attention. W = 1,000 bytes/s.
+    for c, strict, binds in ((10_000.0, 18.432, "memory"), (500.0, 30.72, "compute")):
+        t = measure.decode_loop_bound(2, 8, 1000.0, c, d_model=16, n_layers=3)
+        assert math.isclose(float(t.strict_s), strict, rel_tol=1e-12) and t.strict_bound == binds
+        assert math.isclose(float(t.kv_read_s), 6.144, rel_tol=1e-12)
+        assert math.isclose(float(t.weight_read_s), 12.288, rel_tol=1e-12)
+        assert math.isclose(float(t.weight_compute_s), 12_288 / c, rel_tol=1e-12)
+        assert math.isclose(float(t.attention_compute_s), 3_072 / c, rel_tol=1e-12)
+    # bf16 halves the bytes, not the FLOPs; a batch array gives one bound per batch
+    half = measure.decode_loop_bound(2, 8, 1000.0, 10_000.0, d_model=16, n_layers=3, bytes_per_elem=2)
+    assert math.isclose(float(half.strict_s), 18.432 / 2, rel_tol=1e-12)
+    grid = measure.decode_loop_bound(np.array([1.0, 2.0]), 8, 1000.0, 10_000.0, d_model=16, n_layers=3)
+    assert math.isclose(float(grid.strict_s[1]), 18.432, rel_tol=1e-12) and float(grid.strict_s[0]) < 18.432
+
+
 def test_decode_loop_reports_its_configuration_and_cost():
     r = measure.decode_loop(batch=3, context=5, d_model=32, n_layers=2, steps=3)
     assert (r.batch, r.context, r.d_model, r.n_layers, r.dtype) == (3, 5, 32, 2, "float32")

@@ -51,6 +51,20 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
     return fig
 
 
+def compute_bound_chunk(chunks, mixed) -> int:
+    """The first of ``chunks`` (ascending prefill chunk sizes) whose mixed step ``mixed`` is compute-bound.
+
+    ``mixed`` is ``Deployment.mixed_step(batch, context, chunks)``: the knee
+    c* of chapter 11, where FLOPs / C first exceed bytes / W (exact, the
+    chunk's attention and cache included, unlike eq. serving-knee).
+    """
+    chunks = np.asarray(chunks)
+    over = np.asarray(mixed.compute_s > mixed.memory_s)
+    if not over.any():
+        raise ValueError(f"chunks: no chunk up to {int(chunks[-1])} tokens makes the step compute-bound")
+    return int(chunks[np.argmax(over)])
+
+
 @figure
 def interference(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int = 64, context: int = 2000,
                  max_chunk: int = 8192):
@@ -64,7 +78,7 @@ def interference(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int =
 
     chunks = np.arange(0, max_chunk + 1)
     mixed = kvmath.Deployment(model, chip).mixed_step(batch, context, chunks)
-    knee = int(chunks[np.argmax(mixed.compute_s > mixed.memory_s)])  # the first chunk that is compute-bound
+    knee = compute_bound_chunk(chunks, mixed)
     fig, ax = kp.new_figure((7, 3.6))
     ax.plot(chunks, mixed.strict_s, color=kp.COLORS[0], label="strict bound of the mixed step")
     ax.plot(chunks, mixed.memory_s, color=kp.COLORS[2], ls="--", label="bytes / W")

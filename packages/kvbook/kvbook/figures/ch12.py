@@ -1,9 +1,12 @@
 """Chapter 12's figures: the reality check (MBU of each decode row, the multi-chip gap, predicted against measured).
 
 The rows are the chapter's (its Row and Gap objects, built from
-kvmath.calibration's table of measurements); the notebook passes each
+kvmath.calibration's table of measurements: its keys and labels, each
+row's step at S_avg, its all-reduce estimate); the notebook passes each
 figure the numbers it draws, as JSON values, so the page's live layer
-redraws the live figure from the same numbers.
+redraws the live figure from the same numbers. Those numbers are the
+chapter's own computation, so every figure here requires them: no default
+can keep up with the table.
 """
 
 from __future__ import annotations
@@ -19,61 +22,6 @@ GPTFAST_A100_BANDWIDTH = 1700e9
 #: The sources' display names (as the chapter's rows name them).
 GF, TRT, POPE, LCPP = "gpt-fast", "TensorRT-LLM", "Pope et al.", "llama.cpp"
 
-#: The chapter's rows as its refreshed notebook computed them (6 digits), so that each function builds on its
-#: own; the notebook passes the values it computes. Decode rows: (key, label, source, MBU).
-MBU_ROWS = (
-    ('1', 'Llama-2-7B bf16', 'gpt-fast', 0.682686),
-    ('2a', 'Llama-2-7B int8', 'gpt-fast', 0.508355),
-    ('2b', 'Llama-2-7B int4 g32', 'gpt-fast', 0.403893),
-    ('3a', 'Llama-2-70B int8', 'gpt-fast', 0.645006),
-    ('3b', 'Llama-2-70B bf16 TP2', 'gpt-fast', 0.721407),
-    ('3c', 'Llama-2-70B bf16 TP8', 'gpt-fast', 0.540758),
-    ('4', 'LLaMA-7B fp16 A100', 'TensorRT-LLM', 0.779363),
-    ('5', 'LLaMA-7B fp8 H100', 'TensorRT-LLM', 0.734692),
-    ('6', 'LLaMA-70B fp8 2xH100 TP2', 'TensorRT-LLM', 0.257496),
-    ('7', 'LLaMA-7B fp16 A100', 'TensorRT-LLM', 0.370075),
-    ('9', 'PaLM 540B int8 64xTPU v4', 'Pope et al.', 0.249729),
-    ('10', 'Llama-3-8B bf16 RTX 4090', 'llama.cpp', 0.882432),
-)
-#: Row 7's whole-run phi (prefill included).
-RUN_PHI_7 = 0.599717
-#: The multi-chip rows: (key, label, bound without communication, + communication physics,
-#: + measured all-reduce latency (an estimate), measured), seconds per step.
-GAPS = (
-    ('3b', 'Llama-2-70B bf16 TP2', 0.0338371, 8.87381e-05, 0.00163114, 0.0469043),
-    ('3c', 'Llama-2-70B bf16 TP8', 0.00865212, 9.52917e-05, 0.00163769, 0.016),
-    ('6', 'LLaMA-70B fp8 2xH100 TP2', 0.0150638, 0.000452827, 0.00517283, 0.0585009),
-    ('#471', 'LLaMA 65B fp16 TP8', 0.00797264, 9.52917e-05, 0.00163769, 0.068),
-)
-#: The decode rows of the live figure: what its readout needs of each (times in seconds).
-LIVE_ROWS = (
-    {'key': '1', 'label': 'Llama-2-7B bf16', 'batch': 1, 'context': 105, 'unit_s': 0.00650784, 'ratio': 0.682672,
-     't_meas_s': 0.00953289, 'kind': 'seq', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '2a', 'label': 'Llama-2-7B int8', 'batch': 1, 'context': 105, 'unit_s': 0.00326735, 'ratio': 0.508335,
-     't_meas_s': 0.00642756, 'kind': 'seq', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '2b', 'label': 'Llama-2-7B int4 g32', 'batch': 1, 'context': 105, 'unit_s': 0.00205217, 'ratio': 0.403868,
-     't_meas_s': 0.0050813, 'kind': 'seq', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '3a', 'label': 'Llama-2-70B int8', 'batch': 1, 'context': 105, 'unit_s': 0.0337169, 'ratio': 0.645004,
-     't_meas_s': 0.0522739, 'kind': 'seq', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '3b', 'label': 'Llama-2-70B bf16 TP2', 'batch': 1, 'context': 105, 'unit_s': 0.0338371, 'ratio': 0.721406,
-     't_meas_s': 0.0469043, 'kind': 'seq', 'n_chips': 2, 'binds': 'memory'},
-    {'key': '3c', 'label': 'Llama-2-70B bf16 TP8', 'batch': 1, 'context': 105, 'unit_s': 0.00865211, 'ratio': 0.540757,
-     't_meas_s': 0.016, 'kind': 'seq', 'n_chips': 8, 'binds': 'memory'},
-    {'key': '4', 'label': 'LLaMA-7B fp16 A100', 'batch': 60, 'context': 1152, 'unit_s': 0.0243983, 'ratio': 0.783998,
-     't_meas_s': 0.0311203, 'kind': 'batch', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '5', 'label': 'LLaMA-7B fp8 H100', 'batch': 112, 'context': 1152, 'unit_s': 0.0121089, 'ratio': 0.73713,
-     't_meas_s': 0.0164271, 'kind': 'batch', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '6', 'label': 'LLaMA-70B fp8 2xH100 TP2', 'batch': 64, 'context': 3072, 'unit_s': 0.0173136, 'ratio': 0.295955,
-     't_meas_s': 0.0585009, 'kind': 'batch', 'n_chips': 2, 'binds': 'memory'},
-    {'key': '7', 'label': 'LLaMA-7B fp16 A100', 'batch': 384, 'context': 192, 'unit_s': 0.0412265, 'ratio': 0.599717,
-     't_meas_s': 0.0687433, 'kind': 'batch', 'n_chips': 1, 'binds': 'memory'},
-    {'key': '9', 'label': 'PaLM 540B int8 64xTPU v4', 'batch': 1, 'context': 2048, 'unit_s': 0.00724214, 'ratio': 0.249729,
-     't_meas_s': 0.029, 'kind': 'latency', 'n_chips': 64, 'binds': 'memory'},
-    {'key': '10', 'label': 'Llama-3-8B bf16 RTX 4090', 'batch': 1, 'context': 256, 'unit_s': 0.0135349, 'ratio': 0.882614,
-     't_meas_s': 0.0153351, 'kind': 'seq', 'n_chips': 1, 'binds': 'memory'},
-)
-
-
 def _source_colors():
     import kvbook.plots as kp
 
@@ -81,11 +29,12 @@ def _source_colors():
 
 
 @figure
-def mbu(rows: list = MBU_ROWS, run_phi: float = RUN_PHI_7, run_phi_row: str = "7"):
+def mbu(rows: list, run_phi: float, run_phi_row: str = "7"):
     """Model bandwidth utilisation of each decode row: the bytes a step reads per chip / measured time / W.
 
-    ``rows``: (key, label, source, MBU) per decode row, top to bottom reversed;
-    row ``run_phi_row`` also gets its whole-run phi ``run_phi`` (a diamond).
+    ``rows`` (required: the chapter's Rows): (key, label, source, MBU) per
+    decode row, top to bottom reversed; row ``run_phi_row`` also gets its
+    whole-run phi ``run_phi`` (required: its ``bound_for`` ratio), a diamond.
     The dotted line is gpt-fast's observed A100 bandwidth, over its rows only.
     """
     from matplotlib.ticker import PercentFormatter
@@ -117,11 +66,12 @@ def mbu(rows: list = MBU_ROWS, run_phi: float = RUN_PHI_7, run_phi_row: str = "7
 
 
 @figure
-def comm(gaps: list = GAPS):
+def comm(gaps: list):
     """The multi-chip rows, each bar a share of the measured step time, bar ends labelled in ms.
 
-    ``gaps``: (key, label, bound without communication, + communication
-    physics, + measured all-reduce latency, measured) per row, seconds.
+    ``gaps`` (required: the chapter's Gaps): (key, label, bound without
+    communication, + communication physics, + measured all-reduce latency,
+    measured) per row, seconds.
     """
     from matplotlib.ticker import PercentFormatter
 
@@ -157,12 +107,12 @@ FRACTIONS = [round(f, 2) for f in np.arange(0.25, 1.0001, 0.05)]
 
 
 @figure
-def reality_live(row: str = "1", fraction: float = 0.7, rows: list = LIVE_ROWS):
+def reality_live(*, row: str = "1", fraction: float = 0.7, rows: list):
     """Predicted against measured throughput of a published decode row, for an assumed fraction of peak W and C.
 
-    ``rows``: one mapping per decode row (key, label, batch, context,
-    unit_s: the whole run's bound per step, ratio: phi, t_meas_s, kind,
-    n_chips, binds), as the chapter computes them.
+    ``rows`` (required: the chapter's decode Rows): one mapping per decode
+    row (key, label, batch, context, unit_s: the whole run's bound per step,
+    ratio: phi, t_meas_s, kind, n_chips, binds), as the chapter computes them.
     """
     from matplotlib.ticker import PercentFormatter
 

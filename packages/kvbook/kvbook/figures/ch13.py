@@ -18,9 +18,46 @@ REGIME_LABELS = {
     "prefill": "prefill",
 }
 
-#: The median t0 of the NVIDIA pairs (chapter 13's two-point fits of equation cal-two-costs, 3.31 ms on
-#: main's table); the notebook passes the fitted value, this default only lets the function build alone.
-T0_NVIDIA_MEDIAN_S = 3.3e-3
+#: The NVIDIA chips of the batch-1 rows (the others are Apple's).
+NV_CHIPS = ("a100-80gb", "rtx-3090", "rtx-4090")
+#: The chapter's pairs of batch-1 rows: the same model, chip and software, 16-bit then quantized weights.
+PAIRS = (
+    ("gf-7b-bf16", "gf-7b-int8"),
+    ("pr4766-3090-7b-f16", "pr4766-3090-7b-q4_0"),
+    ("xd-4090-8b-f16", "xd-4090-8b-q4km"),
+    ("xd-3090-8b-f16", "xd-3090-8b-q4km"),
+    ("xd-m2u-8b-f16", "xd-m2u-8b-q4km"),
+    ("xd-m2u-70b-f16", "xd-m2u-70b-q4km"),
+    ("xd-m3max-8b-f16", "xd-m3max-8b-q4km"),
+)
+
+
+def two_costs(a, b):
+    """Equation cal-two-costs through two Calibration rows of one chip: (eta, t0 in seconds per step).
+
+    The measured time per token is the bound's ``unit_s`` / eta + t0; two
+    rows with different bounds fix both.
+    """
+    ta, tb = 1 / a.measurement.measured, 1 / b.measurement.measured
+    slope = (ta - tb) / (a.unit_s - b.unit_s)
+    return 1 / slope, ta - slope * a.unit_s
+
+
+def pair_fits(cal):
+    """:func:`two_costs` of each of :data:`PAIRS` in ``cal`` (``calibrate()``), by the pair's first id."""
+    by_id = {c.measurement.id: c for c in cal}
+    return {a: two_costs(by_id[a], by_id[b]) for a, b in PAIRS}
+
+
+def nvidia_t0_median(cal) -> float:
+    """The median t0 (seconds per step) of the pairs of :data:`PAIRS` on NVIDIA chips."""
+    chip = {c.measurement.id: c.measurement.chip for c in cal}
+    return float(np.median([t0 for a, (_, t0) in pair_fits(cal).items() if chip[a] in NV_CHIPS]))
+
+
+def _phi(unit_s, t0_s, eta=1.0):
+    # equation cal-two-costs as a fraction of the bound: unit_s over (unit_s / eta + t0)
+    return unit_s / (unit_s / eta + t0_s)
 
 
 def _batch1(cal):
@@ -59,21 +96,26 @@ def regimes():
 
 
 @figure
-def overhead(t0_s: float = T0_NVIDIA_MEDIAN_S):
+def overhead(t0_s: float | None = None):
     """Batch-1 decode on one chip: phi against the bound's time per token, with a fixed cost ``t0_s`` per step alone.
 
-    The dashed curve is equation cal-two-costs with eta = 1 (seconds per step).
+    The dashed curve is equation cal-two-costs with eta = 1 (seconds per
+    step); without ``t0_s``, the median t0 of the NVIDIA pairs
+    (:func:`nvidia_t0_median` of ``calibrate()``), as the chapter draws it.
     """
     from matplotlib.ticker import PercentFormatter
 
     import kvbook.plots as kp
 
+    cal = calibrate()
+    if t0_s is None:
+        t0_s = nvidia_t0_median(cal)
     fig, ax = kp.new_figure((7.2, 4.2))
-    for c in _batch1(calibrate()):
+    for c in _batch1(cal):
         colour = kp.COLORS[0] if c.measurement.regime == "batch1" else kp.COLORS[1]
         ax.plot([c.unit_s], [c.ratio], "o", color=colour, ms=6, label=REGIMES[c.measurement.regime])
     grid = np.geomspace(1e-3, 0.3, 100)
-    ax.plot(grid, grid / (grid + t0_s), color="0.3", lw=1.5, ls="--",
+    ax.plot(grid, _phi(grid, t0_s), color="0.3", lw=1.5, ls="--",
             label=f"\u03b7 = 1, t\u2080 = {t0_s * 1e3:.1f} ms per step")
     ax.set_xscale("log")
     ax.set_xlim(1e-3, 0.3)
@@ -89,7 +131,6 @@ def overhead(t0_s: float = T0_NVIDIA_MEDIAN_S):
 
 
 T0_MS = [round(x, 1) for x in np.arange(0.0, 11.51, 0.5)]
-NV_CHIPS = ("a100-80gb", "rtx-3090", "rtx-4090")
 
 
 @figure
@@ -123,11 +164,11 @@ def two_costs_live(t0_ms: float = 3.5, eta: float = 1.0):
 
         def update(t0_ms, eta):
             t0 = t0_ms * 1e-3
-            curve.set_data(grid, grid / (grid / eta + t0))
+            curve.set_data(grid, _phi(grid, t0, eta))
             miss = {}
             for name, chips in (("NVIDIA", NV_CHIPS), ("Apple", ("m2-ultra", "m3-max"))):
                 rows = [c for c in batch1 if (c.measurement.chip in chips)]
-                miss[name] = float(np.median([abs(c.unit_s / (c.unit_s / eta + t0) - c.ratio) for c in rows]))
+                miss[name] = float(np.median([abs(_phi(c.unit_s, t0, eta) - c.ratio) for c in rows]))
             title.set_text(
                 f"t\u2080 = {t0_ms:.1f} ms, \u03b7 = {eta:.0%}: median miss "
                 f"{miss['NVIDIA']:.2f} (NVIDIA, blue), {miss['Apple']:.2f} (Apple, green)"

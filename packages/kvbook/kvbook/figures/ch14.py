@@ -47,13 +47,6 @@ def _sweep(steps, bandwidth, flops, d_model, n_layers):
     return {(int(b), int(s)): float(t) for b, s, t in steps}, *_rates(bandwidth, flops)
 
 
-def _terms(batch, context, bandwidth, flops, d_model, n_layers):
-    # both forms of the bound with the measured W and C, attention FLOPs included (the notebook's step_terms)
-    c = measure.decode_loop_cost(batch, context, d_model, n_layers)
-    return F.step_breakdown(batch, c.kv_bytes_per_seq, c.weight_bytes, c.param_count, bandwidth, flops,
-                            attention_flops_per_seq=c.attention_flops / batch)
-
-
 @figure(static=MEASURES_THE_MACHINE)
 def roofline(bandwidth: float | None = None, flops: float | None = None, n_matmul: int = N_MATMUL):
     """The roofline of this machine from its measured ``bandwidth`` (bytes/s) and float32 matmul rate ``flops``.
@@ -96,7 +89,7 @@ def knee(steps: list | None = None, bandwidth: float | None = None, flops: float
     b_crit = F.critical_batch(C, W, B_W)
     fig, (ax_t, ax_r) = kp.new_figure((8.4, 3.8), ncols=2)
     b_grid = np.geomspace(1, batches[-1], 97)
-    terms = _terms(b_grid, context, W, C, d_model, n_layers)
+    terms = measure.decode_loop_bound(b_grid, context, W, C, d_model, n_layers)
     ax_t.plot(b_grid, terms.strict_s, color="0.15", label="strict bound (measured W, C)")
     ax_t.plot(b_grid, terms.no_overlap_s, color="0.15", lw=1.0, ls=":", label="no-overlap form")
     ax_t.plot(b_grid, terms.weight_read_s + 0 * b_grid, color=kp.COLORS[2], lw=1.1, ls="--", label="read weights")
@@ -145,7 +138,8 @@ def measure_live(context: int = S_MAIN, steps: list | None = None, bandwidth: fl
         kp.log_batch_axis(ax)
         ax.set_xlim(0.8, 320)
         ax.set_yscale("log")
-        all_steps = list(measured.values()) + list(_terms(grid, max(contexts), W, C, d_model, n_layers).strict_s)
+        longest = measure.decode_loop_bound(grid, max(contexts), W, C, d_model, n_layers).strict_s
+        all_steps = list(measured.values()) + list(longest)
         ax.set_ylim(0.5 * min(all_steps), 2 * max(all_steps))
         kp.seconds_axis(ax, "y", "ms", "time per step")
         # B_crit is named in the readout: the curves and dots move with every measurement,
@@ -157,7 +151,7 @@ def measure_live(context: int = S_MAIN, steps: list | None = None, bandwidth: fl
 
         def update(context):
             c = measure.decode_loop_cost(grid, context, d_model, n_layers)
-            t = _terms(grid, context, W, C, d_model, n_layers)
+            t = measure.decode_loop_bound(grid, context, W, C, d_model, n_layers)
             bound_line.set_data(grid, t.strict_s)
             kv_line.set_data(grid, t.kv_read_s)
             weights_line.set_data(grid, np.maximum(t.weight_read_s, t.weight_compute_s))

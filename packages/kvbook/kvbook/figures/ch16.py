@@ -68,28 +68,13 @@ def windows_live(context: int = CONTEXTS[3], models: list = WINDOWED):
                                       "Dotted: past the model's documented context.")
 
 
-#: The chapter's pitfalls as its refreshed notebook computed them (ratios to 4 digits): the notebook passes its
-#: own values, so these only let the function build alone. (label, the summary preset's ratio, every preset's.)
-PITFALLS = (
-    ('d_h taken as d / h', 0.625, (0.875, 1.5, 0.625, 0.5, 0.7031, 0.9375, 1.25, 0.5, 0.7031, 1.312)),
-    ('KV heads ignored', 8.0, (4.0, 8.0, 5.0, 8.0, 71.0)),
-    ('MLA rotary part dropped', 0.8889, (0.8889, 0.8889)),
-    ('MLA read as MHA', 71.11, (71.11, 35.56)),
-    ('windows charged in full', 5.958, (2.0, 1.333, 5.958, 1.998, 1.998)),
-    ('GiB printed as GB', 0.9313, (0.9313, 1.074)),
-    ('KV charged twice per step', 1.821, (1.067, 1.364, 1.821, 1.948)),
-    ('SwiGLU with 2 matrices', 0.766, (0.766, 0.7337, 0.744, 1.0)),
-    ('embedding read every step', 1.161, (1.07, 1.082, 1.102, 1.161, 1.0)),
-    ('linear layers as full', 3.952, (3.952,)),
-)
-
-
 @figure
-def ratios(pitfalls: list = PITFALLS):
+def ratios(pitfalls: list):
     """The calculator's figure over kvmath's for each pitfall, on a log scale.
 
-    ``pitfalls``: [label, ratio of the summary table's preset, [ratios of
-    every preset the chapter computed]] per pitfall. Filled: the summary's
+    ``pitfalls`` (required: the chapter's own computation, one section per
+    pitfall): [label, ratio of the summary table's preset, [ratios of every
+    preset the chapter computed]] per pitfall. Filled: the summary's
     preset (blue above 1, orange below); hollow: the others.
     """
     import matplotlib.ticker as mticker
