@@ -455,7 +455,7 @@ def decode_loop_bound(batch: ArrayLike, context: ArrayLike, bandwidth: ArrayLike
     and 15,360 FLOPs a step, so at 1,000 bytes/s and 500 FLOP/s the FLOPs bind.
 
     >>> t = decode_loop_bound(2, 8, 1000.0, 500.0, d_model=16, n_layers=3)
-    >>> round(float(t.strict_s), 3), t.strict_bound
+    >>> round(float(t.strict_s), 3), t.binds
     (30.72, 'compute')
     >>> round(float(t.kv_read_s), 3), round(float(t.weight_read_s), 3)
     (6.144, 12.288)

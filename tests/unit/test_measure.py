@@ -50,7 +50,7 @@ def test_decode_loop_bound_is_the_hand_counted_bytes_and_flops_over_the_rates():
     # bytes; FLOPs 2 B 3,072 = 12,288 for the weights and 4 B S d L = 3,072 for attention. W = 1,000 bytes/s.
     for c, strict, binds in ((10_000.0, 18.432, "memory"), (500.0, 30.72, "compute")):
         t = measure.decode_loop_bound(2, 8, 1000.0, c, d_model=16, n_layers=3)
-        assert math.isclose(float(t.strict_s), strict, rel_tol=1e-12) and t.strict_bound == binds
+        assert math.isclose(float(t.strict_s), strict, rel_tol=1e-12) and t.binds == binds
         assert math.isclose(float(t.kv_read_s), 6.144, rel_tol=1e-12)
         assert math.isclose(float(t.weight_read_s), 12.288, rel_tol=1e-12)
         assert math.isclose(float(t.weight_compute_s), 12_288 / c, rel_tol=1e-12)
