@@ -53,3 +53,38 @@ def test_the_page_code_imports_each_chapter_once_and_calls_in_display_order():
     assert out["code"].count("import kvbook.figures.ch00 as _chapter0") == 1
     assert out["code"].index("(**{'batch': 4})") < out["code"].index("(**{})")
     assert out["figures"] == [{"cell": 0, "static": False, "reason": ""}, {"cell": 1, "static": True, "reason": "why"}]
+
+
+def _chapter_figures(chapter: str) -> dict:
+    return {name.split(".", 1)[1]: fn for name, fn in ALL.items() if name.split(".", 1)[0] == chapter}
+
+
+def _check_chapter_figures(chapter: str, static: set[str], interactive: dict[str, dict]):
+    """Every figure of ``chapter`` builds; the interactive ones have these controls at these defaults.
+
+    Each interactive one is also built with every control off its default and
+    must carry exactly that call, so the page repeats the reader's own figure.
+    """
+    from matplotlib.figure import Figure
+
+    from kvbook.interactive import InteractiveFigure
+
+    found = _chapter_figures(chapter)
+    assert set(found) == static | set(interactive), sorted(found)
+    for name in static:
+        assert isinstance(found[name](), Figure), name
+    for name, values in interactive.items():
+        made = found[name]()
+        assert isinstance(made, InteractiveFigure), name
+        assert made.values == values, name
+        other = {key: next(v for v in made.controls[key].values if v != default)
+                 for key, default in values.items()}
+        moved = found[name](**other)
+        assert moved.values == other, name
+        assert moved.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": other,
+                              "static": ""}
+
+
+def test_chapter_06_figures_build():
+    _check_chapter_figures("ch06", {"ttft_by_prompt", "tensor_parallel_scaling", "quantized_throughput", "paging"},
+                   {"step_and_memory": {"batch": 16, "weights": "bf16", "kv": "bf16", "chips": 2}})
