@@ -88,3 +88,9 @@ def _check_chapter_figures(chapter: str, static: set[str], interactive: dict[str
 def test_chapter_06_figures_build():
     _check_chapter_figures("ch06", {"ttft_by_prompt", "tensor_parallel_scaling", "quantized_throughput", "paging"},
                    {"step_and_memory": {"batch": 16, "weights": "bf16", "kv": "bf16", "chips": 2}})
+
+
+def test_chapter_07_figures_build():
+    _check_chapter_figures("ch07", {"speed_by_context", "compute_ceiling", "bytes_by_split", "prefill_split"},
+                           {"bytes_per_gpu": {"context": 8192, "kv_heads": 32, "batch": 16, "n_gpu": 2,
+                                              "shard": "heads", "eff": 0.7}})
