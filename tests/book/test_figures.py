@@ -94,3 +94,9 @@ def test_chapter_07_figures_build():
     _check_chapter_figures("ch07", {"speed_by_context", "compute_ceiling", "bytes_by_split", "prefill_split"},
                            {"bytes_per_gpu": {"context": 8192, "kv_heads": 32, "batch": 16, "n_gpu": 2,
                                               "shard": "heads", "eff": 0.7}})
+
+
+def test_chapter_08_figures_build():
+    _check_chapter_figures("ch08", {"cache_by_batch", "step_by_batch", "largest_batch_by_chip"},
+                           {"planner": {"model": "kipply-52b", "chip": "a100-kipply", "n_chips": 3, "split": "batch",
+                                        "weight_dtype": "fp16", "kv_dtype": "fp16", "context": 2048}})
