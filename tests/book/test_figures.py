@@ -100,3 +100,8 @@ def test_chapter_08_figures_build():
     _check_chapter_figures("ch08", {"cache_by_batch", "step_by_batch", "largest_batch_by_chip"},
                            {"planner": {"model": "kipply-52b", "chip": "a100-kipply", "n_chips": 3, "split": "batch",
                                         "weight_dtype": "fp16", "kv_dtype": "fp16", "context": 2048}})
+
+
+def test_chapter_09_figures_build():
+    _check_chapter_figures("ch09", {"experts_touched", "expert_parallel_all_to_all"},
+                           {"weight_bytes_read": {"batch": 16, "model": "deepseek-v3", "tokens_per_seq": 1}})
