@@ -105,3 +105,8 @@ def test_chapter_08_figures_build():
 def test_chapter_09_figures_build():
     _check_chapter_figures("ch09", {"experts_touched", "expert_parallel_all_to_all"},
                            {"weight_bytes_read": {"batch": 16, "model": "deepseek-v3", "tokens_per_seq": 1}})
+
+
+def test_chapter_10_figures_build():
+    _check_chapter_figures("ch10", {"verify_steps", "expected_tokens", "speedup_by_batch"},
+                           {"speedup_live": {"gamma": 4, "acceptance": 0.8, "model": "llama-8b"}})
