@@ -41,8 +41,7 @@ from .results import Result
 
 from .deployment import Deployment
 from .requests import prefill_attention_flops
-from .step import refuse_overflow
-from .validation import ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
+from .validation import refuse_overflow, ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole

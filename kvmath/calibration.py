@@ -55,7 +55,7 @@ from .layout import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .deployment import Deployment
-from .step import compute_rate
+from .rates import compute_rate
 from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).

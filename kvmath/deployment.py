@@ -38,7 +38,7 @@ from .units import dtype_bytes
 
 if TYPE_CHECKING:  # the request results live with the module that builds them, loaded on first use
     from .requests import Frontier, Request
-from .validation import ArrayLike, ResultOverflow, choice, fraction, instance, non_negative, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, broadcast, choice, fraction, instance, non_negative, positive, positive_int
 
 # Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
 # about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
@@ -192,7 +192,7 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .step import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
+        from .rates import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
 
         if formats.compute is not None:
             choice("compute", formats.compute, ("bf16", "fp16", "fp8", "int8", "fp4"))
@@ -262,7 +262,8 @@ class Deployment:
         Step
             A lower bound (``is_lower_bound``) unless an estimate was asked for.
         """
-        batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq)
+        batch, context, tokens_per_seq = _shape_args(batch, context, tokens_per_seq, efficiency=efficiency,
+                                                     overhead_s=overhead_s)
         routing = choice("routing", routing, ROUTINGS)
         for name, value in (("logits", logits), ("last_mlp_logits_only", last_mlp_logits_only)):
             if not isinstance(value, (bool, np.bool_)):
@@ -358,7 +359,11 @@ class Deployment:
         """
         from .requests import prefill_chip_step
 
-        return prefill_chip_step(self, batch, input_tokens)
+        step = prefill_chip_step(self, batch, input_tokens)
+        if not (_finite(step.strict_s) and _finite(step.no_overlap_s)):
+            raise ResultOverflow(f"prefill: the result overflows float64 (it would be inf) for batch={_show(batch)}, "
+                                 f"input_tokens={_show(input_tokens)}; use smaller numbers")
+        return step
 
     def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
@@ -413,7 +418,7 @@ class Deployment:
         the batch until every expert is touched (``routing="uniform"``, an
         estimate, by default).
         """
-        from .step import model_critical_batch
+        from .rates import model_critical_batch
 
         return model_critical_batch(self.model, self.chip, self.formats.weights, self.formats.compute, routing)
 
@@ -486,6 +491,8 @@ class Deployment:
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
+        if max_model_len is None:  # vLLM sizes for the context asked about: it must be whole tokens, named as such
+            positive_int("context", context)
         max_len = context if max_model_len is None else max_model_len
         if np.any(np.asarray(context) > max_len):
             raise ValueError(f"context ({context!r}) exceeds max_model_len ({max_model_len!r}): vLLM refuses longer "
@@ -503,19 +510,20 @@ class Deployment:
                      engine: str | None = None) -> "Deployment":
         """This deployment on the fewest tensor-parallel chips whose busiest chip holds its weights.
 
-        Tries ``tp = N`` from the fewest chips whose memory (``budget``, or
-        ``hbm_bytes`` per chip) could hold all the weights, upward, and keeps
-        the first layout the model accepts (the heads split ``tp`` ways) whose
-        busiest chip holds its weights; with ``engine="vllm"`` also one that
-        vLLM accepts (KV heads divisible by ``tp`` or dividing it). Links and
+        Tries ``N`` chips from the fewest whose memory (``budget``, or
+        ``hbm_bytes`` per chip) could hold all the weights, upward: ``tp = N``
+        where the heads split ``N`` ways, else ``pp = N`` (by layers), and keeps
+        the first layout whose busiest chip holds its weights; with
+        ``engine="vllm"`` only tensor parallelism that vLLM accepts (KV heads
+        divisible by ``tp`` or dividing it). Links and
         formats are kept. ``ValueError`` if no ``tp`` up to the head count will do.
 
         Examples
         --------
         >>> Deployment("llama-3.1-70b", "h100-sxm").fewest_chips().n_chips   # 141 GB of bf16 weights on 80 GB chips
         2
-        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().n_chips  # 11 would hold them; 128 heads split 16 ways
-        16
+        >>> Deployment("llama-3.1-405b", "h100-sxm").fewest_chips().layout  # 10.1 chips' worth; 128 heads split 16 ways
+        ParallelLayout(tp=1, cp=1, dp=1, pp=12, ep=1)
         """
         from .memory import _check_tensor_parallel, memory_budget
 
@@ -524,14 +532,21 @@ class Deployment:
             choice("engine", engine, ("vllm",))
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         whole = self.replace(layout=None, link=None)._plan.weight_resident
-        start = max(1, int(np.ceil(whole / memory)))
-        for tp in range(start, self.model.n_heads + 1):
-            layout = ParallelLayout(tp=tp, kv_split=self.layout.kv_split)
-            if self.model.n_heads % tp:
+        chips = whole / memory
+        if not chips <= self.model.n_heads * self.model.n_layers:  # inf or absurd: no layout could hold them
+            raise ValueError(f"hbm_bytes: {memory!r} bytes per chip cannot hold {self.model.name}'s {whole:.4g} bytes "
+                             f"of weights on any layout")
+        start = max(1, int(np.ceil(chips)))
+        for n in range(start, self.model.n_heads + 1):
+            if self.model.n_heads % n == 0:
+                layout = ParallelLayout(tp=n, kv_split=self.layout.kv_split)
+            elif engine is None and n <= self.model.n_layers:
+                layout = ParallelLayout(pp=n)  # the heads do not split n ways; the layers do
+            else:
                 continue
             if engine is not None:
                 try:
-                    _check_tensor_parallel(self.model, tp)
+                    _check_tensor_parallel(self.model, n)
                 except ValueError:
                     continue
             dep = self.replace(layout=layout)
@@ -620,9 +635,12 @@ def _show(value) -> str:
     return repr(value) if np.ndim(value) == 0 else f"an array of shape {np.shape(value)}"
 
 
-def _shape_args(batch, context, tokens_per_seq):
-    """The step's shape, checked: positive finite numbers or arrays of them."""
-    return positive("batch", batch), positive("context", context), positive("tokens_per_seq", tokens_per_seq)
+def _shape_args(batch, context, tokens_per_seq, **others):
+    """The step's shape, checked: positive finite numbers or arrays of them, whose shapes broadcast (named if not)."""
+    out = positive("batch", batch), positive("context", context), positive("tokens_per_seq", tokens_per_seq)
+    if not all(type(x) is float for x in (*out, *others.values())):
+        broadcast(batch=batch, context=context, tokens_per_seq=tokens_per_seq, **others)
+    return out
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole

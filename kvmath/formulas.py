@@ -32,13 +32,26 @@ import numpy as np
 from .links import all_to_all_time, allreduce_estimate, allreduce_time, p2p_time, ring_allreduce_bytes  # noqa: F401
 from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the notes' MoE forms)
 from .results import Result
-from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, fraction, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, finite, fraction, non_negative, plain, positive, positive_int
+
+#: Every formula the module defines or re-exports (the links' collectives, the MoE forms), and their result types.
+__all__ = [
+    "RESOURCES", "binds", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
+    "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
+    "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
+    "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
+    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "Fit", "fit",
+    "expected_tokens_per_step", "speculative_improvement_factor", "cost_per_million_tokens",
+    "all_to_all_time", "allreduce_estimate", "allreduce_time", "p2p_time", "ring_allreduce_bytes",
+    "experts_touched", "saturated_critical_batch",
+]
 
 
 #: Which resource binds a strict bound: the one whose time is the bound.
 RESOURCES = ("memory", "compute", "communication")
 
 
+@checked
 def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) -> str | np.ndarray:
     """Which of three parallel resources sets ``max(memory_s, compute_s, comm_s)``; ties go to the first.
 
@@ -49,7 +62,8 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
     >>> binds(2e-3, 1e-3), binds(1e-3, 1e-3), binds(1e-3, 1e-4, 5e-3)
     ('memory', 'memory', 'communication')
     """
-    memory_s, compute_s, comm_s = np.asarray(memory_s), np.asarray(compute_s), np.asarray(comm_s)
+    memory_s, compute_s, comm_s = (np.asarray(non_negative(name, value)) for name, value in
+                                   (("memory_s", memory_s), ("compute_s", compute_s), ("comm_s", comm_s)))
     which = np.where(memory_s >= compute_s, np.where(memory_s >= comm_s, 0, 2), np.where(compute_s >= comm_s, 1, 2))
     if which.ndim == 0:
         return RESOURCES[int(which)]
@@ -788,7 +802,7 @@ def fit(param_count: float, bytes_per_param: float, kv_bytes_per_token: float, c
     >>> f.min_chips, round(f.kv_budget_bytes / 1e9), f.max_tokens, f.max_batch
     (3, 16, 7629, 3)
     """
-    weights = weight_bytes(param_count, bytes_per_param)
+    weights = finite(weight_bytes(param_count, bytes_per_param), nonzero=True)  # a product that under- or overflows
     fewest = min_chips_for_weights(weights, hbm_bytes)
     chips = fewest if n_chips is None else int(positive_int("n_chips", n_chips))
     if chips < fewest:

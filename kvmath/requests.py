@@ -47,8 +47,7 @@ from .memory import BUDGETS, memory_budget
 from .models import Model
 from .deployment import Deployment, Step
 from .formulas import step_times
-from .step import overflow_named, refuse_overflow
-from .validation import ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
+from .validation import overflow_named, refuse_overflow, ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
 
 
 @checked

@@ -7,13 +7,14 @@ producing a quietly wrong number.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
 import math
 import numbers
 import warnings
-from typing import Iterable, Union
+from typing import Iterable, Mapping, Union
 
 import numpy as np
 
@@ -381,3 +382,26 @@ def as_count(name: str, values) -> int | np.ndarray:
     if np.any(np.asarray(values) >= 2.0**63):
         raise ResultOverflow(f"{name} exceeds what an int64 array holds (2**63); pass scalars for Python ints")
     return np.asarray(values).astype(np.int64)
+
+
+def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
+    shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
+                      for k, v in inputs.items())
+    return ResultOverflow(f"{where}: the result overflows float64 (it would be inf) for {shown}; use smaller numbers")
+
+
+def refuse_overflow(where: str, results: Mapping, **inputs) -> None:
+    """Raise :class:`kvmath.ResultOverflow` naming ``inputs`` where any of ``results`` is inf or NaN."""
+    for value in results.values():
+        if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+            raise _overflow(where, inputs)
+
+
+@contextlib.contextmanager
+def overflow_named(where: str, **inputs):
+    """Inside: no numpy warnings, and an inner overflow re-raised as one naming ``where``'s ``inputs``."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            yield
+    except (ResultOverflow, ArithmeticError):
+        raise _overflow(where, inputs) from None

@@ -9,8 +9,10 @@ would leave the page's controls dead.
 from __future__ import annotations
 
 import pytest
+from matplotlib.figure import Figure
 
-from kvbook import figures
+from kvbook import figures, plots
+from kvbook.interactive import Choice, InteractiveFigure
 from kvbook.live import figure_calls
 
 ALL = figures.load_all()
@@ -55,58 +57,146 @@ def test_the_page_code_imports_each_chapter_once_and_calls_in_display_order():
     assert out["figures"] == [{"cell": 0, "static": False, "reason": ""}, {"cell": 1, "static": True, "reason": "why"}]
 
 
-def _chapter_figures(chapter: str) -> dict:
+# --- chapters 01-05: each chapter's figures, and each interactive one's controls and their defaults ---------
+
+
+def chapter_figures(chapter: str) -> dict:
+    """``{name: function}`` of the registered figures of ``chapter`` ("ch01")."""
     return {name.split(".", 1)[1]: fn for name, fn in ALL.items() if name.split(".", 1)[0] == chapter}
 
 
-def _check_chapter_figures(chapter: str, static: set[str], interactive: dict[str, dict]):
-    """Every figure of ``chapter`` builds; the interactive ones have these controls at these defaults.
+def check_chapter(chapter: str, expected: dict) -> None:
+    """Call every figure of ``chapter`` with its defaults and compare with ``expected``.
 
-    Each interactive one is also built with every control off its default and
-    must carry exactly that call, so the page repeats the reader's own figure.
+    ``expected`` maps each function's name to ``None`` (a static figure) or to
+    ``{control: (kind, default)}`` (an interactive one; kind "slider" or "choice").
     """
-    from matplotlib.figure import Figure
+    functions = chapter_figures(chapter)
+    assert sorted(functions) == sorted(expected), f"{chapter}'s registered figures"
+    for name, fn in functions.items():
+        fig = fn()
+        if expected[name] is None:
+            assert isinstance(fig, Figure), f"{chapter}.{name} is not a static figure"
+            plots.close(fig)
+            continue
+        assert isinstance(fig, InteractiveFigure), f"{chapter}.{name} is not interactive"
+        controls = {k: ("choice" if isinstance(c, Choice) else "slider", c.default) for k, c in fig.controls.items()}
+        assert controls == expected[name], f"{chapter}.{name}'s controls"
+        assert fig.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": {}, "static": ""}
 
-    from kvbook.interactive import InteractiveFigure
 
-    found = _chapter_figures(chapter)
-    assert set(found) == static | set(interactive), sorted(found)
-    for name in static:
-        assert isinstance(found[name](), Figure), name
-    for name, values in interactive.items():
-        made = found[name]()
-        assert isinstance(made, InteractiveFigure), name
-        assert made.values == values, name
-        other = {key: next(v for v in made.controls[key].values if v != default)
-                 for key, default in values.items()}
-        moved = found[name](**other)
-        assert moved.values == other, name
-        assert moved.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": other,
-                              "static": ""}
+def test_chapter_01_figures_build():
+    check_chapter("ch01", {
+        "step_at_batch_1": None,
+        "roofline_h100": None,
+        "intensity_vs_batch": None,
+        "roofline_live": {"chip": ("choice", "h100-sxm"), "batch": ("slider", 1)},
+    })
+
+
+def test_chapter_02_figures_build():
+    check_chapter("ch02", {
+        "kvcache_presets": None,
+        "kvcache_live": {"model": ("choice", "codellama-7b"), "context": ("slider", 8192), "batch": ("slider", 16),
+                         "kv_dtype": ("choice", "bf16"), "chip": ("choice", "a100-80gb")},
+    })
+
+
+def test_chapter_03_figures_build():
+    check_chapter("ch03", {
+        "ms_example": None,
+        "ms_curve": None,
+        "minstep_live": {"batch": ("slider", 256), "context": ("slider", 8192), "chips": ("slider", 16),
+                         "weights": ("choice", "int8"), "kv_per_token": ("slider", 100e3)},
+    })
+
+
+def test_chapter_04_figures_build():
+    check_chapter("ch04", {
+        "bc_crossing": None,
+        "bc_fraction": None,
+        "bcrit_live": {"batch": ("slider", 128), "chip": ("choice", "h100-sxm"), "weights": ("choice", "bf16"),
+                       "math": ("choice", "bf16")},
+    })
+
+
+def test_chapter_05_figures_build():
+    check_chapter("ch05", {
+        "share_design": None,
+        "share_h100": None,
+        "share_window": None,
+        "share_live": {"kv_heads": ("slider", 8), "model": ("choice", "llama-2-70b"), "chip": ("choice", "h100-sxm")},
+    })
+
+
+# --- chapters 06-10 -------------------------------------------------------------------------------------------
+
+
+def check_moved_controls_carry_their_call(chapter: str, name: str) -> None:
+    """The interactive ``chapter.name``, built with every control off its default, shows and carries that call.
+
+    The defaults alone would not catch a keyword the function takes but does
+    not pass on to its control (the page would then rebuild the default figure).
+    """
+    fn = chapter_figures(chapter)[name]
+    made = fn()
+    other = {key: next(v for v in made.controls[key].values if v != default) for key, default in made.values.items()}
+    moved = fn(**other)
+    assert moved.values == other, f"{chapter}.{name}"
+    assert moved.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": other, "static": ""}
 
 
 def test_chapter_06_figures_build():
-    _check_chapter_figures("ch06", {"ttft_by_prompt", "tensor_parallel_scaling", "quantized_throughput", "paging"},
-                   {"step_and_memory": {"batch": 16, "weights": "bf16", "kv": "bf16", "chips": 2}})
+    check_chapter("ch06", {
+        "ttft_by_prompt": None,
+        "tensor_parallel_scaling": None,
+        "quantized_throughput": None,
+        "paging": None,
+        "step_and_memory": {"batch": ("slider", 16), "weights": ("choice", "bf16"), "kv": ("choice", "bf16"),
+                            "chips": ("slider", 2)},
+    })
+    check_moved_controls_carry_their_call("ch06", "step_and_memory")
 
 
 def test_chapter_07_figures_build():
-    _check_chapter_figures("ch07", {"speed_by_context", "compute_ceiling", "bytes_by_split", "prefill_split"},
-                           {"bytes_per_gpu": {"context": 8192, "kv_heads": 32, "batch": 16, "n_gpu": 2,
-                                              "shard": "heads", "eff": 0.7}})
+    check_chapter("ch07", {
+        "speed_by_context": None,
+        "compute_ceiling": None,
+        "bytes_by_split": None,
+        "prefill_split": None,
+        "bytes_per_gpu": {"context": ("slider", 8192), "kv_heads": ("slider", 32), "batch": ("slider", 16),
+                          "n_gpu": ("slider", 2), "shard": ("choice", "heads"), "eff": ("slider", 0.7)},
+    })
+    check_moved_controls_carry_their_call("ch07", "bytes_per_gpu")
 
 
 def test_chapter_08_figures_build():
-    _check_chapter_figures("ch08", {"cache_by_batch", "step_by_batch", "largest_batch_by_chip"},
-                           {"planner": {"model": "kipply-52b", "chip": "a100-kipply", "n_chips": 3, "split": "batch",
-                                        "weight_dtype": "fp16", "kv_dtype": "fp16", "context": 2048}})
+    check_chapter("ch08", {
+        "cache_by_batch": None,
+        "step_by_batch": None,
+        "largest_batch_by_chip": None,
+        "planner": {"model": ("choice", "kipply-52b"), "chip": ("choice", "a100-kipply"), "n_chips": ("slider", 3),
+                    "split": ("choice", "batch"), "weight_dtype": ("choice", "fp16"), "kv_dtype": ("choice", "fp16"),
+                    "context": ("slider", 2048)},
+    })
+    check_moved_controls_carry_their_call("ch08", "planner")
 
 
 def test_chapter_09_figures_build():
-    _check_chapter_figures("ch09", {"experts_touched", "expert_parallel_all_to_all"},
-                           {"weight_bytes_read": {"batch": 16, "model": "deepseek-v3", "tokens_per_seq": 1}})
+    check_chapter("ch09", {
+        "experts_touched": None,
+        "expert_parallel_all_to_all": None,
+        "weight_bytes_read": {"batch": ("slider", 16), "model": ("choice", "deepseek-v3"),
+                              "tokens_per_seq": ("choice", 1)},
+    })
+    check_moved_controls_carry_their_call("ch09", "weight_bytes_read")
 
 
 def test_chapter_10_figures_build():
-    _check_chapter_figures("ch10", {"verify_steps", "expected_tokens", "speedup_by_batch"},
-                           {"speedup_live": {"gamma": 4, "acceptance": 0.8, "model": "llama-8b"}})
+    check_chapter("ch10", {
+        "verify_steps": None,
+        "expected_tokens": None,
+        "speedup_by_batch": None,
+        "speedup_live": {"gamma": ("slider", 4), "acceptance": ("choice", 0.8), "model": ("choice", "llama-8b")},
+    })
+    check_moved_controls_carry_their_call("ch10", "speedup_live")

@@ -286,7 +286,7 @@ def test_groups_at_different_rates_combine_into_one_time():
     # the same time as each group at its own rate: fp8 experts at 1978.9e12, the rest at 989.4e12
     seconds_per_token = 2 * p["experts"] / 1978.9e12 + 2 * (sum(p.values()) - p["experts"]) / 989.4e12
     assert 2 * sum(p.values()) / rate == pytest.approx(seconds_per_token, rel=1e-12)
-    from kvmath.step import compute_rate  # the rule Deployment.flops uses; without a model it cannot combine
+    from kvmath.rates import compute_rate  # the rule Deployment.flops uses; without a model it cannot combine
 
     with pytest.raises(ValueError, match="pass the model"):
         compute_rate(h100, {"default": "bf16", "experts": "fp8"})

@@ -106,5 +106,5 @@ def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():
         cli.main(["capacity", "--config", str(path("openai--gpt-oss-20b")), "--hardware", "h100-sxm",
                   "--context", "131072", "--experts-dtype", "mxfp4", "--json"])
     result = json.loads(out.getvalue())
-    assert result["weight_bytes"] == 13_747_605_120  # as in the hand computation above
+    assert result["weight_bytes_per_chip"] == 13_747_605_120  # one chip: all of them  # as in the hand computation above
     assert result["max_batch"] == 20  # (80e9 - 13.75e9) B / 3,224,371,200 B per sequence = 20.5

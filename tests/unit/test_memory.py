@@ -381,22 +381,26 @@ def test_cli_engine_vllm_matches_the_library(capsys):
     r = _json(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "4096",
               "--engine", "vllm", "--gpu-memory-utilization", "0.9", "--block-size", "16", "--max-model-len", "8192")
     e = vllm_engine(get_model("llama-3-8b"), get_chip("h100-sxm"), 8192)
-    eng = r["engine"]
-    assert (eng["num_blocks"], eng["tokens"], eng["kv_bytes"]) == (e.num_blocks, e.tokens, e.available_kv_bytes)
-    assert eng["max_concurrency"] == e.max_concurrency
-    assert eng["max_concurrency_at_context"] == e.num_blocks / 256  # 4096-token requests take 256 blocks
-    # the plain capacity keys are still there, with their default-budget values
+    eng = r["engine"]  # the JSON is Capacity.to_dict(): vLLM's sizing under "engine", EngineBudget's own keys
+    assert (eng["num_blocks"], eng["tokens"], eng["available_kv_bytes"]) == (e.num_blocks, e.tokens, e.available_kv_bytes)
+    assert eng["max_concurrency"] == e.max_concurrency == e.num_blocks / 512  # 8192-token requests take 512 blocks
+    assert eng["blocks_per_request"] == 512
+    # the plain capacity keys are still there, with their default-budget values; only "engine" is filled in
     plain_r = _json(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "4096")
-    assert {k: r[k] for k in plain_r} == plain_r and plain_r["budget"] == "device"
+    assert plain_r["engine"] is None and plain_r["budget"] == "device"
+    assert {k: r[k] for k in plain_r if k != "engine"} == {k: v for k, v in plain_r.items() if k != "engine"}
 
 
 def test_cli_budget_and_tensor_parallel(capsys):
     base = ["capacity", "--model", "llama-3-70b", "--hardware", "h100-sxm", "--context", "8192", "--chips", "2"]
     device, reported, reserve = (_json(capsys, *base, "--budget", b) for b in ("device", "reported", "reserve"))
-    assert device["kv_budget_bytes"] < reserve["kv_budget_bytes"] < reported["kv_budget_bytes"]
-    assert reported["kv_budget_bytes"] == pytest.approx(2 * 81559 * 2**20 - device["weight_bytes"])
-    tp = _json(capsys, *base, "--engine", "vllm")["engine"]
-    assert tp["tensor_parallel"] == 2 and tp["page_bytes"] == 16 * 2 * 4 * 128 * 2  # 4 of 8 KV heads per rank
+    # per chip now (Capacity.to_dict()): each of the 2 chips holds half the weights beside its KV budget
+    assert device["kv_budget_bytes_per_chip"] < reserve["kv_budget_bytes_per_chip"] < reported["kv_budget_bytes_per_chip"]
+    assert 2 * reported["kv_budget_bytes_per_chip"] == pytest.approx(
+        2 * 81559 * 2**20 - 2 * device["weight_bytes_per_chip"])
+    cap = _json(capsys, *base, "--engine", "vllm")  # EngineBudget has no tensor_parallel key: the TP is the chips'
+    tp = cap["engine"]
+    assert cap["n_chips"] == 2 and tp["page_bytes"] == 16 * 2 * 4 * 128 * 2  # 4 of 8 KV heads per rank
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvmath as km
-from kvmath.cli import RUN_KEYS, main
-from kvmath.requests import prefill_chip_step
+from kvmath import Deployment
+from kvmath.cli import main
+from kvmath.layout import parse_layout
+from kvmath.requests import prefill_attention_flops
 
 settings.register_profile("kvmath", deadline=None, derandomize=True)
 settings.load_profile("kvmath")
@@ -22,6 +24,11 @@ NV4 = km.Link.preset("nvlink4")
 def run_json(capsys, *argv):
     assert main([*argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def ttft(dep, batch, input_tokens, chunk_tokens=None):
+    """The time to the first token of ``batch`` prompts (the old prefill_bound): a one-token request's."""
+    return dep.request(batch, input_tokens, 1, chunk_tokens=chunk_tokens).ttft_s
 
 
 # ----- links ----------------------------------------------------------------------------------
@@ -81,7 +88,7 @@ def test_communication_is_zero_on_one_chip_and_never_negative(size, n, link, alg
     assert t >= 0 and km.formulas.all_to_all_time(size, n, link) >= 0
     if n == 1:
         assert t == 0 and km.formulas.all_to_all_time(size, 1, link) == 0
-        assert km.tensor_parallel_comm_s(km.Model.preset("llama-2-70b"), 1 + size / 1e6, 1, link) == 0
+        assert Deployment("llama-2-70b", H100, link=link).step(1 + size / 1e6, 1).comm_s == 0
 
 
 # ----- the parallelism model -------------------------------------------------------------------
@@ -92,12 +99,11 @@ def test_kv_heads_replicate_when_chips_outnumber_them():
     # ceil(8 / 16) = 1 head, an eighth of the cache, not a sixteenth.
     m = km.Model.preset("llama-3-8b")
     kv_seq = 32 * 2 * 8 * 128 * 2 * 1000
-    s = km.chip_step(m, 4, 1000, km.ParallelLayout(tp=16), H100.bandwidth, H100.flops(),
-                     kv_bytes_per_seq=kv_seq, attention_flops_per_seq=0)
+    assert m.kv_bytes_per_seq(1000) == kv_seq
+    s = Deployment(m, H100, km.ParallelLayout(tp=16)).step(4, 1000)
     assert s.kv_bytes_read == 4 * kv_seq / 8 == 65_536_000
     # by sequence (context parallelism) the same 16 chips split it 16 ways
-    s = km.chip_step(m, 4, 1000, km.ParallelLayout(tp=8, cp=2), H100.bandwidth, H100.flops(),
-                     kv_bytes_per_seq=kv_seq, attention_flops_per_seq=0)
+    s = Deployment(m, H100, km.ParallelLayout(tp=8, cp=2)).step(4, 1000)
     assert s.kv_bytes_read == 4 * kv_seq / 16
 
 
@@ -105,21 +111,19 @@ def test_mla_latent_is_replicated_by_tensor_parallelism_and_split_by_sequence():
     # DeepSeek-V3: (512 + 64) elements x 61 layers x 2 B = 70,272 B per token, shared by all 128 heads
     m = km.Model.preset("deepseek-v3")
     total = 8 * 4096 * 70_272
-    tp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(tp=8))
-    assert tp8.kv_bytes_per_chip == total
-    cp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8", layout=km.ParallelLayout(cp=8))
-    assert cp8.kv_bytes_per_chip == total / 8
-    dp8 = km.decode_step(m, km.Chip.preset("h200"), 8, 4096, weights="fp8",
-                         layout=km.ParallelLayout(dp=8, ep=8), link=NV4)
-    assert dp8.kv_bytes_per_chip == total / 8
+    tp8 = Deployment(m, "h200", km.ParallelLayout(tp=8), weights="fp8").step(8, 4096)
+    assert tp8.kv_bytes_read == total
+    cp8 = Deployment(m, "h200", km.ParallelLayout(cp=8), weights="fp8").step(8, 4096)
+    assert cp8.kv_bytes_read == total / 8
+    dp8 = Deployment(m, "h200", km.ParallelLayout(dp=8, ep=8), link=NV4, weights="fp8").step(8, 4096)
+    assert dp8.kv_bytes_read == total / 8
     assert dp8.comm_s > 0  # dispatch and combine all-to-alls
 
 
 def test_expert_parallelism_replicates_attention_and_shares_routed_experts():
     m = km.Model.preset("deepseek-v3")
     resident = m.weight_bytes_resident_by_group("fp8")
-    s = km.chip_step(m, 8, 4096, km.ParallelLayout(dp=8, ep=8), 4.8e12, 1.979e15, weights="fp8",
-                     kv_bytes_per_seq=0, attention_flops_per_seq=0)
+    s = Deployment(m, "h200", km.ParallelLayout(dp=8, ep=8), weights="fp8").step(8, 4096)
     # every chip holds all of attention, dense MLPs, shared experts, router, tables, and 1/8 of the routed experts
     replicated = sum(resident.values()) - resident["experts"]
     assert s.weight_bytes_resident == pytest.approx(replicated + resident["experts"] / 8, rel=1e-12)
@@ -135,32 +139,34 @@ def test_52b_on_three_gpus_cannot_use_three_way_tensor_parallelism_but_can_pipel
     with pytest.raises(ValueError, match="tp \\(3\\) must divide the 64 heads"):
         km.ParallelLayout(tp=3).check(m)
     a100 = km.Chip.preset("a100-40gb")
-    step = km.decode_step(m, a100, 1, 100, weights="fp16", layout=km.ParallelLayout(pp=3), link=km.Link.preset("nvlink3"))
-    one = km.decode_step(m, a100, 1, 100, weights="fp16")
+    step = Deployment(m, a100, km.ParallelLayout(pp=3), link=km.Link.preset("nvlink3"), weights="fp16").step(1, 100)
+    one = Deployment(m, a100, weights="fp16").step(1, 100)
     # at batch 1 a pipeline is no faster than one chip (each stage waits for the one before),
     # plus two point-to-point hops of 8192 x 2 bytes
-    assert step.strict_step_s == pytest.approx(one.strict_step_s, rel=1e-12)
+    assert step.strict_s == pytest.approx(one.strict_s, rel=1e-12)
     assert step.comm_s == pytest.approx(2 * (16384 / 300e9 + 0.5e-6), rel=1e-12)
-    assert step.chip.memory_bytes < 40e9  # 22 of 64 layers and one table per chip: it fits
+    assert step.memory_bytes < 40e9  # 22 of 64 layers and one table per chip: it fits
 
 
-def test_tensor_parallel_layout_reproduces_the_existing_tensor_parallel_step():
+def test_tensor_parallel_layout_text_reproduces_the_tensor_parallel_step():
+    # the old n_chips=8 path is the layout text "tp=8" now: the same numbers as the ParallelLayout
     m = km.Model.preset("llama-2-70b")
     for batch, context in ((1, 128), (64, 4096), (512, 32768)):
-        old = km.decode_step(m, H100, batch, context, n_chips=8)
-        new = km.decode_step(m, H100, batch, context, layout=km.ParallelLayout(tp=8))
-        assert new.strict_step_s == pytest.approx(old.strict_step_s, rel=1e-12)
-        assert new.no_overlap_step_s == pytest.approx(old.no_overlap_step_s, rel=1e-12)
+        old = Deployment(m, H100, "tp=8", link=None).step(batch, context)
+        new = Deployment(m, H100, km.ParallelLayout(tp=8), link=None).step(batch, context)
+        assert new.strict_s == pytest.approx(old.strict_s, rel=1e-12)
+        assert new.no_overlap_s == pytest.approx(old.no_overlap_s, rel=1e-12)
 
 
 def test_tp_comm_enters_the_strict_bound_as_a_max_and_the_no_overlap_form_as_a_sum():
     m = km.Model.preset("llama-2-70b")
     slow = NV4.replace(latency_s=100e-6)  # a link so slow that communication binds
-    base = km.decode_step(m, H100, 1, 4096, n_chips=8)
-    s = km.decode_step(m, H100, 1, 4096, n_chips=8, link=slow)
+    base = Deployment(m, H100, "tp=8", link=None).step(1, 4096)
+    s = Deployment(m, H100, "tp=8", link=slow).step(1, 4096)
     assert s.comm_s == pytest.approx(160 * (16384 / 450e9 + 100e-6), rel=1e-12)  # the floor: S / W + alpha
-    assert s.strict_step_s == pytest.approx(max(base.strict_step_s, s.comm_s), rel=1e-12)
-    assert s.no_overlap_step_s == pytest.approx(base.no_overlap_step_s + s.comm_s, rel=1e-12)
+    assert s.binds == "communication"
+    assert s.strict_s == pytest.approx(max(base.strict_s, s.comm_s), rel=1e-12)
+    assert s.no_overlap_s == pytest.approx(base.no_overlap_s + s.comm_s, rel=1e-12)
 
 
 models = st.sampled_from(["llama-3-8b", "llama-2-70b", "mixtral-8x7b", "deepseek-v3", "gemma-2-9b", "falcon-40b"])
@@ -169,11 +175,11 @@ models = st.sampled_from(["llama-3-8b", "llama-2-70b", "mixtral-8x7b", "deepseek
 @given(models, st.integers(1, 2048), st.integers(1, 100_000), links)
 def test_one_chip_reproduces_the_single_chip_bound(name, batch, context, link):
     m = km.Model.preset(name)
-    single = km.decode_step(m, H100, batch, context)
-    laid = km.decode_step(m, H100, batch, context, layout=km.ParallelLayout(), link=link)
+    single = Deployment(m, H100, link=None).step(batch, context)
+    laid = Deployment(m, H100, km.ParallelLayout(), link=link).step(batch, context)
     assert laid.comm_s == 0
-    assert laid.strict_step_s == pytest.approx(single.strict_step_s, rel=1e-12)
-    assert laid.no_overlap_step_s == pytest.approx(single.no_overlap_step_s, rel=1e-12)
+    assert laid.strict_s == pytest.approx(single.strict_s, rel=1e-12)
+    assert laid.no_overlap_s == pytest.approx(single.no_overlap_s, rel=1e-12)
 
 
 def _layouts(m):
@@ -189,8 +195,7 @@ def test_per_chip_memory_is_at_least_the_total_over_the_chips(name, batch, conte
     m = km.Model.preset(name)
     layout = data.draw(st.sampled_from(_layouts(m)))
     kv = m.kv_bytes_per_seq(context)
-    s = km.chip_step(m, batch, context, layout, H100.bandwidth, H100.flops(), kv_bytes_per_seq=kv,
-                     attention_flops_per_seq=m.attention_flops_per_token(context), link=NV4)
+    s = Deployment(m, H100, layout, link=NV4).step(batch, context)
     total = m.weight_bytes_resident() + batch * kv
     assert s.memory_bytes >= total / layout.n_chips * (1 - 1e-12)
     assert s.comm_s >= 0
@@ -210,7 +215,7 @@ def test_ttft_and_decode_sum_for_a_small_case_by_hand():
     flops = 2 * (2 * (matmul - V * d) * 3 + 2 * V * d + 4 * L * h * dh * 6)
     weights_read = (P - V * d) * 2 + 6 * d * 2           # 6 embedding rows looked up
     ttft = max(flops / 312e12, (weights_read + 2 * 3 * kv_token) / 2.039e12)
-    r = km.request_times(m, A100, 2, 3, 4)
+    r = Deployment(m, A100).request(2, 3, 4)
     assert r.ttft_s == pytest.approx(ttft, rel=1e-12)
     # decode: 3 steps over caches of 4, 5, 6 tokens, each memory-bound
     steps = [((P - V * d) * 2 + 2 * d * 2 + 2 * s * kv_token) / 2.039e12 for s in (4, 5, 6)]
@@ -218,7 +223,7 @@ def test_ttft_and_decode_sum_for_a_small_case_by_hand():
     assert r.total_s == pytest.approx(ttft + sum(steps), rel=1e-12)
     assert r.time_per_output_token_s == pytest.approx(sum(steps) / 3, rel=1e-12)
     assert r.output_tokens_per_s == pytest.approx(8 / (ttft + sum(steps)), rel=1e-12)
-    priced = km.request_times(m, A100, 2, 3, 4, price_per_chip_hour=3.6)
+    priced = Deployment(m, A100).request(2, 3, 4, price_per_chip_hour=3.6)
     assert priced.cost_per_million_tokens == pytest.approx(3.6 * (ttft + sum(steps)) / 3600 / 8 * 1e6, rel=1e-12)
 
 
@@ -232,23 +237,25 @@ def test_closed_form_decode_sum_equals_the_sum_of_step_bounds(name, layout, link
     m = km.Model.preset(name)
     batches = np.array([1, 37, 512, 4096])[:, None]
     shapes = [(5, 1), (1, 2), (100, 300), (3000, 2500)]
-    r = km.request_times(m, H100, batches, [s for s, _ in shapes], [o for _, o in shapes], layout=layout, link=link)
+    dep = Deployment(m, H100, layout, link=link)  # link=None: no communication, as before
+    r = dep.request(batches, [s for s, _ in shapes], [o for _, o in shapes])
     for i, b in enumerate(batches[:, 0]):
         for j, (s_in, s_out) in enumerate(shapes):
-            steps = km.decode_step(m, H100, b, np.arange(s_in + 1, s_in + s_out), layout=layout, link=link) \
-                if s_out > 1 else None
-            strict = 0.0 if steps is None else np.sum(steps.strict_step_s)
-            loose = 0.0 if steps is None else np.sum(steps.no_overlap_step_s)
+            steps = dep.step(b, np.arange(s_in + 1, s_in + s_out)) if s_out > 1 else None
+            strict = 0.0 if steps is None else np.sum(steps.strict_s)
+            loose = 0.0 if steps is None else np.sum(steps.no_overlap_s)
             assert r.decode_s[i, j] == pytest.approx(strict, rel=1e-11, abs=1e-15)
             assert r.decode_no_overlap_s[i, j] == pytest.approx(loose, rel=1e-11, abs=1e-15)
 
 
 def test_chunked_prefill_never_beats_one_pass_and_matches_it_when_compute_bound():
     m = km.Model.preset("llama-2-7b")
-    one = km.prefill_bound(m, A100, 1, 2048)
-    assert km.prefill_bound(m, A100, 1, 2048, chunk_tokens=512) == pytest.approx(one, rel=1e-12)
-    assert km.prefill_bound(m, A100, 1, 2048, chunk_tokens=64) > one   # 32 chunks, each reading 13 GB of weights
-    assert km.prefill_bound(m, A100, 1, 2048, chunk_tokens=4096) == pytest.approx(one, rel=1e-12)
+    dep = Deployment(m, A100)
+    one = ttft(dep, 1, 2048)
+    assert one == pytest.approx(dep.prefill(1, 2048).strict_s, rel=1e-12)  # one pass, on one chip
+    assert ttft(dep, 1, 2048, chunk_tokens=512) == pytest.approx(one, rel=1e-12)
+    assert ttft(dep, 1, 2048, chunk_tokens=64) > one   # 32 chunks, each reading 13 GB of weights
+    assert ttft(dep, 1, 2048, chunk_tokens=4096) == pytest.approx(one, rel=1e-12)
 
 
 def test_prefill_attention_flops_sum_causally_with_windows():
@@ -257,21 +264,22 @@ def test_prefill_attention_flops_sum_causally_with_windows():
     s, w = 10_000, 4096
     full = 21 * s * (s + 1) / 2
     local = 21 * (w * (w + 1) / 2 + (s - w) * w)
-    assert km.prefill_attention_flops(m, s) == pytest.approx(4 * 16 * 256 * (full + local), rel=1e-12)
+    assert prefill_attention_flops(m, s) == pytest.approx(4 * 16 * 256 * (full + local), rel=1e-12)
 
 
 @given(models, st.integers(1, 64), st.integers(1, 20_000), st.integers(1, 20_000))
 def test_ttft_is_monotone_in_input_length(name, batch, s1, s2):
     lo, hi = sorted((s1, s2))
     m = km.Model.preset(name)
-    assert km.prefill_bound(m, H100, batch, lo) <= km.prefill_bound(m, H100, batch, hi)
+    dep = Deployment(m, H100)
+    assert ttft(dep, batch, lo) <= ttft(dep, batch, hi)
 
 
 @given(models, st.integers(1, 256), st.integers(1, 8000), st.integers(1, 4000), st.integers(1, 4000))
 def test_total_time_is_monotone_in_output_length(name, batch, s_in, o1, o2):
     lo, hi = sorted((o1, o2))
     m = km.Model.preset(name)
-    r = km.request_times(m, H100, batch, s_in, np.array([lo, hi]), layout=km.ParallelLayout(tp=2), link=NV4)
+    r = Deployment(m, H100, km.ParallelLayout(tp=2), link=NV4).request(batch, s_in, np.array([lo, hi]))
     assert r.total_s[0] <= r.total_s[1]
 
 
@@ -282,8 +290,7 @@ def test_frontier_memory_cap_and_best_batch_by_hand():
     # Llama 3 70B in bf16 on 8 H100s: 141.1 GB of weights, 17.64 GB a chip; 80 GB less that holds
     # 1999-token caches of 327,680 / 8 B per token per chip
     m = km.Model.preset("llama-3-70b")
-    f = km.serving_frontier(m, H100, [1000, 4000], [1000, 1000], tpot_limit_s=0.015, layout=km.ParallelLayout(tp=8),
-                            link=NV4)
+    f = Deployment(m, H100, km.ParallelLayout(tp=8), link=NV4).frontier([1000, 4000], [1000, 1000], tpot_limit_s=0.015)
     per_chip_weights = m.weight_bytes_resident() / 8
     for j, last in enumerate((1999, 4999)):
         assert f.max_batch[j] == math.floor((80e9 - per_chip_weights) / (327_680 / 8 * last))
@@ -299,8 +306,8 @@ def test_frontier_memory_cap_and_best_batch_by_hand():
 def test_run_json_has_every_key_and_agrees_with_the_library(capsys):
     r = run_json(capsys, "run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "16", "--input", "1000",
                  "--output", "500", "--price-per-hour", "2")
-    assert list(r) == list(RUN_KEYS)
-    lib = km.request_times(km.Model.preset("llama-3-8b"), H100, 16, 1000, 500, price_per_chip_hour=2.0)
+    lib = Deployment(km.Model.preset("llama-3-8b"), H100).request(16, 1000, 500, price_per_chip_hour=2.0)
+    assert list(r) == list(lib.to_dict())  # the JSON is the Request's to_dict()
     for key in ("ttft_s", "decode_s", "total_s", "time_per_output_token_s", "output_tokens_per_s", "cost_per_million_tokens"):
         assert r[key] == pytest.approx(float(getattr(lib, key)), rel=1e-12)
     unpriced = run_json(capsys, "run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "10", "--output", "5")
@@ -317,8 +324,8 @@ def test_decode_json_comm_s(capsys):
 
 def test_prefill_and_links_commands(capsys):
     p = run_json(capsys, "prefill", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--input", "2048")
-    assert p["ttft_s"] == pytest.approx(km.prefill_bound(km.Model.preset("llama-2-7b"), A100, 1, 2048), rel=1e-12)
-    assert p["bound"] == "compute"
+    assert p["request"]["ttft_s"] == pytest.approx(ttft(Deployment("llama-2-7b", A100), 1, 2048), rel=1e-12)
+    assert p["prefill"]["binds"] == "compute"
     rows = run_json(capsys, "links")
     assert [r["name"] for r in rows] == km.Link.presets()
 
@@ -354,11 +361,11 @@ def test_decode_with_a_layout_from_the_command_line(capsys):
     common = ["decode", "--model", "llama-2-70b", "--hardware", "h100-sxm", "--batch", "1", "--context", "4096", "--link", "nvlink4"]
     by_chips = run_json(capsys, *common, "--chips", "8")
     by_layout = run_json(capsys, *common, "--parallel", "tp=8")
-    for key in ("step_s", "no_overlap_step_s", "comm_s", "kv_bytes_per_chip"):
+    for key in ("strict_s", "no_overlap_s", "comm_s", "kv_bytes_read"):
         assert by_layout[key] == pytest.approx(by_chips[key], rel=1e-12)
-    assert by_layout["chips"] == 8
+    assert by_layout["n_chips"] == 8
     pipelined = run_json(capsys, *common, "--parallel", "tp=4,pp=2")
-    assert pipelined["chips"] == 8 and pipelined["step_s"] > by_layout["step_s"]  # a pipeline does not cut batch-1 reads
+    assert pipelined["n_chips"] == 8 and pipelined["strict_s"] > by_layout["strict_s"]  # a pipeline does not cut batch-1 reads
 
 
 def test_batch_one_on_eight_chips_against_a_published_measurement():
@@ -367,14 +374,14 @@ def test_batch_one_on_eight_chips_against_a_published_measurement():
     m = km.Model(name="llama-65b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=64, head_dim=128,
                  d_ff=22016, vocab=32000)
     nv3 = km.Link.preset("nvlink3")
-    s = km.decode_step(m, A100, 1, 512, n_chips=8, weights="fp16", link=nv3)
-    assert s.strict_step_s < 0.068                        # the bound is not beaten
-    assert 0.0080 < s.strict_step_s < 0.0081              # 130.6 GB / 8 / 2.039 TB/s plus the cache
+    s = Deployment(m, A100, "tp=8", link=nv3, weights="fp16").step(1, 512)
+    assert s.strict_s < 0.068                             # the bound is not beaten
+    assert 0.0080 < s.strict_s < 0.0081              # 130.6 GB / 8 / 2.039 TB/s plus the cache
     # 160 all-reduces of 16 KB: physics (0.5 us a hop, the floor 2 (N-1)/N S / W + alpha) 0.095 ms; at the
     # 10.14 us nccl-tests measured on two A100s (nccl#583) 1.6 ms: 0.15% and 2.7% of the 61 ms gap
     assert s.comm_s == pytest.approx(160 * (2 * 7 / 8 * 16384 / 300e9 + 0.5e-6), rel=1e-12)
     estimate = 160 * km.formulas.allreduce_estimate(16384, 8, nv3)
-    gap = 0.069 - s.strict_step_s
+    gap = 0.069 - s.strict_s
     assert s.comm_s / gap < 0.003 and 0.02 < estimate / gap < 0.03
 
 
@@ -403,7 +410,7 @@ def test_item1_two_shot_by_hand_and_the_step_it_changes():
     assert km.formulas.allreduce_time(S, 8, nv3) == pytest.approx(two_shot - 0.5e-6, rel=1e-12)  # was 13.117 us (ring)
     assert km.formulas.allreduce_time(S, 8, nv3, "two_shot") == pytest.approx(two_shot, rel=1e-12)
     # Llama 2 70B on 8 A100s at B = 64: 160 all-reduces of 64 x 8192 x 2 bytes, below two-shot's 1.14 ms
-    s = km.decode_step("llama-2-70b", "a100-80gb", 64, 4096, n_chips=8, link=nv3)
+    s = Deployment("llama-2-70b", "a100-80gb", "tp=8", link=nv3).step(64, 4096)
     message = 64 * 8192 * 2
     assert s.comm_s == pytest.approx(160 * (2 * 7 / 8 * message / 300e9 + 0.5e-6), rel=1e-12)
     assert s.comm_s < 160 * km.formulas.allreduce_time(message, 8, nv3, "two_shot") < 1.15e-3
@@ -411,23 +418,24 @@ def test_item1_two_shot_by_hand_and_the_step_it_changes():
 
 def test_item2_ttft_under_pp_is_a_stage_share_plus_the_fill_not_the_whole_model():
     m, a40, nv3 = km.Model.preset("kipply-52b"), km.Chip.preset("a100-40gb"), km.Link.preset("nvlink3")
-    one = km.prefill_bound(m, a40, 1, 2048)                    # 0.6907 s: every FLOP on one chip
-    p = prefill_chip_step(m, a40, 1, 2048)
-    share = prefill_chip_step(m, a40, 1, 2048, layout=km.ParallelLayout(pp=3))
+    flat_dep = Deployment(m, a40)
+    one = ttft(flat_dep, 1, 2048)                              # 0.6907 s: every FLOP on one chip
+    p = flat_dep.prefill(1, 2048)
+    share = Deployment(m, a40, km.ParallelLayout(pp=3), link=None).prefill(1, 2048)
     assert share.weight_flops == pytest.approx(p.weight_flops / 3, rel=1e-12)
     assert share.weight_bytes_read == pytest.approx(p.weight_bytes_read / 3, rel=1e-12)
     # compute-bound: a third of the work, plus two stages that each read their weights and pass a token on
     fill = 2 * (p.weight_bytes_read / 3 / a40.bandwidth + 8192 * 2 / 300e9 + 0.5e-6)
-    ttft = km.prefill_bound(m, a40, 1, 2048, layout=km.ParallelLayout(pp=3), link=nv3)
-    assert ttft == pytest.approx(one / 3 + fill, rel=1e-9)
-    assert ttft < 0.28 < one / 2
+    piped = ttft(Deployment(m, a40, km.ParallelLayout(pp=3), link=nv3), 1, 2048)
+    assert piped == pytest.approx(one / 3 + fill, rel=1e-9)
+    assert piped < 0.28 < one / 2
     # chunked: chunks overlap across stages: sum of the stage shares plus two chunks' fill, not the 1.095 s sum
-    chunked = km.prefill_bound(m, a40, 1, 2048, layout=km.ParallelLayout(pp=3), chunk_tokens=128)
-    flat = km.prefill_bound(m, a40, 1, 2048, chunk_tokens=128)
+    chunked = ttft(Deployment(m, a40, km.ParallelLayout(pp=3), link=None), 1, 2048, chunk_tokens=128)
+    flat = ttft(flat_dep, 1, 2048, chunk_tokens=128)
     assert chunked < flat / 2
-    first = km.prefill_bound(m, a40, 1, 128, layout=km.ParallelLayout(pp=3, tp=1), chunk_tokens=128)
+    first = ttft(Deployment(m, a40, km.ParallelLayout(pp=3, tp=1), link=None), 1, 128, chunk_tokens=128)
     # one 128-token chunk through 3 stages: 3 x its stage share; the 16-chunk prompt: 16 shares + 2 fills <= 18 / 3 x
-    assert first == pytest.approx(km.prefill_bound(m, a40, 1, 128), rel=1e-9)
+    assert first == pytest.approx(ttft(flat_dep, 1, 128), rel=1e-9)
     assert chunked <= 18 / 3 * flat / 16 * 1.0001
 
 
@@ -436,48 +444,53 @@ def test_item2_ttft_under_pp_is_a_stage_share_plus_the_fill_not_the_whole_model(
        st.integers(16, 4096), st.integers(1, 4096), st.sampled_from([2, 3, 4]))
 def test_item2_no_chunking_beats_the_unchunked_pp_bound(name, batch, prompt, chunk, pp):
     m = km.Model.preset(name)
-    layout = km.ParallelLayout(pp=pp)
-    free = km.prefill_bound(m, H100, batch, prompt, layout=layout, link=NV4)
-    assert free <= km.prefill_bound(m, H100, batch, prompt, layout=layout, link=NV4, chunk_tokens=chunk) * (1 + 1e-12)
+    dep = Deployment(m, H100, km.ParallelLayout(pp=pp), link=NV4)
+    free = ttft(dep, batch, prompt)
+    assert free <= ttft(dep, batch, prompt, chunk_tokens=chunk) * (1 + 1e-12)
 
 
 def test_item3_pipeline_micro_batches_are_not_rounded_up():
     m = km.Model.preset("llama-3.1-8b")
-    b3, b4 = (km.decode_step(m, H100, B, 131072, layout=km.ParallelLayout(pp=2)) for B in (3, 4))
-    w, kv = b4.work.weight_bytes_read, b4.work.kv_bytes_per_seq
+    dep = Deployment(m, H100, km.ParallelLayout(pp=2), link=None)
+    b3, b4 = (dep.step(B, 131072) for B in (3, 4))
+    # the whole model's figures at B = 4: the one-chip deployment's step
+    whole = dep.replace(layout=None, link=None).step(4, 131072)
+    w, kv = whole.weight_bytes_read, whole.kv_bytes_read / 4
     # three micro-batches of one: max(3 x (w + kv) / 2, w + kv) = 14.413 ms beats the old 14.737 ms "bound"
     schedule = max(3 * (w + kv) / 2, w + kv) / H100.bandwidth
-    assert b3.strict_step_s <= schedule
+    assert b3.strict_s <= schedule
     # the bound: max(B/pp, 1) sequences per pass, unrounded; B = 4 is two of two, as before
-    assert b3.terms.kv_s == pytest.approx(1.5 * kv / H100.bandwidth, rel=1e-12)
-    assert b4.terms.kv_s == pytest.approx(2 * kv / H100.bandwidth, rel=1e-12)
+    assert b3.kv_read_s == pytest.approx(1.5 * kv / H100.bandwidth, rel=1e-12)
+    assert b4.kv_read_s == pytest.approx(2 * kv / H100.bandwidth, rel=1e-12)
 
 
 def test_item4_per_chip_figures_under_pp(capsys):
     common = ["prefill", "--model", "kipply-52b", "--hardware", "a100-40gb", "--input", "2048", "--link", "nvlink3"]
-    one, three = run_json(capsys, *common), run_json(capsys, *common, "--parallel", "pp=3")
-    for key in ("weight_bytes_read_per_chip", "kv_bytes_written_per_chip", "flops_per_chip"):
+    # the one pass is a Step on one chip of the first stage: its kv_bytes_read is the cache it writes
+    one, three = (run_json(capsys, *argv)["prefill"] for argv in (common, [*common, "--parallel", "pp=3"]))
+    for key in ("weight_bytes_read", "kv_bytes_read", "weight_flops", "attention_flops"):
         assert three[key] == pytest.approx(one[key] / 3, rel=1e-12)
-    assert three["weight_bytes_read_per_chip"] < 36.5e9   # below what a chip holds
+    assert three["weight_bytes_read"] < 36.5e9   # below what a chip holds
     m = km.Model.preset("llama-3-8b")
     d = run_json(capsys, "decode", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "3",
                  "--context", "8192", "--parallel", "pp=2")
-    assert d["kv_bytes_per_chip"] == pytest.approx(3 * m.kv_bytes_per_seq(8192) / 2, rel=1e-12)
+    assert d["kv_bytes_read"] == pytest.approx(3 * m.kv_bytes_per_seq(8192) / 2, rel=1e-12)
     capsys.readouterr()
 
 
 def test_item5_both_parallelism_paths_validate_alike(capsys):
+    # the library and the command line refuse tp=3 of 64 heads alike, pointing at pp=3 and at kv=batch
     m, a40 = km.Model.preset("kipply-52b"), km.Chip.preset("a100-40gb")
-    with pytest.raises(ValueError, match=r"n_chips \(3\) must divide the 64 heads.*ParallelLayout\(pp=3\)"):
-        km.decode_step(m, a40, 1, 1000, n_chips=3)
-    km.decode_step(m, a40, 1, 1000, n_chips=3, shard="batch")  # by batch, any count is valid
-    with pytest.raises(ValueError, match="shard"):
-        km.decode_step(m, H100, 1, 1000, layout=km.ParallelLayout(tp=8), shard="batch")
+    with pytest.raises(ValueError, match=r"layout: tp \(3\) must divide the 64 heads.*try pp=3"):
+        Deployment(m, a40, "tp=3")
+    Deployment(m, a40, "tp=3,kv=batch").step(1, 1000)  # by batch (the old shard="batch"), any count is valid
+    with pytest.raises(ValueError, match="kv_split"):
+        km.ParallelLayout(tp=8, kv_split="sequences")
     argv = ["decode", "--model", "kipply-52b", "--hardware", "a100-40gb", "--batch", "1", "--context", "1000",
             "--chips", "3"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "--chips (3)" in err and "--parallel pp=3" in err and len(err.strip().splitlines()) == 1
+    assert "--chips 3" in err and "--parallel pp=3" in err and len(err.strip().splitlines()) == 1
     assert main(["decode", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1000",
                  "--chips", "3", "--link", "nvlink4"]) == 2
     capsys.readouterr()
@@ -485,19 +498,19 @@ def test_item5_both_parallelism_paths_validate_alike(capsys):
 
 def test_item6_preset_names_are_accepted_and_other_types_refused_by_name():
     m, h = km.Model.preset("llama-3-8b"), H100
-    by_object = km.decode_step(m, h, 1, 4096, n_chips=8, link=NV4)
-    assert km.decode_step(m, h, 1, 4096, n_chips=8, link="nvlink4").comm_s == by_object.comm_s
-    assert (km.decode_step(m, h, 1, 4096, layout="tp=8").strict_step_s
-            == km.decode_step(m, h, 1, 4096, layout=km.ParallelLayout(tp=8)).strict_step_s)
-    assert km.request_times("llama-3-8b", "h100-sxm", 16, 1000, 500).ttft_s == km.request_times(m, h, 16, 1000, 500).ttft_s
-    f = km.serving_frontier("llama-3-70b", h, 1000, 1000, layout="tp=8", link="nvlink4", batch=[1, 64])
+    by_object = Deployment(m, h, "tp=8", link=NV4).step(1, 4096)
+    assert Deployment(m, h, "tp=8", link="nvlink4").step(1, 4096).comm_s == by_object.comm_s
+    assert (Deployment(m, h, "tp=8").step(1, 4096).strict_s
+            == Deployment(m, h, km.ParallelLayout(tp=8)).step(1, 4096).strict_s)
+    assert Deployment("llama-3-8b", "h100-sxm").request(16, 1000, 500).ttft_s == Deployment(m, h).request(16, 1000, 500).ttft_s
+    f = Deployment("llama-3-70b", h, "tp=8", link="nvlink4").frontier(1000, 1000, batch=[1, 64])
     assert f.found[0]
     with pytest.raises(ValueError, match="link must be a Link or a link preset name"):
-        km.decode_step(m, h, 1, 4096, n_chips=8, link=450e9)
+        Deployment(m, h, "tp=8", link=450e9)
     with pytest.raises(ValueError, match="layout must be a ParallelLayout"):
-        km.request_times(m, h, 1, 100, 10, layout=8)
+        Deployment(m, h, 8)
     with pytest.raises(ValueError, match="model must be a Model"):
-        km.request_times(None, h, 1, 100, 10)
+        Deployment(None, h)
     with pytest.raises(ValueError, match="unknown link"):
         km.formulas.allreduce_time(1024, 8, "nvlink9")
 
@@ -505,11 +518,11 @@ def test_item6_preset_names_are_accepted_and_other_types_refused_by_name():
 def test_item7_overflow_names_the_arguments_and_the_cli_prints_one_line(capsys):
     m = km.Model.preset("llama-3-8b")
     with pytest.raises(ValueError, match="request_times.*output_tokens=1e\\+300"):
-        km.request_times(m, H100, 1, 1000, 1e300)
+        Deployment(m, H100).request(1, 1000, 1e300)
     with pytest.raises(ValueError, match="request_times.*batch=1e\\+300"):
-        km.request_times(m, H100, 1e300, 1000, 10)
+        Deployment(m, H100).request(1e300, 1000, 10)
     with pytest.raises(ValueError, match="overflows"):
-        km.decode_step(m, H100, 1e300, 10, n_chips=2, link="nvlink4")
+        Deployment(m, H100, "tp=2", link="nvlink4").step(1e300, 10)
     common = ["run", "--model", "llama-3-8b", "--hardware", "h100-sxm"]
     for extra in (["--input", "1000", "--output", "1e300"], ["--input", "1000", "--output", "10", "--batch", "1e300"],
                   ["--output", "10", "--input", "1e300"], ["--input", "1000", "--output", "10", "--batch", "1e300",
@@ -535,10 +548,10 @@ def dataclasses_asdict(x):
 
 
 def test_item9_one_output_token_has_no_tpot(capsys):
-    r = km.request_times(M8, H100, 1, 100, 1)
+    r = Deployment(M8, H100).request(1, 100, 1)
     assert math.isnan(r.time_per_output_token_s) and math.isnan(r.tokens_per_s_per_user)
     assert r.decode_s == 0 and r.output_tokens_per_s == pytest.approx(1 / r.ttft_s, rel=1e-12)
-    f = km.serving_frontier(M70, H100, 1000, 1, layout=TP8, batch=[1, 2], tpot_limit_s=0.01)
+    f = Deployment(M70, H100, TP8, link=None).frontier(1000, 1, batch=[1, 2], tpot_limit_s=0.01)
     assert not np.any(np.isinf(f.tokens_per_s_per_user)) and f.found[0]  # no TPOT: any limit is met
     common = ["run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "100", "--output", "1"]
     j = run_json(capsys, *common)
@@ -548,43 +561,47 @@ def test_item9_one_output_token_has_no_tpot(capsys):
 
 
 def test_item10_price_broadcasts():
-    r = km.request_times(M8, H100, 16, 1000, 500, price_per_chip_hour=np.array([1.0, 2.0]))
-    one = km.request_times(M8, H100, 16, 1000, 500, price_per_chip_hour=2.0)
+    r = Deployment(M8, H100).request(16, 1000, 500, price_per_chip_hour=np.array([1.0, 2.0]))
+    one = Deployment(M8, H100).request(16, 1000, 500, price_per_chip_hour=2.0)
     assert r.cost_per_million_tokens[1] == pytest.approx(one.cost_per_million_tokens, rel=1e-12)
     assert r.cost_per_million_tokens[0] == pytest.approx(one.cost_per_million_tokens / 2, rel=1e-12)
 
 
 def test_item11_shapes_named_and_a_2d_batch_refused():
     with pytest.raises(ValueError, match=r"batch \(3,\) and input_tokens \(2,\)"):
-        km.request_times(M8, H100, [1, 2, 3], [100, 200], 500)
+        Deployment(M8, H100).request([1, 2, 3], [100, 200], 500)
     with pytest.raises(ValueError, match=r"input_tokens \(3,\) and output_tokens \(2,\)"):
-        km.serving_frontier(M8, H100, [1000, 2000, 3000], [100, 200])
+        Deployment(M8, H100).frontier([1000, 2000, 3000], [100, 200])
     with pytest.raises(ValueError, match=r"batch must be a number or a 1-D array"):
-        km.serving_frontier(M70, H100, 1000, 1000, batch=np.array([[1, 2], [3, 4]]), layout=TP8)
+        Deployment(M70, H100, TP8).frontier(1000, 1000, batch=np.array([[1, 2], [3, 4]]))
 
 
 def test_item12_frontier_takes_a_named_budget_and_run_reports_it(capsys):
     m = km.Model.preset("llama-3-70b")
-    f = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1])
+    dep = Deployment(m, H100, TP8, link=None)
+    f = dep.frontier(1000, 1000, batch=[1])
     assert f.budget == "device" and f.memory_bytes == 80e9 and int(f.max_batch[0]) == 761
-    reserve = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="reserve")
+    reserve = dep.frontier(1000, 1000, batch=[1], budget="reserve")
     # the review's figure with hbm_bytes=memory_budget(h, "reserve")
     assert reserve.memory_bytes == km.memory.memory_budget(H100, "reserve") and int(reserve.max_batch[0]) == 818
-    engine = km.serving_frontier(m, H100, 1000, 1000, layout=TP8, batch=[1], budget="engine")
+    engine = dep.frontier(1000, 1000, batch=[1], budget="engine")
     assert int(engine.max_batch[0]) < 761
     common = ["run", "--model", "llama-3-70b", "--hardware", "h100-sxm", "--input", "1000", "--output", "1000",
               "--batch", "761", "--chips", "8"]
-    device = run_json(capsys, *common)
-    assert device["budget"] == "device" and device["memory_budget_bytes"] == 80e9 and device["fits_in_memory"]
-    vllm = run_json(capsys, *common, "--budget", "engine")
-    assert vllm["memory_budget_bytes"] == pytest.approx(km.memory.memory_budget(H100, "engine"), rel=1e-12)
-    assert not vllm["fits_in_memory"]
+    # run's JSON is the Request's to_dict(), which holds no memory figures: the text reports the fit and the budget
+    assert main(common) == 0
+    device = capsys.readouterr().out
+    assert "(fits in 80.00 GB" in device and "budget: device)" in device
+    assert main([*common, "--budget", "engine"]) == 0
+    vllm = capsys.readouterr()
+    room = km.formatting.fmt_bytes(km.memory.memory_budget(H100, "engine"))
+    assert f"(does NOT fit in {room}, budget: engine)" in vllm.out and "do not fit" in vllm.err
 
 
 def test_item13_layout_text_and_an_empty_link(capsys):
     for bad in ("tp=²", "tp=٣"):
         with pytest.raises(ValueError, match="parallel layout must look like"):
-            km.parse_layout(bad)
+            parse_layout(bad)
     assert main(["run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "100", "--output", "10",
                  "--link", ""]) == 2
     assert "--link is empty" in capsys.readouterr().err
@@ -594,15 +611,15 @@ def test_item14_run_and_prefill_take_config(capsys):
     path = "tests/data/hf_configs/Qwen--Qwen2.5-7B/config.json"
     m = km.Model.from_hf_config(path)
     r = run_json(capsys, "run", "--config", path, "--hardware", "h100-sxm", "--input", "100", "--output", "10")
-    assert r["ttft_s"] == pytest.approx(km.request_times(m, H100, 1, 100, 10).ttft_s, rel=1e-12)
+    assert r["ttft_s"] == pytest.approx(Deployment(m, H100).request(1, 100, 10).ttft_s, rel=1e-12)
     p = run_json(capsys, "prefill", "--config", path, "--hardware", "h100-sxm", "--input", "100")
-    assert p["ttft_s"] == r["ttft_s"]
+    assert p["request"]["ttft_s"] == r["ttft_s"]
 
 
 def test_item15_frontier_says_when_nothing_meets_the_limit():
-    f = km.serving_frontier(M8, H100, 1000, 100, batch=[1, 2], tpot_limit_s=1e-9)
+    f = Deployment(M8, H100).frontier(1000, 100, batch=[1, 2], tpot_limit_s=1e-9)
     assert not f.found[0] and f.best_batch[0] == 0 and f.best_throughput_per_chip[0] == 0.0
-    ok = km.serving_frontier(M8, H100, 1000, 100, batch=[1, 2])
+    ok = Deployment(M8, H100).frontier(1000, 100, batch=[1, 2])
     assert ok.found[0] and ok.best_batch[0] == 2
 
 
@@ -611,7 +628,7 @@ def test_frontier_of_weights_that_do_not_fit_has_no_batch_not_an_error():
     # (the chapter 11 figure asks for exactly this pair); on the 141 GB H200 it fits
     m = km.Model.preset("mixtral-8x7b")
     assert 2 * m.param_count() > H100.hbm_bytes
-    f = km.serving_frontier(m, H100, 1000, 1000, batch=[1, 64])
+    f = Deployment(m, H100).frontier(1000, 1000, batch=[1, 64])
     assert f.max_batch[0] == 0 and not f.fits.any() and not f.found[0] and f.best_batch[0] == 0
     assert np.isnan(f.throughput_per_chip).all()
-    assert km.serving_frontier(m, "h200", 1000, 1000, batch=[1, 64]).fits[:, 0].all()
+    assert Deployment(m, "h200").frontier(1000, 1000, batch=[1, 64]).fits[:, 0].all()

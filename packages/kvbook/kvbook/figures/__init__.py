@@ -1,7 +1,8 @@
 """Each chapter's figures, as functions with explicit parameters.
 
-A chapter's notebook shows a figure by calling its function
-(``ch00.roofline_point()``); the published page's live layer calls the same
+A chapter's notebook shows a figure by calling its function as the cell's
+last expression (``ch00.roofline_point()``, no trailing semicolon: the
+returned figure is what the cell shows); the published page's live layer calls the same
 function in the reader's browser, and the tests and benchmarks call it too.
 So a figure's code exists once, here, and no tool has to cut it out of a
 notebook. Module ``chNN`` holds chapter NN's figures.
@@ -48,6 +49,11 @@ def figure(fn: Callable | None = None, *, static: str = "") -> Callable:
                 raise ValueError(f"{chapter}.{fn.__name__}: arguments must be JSON values (pass presets by "
                                  f"name): {err}") from None
             fig = fn(**kwargs)
+            if type(fig).__name__ == "Figure" and getattr(fig, "number", None) is not None:
+                # a pyplot figure: the cell shows the returned figure once, not pyplot's copy at the cell's end too
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)
             if hasattr(fig, "to_html"):  # an InteractiveFigure: the page's live layer will call us again
                 fig.call = {"module": fn.__module__, "function": fn.__name__, "kwargs": kwargs,
                             "static": static}

@@ -86,7 +86,6 @@ def ttft_by_prompt(model: str = "llama-3-8b", chips: list = ("h100-sxm", "a100-8
     star = kp.mark_vline(ax, s_star, f"S* = {s_star:,.0f}: attention = weights ", y=0.2)
     star.text.set_ha("right")
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -138,7 +137,6 @@ def tensor_parallel_scaling(model: str = "llama-3-70b", chip: str = "h100-sxm", 
     ax_r.set_ylabel("throughput (tokens/s)")
     kp.mark_vline(ax_r, m.n_kv_heads, "N = h_kv", y=0.97)
     ax_r.legend(loc="lower right", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -169,7 +167,6 @@ def quantized_throughput(model: str = "llama-2-70b", chip: str = "h100-sxm", n_c
     ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_ylabel("throughput (tokens/s)")
     ax.legend(loc="lower right", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -204,7 +201,6 @@ def paging(model: str = "llama-2-70b", chip: str = "h100-sxm", n_chips: int = 2,
     ax_p.annotate("p = S_max: one page per sequence,\nthe same as reserving S_max",
                   (s_max, fits_by_page[-1]), (2, 0.25 * fits_by_page.max()), fontsize=8,
                   arrowprops=dict(arrowstyle="->", color="0.4"))
-    kp.close(fig)
     return fig
 
 

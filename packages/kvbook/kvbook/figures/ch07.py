@@ -96,7 +96,6 @@ def speed_by_context(model: str = MODEL, chip: str = CHIP, batch: int = BATCH, c
         zorder=3,
     )
     ax.legend(loc="lower left")
-    kp.close(fig)
     return fig
 
 
@@ -141,7 +140,6 @@ def compute_ceiling(model: str = MODEL, chip: str = CHIP, batch: int = BATCH, co
     kp.mark_vline(ax, s_256k, "256K")
     ax.plot([s_256k, s_256k], [memory_rate, ceiling], "o", color="k", zorder=3)
     ax.legend(loc="lower left")
-    kp.close(fig)
     return fig
 
 
@@ -174,7 +172,6 @@ def bytes_by_split(model: str = MODEL, chip: str = CHIP, batch: int = BATCH, con
     kp.bytes_axis(ax, "x", "GB", "bytes read per GPU per decode step")
     ax.set_ylim(len(labels) - 0.5, -0.75)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    kp.close(fig)
     return fig
 
 
@@ -210,7 +207,6 @@ def prefill_split(model: str = MODEL, chip: str = CHIP, context: int = S_8K, n_g
     kp.mark_vline(ax, s_256k, "256K")
     kp.mark_vline(ax, s_cross, "attention = weights", y=0.55)
     ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.9))
-    kp.close(fig)
     return fig
 
 

@@ -52,7 +52,6 @@ def cache_by_batch(model: str = "kipply-52b", params: float = P_SOURCE, n_gpu: i
     ax.set_xlabel("batch size B (sequences of 2,048 tokens)")
     kp.bytes_axis(ax, "y", "GB", "KV cache")
     ax.set_xticks(batches)
-    kp.close(fig)
     return fig
 
 
@@ -98,7 +97,6 @@ def step_by_batch(model: str = "kipply-52b", chip: str = "a100-40gb", bandwidth:
     kp.mark_vline(ax, bmax_gb, f"fits: B = {bmax_gb}", color=kp.COLORS[1], y=0.12)
     ax.set_xlim(1, 1024)
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -167,7 +165,6 @@ def largest_batch_by_chip(model: str = "kipply-52b", chips: list = tuple(CHIPS),
         ],
     )
     ax.legend(loc="upper left", fontsize=8, ncol=3)
-    kp.close(fig)
     return fig
 
 

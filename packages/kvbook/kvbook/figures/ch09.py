@@ -48,7 +48,6 @@ def experts_touched(models: list = tuple(FIG_MODELS), share: float = 0.9):
     ax.set_ylabel("share of each layer's experts read")
     ax.axhline(share, color="0.5", lw=0.8, ls=":")
     ax.legend(loc="lower right", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -99,7 +98,6 @@ def expert_parallel_all_to_all(model: str = "deepseek-v3", context: int = 4096):
     kp.seconds_axis(ax, "y", "ms", "time per step")
     ax.set_ylim(4e-5, 0.3)
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)
     return fig
 
 

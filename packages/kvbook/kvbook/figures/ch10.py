@@ -67,7 +67,6 @@ def verify_steps(model: str = "llama-3.1-8b", chip: str = "h100-sxm", context: i
         ax, b_verify, f"B_crit / {gamma + 1} = {b_verify:.0f}", y=0.55, color=kp.COLORS[2]
     )
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -95,7 +94,6 @@ def expected_tokens(acceptances: list = (0.6, 0.7, 0.8, 0.9), max_gamma: int = 1
     ax.set_xlim(0.5, max_gamma + 0.5)
     ax.set_ylim(0, 8)
     ax.legend(loc="upper left", fontsize=8)
-    kp.close(fig)
     return fig
 
 
@@ -134,7 +132,6 @@ def speedup_by_batch(gamma: int = GAMMA, acceptance: float = ACCEPT, curves: lis
     ax.set_ylim(0, 4)
     ax.set_ylabel("speed-up over plain decoding")
     ax.legend(loc="lower left", fontsize=8)
-    kp.close(fig)
     return fig
 
 

@@ -9,38 +9,16 @@ the weights they read).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Mapping
 
 import numpy as np
 
 from .hardware import Chip
 from .models import Model, Precision, _group_bytes, group_formats
-from .validation import ResultOverflow, checked, choice, instance
-
-
-def _overflow(where: str, inputs: Mapping) -> ResultOverflow:
-    shown = ", ".join(f"{k}={v!r}" if np.ndim(v) == 0 else f"{k} (an array of shape {np.shape(v)})"
-                      for k, v in inputs.items())
-    return ResultOverflow(f"{where}: the result overflows float64 (it would be inf) for {shown}; use smaller numbers")
-
-
-def refuse_overflow(where: str, results: Mapping, **inputs) -> None:
-    """Raise :class:`kvmath.ResultOverflow` naming ``inputs`` where any of ``results`` is inf or NaN."""
-    for value in results.values():
-        if not np.all(np.isfinite(np.asarray(value, dtype=float))):
-            raise _overflow(where, inputs)
-
-
-@contextlib.contextmanager
-def overflow_named(where: str, **inputs):
-    """Inside: no numpy warnings, and an inner overflow re-raised as one naming ``where``'s ``inputs``."""
-    try:
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            yield
-    except (ResultOverflow, ArithmeticError):
-        raise _overflow(where, inputs) from None
 from .moe import ROUTINGS
+from .validation import checked, choice, instance
+
+
 
 
 def format_rate(chip: Chip, fmt) -> float:
