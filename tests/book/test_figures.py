@@ -9,11 +9,10 @@ would leave the page's controls dead.
 from __future__ import annotations
 
 import pytest
-from matplotlib.figure import Figure
-
 from kvbook import figures, plots
 from kvbook.interactive import Choice, InteractiveFigure
 from kvbook.live import figure_calls
+from matplotlib.figure import Figure
 
 ALL = figures.load_all()
 
@@ -22,11 +21,12 @@ def test_some_chapters_have_figure_functions():
     assert "ch00.roofline_point" in ALL and "ch00.weights_against_math" in ALL
 
 
-@pytest.mark.parametrize("name", sorted(ALL))
+# a figure that measures this machine would time it with its defaults: test_chapter_14_figures_build passes it
+# measurements, as the chapter does
+@pytest.mark.parametrize("name", sorted(n for n, f in ALL.items() if f.static != figures.MEASURES_THE_MACHINE))
 def test_each_figure_builds_with_its_defaults_and_an_interactive_one_carries_its_call(name):
-    from matplotlib.figure import Figure
-
     from kvbook.interactive import InteractiveFigure
+    from matplotlib.figure import Figure
 
     made = ALL[name]()
     assert isinstance(made, (Figure, InteractiveFigure)), name
@@ -69,7 +69,8 @@ def check_chapter(chapter: str, expected: dict) -> None:
     """Call every figure of ``chapter`` with its defaults and compare with ``expected``.
 
     ``expected`` maps each function's name to ``None`` (a static figure) or to
-    ``{control: (kind, default)}`` (an interactive one; kind "slider" or "choice").
+    ``{control: (kind, default)}`` (an interactive one, controls in the order shown; kind "slider" or
+    "choice"; a bare default leaves the kind unchecked).
     """
     functions = chapter_figures(chapter)
     assert sorted(functions) == sorted(expected), f"{chapter}'s registered figures"
@@ -80,8 +81,10 @@ def check_chapter(chapter: str, expected: dict) -> None:
             plots.close(fig)
             continue
         assert isinstance(fig, InteractiveFigure), f"{chapter}.{name} is not interactive"
-        controls = {k: ("choice" if isinstance(c, Choice) else "slider", c.default) for k, c in fig.controls.items()}
-        assert controls == expected[name], f"{chapter}.{name}'s controls"
+        kinds = {k: ("choice" if isinstance(c, Choice) else "slider", c.default) for k, c in fig.controls.items()}
+        want = {k: v if isinstance(v, tuple) else (kinds.get(k, (None,))[0], v) for k, v in expected[name].items()}
+        assert list(kinds) == list(want) and kinds == want, f"{chapter}.{name}'s controls"
+        assert figure_calls.calls(fig.to_html()) == [fig.call]
         assert fig.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": {}, "static": ""}
 
 
@@ -127,6 +130,60 @@ def test_chapter_05_figures_build():
         "share_window": None,
         "share_live": {"kv_heads": ("slider", 8), "model": ("choice", "llama-2-70b"), "chip": ("choice", "h100-sxm")},
     })
+
+
+def test_chapter_11_figures_build():
+    check_chapter("ch11", {"serving_frontier": None, "interference": None,
+                           "serving_live": {"batch": 64, "model": "llama-3-8b", "chip": "h200"}})
+    # the notebook's own values travel in the call, so the page's live layer repeats them
+    fig = ALL["ch11.serving_live"](batch=8, price_per_chip_hour=3.0)
+    assert fig.values["batch"] == 8 and fig.call["kwargs"] == {"batch": 8, "price_per_chip_hour": 3.0}
+
+
+def test_chapter_13_figures_build():
+    check_chapter("ch13", {"regimes": None, "overhead": None, "two_costs_live": {"t0_ms": 3.5, "eta": 1.0}})
+
+
+def test_chapter_14_figures_build():
+    from kvbook.figures import MEASURES_THE_MACHINE
+
+    # the build machine's measurements, passed as the chapter passes them: W, C and the sweep's medians
+    steps = [[b, s, 1e-3 * b * s ** 0.5] for s in (16, 64) for b in (1, 2, 4, 8) if b * s <= 256]
+    rates = {"bandwidth": 10e9, "flops": 50e9}
+    for name in ("roofline", "knee", "measure_live"):
+        assert ALL[f"ch14.{name}"].static == MEASURES_THE_MACHINE, name
+    assert {n for n in ALL if n.startswith("ch14.")} == {"ch14.roofline", "ch14.knee", "ch14.measure_live"}
+    from matplotlib.figure import Figure
+
+    assert isinstance(ALL["ch14.roofline"](**rates), Figure)
+    assert isinstance(ALL["ch14.knee"](steps=steps, **rates), Figure)
+    live = ALL["ch14.measure_live"](context=64, steps=steps, **rates)
+    # the slider offers exactly the contexts measured, and the call carries the measurements to the page
+    assert list(live.controls["context"].values) == [16, 64] and live.values == {"context": 64}
+    assert live.call["kwargs"]["steps"] == steps and live.call["static"] == MEASURES_THE_MACHINE
+    assert figure_calls.calls(live.to_html()) == [live.call]
+
+
+def test_chapter_15_figures_build():
+    check_chapter("ch15", {"kv_by_kind": None})
+
+
+def test_chapter_16_figures_build():
+    check_chapter("ch16", {"ratios": None, "windows_live": {"context": 8192}})
+
+
+def test_chapter_12_figures_build():
+    from kvbook.figures import ch12
+
+    from kvmath.calibration import calibrate
+
+    keys = [r["key"] for r in ch12.LIVE_ROWS]
+    check_chapter("ch12", {"mbu": None, "comm": None, "reality_live": {"row": "1", "fraction": 0.7}})
+    assert list(ALL["ch12.reality_live"]().controls["row"].values) == keys
+    # the defaults are the chapter's rows as computed when written: each phi is still kvmath.calibration's (6 digits)
+    phis = [c.ratio for c in calibrate()]
+    for r in ch12.LIVE_ROWS:
+        assert min(abs(r["ratio"] / p - 1) for p in phis) < 1e-5, r["key"]
 
 
 # --- chapters 06-10 -------------------------------------------------------------------------------------------

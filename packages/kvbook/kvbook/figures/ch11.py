@@ -1,0 +1,150 @@
+"""Chapter 11's figures: serving (the frontier, prefill-decode interference, the steady state live)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kvmath
+
+from . import figure
+
+#: The frontier figure's batches: 72 from 1 to 4,096 (each curve also gets its largest batch that fits).
+FRONTIER_BATCHES = np.unique(np.round(np.geomspace(1, 4096, 72)))
+
+
+@figure
+def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = "h200", s_in: int = 1000,
+                     s_out: int = 1000, tpot_limit_s: float = 0.020):
+    """Output tokens/s per chip against tokens/s per user of each model on one ``chip``, bf16.
+
+    Solid: static batches, prefill included (``Deployment.frontier``); dashed:
+    continuous batching's steady state (``Deployment.steady_state``); each
+    curve ends at the largest batch whose caches fit (dot). The vertical line
+    is the limit ``tpot_limit_s`` per output token.
+    """
+    import kvbook.plots as kp
+
+    fig, ax = kp.new_figure((7, 3.8))
+    for i, name in enumerate(models):
+        on_chip = kvmath.Deployment(name, chip)
+        best = on_chip.frontier(s_in, s_out, tpot_limit_s=tpot_limit_s)  # every batch 1 .. 4096
+        grid = np.union1d(FRONTIER_BATCHES, best.max_batch)             # the curve ends at the cap
+        f = on_chip.frontier(s_in, s_out, batch=grid, tpot_limit_s=tpot_limit_s)
+        s = on_chip.steady_state(grid, s_in, s_out)
+        fits = f.fits[:, 0]
+        ax.plot(f.tokens_per_s_per_user[fits, 0], f.throughput_per_chip[fits, 0], color=kp.COLORS[i],
+                label=f"{name}, static batches")
+        ax.plot(np.asarray(s.tokens_per_s_per_user)[fits], np.asarray(s.output_tokens_per_s_per_chip)[fits],
+                color=kp.COLORS[i], ls="--", label=f"{name}, continuous (steady state)")
+        last = np.flatnonzero(fits)[-1]
+        ax.plot([f.tokens_per_s_per_user[last, 0]], [f.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
+                ms=5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens/s per user (1 / time per output token)")
+    ax.set_ylabel("output tokens/s per chip")
+    ax.set_xlim(3, 700)
+    ax.set_ylim(30, 4e4)
+    kp.mark_vline(ax, 1 / tpot_limit_s, f"TPOT limit {tpot_limit_s * 1e3:.0f} ms", y=0.1)
+    ax.legend(loc="lower left", fontsize=8)
+    kp.close(fig)  # shown once, as the cell's result
+    return fig
+
+
+@figure
+def interference(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int = 64, context: int = 2000,
+                 max_chunk: int = 8192):
+    """One mixed step of ``batch`` decode sequences at ``context`` plus a prefill chunk of 0 .. ``max_chunk`` tokens.
+
+    The strict bound of ``Deployment.mixed_step`` with its memory and compute
+    times, bf16 on one ``chip``; c* marks the first chunk that makes the step
+    compute-bound.
+    """
+    import kvbook.plots as kp
+
+    chunks = np.arange(0, max_chunk + 1)
+    mixed = kvmath.Deployment(model, chip).mixed_step(batch, context, chunks)
+    knee = int(chunks[np.argmax(mixed.compute_s > mixed.memory_s)])  # the first chunk that is compute-bound
+    fig, ax = kp.new_figure((7, 3.6))
+    ax.plot(chunks, mixed.strict_s, color=kp.COLORS[0], label="strict bound of the mixed step")
+    ax.plot(chunks, mixed.memory_s, color=kp.COLORS[2], ls="--", label="bytes / W")
+    ax.plot(chunks, mixed.compute_s, color=kp.COLORS[1], ls=":", label="FLOPs / C")
+    ax.set_xlabel("prompt tokens in the step (chunk size c)")
+    kp.seconds_axis(ax, "y", "ms", "time per step")
+    ax.set_xlim(0, 8192)
+    ax.set_ylim(0, 0.14)
+    kp.mark_vline(ax, knee, f"c* = {knee}", y=0.5)
+    ax.legend(loc="upper left", fontsize=8)
+    kp.close(fig)  # shown once, as the cell's result
+    return fig
+
+
+SLIDER_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+#: The live figure's curve: 96 batches from 1 to 4,096.
+CURVE = np.unique(np.round(np.geomspace(1, 4096, 96)))
+MODELS = [("Llama 3 8B", "llama-3-8b"), ("Mixtral 8x7B", "mixtral-8x7b"), ("Qwen2.5 7B", "qwen2.5-7b")]
+CHIPS = [("H200", "h200"), ("H100 SXM", "h100-sxm"), ("MI300X", "mi300x")]
+
+
+@figure
+def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200", s_in: int = 1000,
+                 s_out: int = 1000, price_per_chip_hour: float = 2.00):
+    """The steady-state frontier of ``model`` on one ``chip``, the point at ``batch`` and its cost per million tokens.
+
+    ``price_per_chip_hour`` is the reader's price (any currency), not a quote.
+    """
+    import kvbook.plots as kp
+    from kvbook.interactive import Choice, Slider, interactive_figure
+
+    def setup(fig):
+        ax = fig.add_subplot()
+        (curve,) = ax.plot([1.0], [1.0], color=kp.COLORS[0], label="steady state, batches that fit")
+        (point,) = ax.plot([1.0], [1.0], "o", color=kp.COLORS[1], ms=8, zorder=3)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens/s per user")
+        ax.set_ylabel("output tokens/s per chip")
+        ax.set_xlim(5, 2000)
+        ax.set_ylim(30, 1e5)
+        ax.legend(loc="lower left", fontsize=8)
+        # the readout sits above the axes, where no curve can reach it
+        note = ax.text(0.0, 1.02, "", transform=ax.transAxes, ha="left", va="bottom",
+                       fontsize=9)
+
+        def update(batch, model, chip):
+            served = kvmath.Deployment(model, chip)
+            f = served.frontier(s_in, s_out, batch=CURVE)
+            fits = f.fits[:, 0]
+            if not fits.any():
+                curve.set_visible(False)
+                point.set_visible(False)
+                note.set_text(f"{model}: the weights do not fit on one {chip}")
+                return
+            s = served.steady_state(CURVE[fits], s_in, s_out)
+            curve.set_data(s.tokens_per_s_per_user, s.output_tokens_per_s_per_chip)
+            curve.set_visible(True)
+            top = int(f.max_batch[0])
+            b = min(batch, top)
+            p = served.steady_state(b, s_in, s_out, price_per_chip_hour=price_per_chip_hour)
+            point.set_data([float(p.tokens_per_s_per_user)], [float(p.output_tokens_per_s_per_chip)])
+            point.set_visible(True)
+            capped = f", the largest that fits ({batch} chosen)" if batch > top else ""
+            note.set_text(f"B = {b}{capped}: {float(p.tokens_per_s_per_user):.0f} tok/s per user, "
+                          f"{float(p.output_tokens_per_s_per_chip):,.0f} tok/s per chip\n"
+                          f"{float(p.cost_per_million_tokens):.3f} per million tokens at "
+                          f"{price_per_chip_hour:.2f} per chip-hour")
+
+        return update
+
+    return interactive_figure(
+        setup,
+        controls={
+            "batch": Slider(SLIDER_BATCHES, default=batch, label="batch B"),
+            "model": Choice(MODELS, default=model, label="model"),
+            "chip": Choice(CHIPS, default=chip, label="chip"),
+        },
+        main="batch",
+        figsize=(7, 3.8),
+        caption="Steady-state serving frontier with the operating point at batch B and its cost per million tokens",
+        fixed_limits=True,
+    )
