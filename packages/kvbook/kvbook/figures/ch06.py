@@ -15,7 +15,7 @@ INT4 = {"default": "int4-g128", "lm_head": "bf16", "embedding": "bf16"}
 #: Weight format by the short name the chapter uses.
 FORMATS = {"bf16": "bf16", "int8": "int8", "int4": INT4}
 #: The quantization figure's (weights, cache) choices.
-CONFIGS = [["bf16", "bf16"], ["int8", "bf16"], ["int4", "bf16"], ["int8", "int8"], ["int4", "fp8"]]
+CONFIGS = (("bf16", "bf16"), ("int8", "bf16"), ("int4", "bf16"), ("int8", "int8"), ("int4", "fp8"))
 #: Tensor-parallel widths of the chapter's sweep.
 N_CHIPS = [1, 2, 4, 8, 16, 32, 64]
 #: The paging figure's page sizes (tokens).
@@ -142,7 +142,7 @@ def tensor_parallel_scaling(model: str = "llama-3-70b", chip: str = "h100-sxm", 
 
 @figure
 def quantized_throughput(model: str = "llama-2-70b", chip: str = "h100-sxm", n_chips: int = 2,
-                         context: int = 4096, configs: list = tuple(map(tuple, CONFIGS))):
+                         context: int = 4096, configs: list = CONFIGS):
     """Throughput bound for each (weights, cache) format pair in ``configs``, up to the largest batch that fits.
 
     Weight names are the chapter's (bf16, int8, int4 = int4-g128 with a bf16
@@ -200,7 +200,7 @@ def paging(model: str = "llama-2-70b", chip: str = "h100-sxm", n_chips: int = 2,
     kp.mark_vline(ax_p, page, f"p = {page}", y=0.6)
     ax_p.annotate("p = S_max: one page per sequence,\nthe same as reserving S_max",
                   (s_max, fits_by_page[-1]), (2, 0.25 * fits_by_page.max()), fontsize=8,
-                  arrowprops=dict(arrowstyle="->", color="0.4"))
+                  arrowprops={"arrowstyle": "->", "color": "0.4"})
     return fig
 
 

@@ -63,7 +63,7 @@ def speed_by_context(model: str = MODEL, chip: str = CHIP, batch: int = BATCH, c
     """
     import kvbook.plots as kp
 
-    m, mqa, tp2, mqa_heads, mqa_batch, w_gpu, s_256k = _setting(model, chip, n_gpu, batch, context)
+    m, _, tp2, mqa_heads, mqa_batch, w_gpu, s_256k = _setting(model, chip, n_gpu, batch, context)
     contexts = _contexts()
     fig, ax = kp.new_figure((7, 4))
     ax.plot(

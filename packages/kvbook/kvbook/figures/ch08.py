@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 import kvmath
@@ -261,7 +263,7 @@ def planner(model: str = "kipply-52b", chip: str = "a100-kipply", n_chips: int =
             # the legend sits below the curves, where no marker's line passes: at the
             # lower right or centre, else in the widest gap between the lines and the edges
             edges = sorted([0.0, 1.0] + [f for f in fx if 0 < f < 1])
-            gap = max(zip(edges, edges[1:]), key=lambda p: p[1] - p[0])
+            gap = max(itertools.pairwise(edges), key=lambda p: p[1] - p[0])
             for loc, anchor in (
                 ("lower right", (1, 0)),
                 ("lower center", (0.5, 0)),

@@ -98,16 +98,16 @@ def expected_tokens(acceptances: list = (0.6, 0.7, 0.8, 0.9), max_gamma: int = 1
 
 
 #: The break-even figure's curves: label, model, chip, chips, weights, context.
-CURVES = [
-    ["Llama 3.1 8B, 1 H100, S = 128", "llama-3.1-8b", "h100-sxm", 1, "bf16", 128],
-    ["Llama 3.1 8B, 1 H100, S = 8,192", "llama-3.1-8b", "h100-sxm", 1, "bf16", 8192],
-    ["Mixtral 8x7B, 2 H100, S = 128", "mixtral-8x7b", "h100-sxm", 2, "bf16", 128],
-    ["DeepSeek-V3, 8 H200, S = 128", "deepseek-v3", "h200", 8, "fp8", 128],
-]
+CURVES = (
+    ("Llama 3.1 8B, 1 H100, S = 128", "llama-3.1-8b", "h100-sxm", 1, "bf16", 128),
+    ("Llama 3.1 8B, 1 H100, S = 8,192", "llama-3.1-8b", "h100-sxm", 1, "bf16", 8192),
+    ("Mixtral 8x7B, 2 H100, S = 128", "mixtral-8x7b", "h100-sxm", 2, "bf16", 128),
+    ("DeepSeek-V3, 8 H200, S = 128", "deepseek-v3", "h200", 8, "fp8", 128),
+)
 
 
 @figure
-def speedup_by_batch(gamma: int = GAMMA, acceptance: float = ACCEPT, curves: list = tuple(map(tuple, CURVES))):
+def speedup_by_batch(gamma: int = GAMMA, acceptance: float = ACCEPT, curves: list = CURVES):
     """Estimated speed-up of speculative decoding (free draft) against the batch, at the strict bounds of both steps.
 
     Each curve solid up to the largest batch whose caches fit beside the
