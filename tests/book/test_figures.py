@@ -307,3 +307,76 @@ def test_chapter_12_figures_build():
     phis = [c.ratio for c in calibrate()]
     for r in CH12_LIVE_ROWS:
         assert min(abs(r["ratio"] / p - 1) for p in phis) < 1e-5, r["key"]
+
+
+# --- chapters 06-10 -------------------------------------------------------------------------------------------
+
+
+def check_moved_controls_carry_their_call(chapter: str, name: str) -> None:
+    """The interactive ``chapter.name``, built with every control off its default, shows and carries that call.
+
+    The defaults alone would not catch a keyword the function takes but does
+    not pass on to its control (the page would then rebuild the default figure).
+    """
+    fn = chapter_figures(chapter)[name]
+    made = fn()
+    other = {key: next(v for v in made.controls[key].values if v != default) for key, default in made.values.items()}
+    moved = fn(**other)
+    assert moved.values == other, f"{chapter}.{name}"
+    assert moved.call == {"module": f"kvbook.figures.{chapter}", "function": name, "kwargs": other, "static": ""}
+
+
+def test_chapter_06_figures_build():
+    check_chapter("ch06", {
+        "ttft_by_prompt": None,
+        "tensor_parallel_scaling": None,
+        "quantized_throughput": None,
+        "paging": None,
+        "step_and_memory": {"batch": ("slider", 16), "weights": ("choice", "bf16"), "kv": ("choice", "bf16"),
+                            "chips": ("slider", 2)},
+    })
+    check_moved_controls_carry_their_call("ch06", "step_and_memory")
+
+
+def test_chapter_07_figures_build():
+    check_chapter("ch07", {
+        "speed_by_context": None,
+        "compute_ceiling": None,
+        "bytes_by_split": None,
+        "prefill_split": None,
+        "bytes_per_gpu": {"context": ("slider", 8192), "kv_heads": ("slider", 32), "batch": ("slider", 16),
+                          "n_gpu": ("slider", 2), "shard": ("choice", "heads"), "eff": ("slider", 0.7)},
+    })
+    check_moved_controls_carry_their_call("ch07", "bytes_per_gpu")
+
+
+def test_chapter_08_figures_build():
+    check_chapter("ch08", {
+        "cache_by_batch": None,
+        "step_by_batch": None,
+        "largest_batch_by_chip": None,
+        "planner": {"model": ("choice", "kipply-52b"), "chip": ("choice", "a100-kipply"), "n_chips": ("slider", 3),
+                    "split": ("choice", "batch"), "weight_dtype": ("choice", "fp16"), "kv_dtype": ("choice", "fp16"),
+                    "context": ("slider", 2048)},
+    })
+    check_moved_controls_carry_their_call("ch08", "planner")
+
+
+def test_chapter_09_figures_build():
+    check_chapter("ch09", {
+        "experts_touched": None,
+        "expert_parallel_all_to_all": None,
+        "weight_bytes_read": {"batch": ("slider", 16), "model": ("choice", "deepseek-v3"),
+                              "tokens_per_seq": ("choice", 1)},
+    })
+    check_moved_controls_carry_their_call("ch09", "weight_bytes_read")
+
+
+def test_chapter_10_figures_build():
+    check_chapter("ch10", {
+        "verify_steps": None,
+        "expected_tokens": None,
+        "speedup_by_batch": None,
+        "speedup_live": {"gamma": ("slider", 4), "acceptance": ("choice", 0.8), "model": ("choice", "llama-8b")},
+    })
+    check_moved_controls_carry_their_call("ch10", "speedup_live")
