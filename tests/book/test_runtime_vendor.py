@@ -1,23 +1,22 @@
-"""The in-browser runtime's pieces, without a browser: vendoring and the figure code cut.
+"""The in-browser runtime's pieces, without a browser: vendoring and the figures' code.
 
 * ``packages/kvbook/kvbook/live/vendor_pyodide.py`` takes exactly the lock's closure of numpy and
   matplotlib and refuses any wheel whose sha256 differs from the official
   ``pyodide-lock.json``.
-* ``packages/kvbook/kvbook/live/figure_code.py`` keeps what a figure needs and nothing else (no
-  glue, no checks), and every chapter's figure code runs natively and makes
-  the figures its page shows.
+* ``packages/kvbook/kvbook/live/figure_calls.py`` repeats the calls of the page's figure functions,
+  and every chapter's page code runs natively, as the worker runs it, and
+  renders the figures its page shows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from kvbook.live import figure_code, vendor_pyodide
+from kvbook.live import figure_calls, vendor_pyodide
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,66 +87,45 @@ def test_a_cache_with_a_changed_file_is_not_complete(tmp_path):
     assert vendor_pyodide.vendored(cache) is None
 
 
-def _notebook(*sources: str) -> dict:
-    return {"cells": [{"cell_type": "code", "metadata": {}, "source": s} for s in sources]}
+def _live_calls() -> dict[str, list[dict]]:
+    """Each chapter's live figures as the page's HTML carries them: the call of every figure a bare call builds."""
+    from kvbook import figures
+
+    out: dict[str, list[dict]] = {}
+    for name, fn in sorted(figures.load_all().items()):
+        if fn.static or any(p.default is p.empty for p in __import__("inspect").signature(fn).parameters.values()):
+            continue  # a figure of the machine's measurements, or one that needs the chapter's own rows
+        made = fn()
+        if hasattr(made, "to_html"):
+            out.setdefault(name.split(".")[0], []).extend(figure_calls.calls(made.to_html()))
+    return out
 
 
-def test_the_cut_keeps_what_the_figure_reads_and_drops_glue_and_checks():
-    nb = _notebook(
-        "import numpy as np\nimport kvmath\nfrom myst_nb import glue",
-        "SCALE = 2.0\nunused = kvmath.Chip.preset('h100-sxm')\nglue('x', 1, display=False)",
-        "rows = []\nfor k in range(3):\n    rows.append(k * SCALE)",
-        "kvbook.check_table([('a', None, '1')])\nprint(rows)",
-        "%matplotlib inline\nfrom kvbook.interactive import Slider, interactive_figure\n"
-        "def setup(fig):\n    ax = fig.add_subplot()\n    (line,) = ax.plot([0, 1], [0, 1])\n"
-        "    def update(slope):\n        line.set_ydata([0, slope * SCALE + len(rows)])\n    return update\n"
-        "interactive_figure(setup, {'slope': Slider([1, 2, 4], default=2)})",
-        "after = 1",
-    )
-    found = figure_code.extract(nb)
-    code = found["code"]
-    assert "SCALE = 2.0" in code and "rows.append(k * SCALE)" in code
-    assert "unused" not in code and "check_table" not in code and "print(rows)" not in code
-    assert "glue('x'" not in code and "myst_nb" not in code and "after = 1" not in code
-    assert "%matplotlib" not in code
-    assert found["figures"] == [{"cell": 4, "static": False, "reason": ""}]
+LIVE = _live_calls()
+
+
+def test_most_chapters_have_live_figures():
+    assert len(LIVE) >= 10, sorted(LIVE)
+
+
+@pytest.mark.parametrize("chapter", sorted(LIVE))
+def test_each_chapter_figure_code_runs_in_the_worker_and_renders(chapter):
+    """The page's code (the figure calls) runs as the browser's worker runs it, and each figure renders."""
     from kvbook.live import helpers as kvmath_live
 
-    figs = kvmath_live.run(code)
-    assert len(figs) == 1 and figs[0].main == "slope"
-    png, texts = kvmath_live.render(0, json.dumps({"slope": 2}))
-    assert png[:4] == b"\x89PNG"
-
-
-def test_a_figure_that_measures_the_machine_is_static():
-    nb = _notebook("import kvmath.measure as measure\nW = measure.memory_bandwidth(1e6)",
-                   "from kvbook.interactive import Slider, interactive_figure\n"
-                   "def setup(fig):\n    def update(s):\n        return s * W\n    return update\n"
-                   "interactive_figure(setup, {'s': Slider([1, 2])})")
-    found = figure_code.extract(nb)
-    assert "measure.memory_bandwidth" in found["code"]
-    assert found["figures"][0]["static"] and "kvmath.measure" in found["figures"][0]["reason"]
-
-
-FIGURE_NOTEBOOKS = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
-                    if figure_code.extract_file(p) is not None]
-
-
-@pytest.mark.parametrize("path", FIGURE_NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_chapter_figure_code_runs_and_makes_its_figures(path):
-    from kvbook.live import helpers as kvmath_live
-
-    found = figure_code.extract_file(path)
-    if all(f["static"] for f in found["figures"]):
-        pytest.skip("static figure: its code measures the machine (not run in the browser)")
-    cwd = os.getcwd()
-    os.chdir(ROOT / "notebooks")
-    try:
-        figs = kvmath_live.run(found["code"], path.name)
-    finally:
-        os.chdir(cwd)
-    assert len(figs) == len(found["figures"])
+    page = figure_calls.code(LIVE[chapter])
+    figs = kvmath_live.run(page["code"], f"{chapter}.py")
+    assert len(figs) == len(LIVE[chapter]) == len(page["figures"])
     specs = json.loads(kvmath_live.specs())
     for fig, spec in zip(figs, specs):
         assert spec["main"] == fig.main
         assert [c["name"] for c in spec["controls"]] == list(fig.controls)
+    png, texts = kvmath_live.render(0, json.dumps({figs[0].main: 0}))
+    assert png[:4] == b"\x89PNG" and json.loads(texts)
+
+
+def test_a_figure_that_measures_the_machine_is_static_on_its_page():
+    from kvbook.figures import MEASURES_THE_MACHINE
+
+    call = {"module": "kvbook.figures.ch14", "function": "measure_live", "kwargs": {}, "static": MEASURES_THE_MACHINE}
+    assert figure_calls.code([call])["figures"] == [{"cell": 0, "static": True, "reason": MEASURES_THE_MACHINE}]

@@ -1,7 +1,7 @@
 /* The book's Python, in a Web Worker: Pyodide + numpy + matplotlib + kvmath + kvbook, all
  * served from the book itself (_vendor/pyodide/, _vendor/kvmath/, _vendor/kvbook/), then the
- * chapter's own figure
- * code (_figures/<page>.py, cut from the notebook by packages/kvbook/kvbook/live/figure_code.py).
+ * chapter's figure functions, called as the page's figures were (_figures/<page>.py, written by
+ * packages/kvbook/kvbook/live/figure_calls.py from the calls the figures' HTML carries).
  *
  * Messages in:  {type: "boot", indexURL, packages, wheels, helpers, code}
  *               {type: "render", id, fig, positions}        positions: {control: index}

@@ -48,9 +48,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from docutils import nodes
 

@@ -3,9 +3,8 @@
 After the HTML build, for each notebook page with ``kvbook.interactive`` figures:
 
 * the code those figures need, the calls of the ``kvbook.figures`` functions the
-  page shows (``packages/kvbook/kvbook/live/figure_calls.py``; for a chapter not
-  ported to figure functions yet, code cut from its notebook by
-  ``figure_code.py``), is written beside the build as ``_figures/<page>.py``, with
+  page shows (``packages/kvbook/kvbook/live/figure_calls.py``: each figure's HTML
+  carries its call), is written beside the build as ``_figures/<page>.py``, with
   ``_figures/<page>.json`` saying where the runtime is and which figures are
   static (a figure that measures the machine keeps its build-time frames);
 * the page gets one deferred script, ``_vendor/kvmath-live/live.js``, which adds
@@ -29,10 +28,10 @@ from pathlib import Path
 
 from sphinx.util import logging
 
-from kvbook.live import figure_calls, figure_code, vendor_pyodide
+from kvbook.live import figure_calls, vendor_pyodide
 
 logger = logging.getLogger(__name__)
-LIVE_SRC = Path(figure_code.__file__).resolve().parent
+LIVE_SRC = Path(figure_calls.__file__).resolve().parent
 LIVE_DIR = "_vendor/kvmath-live"
 RUNTIME_DIR = "_vendor/pyodide"
 FIGURES_DIR = "_figures"
@@ -108,7 +107,7 @@ def pages(app) -> list[tuple[str, Path]]:
     return out
 
 
-def make_live(outdir: Path, docname: str, source: Path, runtime: dict) -> int:
+def make_live(outdir: Path, docname: str, runtime: dict) -> int:
     """Ship the figure code of one page and add the live layer to it; the number of live figures."""
     page = outdir / f"{docname}.html"
     if not page.exists():
@@ -118,15 +117,11 @@ def make_live(outdir: Path, docname: str, source: Path, runtime: dict) -> int:
     if not count:
         return 0
     page_calls = figure_calls.calls(html)
-    if page_calls and all(page_calls):  # every figure made by a kvbook.figures function: repeat the calls
-        found = figure_calls.code(page_calls)
-    else:  # a chapter whose figures are not functions yet: the code is cut from its notebook
-        found = figure_code.extract_file(source)
-    if found is None or len(found["figures"]) != count:
-        _say(f"{docname}: {count} figures on the page but "
-             f"{0 if found is None else len(found['figures'])} found in the notebook's code; "
-             "the page keeps its frames")
+    if len(page_calls) != count or not all(page_calls):  # a figure not made by a kvbook.figures function
+        _say(f"{docname}: {count} figures on the page but {sum(map(bool, page_calls))} made by kvbook.figures "
+             "functions (which carry their call); the page keeps its frames")
         return 0
+    found = figure_calls.code(page_calls)
     code_path = outdir / FIGURES_DIR / f"{docname}.py"
     code_path.parent.mkdir(parents=True, exist_ok=True)
     code_path.write_text(found["code"], encoding="utf-8")
@@ -150,7 +145,7 @@ def finish(app, exception) -> None:
     runtime = install_runtime(outdir)
     if runtime is None:
         return
-    live = sum(make_live(outdir, docname, source, runtime) for docname, source in pages(app))
+    live = sum(make_live(outdir, docname, runtime) for docname, _ in pages(app))
     logger.info(f"live figures: {live} figures run their chapter's Python in the browser "
                 f"({runtime['bytes'] / 1e6:.1f} MB runtime in {RUNTIME_DIR}/)")
 
