@@ -54,9 +54,9 @@ class MixedStep(Result):
     prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share).
     n_chips : chips of the layout.
     weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
-    flops : FLOPs one chip does (weights and attention, decode and prompt).
+    total_flops : FLOPs one chip does (weights and attention, decode and prompt).
     comm_s : the chip's communication chain for all the step's tokens (0 without a link).
-    bandwidth, flop_rate, overhead_s : the chip's rates and the per-step overhead.
+    bandwidth, flops, overhead_s : the chip's rates (bytes/s, FLOP/s) and the per-step overhead.
     decode_only_s : the strict bound of the same step without its prompt tokens.
     """
 
@@ -66,10 +66,10 @@ class MixedStep(Result):
     n_chips: int
     weight_bytes_read: ArrayLike
     kv_bytes_read: ArrayLike
-    flops: ArrayLike
+    total_flops: ArrayLike
     comm_s: ArrayLike
     bandwidth: float
-    flop_rate: float
+    flops: float
     overhead_s: ArrayLike
     decode_only_s: ArrayLike
 
@@ -83,7 +83,7 @@ class MixedStep(Result):
     @property
     def compute_s(self) -> ArrayLike:
         """``FLOPs / C``, seconds."""
-        return plain(self.flops / self.flop_rate)
+        return plain(self.total_flops / self.flops)
 
     @property
     def strict_s(self) -> ArrayLike:
@@ -152,9 +152,9 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
         batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=dep.n_chips,
         weight_bytes_read=plain(both.weight_bytes_read),
         kv_bytes_read=plain(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)),
-        flops=plain(decode.weight_flops + decode.attention_flops
+        total_flops=plain(decode.weight_flops + decode.attention_flops
                     + np.where(has, prompt.weight_flops + prompt.attention_flops, 0.0)),
-        comm_s=plain(both.comm_s), bandwidth=bw, flop_rate=rate, overhead_s=overhead_s,
+        comm_s=plain(both.comm_s), bandwidth=bw, flops=rate, overhead_s=overhead_s,
         decode_only_s=plain(decode_only))
 
 

@@ -27,7 +27,7 @@ metric                bound
                       context S_in: ``tokens_per_step / step``, the step
                       verifying ``tokens_per_step`` tokens per sequence.
 ``s_per_token``       seconds per decode step at context S_in.
-``ttft_s``            seconds to the first token: :func:`kvmath.prefill_bound`.
+``ttft_s``            seconds to the first token: :func:`kvmath.requests.prefill_bound`.
 ``prefill_tok_s``     prompt tokens/s: ``B S_in / prefill_bound(...)``, in
                       micro-batches of ``chunk_tokens`` where given.
 ====================  =========================================================
@@ -35,7 +35,7 @@ metric                bound
 The ratio ``measured / bound`` (rates) or ``bound / measured`` (times) is the
 fraction of the bound the system reached, phi; phi <= 1 for every row is a test.
 
-Layouts are :func:`kvmath.parse_layout` text (``"tp=2"``, ``"pp=8"``,
+Layouts are :func:`kvmath.layout.parse_layout` text (``"tp=2"``, ``"pp=8"``,
 ``"dp=128,ep=128"``); ``"split=N"`` spreads the weights over N chips and
 the attention by batch (``"tp=N,kv=batch"``: the 2D layouts of Pope et al.,
 whose heads need not divide N).
@@ -114,7 +114,7 @@ class Measurement:
     replicated_lm_head: bool = False
     #: The engine keeps only the rows that need logits before the last layer's
     #: MLP (llama.cpp's ``build_inp_out_ids``): a prompt chunk without logits
-    #: skips that MLP's weights (:func:`kvmath.prefill_bound`).
+    #: skips that MLP's weights (:func:`kvmath.requests.prefill_bound`).
     last_mlp_logits_only: bool = False
 
     def __post_init__(self):

@@ -145,7 +145,7 @@ def step_breakdown(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
     param_bytes: ArrayLike,
-    param_count: ArrayLike,
+    matmul_params: ArrayLike,
     bandwidth: ArrayLike,
     flops: ArrayLike,
     attention_flops_per_seq: ArrayLike = 0,
@@ -179,14 +179,14 @@ def step_breakdown(
     >>> round(t.no_overlap_s * 1e3, 2), round(t.strict_s * 1e3, 2), t.binds
     (20.86, 18.27, 'memory')
     """
-    batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops = _step_args(
-        batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
+    batch, kv_bytes_per_seq, param_bytes, matmul_params, bandwidth, flops = _step_args(
+        batch, kv_bytes_per_seq, param_bytes, matmul_params, bandwidth, flops)
     attention_flops_per_seq = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     overhead_s = non_negative("overhead_s", overhead_s)
     tokens_per_seq = positive("tokens_per_seq", tokens_per_seq)
     kv_read_s = batch * kv_bytes_per_seq / bandwidth
     weight_read_s = param_bytes / bandwidth
-    weight_compute_s = 2 * param_count * batch * tokens_per_seq / flops
+    weight_compute_s = 2 * matmul_params * batch * tokens_per_seq / flops
     attention_compute_s = batch * attention_flops_per_seq / flops
     strict, no_overlap = step_times(kv_read_s + weight_read_s, attention_compute_s + weight_compute_s, 0.0,
                                     overhead_s, kv_read_s, weight_read_s, weight_compute_s, attention_compute_s)
@@ -206,7 +206,7 @@ def strict_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
     param_bytes: ArrayLike,
-    param_count: ArrayLike,
+    matmul_params: ArrayLike,
     bandwidth: ArrayLike,
     flops: ArrayLike,
     attention_flops_per_seq: ArrayLike = 0,
@@ -223,7 +223,7 @@ def strict_step(
     >>> round(strict_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3, 2)  # the notes' 20.86 ms case
     18.27
     """
-    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
+    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, matmul_params, bandwidth, flops)
     attention = non_negative("attention_flops_per_seq", attention_flops_per_seq)
     memory = batch * kv
     memory = np.add(memory, p_bytes, out=_out(memory, p_bytes))
@@ -238,7 +238,7 @@ def min_step(
     batch: ArrayLike,
     kv_bytes_per_seq: ArrayLike,
     param_bytes: ArrayLike,
-    param_count: ArrayLike,
+    matmul_params: ArrayLike,
     bandwidth: ArrayLike,
     flops: ArrayLike,
 ) -> ArrayLike:
@@ -259,8 +259,9 @@ def min_step(
         KV cache bytes of one sequence at its current context (bytes).
     param_bytes : float or array
         Bytes of weights read each step (count x bytes per weight).
-    param_count : float or array
-        Number of parameters each token multiplies by (active ones for MoE).
+    matmul_params : float or array
+        Parameters each token multiplies by, a count (active ones for MoE; a preset's
+        ``Model.matmul_params_per_token()``, not its total ``param_count()``).
     bandwidth : float or array
         Memory bandwidth W in bytes/s (summed over chips).
     flops : float or array
@@ -281,7 +282,7 @@ def min_step(
     >>> round(min_step(256, 8192 * 100e3, 30e9, 30e9, W, C) * 1e3, 2)
     20.86
     """
-    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops)
+    batch, kv, p_bytes, p_count, w, c = _step_args(batch, kv_bytes_per_seq, param_bytes, matmul_params, bandwidth, flops)
     # B KV / W + max(P_bytes / W, 2 P B / C), in place: the notes' formula and nothing else
     weights = batch * (2 * p_count / c)
     weights = np.maximum(weights, p_bytes / w, out=_out(weights, p_bytes / w))
@@ -289,10 +290,10 @@ def min_step(
     return plain(np.add(attention, weights, out=_out(attention, weights)))
 
 
-def _step_args(batch, kv_bytes_per_seq, param_bytes, param_count, bandwidth, flops):
+def _step_args(batch, kv_bytes_per_seq, param_bytes, matmul_params, bandwidth, flops):
     """The six arguments of the notes' step forms, checked and named."""
     return (positive("batch", batch), non_negative("kv_bytes_per_seq", kv_bytes_per_seq),
-            positive("param_bytes", param_bytes), positive("param_count", param_count),
+            positive("param_bytes", param_bytes), positive("matmul_params", matmul_params),
             positive("bandwidth", bandwidth), positive("flops", flops))
 
 
@@ -325,27 +326,27 @@ def min_step_simple(
 
 
 @checked
-def tokens_per_s_per_seq(step_s: ArrayLike) -> ArrayLike:
-    """Tokens each sequence gets per second: one per step, 1 / step_s.
+def tokens_per_s_per_seq(seconds_per_step: ArrayLike) -> ArrayLike:
+    """Tokens each sequence gets per second: one per step, 1 / seconds_per_step.
 
     Examples
     --------
     >>> tokens_per_s_per_seq(0.025)
     40.0
     """
-    return 1.0 / positive("step_s", step_s)
+    return 1.0 / positive("seconds_per_step", seconds_per_step)
 
 
 @checked
-def tokens_per_s(step_s: ArrayLike, batch: ArrayLike) -> ArrayLike:
-    """Tokens the whole batch produces per second: B / step_s (B may be fractional).
+def tokens_per_s(seconds_per_step: ArrayLike, batch: ArrayLike) -> ArrayLike:
+    """Tokens the whole batch produces per second: B / seconds_per_step (B may be fractional).
 
     Examples
     --------
     >>> tokens_per_s(0.025, 16)
     640.0
     """
-    return positive("batch", batch) / positive("step_s", step_s)
+    return positive("batch", batch) / positive("seconds_per_step", seconds_per_step)
 
 
 @checked
@@ -403,7 +404,7 @@ def critical_batch_beta_alpha(
 
 
 @checked
-def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike:
+def weight_flops_per_step(batch: ArrayLike, matmul_params: ArrayLike) -> ArrayLike:
     """FLOPs of the weight matmuls in one step: 2 * P * B (B may be fractional, for sweeps).
 
     Examples
@@ -411,7 +412,7 @@ def weight_flops_per_step(batch: ArrayLike, param_count: ArrayLike) -> ArrayLike
     >>> weight_flops_per_step(16, 7e9) / 1e9  # the thread's "224 GFLOPs"
     224.0
     """
-    return 2 * positive("param_count", param_count) * positive("batch", batch)
+    return 2 * positive("matmul_params", matmul_params) * positive("batch", batch)
 
 
 @checked
@@ -568,7 +569,7 @@ def kv_bytes_per_chip(
 @checked
 def prefill_flops(
     prompt_len: ArrayLike,
-    param_count: ArrayLike,
+    matmul_params: ArrayLike,
     n_layers: ArrayLike,
     n_heads: ArrayLike,
     head_dim: ArrayLike,
@@ -579,7 +580,7 @@ def prefill_flops(
     Weights: ``2 * P * S`` per prompt. Attention: each token attends to the
     tokens before it, ``4 * L * h * d_h * S^2 / 2`` per prompt.
 
-    ``param_count`` should be the parameters every prompt token multiplies
+    ``matmul_params`` should be the parameters every prompt token multiplies
     by. A preset's ``param_count()`` also counts the input embedding (a
     lookup, no FLOPs) and the LM head (needed for the last position only);
     for a strict lower bound pass the count without them.
@@ -590,7 +591,7 @@ def prefill_flops(
     28.70...
     """
     s = positive_int("prompt_len", prompt_len)
-    weights = 2 * positive("param_count", param_count) * s
+    weights = 2 * positive("matmul_params", matmul_params) * s
     attention = 2 * positive_int("n_layers", n_layers) * positive_int("n_heads", n_heads) * positive_int("head_dim", head_dim) * s**2
     return positive_int("batch", batch) * (weights + attention)
 
@@ -653,7 +654,7 @@ def min_chips_for_weights(
     """Fewest chips whose memory holds the weights: ``ceil(weights / (memory * usable))``.
 
     ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`; ``budget``
-    names which of the chip's figures counts (:func:`kvmath.memory_budget`:
+    names which of the chip's figures counts (:func:`kvmath.memory.memory_budget`:
     ``"device"``, the marketed size and the default, ``"reported"``,
     ``"reserve"`` or ``"engine"``).
 
@@ -700,9 +701,9 @@ def kv_budget_bytes(
     ``ValueError`` where the weights do not fit at all (not even by a byte).
 
     ``hbm_bytes`` is bytes per chip or a :class:`~kvmath.Chip`, and
-    ``budget`` names which memory figure counts (:func:`kvmath.memory_budget`;
+    ``budget`` names which memory figure counts (:func:`kvmath.memory.memory_budget`;
     default ``"device"``, the marketed size). The ``"engine"`` budget here
-    leaves out vLLM's activation peak: :func:`kvmath.vllm_engine` sizes
+    leaves out vLLM's activation peak: :func:`kvmath.memory.vllm_engine` sizes
     vLLM's cache in full.
 
     Examples

@@ -121,7 +121,7 @@ class ParallelLayout:
 
     def check(self, model: Model) -> "ParallelLayout":
         """This layout, if ``model`` can run on it; else ``ValueError`` naming the field."""
-        instance("model", model, Model, "a Model (get_model(name))")
+        instance("model", model, Model, "a Model (Model.preset(name))")
         if self.kv_split == "heads" and model.n_heads % self.tp:
             raise ValueError(f"tp ({self.tp}) must divide the {model.n_heads} heads of {model.name}; "
                              f"try pp={self.tp} (pipeline by layers)")

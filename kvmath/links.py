@@ -173,7 +173,7 @@ def get_link(name: str) -> Link:
 
 
 def _link(link) -> Link:
-    return instance("link", link, Link, "a Link (get_link(name))")
+    return instance("link", link, Link, "a Link (Link.preset(name))")
 
 
 @checked

@@ -5,7 +5,7 @@ rates, the memory bandwidth W (bytes/s) and the peak compute C (FLOP/s).
 This module measures both rates on the machine it runs on, with numpy only,
 and times a tiny transformer-like decode step whose bytes and FLOPs are
 known exactly, so that measured points can be put next to
-:func:`kvmath.min_step`'s prediction.
+:func:`kvmath.formulas.min_step`'s prediction.
 
 Everything is timed with :func:`time.perf_counter`: each measurement runs
 once untimed (to fault in pages and wake up BLAS threads), then ``repeats``
@@ -387,7 +387,7 @@ def decode_loop_cost(batch: ArrayLike, context: ArrayLike, d_model: int = 2048, 
     ----------
     batch : float or array
         Sequences per step, B. Fractional values are accepted, as in
-        :func:`kvmath.min_step`, so that a bound can be drawn as a smooth curve.
+        :func:`kvmath.formulas.min_step`, so that a bound can be drawn as a smooth curve.
     context : float or array
         Cached tokens per sequence, S.
     d_model : int
@@ -473,7 +473,7 @@ class DecodeLoopResult:
     ----------
     batch, context, d_model, n_layers : the configuration (B, S, d, L).
     dtype : numpy dtype name of weights, cache and activations.
-    step_s : median seconds per step.
+    median_step_s : median seconds per step.
     step_times_s : every timed step, in seconds.
     cost : the :class:`DecodeLoopCost` of one step (bytes and FLOPs).
     """
@@ -483,19 +483,19 @@ class DecodeLoopResult:
     d_model: int
     n_layers: int
     dtype: str
-    step_s: float
+    median_step_s: float
     step_times_s: tuple[float, ...]
     cost: DecodeLoopCost
 
     @property
     def bandwidth(self) -> float:
         """Bytes the step must move over its median time (bytes/s)."""
-        return self.cost.bytes_per_step / self.step_s
+        return self.cost.bytes_per_step / self.median_step_s
 
     @property
     def flop_rate(self) -> float:
         """FLOPs the step must do over its median time (FLOP/s)."""
-        return self.cost.flops_per_step / self.step_s
+        return self.cost.flops_per_step / self.median_step_s
 
 
 def _rms_normalise(x: np.ndarray) -> None:
@@ -603,7 +603,7 @@ def decode_sweep(configs, d_model: int = 2048, n_layers: int = 2, steps: int = 5
             times.append(time.perf_counter() - start)
         results.append(DecodeLoopResult(
             batch=batch, context=context, d_model=d, n_layers=layers, dtype=dtype.name,
-            step_s=float(np.median(times)), step_times_s=tuple(times),
+            median_step_s=float(np.median(times)), step_times_s=tuple(times),
             cost=decode_loop_cost(batch, context, d, layers, dtype.itemsize),
         ))
     return results
@@ -661,7 +661,7 @@ def decode_loop(batch: int, context: int, d_model: int = 2048, n_layers: int = 2
     >>> r = decode_loop(batch=4, context=16, d_model=64, n_layers=2, steps=2)
     >>> r.cost.bytes_per_step == decode_loop_cost(4, 16, 64, 2).bytes_per_step
     True
-    >>> bool(r.step_s > 0), len(r.step_times_s)
+    >>> bool(r.median_step_s > 0), len(r.step_times_s)
     (True, 2)
     """
     batch, context = _check_config(batch, context)

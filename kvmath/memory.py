@@ -175,7 +175,7 @@ def memory_budget(
         default :data:`NON_TORCH_BYTES`, an estimate.
     argument : str
         The caller's name for ``chip``, used in the error message
-        (:func:`kvmath.kv_budget_bytes` passes ``"hbm_bytes"``).
+        (:func:`kvmath.formulas.kv_budget_bytes` passes ``"hbm_bytes"``).
 
     Returns
     -------
@@ -217,7 +217,7 @@ def _show_bytes(x: ArrayLike) -> str:
 
 
 def _model(model) -> Model:
-    return instance("model", model, Model, "a Model (get_model(name))")
+    return instance("model", model, Model, "a Model (Model.preset(name))")
 
 
 def _check_free_at_start(total: ArrayLike, util: ArrayLike, non_torch: ArrayLike) -> None:

@@ -463,7 +463,7 @@ class Model:
         embedding (and a learned position table) is only looked up: one row
         per token, ``T = batch * tokens_per_seq`` rows. A tied LM head reads
         the shared table once, which holds those rows too. MoE layers read
-        the routed experts the batch touches (:func:`kvmath.experts_touched`
+        the routed experts the batch touches (:func:`kvmath.formulas.experts_touched`
         with ``routing``: ``"floor"`` for a strict lower bound, ``"uniform"``
         for the estimate, ``"ceiling"``), plus shared experts and the router.
 

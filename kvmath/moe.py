@@ -79,7 +79,7 @@ def saturated_critical_batch(
     A saturated step reads all ``P_total`` weights but each token multiplies
     by only ``P_active``, so the math catches up with the reads at a batch
     ``P_total / P_active`` times the dense model's. A first-order figure:
-    :func:`kvmath.model_critical_batch` solves the model's own bytes and FLOPs.
+    :func:`kvmath.Deployment.critical_batch` solves the model's own bytes and FLOPs.
 
     Examples
     --------

@@ -47,9 +47,9 @@ def compute_rate(chip: Chip, weights: Precision, compute_dtype: str | None = Non
     >>> round(compute_rate(h100, mixed, model=Model.preset("mixtral-8x7b")) / 1e12)
     1774
     """
-    instance("chip", chip, Chip, "a Chip (get_chip(name))")
+    instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
     if model is not None:
-        instance("model", model, Model, "a Model (get_model(name)) or None")
+        instance("model", model, Model, "a Model (Model.preset(name)) or None")
     _group_bytes(weights, False)  # refuse a bad weights even where compute_dtype makes it unused
     return _compute_rate(chip, weights, compute_dtype, model)
 
@@ -99,7 +99,7 @@ def model_critical_batch(
     1079
     """
     routing = choice("routing", routing, ROUTINGS)
-    instance("model", model, Model, "a Model (get_model(name))")
+    instance("model", model, Model, "a Model (Model.preset(name))")
     flops = compute_rate(chip, weights, compute_dtype, model)
     bandwidth = chip.bandwidth
     matmul = model.matmul_params_per_token()

@@ -84,7 +84,7 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     41.93
     """
     s = positive_int("input_tokens", input_tokens)
-    if instance("model", model, Model, "a Model (get_model(name))").sliding_window is None:
+    if instance("model", model, Model, "a Model (Model.preset(name))").sliding_window is None:
         alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
         if model.attention == "mla" and model.layers is None:
             per_head = 2 * (model.head_dim + model.qk_rope_dim) + 2 * model.v_head_dim
@@ -545,11 +545,11 @@ class Frontier(Result):
     Attributes
     ----------
     requests : Request over the whole grid.
-    budget : the memory budget the cap used (:func:`kvmath.memory_budget`:
+    budget : the memory budget the cap used (:func:`kvmath.memory.memory_budget`:
         ``"device"``, the marketed size, by default).
     memory_bytes : the bytes per chip that budget gives.
     max_batch : per shape, the most requests whose caches fit beside the
-        weights (:func:`kvmath.kv_budget_bytes` on each chip).
+        weights (:func:`kvmath.formulas.kv_budget_bytes` on each chip).
     fits : where ``batch <= max_batch``.
     throughput_per_chip : output tokens/s per chip, prefill included (NaN
         where the batch does not fit).
@@ -593,7 +593,7 @@ def serving_frontier(
     two length arrays broadcast to one axis of shapes), in one call;
     ``batch`` is 1-D. The memory cap: each chip's memory less its weights
     must hold its share of every cache at the last step. The memory is the
-    named ``budget`` of :func:`kvmath.memory_budget` (``"device"``, the
+    named ``budget`` of :func:`kvmath.memory.memory_budget` (``"device"``, the
     marketed size, by default; ``"reported"``, ``"reserve"`` or ``"engine"``:
     vLLM's ``gpu_memory_utilization`` share, without its activation peak),
     or ``hbm_bytes`` per chip, taken as that budget's size when given.
@@ -612,7 +612,7 @@ def serving_frontier(
     >>> int(f.max_batch[0]), int(f.best_batch[0]), round(float(f.best_throughput_per_chip[0])), f.budget
     (761, 535, 2749, 'device')
 
-    Under vLLM's 0.9 of the runtime's memory, fewer fit (:func:`kvmath.vllm_engine`,
+    Under vLLM's 0.9 of the runtime's memory, fewer fit (:func:`kvmath.memory.vllm_engine`,
     which also sets aside vLLM's activation peak, admits fewer still):
 
     >>> int(serving_frontier(Deployment("llama-3-70b", "h100-sxm", "tp=8"), 1000, 1000, budget="engine").max_batch[0])

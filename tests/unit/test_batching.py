@@ -43,7 +43,7 @@ def test_mixed_step_by_hand():
     bytes_ = WEIGHTS + 5 * D * 2 + 2 * 10 * KV_TOKEN + 7 * KV_TOKEN   # 5 embedding rows; the chunk reads 4, writes 3
     flops = 2 * 2 * MATMUL + 2 * attention(10) + 2 * 3 * (MATMUL - V * D) + sum(attention(t) for t in (5, 6, 7))
     assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(bytes_, rel=1e-12)
-    assert s.flops == pytest.approx(flops, rel=1e-12)
+    assert s.total_flops == pytest.approx(flops, rel=1e-12)
     assert s.strict_s == pytest.approx(max(bytes_ / 2.039e12, flops / 312e12), rel=1e-12)
     assert s.prefill_tokens == 3 and s.n_chips == 1
 

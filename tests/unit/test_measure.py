@@ -67,7 +67,7 @@ def test_decode_loop_reports_its_configuration_and_cost():
     assert (r.batch, r.context, r.d_model, r.n_layers, r.dtype) == (3, 5, 32, 2, "float32")
     assert r.cost == measure.decode_loop_cost(3, 5, 32, 2, 4)
     assert len(r.step_times_s) == 3
-    assert r.step_s == float(np.median(r.step_times_s))
+    assert r.median_step_s == float(np.median(r.step_times_s))
     assert all(math.isfinite(t) and t > 0 for t in r.step_times_s)
     assert math.isfinite(r.bandwidth) and r.bandwidth > 0
     assert math.isfinite(r.flop_rate) and r.flop_rate > 0

@@ -43,7 +43,7 @@ def _sweep(steps, bandwidth, flops, d_model, n_layers):
     if steps is None:
         configs = [(b, s) for s in CONTEXTS for b in BATCHES if b * s <= MAX_CACHED_TOKENS]
         runs = measure.decode_sweep(configs, d_model=d_model, n_layers=n_layers, steps=3)
-        steps = [[r.batch, r.context, r.step_s] for r in runs]
+        steps = [[r.batch, r.context, r.median_step_s] for r in runs]
     return {(int(b), int(s)): float(t) for b, s, t in steps}, *_rates(bandwidth, flops)
 
 
