@@ -23,7 +23,7 @@ its prompt. The weights are read once for all of them. Two rules:
   the cache they write, not the re-reads of earlier chunks, so it is a
   lower bound under any chunking.
 
-:func:`cost_per_million_tokens` turns tokens per chip-second into a price,
+:func:`kvmath.formulas.cost_per_million_tokens` turns tokens per chip-second into a price,
 given a price per chip-hour (an input: no price here is a fact).
 
 Both step rules take one chip, or tensor (``tp``) and context (``cp``)
@@ -37,11 +37,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .results import Result
-
 from .deployment import Deployment
+from .formulas import _cost_of_chip_time
 from .requests import prefill_attention_flops
-from .validation import refuse_overflow, ArrayLike, broadcast, checked, non_negative, plain, positive, positive_int
+from .results import Result
+from .validation import (
+    ArrayLike,
+    broadcast,
+    checked,
+    non_negative,
+    plain,
+    positive,
+    positive_int,
+    refuse_overflow,
+)
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
@@ -264,11 +273,8 @@ class SteadyState(Result):
         """:func:`cost_per_million_tokens` of the output rate per chip (None without a price)."""
         if self.price_per_chip_hour is None:
             return None
-        # price x chip-seconds per token, as cost_per_million_tokens(price, rate) = price / 3600 / rate x 1e6
-        # but without dividing by a rate that underflows
         per_step = self.batch * self.output_tokens / (self.output_tokens - 1.0)
-        chip_s_per_token = self.step.strict_s * self.step.n_chips / per_step
-        return plain(self.price_per_chip_hour * chip_s_per_token / 3600.0 * 1e6)
+        return plain(_cost_of_chip_time(self.price_per_chip_hour, self.step.strict_s * self.step.n_chips / per_step))
 
 
 @checked

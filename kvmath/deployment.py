@@ -38,7 +38,17 @@ from .units import dtype_bytes
 
 if TYPE_CHECKING:  # the request results live with the module that builds them, loaded on first use
     from .requests import Frontier, Request
-from .validation import ArrayLike, ResultOverflow, broadcast, choice, fraction, instance, non_negative, positive, positive_int
+from .validation import (
+    ArrayLike,
+    ResultOverflow,
+    broadcast,
+    choice,
+    fraction,
+    instance,
+    non_negative,
+    positive,
+    positive_int,
+)
 
 # Elementwise max, min, ceil and where that stay in plain Python for scalars: a numpy call on two floats costs
 # about a microsecond, twenty times the comparison; a step on scalars makes dozens of them.
@@ -79,7 +89,8 @@ _CHIP_LINK = object()  # Deployment's default link: the chip preset's own interc
 
 @dataclass(frozen=True)
 class Formats:
-    """How the weights, the cache and the activations are stored, and what the matmuls run at.
+    """How the weights, the cache and the activations are stored, and what the matmuls run at (a description:
+    the bounds that use it are the :class:`Deployment`'s).
 
     Attributes
     ----------
@@ -192,11 +203,16 @@ class Deployment:
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
-        from .rates import _compute_rate  # the one rule for a step's FLOP rate (weights checked by the plan above)
+        from .rates import (
+            _compute_rate,  # the one rule for a step's FLOP rate (weights checked by the plan above)
+        )
 
         if formats.compute is not None:
             choice("compute", formats.compute, ("bf16", "fp16", "fp8", "int8", "fp4"))
-        rate = _compute_rate(chip, formats.weights, formats.compute, model)
+        try:
+            rate = _compute_rate(chip, formats.weights, formats.compute, model)
+        except ValueError as err:  # a format the chip has no rate for: say which argument asked for it
+            raise ValueError(f"{'compute' if formats.compute is not None else 'weights'}: {err}") from None
         if not (rate > 0 and math.isfinite(rate)):  # a subnormal chip rate combined to 0 or inf: refuse by name
             raise ResultOverflow(f"chip {chip.name!r}: the matmuls' FLOP rate of these weights is {rate!r} "
                                  "(it under- or overflows float64); use a larger rate")
@@ -487,7 +503,12 @@ class Deployment:
 
     def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
               block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1"):
-        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
+        from .memory import (
+            BLOCK_SIZE,
+            GPU_MEMORY_UTILIZATION,
+            runtime_total_bytes,
+            vllm_engine,
+        )
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -724,6 +745,9 @@ class Step(Result):
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Capacity(Result):
     """What fits in a deployment's memory (:meth:`Deployment.capacity`); bytes per chip unless named otherwise.
+
+    An upper bound on what fits (the weights and caches alone, at the budget
+    named); ``engine`` is vLLM's own sizing, an estimate.
 
     Attributes
     ----------

@@ -1,4 +1,4 @@
-"""Human-readable strings, used only at the edges (CLI, notebooks' check cells).
+"""Human-readable strings, used only at the edges (CLI, notebooks' check cells); they round, never bound.
 
 Everything else in kvmath stays in base units; this is the one place that
 turns bytes into "68.72 GB (64.00 GiB)" or seconds into "2.54 ms".

@@ -901,4 +901,15 @@ def cost_per_million_tokens(price_per_chip_hour: ArrayLike, tokens_per_s_per_chi
     """
     price = non_negative("price_per_chip_hour", price_per_chip_hour)
     rate = positive("tokens_per_s_per_chip", tokens_per_s_per_chip)
-    return plain(price / 3600.0 / rate * 1e6)
+    return plain(_cost_of_chip_time(price, 1.0 / rate))
+
+
+def _cost_of_chip_time(price_per_chip_hour: ArrayLike, chip_seconds_per_token: ArrayLike) -> ArrayLike:
+    """Price of a million tokens from the chip-seconds each one takes: ``price x chip-s / 3600 x 1e6``.
+
+    The one cost rule (:func:`cost_per_million_tokens` and every result's
+    ``cost_per_million_tokens`` use it); inputs checked by the caller.
+    Taking chip-seconds rather than a rate spares dividing by a rate that
+    underflows.
+    """
+    return price_per_chip_hour * chip_seconds_per_token / 3600.0 * 1e6

@@ -39,7 +39,8 @@ class FrozenRates(dict):
 
 @dataclass(frozen=True)
 class Chip:
-    """One accelerator.
+    """One accelerator: its memory, bandwidth and peak FLOP rates, from its datasheet (a description, not a bound;
+    a :class:`kvmath.Deployment` turns it into lower bounds).
 
     Attributes
     ----------

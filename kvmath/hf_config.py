@@ -1,4 +1,5 @@
-"""Read a Hugging Face ``config.json`` into a :class:`kvmath.Model`, offline.
+"""Read a Hugging Face ``config.json`` into a :class:`kvmath.Model`, offline (a description: the bounds are a
+:class:`kvmath.Deployment`'s).
 
 Families read: Llama 1/2/3/3.1/3.2, Mistral, Mixtral, Qwen2/2.5/3 dense and
 MoE, Qwen3-Next (linear-attention layers), Gemma 2 and Gemma 3 (its text

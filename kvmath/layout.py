@@ -19,7 +19,8 @@ from .formulas import KV_SHARDINGS  # how a tensor-parallel group splits the cac
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """How a model is spread over ``tp * cp * dp * pp`` chips.
+    """How a model is spread over ``tp * cp * dp * pp`` chips (a description: the lower bounds are a
+    :class:`kvmath.Deployment`'s on it).
 
     Attributes
     ----------

@@ -172,10 +172,6 @@ def get_link(name: str) -> Link:
     return lookup(name, _links(), "link")
 
 
-def _link(link) -> Link:
-    return instance("link", link, Link, "a Link (Link.preset(name))")
-
-
 @checked
 def ring_allreduce_bytes(message_bytes: ArrayLike, n_chips: ArrayLike) -> ArrayLike:
     """Bytes each chip sends (and receives) in a ring all-reduce: ``2 (N - 1) / N * S``.

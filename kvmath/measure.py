@@ -1,4 +1,5 @@
-"""Measure this machine: memory bandwidth, matmul FLOP/s and a toy decode step.
+"""Measure this machine: memory bandwidth, matmul FLOP/s and a toy decode step (measurements, set beside the
+lower bounds the rest of kvmath computes).
 
 The rest of kvmath predicts how long a decode step *must* take from two
 rates, the memory bandwidth W (bytes/s) and the peak compute C (FLOP/s).

@@ -77,7 +77,8 @@ def _group_bytes(weights: Precision, tied_embeddings: bool) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Model:
-    """A decoder-only transformer's shape.
+    """A decoder-only transformer's shape (a description, not a bound: a :class:`kvmath.Deployment` of it gives
+    lower bounds; its byte and FLOP counts are exact for the shape given).
 
     Attributes
     ----------

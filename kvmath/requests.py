@@ -34,20 +34,31 @@ shapes is one call (:func:`serving_frontier`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
-from .results import Result
-
-from .formulas import kv_budget_bytes
+from .deployment import Deployment, Step
+from .formulas import _cost_of_chip_time, kv_budget_bytes, step_times
 from .memory import BUDGETS, memory_budget
 from .models import Model
-from .deployment import Deployment, Step
-from .formulas import step_times
-from .validation import overflow_named, refuse_overflow, ArrayLike, broadcast, checked, choice, fraction, instance, non_negative, one_int, plain, positive, positive_int
+from .results import Result
+from .validation import (
+    ArrayLike,
+    broadcast,
+    checked,
+    choice,
+    fraction,
+    instance,
+    non_negative,
+    one_int,
+    overflow_named,
+    plain,
+    positive,
+    positive_int,
+    refuse_overflow,
+)
 
 
 @checked
@@ -219,7 +230,8 @@ class Request(Result):
         """Price of a million output tokens: ``price x chips x total / 3600 / (B S_out) x 1e6`` (None without a price)."""
         if self.price_per_chip_hour is None:
             return None
-        return plain(self.price_per_chip_hour * self.n_chips * self.total_s / 3600 / (self.batch * self.output_tokens) * 1e6)
+        return plain(_cost_of_chip_time(self.price_per_chip_hour, self.n_chips * self.total_s
+                                       / (self.batch * self.output_tokens)))
 
 
 #: Most (batch x prompt x chunk) cells a chunked prefill evaluates at once: 4M, 32 MB a float array
@@ -537,7 +549,11 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
 class Frontier(Result):
-    """Throughput per chip against tokens/s per user as the batch grows, for each request shape.
+    """Throughput per chip against tokens/s per user as the batch grows, for each request shape: bounds.
+
+    Built from lower bounds on every request's time, so each throughput is an
+    upper bound and each time per output token a lower bound (estimates where
+    an efficiency or overhead was given).
 
     Arrays are ``(batch, shape)``: one row per batch size, one column per
     request shape.

@@ -1,4 +1,4 @@
-"""Units and element sizes.
+"""Units and element sizes: exact constants (no bound, no estimate).
 
 Every kvmath function takes and returns base units (bytes, seconds, FLOPs,
 FLOP/s, bytes/s). The constants here exist so that callers can write

@@ -47,7 +47,7 @@ def _describe(value: ArrayLike, bad: np.ndarray) -> str:
 
 
 class ResultOverflow(ValueError):
-    """Finite, valid inputs whose result does not fit in a float64 (it would be inf or NaN)."""
+    """Finite, valid inputs whose result does not fit in a float64 (it would be inf or NaN): no bound is returned."""
 
 
 #: Types refused wherever a number is expected, with the word used in the message.

@@ -380,7 +380,8 @@ for _name in ("Deployment.capacity", "Deployment.fewest_chips"):
     DOMAIN_ERRORS[_name] += ("the weights do not fit", "no tensor-parallel size from", "cannot hold", "has no device_bytes",
                              "has no runtime_bytes", "must exceed the driver's reserve",
                              "is sized for tensor parallelism only",  # vLLM's sizing: documented, tp layouts only
-                             "context must be a whole number")  # and whole tokens
+                             "context must be a whole number",  # and whole tokens
+                             "no memory left for the KV cache")  # vLLM's profile leaves none: documented
 DOMAIN_ERRORS["Deployment.frontier"] += ("must exceed the driver's reserve",)
 _BOUND = {
     "Model.kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").kv_bytes_per_token,

@@ -488,3 +488,20 @@ def test_tensor_parallel_all_reduces_stay_on_nvlink_and_only_the_pipeline_hop_cr
     one_node = two_tier.replace(chips_per_node=16).step(32, 4096)  # all 16 chips on one NVLink fabric
     assert one_node.comm_s == pytest.approx(252 * nvlink + nvlink, rel=1e-12)
     assert one_node.comm_s * 1e3 == pytest.approx(0.42, abs=5e-3)
+
+
+@pytest.mark.parametrize("layout", [None, "tp=2", "tp=2,kv=batch", "pp=2", "dp=2", "cp=2", "tp=2,pp=2"])
+def test_the_strict_time_alone_is_the_steps_strict_time(layout):
+    """Deployment.strict_s keeps fewer arrays alive, and is the same bound as step(...).strict_s, preset by preset."""
+    batch = np.array([1.0, 3.0, 64.0, 1000.0])[:, None]
+    context = np.array([1.0, 300.0, 4096.0, 131072.0])[None, :]
+    compared = 0
+    for name in km.Model.presets():
+        for link in (None, "nvlink4"):
+            try:
+                dep = km.Deployment(name, "h100-sxm", layout, link=link)
+            except ValueError:
+                continue  # a layout this model does not split
+            np.testing.assert_allclose(dep.strict_s(batch, context), dep.step(batch, context).strict_s, rtol=1e-14)
+            compared += 1
+    assert compared >= 20
