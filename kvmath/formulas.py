@@ -41,10 +41,10 @@ __all__ = [
     "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
     "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
     "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
-    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "Fit", "fit",
+    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "max_batch_paged", "Fit", "fit",
     "expected_tokens_per_step", "speculative_improvement_factor", "cost_per_million_tokens",
     "all_to_all_time", "allreduce_estimate", "allreduce_time", "p2p_time", "ring_allreduce_bytes",
-    "experts_touched", "saturated_critical_batch",
+    "experts_touched", "saturated_critical_batch", "tokens_for_share",
 ]
 
 

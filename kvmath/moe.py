@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, checked, choice, fraction, plain, positive, positive_int
+from .validation import (ArrayLike, checked, choice, fraction, plain, positive,
+                         positive_int)
 
 ROUTINGS = ("floor", "uniform", "ceiling")
 
