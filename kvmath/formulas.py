@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .links import all_to_all_time, allreduce_estimate, allreduce_time, p2p_time, ring_allreduce_bytes  # noqa: F401
-from .moe import experts_touched, saturated_critical_batch  # noqa: F401  (the notes' MoE forms)
+from .moe import experts_touched, saturated_critical_batch, tokens_for_share  # noqa: F401  (the notes' MoE forms)
 from .results import Result
-from .validation import ArrayLike, ResultOverflow, as_count, checked, choice, finite, fraction, non_negative, plain, positive, positive_int
+from .validation import (ArrayLike, ResultOverflow, as_count, as_scalar, checked, choice, finite, fraction, non_negative,
+                         one_int, plain, positive, positive_int)
 
 #: Every formula the module defines or re-exports (the links' collectives, the MoE forms), and their result types.
 __all__ = [
@@ -40,10 +41,10 @@ __all__ = [
     "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
     "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
     "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
-    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "Fit", "fit",
+    "min_chips_for_weights", "kv_budget_bytes", "max_kv_tokens", "max_batch", "max_batch_paged", "Fit", "fit",
     "expected_tokens_per_step", "speculative_improvement_factor", "cost_per_million_tokens",
     "all_to_all_time", "allreduce_estimate", "allreduce_time", "p2p_time", "ring_allreduce_bytes",
-    "experts_touched", "saturated_critical_batch",
+    "experts_touched", "saturated_critical_batch", "tokens_for_share",
 ]
 
 
@@ -758,6 +759,34 @@ def max_batch(kv_budget_bytes: ArrayLike, kv_bytes_per_seq: ArrayLike):
     """
     budget = non_negative("kv_budget_bytes", kv_budget_bytes)
     return max_kv_tokens(budget, positive("kv_bytes_per_seq", kv_bytes_per_seq))
+
+
+def max_batch_paged(lengths: ArrayLike, page: int, kv_budget_bytes: float, kv_bytes_per_token: float) -> int:
+    """Sequences admitted in order while their whole pages fit in ``kv_budget_bytes`` (equation pq-page-waste, summed).
+
+    A sequence of ``s`` tokens holds ``page * ceil(s / page)`` tokens of
+    cache, its last page partly empty; the sequences of ``lengths`` are
+    admitted in the order given until the pages held so far pass the
+    budget. With ``page`` at least the longest sequence each holds one full
+    page, the same count as reserving ``page`` tokens each (:func:`max_batch`).
+
+    Examples
+    --------
+    Sequences of 5, 17 and 40 tokens in pages of 16 hold 16 + 32 + 48 = 96 tokens:
+
+    >>> max_batch_paged([5, 17, 40], 16, 96 * 1000, 1000)
+    3
+    >>> max_batch_paged([5, 17, 40], 16, 95 * 1000, 1000)  # the third's last page does not fit
+    2
+    """
+    if np.ndim(lengths) != 1:
+        raise ValueError(f"lengths must be a list of sequence lengths (one dimension), got shape {np.shape(lengths)}")
+    positive_int("lengths", lengths)
+    page = one_int("page", page)
+    budget = non_negative("kv_budget_bytes", as_scalar("kv_budget_bytes", kv_budget_bytes))
+    per_token = positive("kv_bytes_per_token", as_scalar("kv_bytes_per_token", kv_bytes_per_token))
+    held = np.cumsum(page * np.ceil(np.asarray(lengths) / page)) * per_token  # bytes held by the first n sequences
+    return int(np.count_nonzero(held <= budget))
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole

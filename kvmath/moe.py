@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, checked, choice, plain, positive, positive_int
+from .validation import (ArrayLike, checked, choice, fraction, plain, positive,
+                         positive_int)
 
 ROUTINGS = ("floor", "uniform", "ceiling")
 
@@ -56,6 +57,37 @@ def experts_touched(n_experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike, r
     if np.any(np.asarray(top_k) > np.asarray(n_experts)):
         raise ValueError(f"top_k ({top_k}) must not exceed n_experts ({n_experts})")
     return plain(_touched(n_experts, top_k, tokens, routing))
+
+
+@checked
+def tokens_for_share(n_experts: ArrayLike, top_k: ArrayLike, share: ArrayLike) -> ArrayLike:
+    """Tokens a step needs for uniform routing to touch ``share`` of each layer's routed experts.
+
+    The inverse of :func:`experts_touched` (``"uniform"``): ``T = log(1 -
+    share) / log(1 - k/E)``, real-valued like ``tokens`` there. ``share``
+    runs from ``k/E`` (one token, T = 1) up to but not including 1, which
+    uniform routing only reaches as T grows without bound; ``k < E``.
+
+    Examples
+    --------
+    Mixtral (8 experts, top-2) touches 90% of its experts at about 8 tokens:
+
+    >>> round(tokens_for_share(8, 2, 0.9), 3)
+    8.004
+    >>> round(experts_touched(8, 2, tokens_for_share(8, 2, 0.9)) / 8, 12)
+    0.9
+    """
+    n_experts = positive_int("n_experts", n_experts)
+    top_k = positive_int("top_k", top_k)
+    share = fraction("share", share)
+    per_token = np.asarray(top_k) / np.asarray(n_experts)
+    if np.any(per_token >= 1):
+        raise ValueError(f"top_k ({top_k}) must be below n_experts ({n_experts}): one token touches every expert")
+    if np.any(np.asarray(share) >= 1):
+        raise ValueError(f"share must be below 1 (uniform routing never touches every expert), got {share!r}")
+    if np.any(np.asarray(share) < per_token):
+        raise ValueError(f"share ({share!r}) must be at least top_k / n_experts: one token touches that many")
+    return plain(np.log(1 - share) / np.log(1 - top_k / n_experts))
 
 
 def _touched(n_experts, top_k, tokens, routing: str):

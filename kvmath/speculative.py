@@ -23,7 +23,7 @@ from .models import Model
 from .deployment import Deployment
 from .formulas import expected_tokens_per_step, speculative_improvement_factor  # noqa: F401  (the notes' forms)
 from .models import get_model
-from .validation import (ArrayLike, as_number, as_scalar, checked, instance, one_int, plain,
+from .validation import (ArrayLike, as_number, as_scalar, checked, flag, instance, one_int, plain,
                          positive)
 
 
@@ -149,8 +149,10 @@ def speculation_break_even_batch(
     acceptance: ArrayLike,
     draft: Model | None = None,
     routing: str = "uniform",
+    *,
+    none_if_always_pays: bool = False,
     **options,
-) -> float:
+) -> float | None:
     """The batch at which speculative decoding stops paying: where its speed-up last falls to 1.
 
     Below it the target is memory-bound enough that the verify step's extra
@@ -164,7 +166,8 @@ def speculation_break_even_batch(
     past which it never pays again (below 10**7), found on a log grid of
     the speed-up (:func:`speculative_decode`, which broadcasts) and refined
     on finer grids: an estimate, like the speed-up it solves. Raises
-    ``ValueError`` where speculation pays at 10**7 (no break-even below it)
+    ``ValueError`` where speculation pays at 10**7 (no break-even below it;
+    with ``none_if_always_pays=True`` it returns ``None`` there instead)
     or at no batch of the grid. ``options`` go to
     :func:`speculative_decode` (``verify_tokens``, ``tokens_per_step``); like
     ``context`` and ``acceptance``, each must be one number (an array raises
@@ -177,9 +180,16 @@ def speculation_break_even_batch(
     >>> from kvmath import Deployment
     >>> round(speculation_break_even_batch(Deployment("llama-3-8b", "h100-sxm"), 128, 4, 0.8))
     254
+
+    At 32,768 tokens of context the cache keeps even a batch of 10**7 memory-bound:
+
+    >>> speculation_break_even_batch(Deployment("llama-3-8b", "h100-sxm"), 32768, 4, 0.8,
+    ...                              none_if_always_pays=True) is None
+    True
     """
     if "batch" in options:
         raise ValueError(f"batch is what speculation_break_even_batch solves for, got batch={options['batch']!r}")
+    none_if_always_pays = flag("none_if_always_pays", none_if_always_pays)
     # one break-even batch: every number but the batch grid must be one number (an array would broadcast
     # against the grid and make the crossing ambiguous)
     for name, value in dict(context=context, acceptance=acceptance, **options).items():
@@ -193,6 +203,8 @@ def speculation_break_even_batch(
     grid = np.geomspace(lo_b, hi_b, 8 * 24)  # eight points an octave
     pays = gain(grid) > 0
     if pays[-1]:
+        if none_if_always_pays:
+            return None
         raise ValueError(f"speculation still pays at batch {hi_b:.0e}: no break-even batch below it")
     if not pays.any():
         raise ValueError(f"speculation does not pay at any batch from 1 to {hi_b:.0e} (gamma {gamma}, "

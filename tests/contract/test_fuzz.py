@@ -209,6 +209,7 @@ _FORMULAS = {
     "kv_cache_bytes": dict(kv_bytes_per_token="pos", context="count", batch="count"),
     "max_batch": dict(kv_budget_bytes="nonneg", kv_bytes_per_seq="pos"),
     "max_kv_tokens": dict(kv_budget_bytes="nonneg", kv_bytes_per_token="pos"),
+    "max_batch_paged": dict(lengths="count", page="one", kv_budget_bytes="nonneg", kv_bytes_per_token="pos"),
     "min_chips_for_weights": dict(weight_bytes="pos", hbm_bytes="pos", usable_fraction="frac"),
     "min_step": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", matmul_params="pos", bandwidth="pos", flops="pos"),
     "min_step_simple": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", bandwidth="pos"),
@@ -223,6 +224,7 @@ _FORMULAS = {
     "weight_flops_per_step": dict(batch="pos", matmul_params="pos"),
     "expected_tokens_per_step": dict(acceptance="frac0", gamma="count"),
     "experts_touched": dict(n_experts="count", top_k="count", tokens="pos", routing="routing"),
+    "tokens_for_share": dict(n_experts="count", top_k="count", share="frac"),
     "saturated_critical_batch": dict(total_params="pos", active_params="pos", flops="pos", bandwidth="pos",
                                      bytes_per_param="pos"),
     "speculative_improvement_factor": dict(acceptance="frac0", gamma="count", cost_ratio="nonneg"),
@@ -352,6 +354,10 @@ DOMAIN_ERRORS = {
                            "must divide", "layers (a pipeline stage's share)"),
     "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
     "formulas.experts_touched": ("must not exceed n_experts",),
+    # one list of sequence lengths, admitted in order: a lone number is not one
+    "formulas.max_batch_paged": ("lengths must be a list of sequence lengths",),
+    # the uniform estimate's inverse exists only between one token's share (k/E) and 1, for k < E
+    "formulas.tokens_for_share": ("must be below n_experts", "share must be below 1", "must be at least top_k"),
 }
 # Refusals of the memory and vLLM code for valid-looking inputs: a chip with no reported total, and
 # the configurations vLLM itself refuses to start (block sizes, tensor parallel sizes, no room).

@@ -104,6 +104,17 @@ def test_break_even_of_a_tree_and_no_break_even_at_long_context():
         speculation_break_even_batch(H100_8B, 8192, 4, 0.8)
 
 
+def test_break_even_is_none_on_request_where_speculation_always_pays():
+    # the same long context as above: with the keyword the solver says "none below 10**7" as None
+    assert speculation_break_even_batch(H100_8B, 8192, 4, 0.8, none_if_always_pays=True) is None
+    # where a break-even exists the keyword changes nothing: the same bisection, the same float
+    assert (speculation_break_even_batch(H100_8B, 1, 4, 0.8, none_if_always_pays=True)
+            == speculation_break_even_batch(H100_8B, 1, 4, 0.8))
+    # the keyword must be a bool
+    with pytest.raises(ValueError, match="none_if_always_pays"):
+        speculation_break_even_batch(H100_8B, 128, 4, 0.8, none_if_always_pays="yes")
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(context=[128, 256]), "context"), (dict(context=[[128], [256]]), "context"),
     (dict(acceptance=[0.8, 0.9]), "acceptance"), (dict(acceptance=[[0.8], [0.9]]), "acceptance"),

@@ -28,24 +28,15 @@ def _term_colors():
     return {"kv": kp.COLORS[0], "read": kp.COLORS[2], "math": kp.COLORS[1]}
 
 
-def _sequence_lengths(seed: int = 0, median: float = 512, sigma: float = 1.0, size: int = 2000,
+def sequence_lengths(seed: int = 0, median: float = 512, sigma: float = 1.0, size: int = 2000,
                      s_max: int = 4096) -> np.ndarray:
     """The chapter's assumed sequence lengths: log-normal around ``median``, clipped to [1, s_max] (numpy ``seed``)."""
     rng = np.random.default_rng(seed)
     return np.clip(np.round(rng.lognormal(mean=np.log(median), sigma=sigma, size=size)), 1, s_max).astype(np.int64)
 
 
-def _sequences_that_fit(lengths, page, budget, kv_per_token):
-    """Admit sequences in order while their pages fit: equation pq-page-waste, summed.
-
-    The notebook's own ``sequences_that_fit`` (its exercises use it too); a
-    paged-cache admission count kvmath does not have yet.
-    """
-    held = np.cumsum(page * np.ceil(lengths / page)) * kv_per_token
-    return int(np.count_nonzero(held <= budget))
-
-
-def _quant_deployment(model, chip, w_name, kv_dtype, n_chips):
+def quant_deployment(model, chip, w_name, kv_dtype, n_chips):
+    """The quantization section's deployment: weights by the chapter's short name (:data:`FORMATS`), tensor parallel."""
     # weight-only quantization: the matmuls run in bf16
     return kvmath.Deployment(model, chip, f"tp={n_chips}", weights=FORMATS[w_name], kv=kv_dtype, compute="bf16")
 
@@ -156,7 +147,7 @@ def quantized_throughput(model: str = "llama-2-70b", chip: str = "h100-sxm", n_c
     m, c = kvmath.Model.preset(model), kvmath.Chip.preset(chip)
     fig, ax = kp.new_figure((7.2, 4.0))
     for color, (w_name, kv_dtype) in zip(kp.COLORS, configs):
-        dep = _quant_deployment(m, c, w_name, kv_dtype, n_chips)
+        dep = quant_deployment(m, c, w_name, kv_dtype, n_chips)
         max_batch = int(dep.capacity(context, budget="reported").max_batch)
         b = np.unique(np.geomspace(1, max_batch, 64).round())
         tok = dep.step(b, context).tokens_per_s
@@ -176,17 +167,17 @@ def paging(model: str = "llama-2-70b", chip: str = "h100-sxm", n_chips: int = 2,
     """The assumed sequence lengths and how many of them fit in the KV budget, by page size.
 
     The budget is what the bf16 weights leave in the memory ``n_chips``
-    chips report (bf16 cache); lengths from :func:`_sequence_lengths`.
+    chips report (bf16 cache); lengths from :func:`sequence_lengths`.
     """
     import kvbook.plots as kp
 
     m = kvmath.Model.preset(model)
-    lengths = _sequence_lengths(seed=seed, s_max=s_max)
+    lengths = sequence_lengths(seed=seed, s_max=s_max)
     k2 = m.kv_bytes_per_token()                 # bytes per token, bf16 cache (all chips together)
-    fit = _quant_deployment(m, kvmath.Chip.preset(chip), "bf16", "bf16", n_chips).capacity(s_max, budget="reported")
+    fit = quant_deployment(m, kvmath.Chip.preset(chip), "bf16", "bf16", n_chips).capacity(s_max, budget="reported")
     budget = fit.kv_budget_bytes_per_chip * n_chips
     sizes = np.array(page_sizes)
-    fits_by_page = np.array([_sequences_that_fit(lengths, p, budget, k2) for p in sizes])
+    fits_by_page = np.array([F.max_batch_paged(lengths, p, budget, k2) for p in sizes])
 
     fig, (ax_h, ax_p) = kp.new_figure((8.4, 3.6), ncols=2)
     ax_h.hist(lengths, bins=np.geomspace(1, s_max, 40), color=kp.COLORS[0], alpha=0.8)

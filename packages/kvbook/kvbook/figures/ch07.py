@@ -47,10 +47,46 @@ def _setting(model, chip, n_gpu, batch, context):
     return m, mqa, tp, mqa_heads, mqa_batch, w_gpu, s_256k
 
 
+def per_gpu_bytes(dep, context, batch, w_gpu):
+    """Bytes one GPU holds and reads per step: ``w_gpu`` of weights and dep's share of the cache.
+
+    The thread's MQA model keeps codellama-7b's weights, so ``w_gpu`` is what
+    one GPU of the MHA deployment holds, whatever ``dep``'s model.
+    """
+    return w_gpu + dep.step(batch, context).kv_bytes_resident
+
+
 def _tokens_per_s_per_seq_at(dep, w_gpu, context, batch, eff):
     """Memory-bound tokens/s per sequence (equation thread-step-time): w_gpu plus dep's cache share per GPU."""
-    per_gpu = w_gpu + dep.step(batch, context).kv_bytes_resident
-    return F.tokens_per_s_per_seq(per_gpu / (eff * dep.chip.bandwidth))
+    return F.tokens_per_s_per_seq(per_gpu_bytes(dep, context, batch, w_gpu) / (eff * dep.chip.bandwidth))
+
+
+def _mqa(model):
+    return kvmath.Model.preset(model).with_kv_heads(1)  # same shape, one KV head shared by all query heads
+
+
+def prefill_parts(prompt_len, model: str = MODEL):
+    """FLOPs of one prompt on the thread's MQA model, every parameter counted (2PS): total, weight matmuls, attention."""
+    p = kvmath.Model.preset(model).param_count()
+    mqa = _mqa(model)
+    total = F.prefill_flops(prompt_len, p, mqa.n_layers, mqa.n_heads, mqa.head_dim)
+    weight_part = F.weight_flops_per_step(prompt_len, p)  # 2 P S: the prompt's tokens act like a batch
+    return total, weight_part, total - weight_part
+
+
+def ttft(prompt_len, model: str = MODEL, chip: str = CHIP, n_gpu: int = N_GPU):
+    """Lower bound on the time to first token on ``n_gpu`` GPUs at peak bf16, bf16 weights and cache moved once (s)."""
+    c = kvmath.Chip.preset(chip)
+    b = 2  # bf16 weights and cache, bytes
+    total, _, _ = prefill_parts(prompt_len, model)
+    return F.prefill_time(total, n_gpu * c.flops("bf16"), F.weight_bytes(kvmath.Model.preset(model).param_count(), b),
+                          _mqa(model).kv_bytes_per_seq(prompt_len, b), n_gpu * c.bandwidth)
+
+
+def attention_crossing(model: str = MODEL):
+    """The prompt length at which attention's FLOPs equal the weights' (2PS = 2 L h d_h S^2)."""
+    mqa = _mqa(model)
+    return kvmath.Model.preset(model).param_count() / (mqa.n_layers * mqa.n_heads * mqa.head_dim)
 
 
 @figure
@@ -184,20 +220,15 @@ def prefill_split(model: str = MODEL, chip: str = CHIP, context: int = S_8K, n_g
     """
     import kvbook.plots as kp
 
-    m, mqa, _, _, _, _, s_256k = _setting(model, chip, n_gpu, BATCH, context)
+    *_, s_256k = _setting(model, chip, n_gpu, BATCH, context)
     c = kvmath.Chip.preset(chip)
-    p = m.param_count()
-    b = 2  # bf16 weights and cache, bytes
     prompts = np.round(2.0 ** np.arange(10, 20.01, 0.125))
-    total = F.prefill_flops(prompts, p, mqa.n_layers, mqa.n_heads, mqa.head_dim)
-    pf_w = F.weight_flops_per_step(prompts, p)  # 2 P S: the prompt's tokens act like a batch
-    pf_attn = total - pf_w
-    ttft = F.prefill_time(total, n_gpu * c.flops("bf16"), F.weight_bytes(p, b),
-                          mqa.kv_bytes_per_seq(prompts, b), n_gpu * c.bandwidth)
-    s_cross = p / (mqa.n_layers * mqa.n_heads * mqa.head_dim)  # where 2PS = 2 L h d_h S^2
+    _, pf_w, pf_attn = prefill_parts(prompts, model)
+    ttft_s = ttft(prompts, model, chip, n_gpu)
+    s_cross = attention_crossing(model)
     peak = n_gpu * c.flops("bf16")
     fig, ax = kp.new_figure((7, 4))
-    ax.plot(prompts, ttft, color="k", label="time to first token, lower bound")
+    ax.plot(prompts, ttft_s, color="k", label="time to first token, lower bound")
     ax.plot(prompts, pf_w / peak, "--", label="weight matmuls, $2PS$ FLOPs")
     ax.plot(prompts, pf_attn / peak, "--", label=r"attention, $2 L h d_h S^2$ FLOPs")
     _context_ticks(ax, label="prompt length S (tokens)")

@@ -114,18 +114,30 @@ VARIANTS = {
 }
 
 
-def _largest_batch(model, chip, kv_heads, b_w, b_kv, context):
-    """The chapter's table: the largest batch next to the weights on the fewest chips that hold fp16 weights.
+def plan(model, chip, kv_heads, b_w, b_kv, contexts=(2048, 8192)):
+    """The chapter's table row: the fewest chips that hold fp16 weights, their KV budget, the largest batches.
 
-    The multi-head parameter count throughout; the chip's reported memory
-    where the preset knows it, else its marketed memory (the notebook's ``plan``).
+    The multi-head parameter count throughout (``kv_heads`` changes the cache
+    only); the chip's reported memory where the preset knows it, else its
+    marketed memory. Returns the memory counted (``memory``: "reported" or
+    "device", and ``memory_bytes``), ``chips``, the KV ``budget`` in bytes,
+    the ``tokens`` that fit, ``max_batch`` by context and ``b_crit`` for
+    ``b_w``-byte weights at bf16 math.
     """
     m = model if kv_heads is None else model.with_kv_heads(kv_heads)
-    memory = "reported" if chip.device_bytes else "device"
+    memory = "reported" if chip.device_bytes else "device"  # the real bytes where the preset knows them
     p = model.param_count()
     n = F.min_chips_for_weights(F.weight_bytes(p, 2), kvmath.memory.memory_budget(chip, memory))
     kv_budget = F.kv_budget_bytes(n, chip, F.weight_bytes(p, b_w), budget=memory)
-    return F.max_batch(kv_budget, m.kv_bytes_per_seq(context, b_kv))
+    return {
+        "memory": memory,
+        "memory_bytes": kvmath.memory.memory_budget(chip, memory),
+        "chips": n,
+        "budget": kv_budget,
+        "tokens": F.max_kv_tokens(kv_budget, m.kv_bytes_per_token(b_kv)),
+        "max_batch": {s: F.max_batch(kv_budget, m.kv_bytes_per_seq(s, b_kv)) for s in contexts},
+        "b_crit": F.critical_batch(chip.flops("bf16"), chip.bandwidth, b_w),
+    }
 
 
 @figure
@@ -141,7 +153,7 @@ def largest_batch_by_chip(model: str = "kipply-52b", chips: list = tuple(CHIPS),
     for j, v in enumerate(names):
         ax.bar(
             x + (j - (len(names) - 1) / 2) * width,
-            [max(_largest_batch(m, kvmath.Chip.preset(c), *VARIANTS[v], context), 0.8) for c in chips],
+            [max(plan(m, kvmath.Chip.preset(c), *VARIANTS[v], (context,))["max_batch"][context], 0.8) for c in chips],
             width=width,
             label=v,
             color=kp.COLORS[j],

@@ -33,7 +33,7 @@ def experts_touched(models: list = tuple(FIG_MODELS), share: float = 0.9):
         m = kvmath.Model.preset(n)
         touched = F.experts_touched(m.n_experts, m.top_k, b_axis)
         # equation moe-touched solved for T: the batch that touches `share` of the experts
-        t_share = np.log(1 - share) / np.log(1 - m.top_k / m.n_experts)
+        t_share = F.tokens_for_share(m.n_experts, m.top_k, share)
         ax.plot(
             b_axis,
             touched / m.n_experts,
@@ -51,7 +51,7 @@ def experts_touched(models: list = tuple(FIG_MODELS), share: float = 0.9):
     return fig
 
 
-def _ep_setups():
+def ep_setups():
     """The two expert-parallel setups: chip, layout, chips per node, network link (between nodes), NVLink (inside one)."""
     ib = kvmath.Link.preset("ib-ndr400")
     return {
@@ -72,6 +72,26 @@ def _ep_setups():
     }
 
 
+def ep_deployment(setup, model="deepseek-v3", kv_dtype="fp8", links=True):
+    """Setup ``setup`` of :func:`ep_setups`: fp8 weights, dispatch in fp8, combine in bf16; links=False: no communication."""
+    chip, layout, n, net, node = ep_setups()[setup]
+    return kvmath.Deployment(
+        model,
+        chip,
+        layout,
+        chips_per_node=n,
+        link=node if links else None,
+        node_link=net if links else None,
+        formats=kvmath.Formats(weights="fp8", kv=kv_dtype, dispatch="fp8"),
+    )
+
+
+def ep_step(setup, b_chip, ctx=4096, model="deepseek-v3", kv_dtype="fp8", tokens_per_seq=1, links=True):
+    """One decode step of ``b_chip`` sequences per chip; strict bound: max(bytes / W, FLOPs / C, the all-to-all chain)."""
+    layout = ep_setups()[setup][1]
+    return ep_deployment(setup, model, kv_dtype, links).step(layout.dp * b_chip, ctx, tokens_per_seq=tokens_per_seq)
+
+
 @figure
 def expert_parallel_all_to_all(model: str = "deepseek-v3", context: int = 4096):
     """DeepSeek-V3 decode under expert parallelism: each chip's bound on reading and arithmetic against the all-to-all chain.
@@ -81,13 +101,10 @@ def expert_parallel_all_to_all(model: str = "deepseek-v3", context: int = 4096):
     """
     import kvbook.plots as kp
 
-    ds = kvmath.Model.preset(model)
     b_chip = np.geomspace(1, 512, 64)
     fig, ax = kp.new_figure((7, 3.8))
-    for i, (s, (chip, layout, n, net, node)) in enumerate(_ep_setups().items()):
-        dep = kvmath.Deployment(ds, chip, layout, chips_per_node=n, link=node, node_link=net,
-                                formats=kvmath.Formats(weights="fp8", kv="fp8", dispatch="fp8"))
-        step = dep.step(layout.dp * b_chip, context)   # strict bound: max(bytes / W, FLOPs / C, the chain)
+    for i, s in enumerate(ep_setups()):
+        step = ep_step(s, b_chip, context, model)   # strict bound: max(bytes / W, FLOPs / C, the chain)
         local = np.maximum(step.memory_s, step.compute_s)
         ax.plot(b_chip, local, color=kp.COLORS[i], label=f"{s}: max(bytes / W, FLOPs / C)")
         ax.plot(

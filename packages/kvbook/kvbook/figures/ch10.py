@@ -14,24 +14,15 @@ from . import figure
 GAMMA, ACCEPT, CONTEXT = 4, 0.8, 1024
 
 
-def _deployment(model, chip, n_chips=1, weights="bf16"):
-    # tensor parallel over n_chips; no communication counted (the chapter compares compute and memory)
+def deployment(model, chip, n_chips=1, weights="bf16"):
+    """The chapter's deployment: tensor parallel over ``n_chips``, no communication counted."""
+    # the chapter compares compute and memory
     return kvmath.Deployment(model, chip, f"tp={n_chips}", link=None, weights=weights)
 
 
-def _batch_that_fits(dep, context):
+def batch_that_fits(dep, context):
     """Whole sequences whose caches fit in each chip's memory beside its share of the weights."""
     return int(dep.capacity(context).max_batch)
-
-
-def _break_even(*args, **kwargs):
-    """The break-even batch, or None where speculation pays at every batch up to 10**7 (the notebook's break_even)."""
-    try:
-        return speculation_break_even_batch(*args, **kwargs)
-    except ValueError as err:
-        if "still pays" in str(err):
-            return None
-        raise
 
 
 @figure
@@ -45,7 +36,7 @@ def verify_steps(model: str = "llama-3.1-8b", chip: str = "h100-sxm", context: i
     import kvbook.plots as kp
 
     c = kvmath.Chip.preset(chip)
-    dep = _deployment(kvmath.Model.preset(model), c)
+    dep = deployment(kvmath.Model.preset(model), c)
     b_crit = F.critical_batch(c.flops("bf16"), c.bandwidth, 2)  # bf16 weights and math
     b_verify = b_crit / (gamma + 1)  # equation spec-verify-ridge
     batch = np.geomspace(1, 4096, 97)
@@ -119,9 +110,9 @@ def speedup_by_batch(gamma: int = GAMMA, acceptance: float = ACCEPT, curves: lis
     wide = np.geomspace(1, 1e5, 121)
     fig, ax = kp.new_figure((7, 3.8))
     for i, (label, m, chip, n, w, s) in enumerate(curves):
-        dep = _deployment(kvmath.Model.preset(m), kvmath.Chip.preset(chip), n, w)
+        dep = deployment(kvmath.Model.preset(m), kvmath.Chip.preset(chip), n, w)
         curve = dep.speculate(wide, s, gamma, acceptance).speedup
-        inside = wide <= _batch_that_fits(dep, s)  # solid where the caches fit, dotted past it
+        inside = wide <= batch_that_fits(dep, s)  # solid where the caches fit, dotted past it
         ax.plot(wide[inside], curve[inside], color=kp.COLORS[i], label=label)
         ax.plot(wide[~inside], curve[~inside], color=kp.COLORS[i], ls=":")
     ax.axhline(1, color="0.3", lw=0.9)
@@ -147,7 +138,7 @@ SETUPS = {
 def setup_deployment(key):
     """The live figure's deployment for setting ``key`` of :data:`SETUPS`."""
     _, m, chip, n, w, _ = SETUPS[key]
-    return _deployment(kvmath.Model.preset(m), kvmath.Chip.preset(chip), n, w)
+    return deployment(kvmath.Model.preset(m), kvmath.Chip.preset(chip), n, w)
 
 
 @figure
@@ -156,9 +147,8 @@ def speedup_live(gamma: int = GAMMA, acceptance: float = ACCEPT, model: str = "l
     import kvbook.plots as kp
     from kvbook.interactive import Choice, Slider, interactive_figure
 
-    break_even = _break_even
     DEPLOYMENTS = {key: setup_deployment(key) for key in SETUPS}
-    FITS = {key: _batch_that_fits(DEPLOYMENTS[key], s) for key, (*_, s) in SETUPS.items()}
+    FITS = {key: batch_that_fits(DEPLOYMENTS[key], s) for key, (*_, s) in SETUPS.items()}
     GRID = np.geomspace(1, 1e5, 121)
 
     def setup(fig):
@@ -183,7 +173,7 @@ def speedup_live(gamma: int = GAMMA, acceptance: float = ACCEPT, model: str = "l
             outside.set_data(GRID[~fit], curve[~fit])
             e = float(F.expected_tokens_per_step(acceptance, gamma))
             ceiling.set_ydata(np.full_like(GRID, e))
-            b = break_even(dep, s, gamma, acceptance)
+            b = speculation_break_even_batch(dep, s, gamma, acceptance, none_if_always_pays=True)
             shown = b is not None and b < 1e5
             even.line.set_visible(shown)
             even.text.set_visible(shown)
