@@ -247,7 +247,7 @@ def _allreduce_s(size, n, link: Link | None):
         return 0.0
     fewest = 2 * (n - 1) / n * size
     if link.in_switch_reduction:
-        fewest = (fewest if fewest <= size else size) if type(size) is float else np.minimum(fewest, size)
+        fewest = (fewest if fewest <= size else size) if one_group and type(size) is float else np.minimum(fewest, size)
     t = fewest / link.bandwidth + link.latency_s
     return t if one_group else np.where(n > 1, t, 0.0)
 

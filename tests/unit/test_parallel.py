@@ -232,3 +232,11 @@ def test_two_level_bound_is_below_each_path_alone():
             split = 2 * 58 * max((ep - m) / ep * 128 * 8 * 7168 * 2 / 50e9 + 0.5e-6 if ep > m else 0.0,
                                  (m - 1) / ep * 128 * 8 * 7168 * 2 / 200e9 + 0.5e-6 if m > 1 else 0.0)
             assert t <= port_only * (1 + 1e-12) and t <= split * (1 + 1e-12)
+
+
+def test_an_all_reduce_over_an_array_of_chip_counts_is_elementwise():
+    # a scalar message with an array of group sizes once took the scalars' fast path and asked numpy for one truth
+    # value; each group is its own all-reduce (0 on one chip)
+    t = km.formulas.allreduce_time(16384.0, [1, 8], "nvlink4")
+    assert t[0] == 0.0 and t[1] == pytest.approx(km.formulas.allreduce_time(16384.0, 8, "nvlink4"), rel=1e-15)
+    assert list(km.formulas.allreduce_estimate(0.0, [1, 1], "nvlink4")) == [0.0, 0.0]
