@@ -65,7 +65,7 @@ $(PY_STAMP): requirements.txt pyproject.toml packages/kvbook/pyproject.toml
 
 env: $(PY_STAMP)
 
-# --- browser assets (MathJax, ipywidgets embed manager, RequireJS) ------------
+# --- browser assets (MathJax, Pyodide's core) ---------------------------------
 $(NODE_STAMP): package.json package-lock.json
 	$(call need,npm,install Node.js with npm (Debian: apt-get install npm))
 	npm ci --no-audit --no-fund --loglevel=error

@@ -2,11 +2,12 @@
 
 What it changes, and why (issue 13, "the published book reads like a book"):
 
-* **No dead widget manager.** myst-nb adds the ipywidgets embed manager,
-  RequireJS and the saved widget state to every executed notebook that made
-  a widget, even where ``nb_mime_priority_overrides`` renders no widget view
-  (our interactive figures publish their ``text/html`` form). On a page with
-  no widget view those scripts are dropped (3.6 MB per notebook page).
+* **No dead widget state.** myst-nb embeds the saved ipywidgets state (a
+  ``widget-state+json`` script) in every executed notebook that made a
+  widget, and no setting turns that off. No page renders a widget view
+  (``nb_mime_priority_overrides`` in ``_config.yml``: our interactive
+  figures publish their ``text/html`` form) and none loads the embed
+  manager (``nb_ipywidgets_js: {}``), so the state is dropped.
 * **No icon font.** pydata-sphinx-theme loads ``fontawesome.js`` (1.5 MB)
   so that *custom* icons can be added, and its stylesheet draws the theme's
   dozen icons with a 156 KB web font. The script is removed, each icon
@@ -53,7 +54,6 @@ from pathlib import Path
 
 from docutils import nodes
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PDF_NAME = "kvmath-book.pdf"
 FRAMES_DIR = "_images/kvmath-frames"
 CSS_DPI = 100  # kvbook.plots.CSS_DPI: CSS pixels per figure inch
@@ -66,18 +66,13 @@ _DATA = re.compile(r'(<script type="application/json" class="kvmath-interactive-
 _IMG = re.compile(r'(<img class="kvmath-interactive-img" src=")(data:image/png;base64,[^"]+)(")')
 
 
-# --- pages without a widget view carry no widget manager ----------------------------
+# --- no page carries widget state: nothing on it could draw a widget --------------------
 
-def drop_unused_widget_scripts(app, pagename, templatename, context, doctree) -> None:
+def drop_widget_state(app, pagename, templatename, context, doctree) -> None:
     """Runs before myst-nb's own html-page-context handler adds the page's JS files."""
-    env = app.env
-    meta = getattr(env, "nb_metadata", {}).get(pagename)
-    if not meta or "js_files" not in meta:
-        return
-    if WIDGET_VIEW in (context.get("body") or ""):
-        return  # this page renders a widget view: it needs the manager
-    for key in [k for k in meta["js_files"] if k.startswith("ipywidgets")]:
-        del meta["js_files"][key]
+    meta = getattr(app.env, "nb_metadata", {}).get(pagename)
+    if meta:
+        meta.get("js_files", {}).pop("ipywidgets_state", None)  # myst_nb.core.render's key
 
 
 # --- figures: CSS size for HiDPI PNGs, alt text from the caption ------------------------
@@ -333,7 +328,7 @@ def postprocess(app, exception) -> None:
 
 
 def setup(app):
-    app.connect("html-page-context", drop_unused_widget_scripts, priority=400)
+    app.connect("html-page-context", drop_widget_state, priority=400)
     app.connect("doctree-resolved", figures)
     app.connect("build-finished", postprocess)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,13 +1,14 @@
 """Sphinx extension: serve the book's browser assets from the build itself.
 
 The published HTML must render with no network. MathJax 3 (with its woff
-fonts), the ipywidgets HTML embed manager and RequireJS come from npm
-(``package.json`` / ``package-lock.json``, installed by ``npm ci`` into
-``node_modules/``, which git ignores). After an HTML build this extension
-copies the files pages need into ``_build/html/_vendor/``; ``_config.yml``
-points ``mathjax_path`` and myst-nb's ``nb_ipywidgets_js`` there. The assets
-are kept out of ``_static/`` on purpose: Jupyter Book would add every .js and
-.css found there to every page.
+fonts) comes from npm (``package.json`` / ``package-lock.json``, installed by
+``npm ci`` into ``node_modules/``, which git ignores). After an HTML build
+this extension copies the files pages need into ``_build/html/_vendor/``;
+``_config.yml`` points ``mathjax_path`` there. The assets are kept out of
+``_static/`` on purpose: Jupyter Book would add every .js and .css found
+there to every page. (No page loads the ipywidgets embed manager: published
+figures are their ``text/html`` form, see ``nb_ipywidgets_js`` in
+``_config.yml``.)
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from sphinx.errors import ExtensionError
 ASSETS = [
     ("mathjax/es5", "mathjax", ["tex-chtml.js", "input/**/*", "output/**/*", "ui/**/*",
                                  "a11y/**/*", "sre/**/*", "adaptors/**/*"]),
-    ("@jupyter-widgets/html-manager/dist", "html-manager/dist",
-     ["embed-amd.js", "*.woff", "*.woff2", "*.ttf", "*.eot", "*.svg"]),
-    ("requirejs", "requirejs", ["require.js"]),
 ]
 
 
@@ -54,26 +52,6 @@ def copy_assets(app, exception) -> None:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if not target.exists() or target.stat().st_mtime < path.stat().st_mtime:
                         shutil.copy2(path, target)
-    write_requirejs_config(vendor)
-
-
-# Loaded before require.js (see nb_ipywidgets_js in _config.yml). The embed
-# manager finds its fonts next to its own RequireJS module URL, which by
-# default is relative to the page; point it at _vendor/html-manager whatever
-# the page's depth, with no CDN fallback for other widget modules.
-REQUIREJS_CONFIG = """\
-var require = {
-  paths: {
-    "@jupyter-widgets/html-manager": new URL("html-manager", document.currentScript.src).href
-  }
-};
-"""
-
-
-def write_requirejs_config(vendor: Path) -> None:
-    target = vendor / "requirejs-config.js"
-    if not target.exists() or target.read_text() != REQUIREJS_CONFIG:
-        target.write_text(REQUIREJS_CONFIG)
 
 
 def setup(app):
