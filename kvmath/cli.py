@@ -293,6 +293,12 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _layout_text(layout: ParallelLayout) -> str:
+    """A layout as --parallel text, its trivial fields left out (tp=1,pp=12 -> "pp=12")."""
+    parts = [f"{k}={getattr(layout, k)}" for k in ("tp", "cp", "dp", "pp", "ep") if getattr(layout, k) > 1]
+    return ",".join(parts) or "tp=1"
+
+
 class _Answer:
     """What a command computed: ``data`` (what --json prints) and ``show()``, the text form of the same result."""
 
@@ -564,9 +570,11 @@ def _capacity(args) -> _Answer:
     except ValueError as err:
         if "do not fit" in str(err):
             given = f"--chips {args.chips:g}" if args.parallel is None else f"--parallel {args.parallel}"
+            enough = dep.fewest_chips(args.budget, hbm, args.engine).layout
+            advice = (f"--chips {enough.tp} or more" if enough.n_chips == enough.tp  # a layout the advice can build
+                      else f"--parallel {_layout_text(enough)} (the heads do not split {enough.n_chips} ways)")
             raise ValueError(f"{given} cannot hold the {fmt_bytes(dep.model.weight_bytes_resident(dep.formats.weights))} "
-                             f"of weights (--budget {args.budget}): give --chips "
-                             f"{dep.fewest_chips(args.budget, hbm, args.engine).n_chips} or more") from None
+                             f"of weights (--budget {args.budget}): give {advice}") from None
         if args.engine:
             how = "--chips" if not fewest else "the fewest chips that hold the weights; --chips sets it"
             raise ValueError(f"--engine vllm at TP={dep.layout.tp} ({how}): {err}") from None

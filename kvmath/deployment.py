@@ -472,7 +472,7 @@ class Deployment:
         """
         from .memory import memory_budget
 
-        context = positive("context", context)
+        context = positive_int("context", context)  # whole tokens, as the command line asks
         budget = choice("budget", budget, ("device", "reported", "reserve", "engine"))
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         plan, lay = self._plan, self.layout

@@ -259,7 +259,7 @@ def test_engine_tp_defaults_to_the_chips_the_command_chose(capsys):
     # 405B: 811.71 GB is 10.1 chips of 80 GB, but its 128 heads do not split 11 or 12 ways, and by layers
     # 11 stages leave one of ceil(126 / 11) = 12 layers plus the 4.2 GB LM head (80.9 GB): 12 stages hold it
     err = fails(capsys, "capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "8", "--context", "8")
-    assert "--chips 8 cannot hold" in err and "--chips 12 or more" in err
+    assert "--chips 8 cannot hold" in err and "--parallel pp=12" in err  # --chips 12 would split the heads 12 ways
 
 
 def test_engine_errors_name_the_tp_and_chips(capsys):
@@ -346,7 +346,7 @@ def test_overflow_messages_name_the_options(capsys):
                                   "--context", "8", "--bandwidth", "1e-320")
     err = fails(capsys, "capacity", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "1",
                 "--context", "8")
-    assert "--chips 1 cannot hold" in err and "--chips 12 or more" in err
+    assert "--chips 1 cannot hold" in err and "--parallel pp=12" in err
     assert "--kv-bytes-per-token" in fails(capsys, "capacity", "--params", "1e10", "--kv-bytes-per-token", "1e-300",
                                            "--hbm-bytes", "1e12", "--context", "1")
 
