@@ -13,7 +13,7 @@ import pytest
 matplotlib.use("Agg")
 
 from kvbook import plots
-from kvbook.interactive import Choice, InteractiveFigure, Slider, interactive_figure
+from kvbook.interactive import Choice, Slider, interactive_figure
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
 

@@ -25,22 +25,18 @@ import http.server
 import os
 import threading
 import time
-from pathlib import Path
-
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
-import workshop_lite
+from kvbook.workshop import workshop_lite
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
 LITE = WORKSHOP / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
-
-
-from kvbook.workshop import workshop_lite
 
 
 def test_lite_notebook_has_the_lite_kernelspec_and_no_outputs():

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 import kvmath as km
-from kvmath.formatting import fmt_bytes
 from kvmath.cli import main
 
-from kvmath import Deployment, Formats
+from kvmath import Deployment
 
 #: kvmath.formulas.StepBreakdown's to_dict(): the keys of `decode --json` with --params and no model
 NOTES_KEYS = {"kv_read_s", "weight_read_s", "weight_compute_s", "attention_compute_s", "overhead_s", "no_overlap_s",
@@ -356,11 +355,6 @@ def test_overflow_messages_name_the_options(capsys):
 DATA = Path(__file__).parents[1] / "data" / "hf_configs"
 LLAMA31 = str(DATA / "meta-llama--Llama-3.1-8B" / "config.json")
 NEXT = str(DATA / "reconstructed" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json")
-
-
-def run_json(capsys, *argv):
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_decode_with_a_config_equals_decode_with_the_same_model_as_a_preset(capsys):
