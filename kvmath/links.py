@@ -62,7 +62,7 @@ from functools import lru_cache
 import numpy as np
 
 from .presets import lookup, optional_float, read_rows
-from .validation import ArrayLike, checked, choice, instance, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
 
