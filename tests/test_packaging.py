@@ -23,17 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK_ONLY = ("matplotlib", "ipywidgets", "IPython", "sphinx", "docutils", "myst_nb", "kvbook")
 
 
-def _loaded_after(statement: str) -> list[str]:
-    """Top-level names of the modules loaded by ``statement`` in a fresh interpreter."""
+def _loaded_after(statement: str, top_level: bool = True) -> list[str]:
+    """Names of the modules loaded by ``statement`` in a fresh interpreter (top-level packages, or every module)."""
     code = f"import sys; {statement}; import json; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    return sorted({name.split(".")[0] for name in json.loads(out.stdout)})
+    return sorted({name.split(".")[0] if top_level else name for name in json.loads(out.stdout)})
 
 
 def test_import_kvmath_loads_no_plotting_widget_or_sphinx_code():
-    loaded = _loaded_after("import kvmath")
-    assert "kvmath" in loaded and "numpy" in loaded
-    assert [name for name in loaded if name in BOOK_ONLY] == []
+    # the public names load on first use: ask for one, and every kvmath module a question needs is loaded
+    asked = "import kvmath; kvmath.Deployment('llama-3-8b', 'h100-sxm').step(1, 1); kvmath.formulas"
+    loaded = _loaded_after(asked, top_level=False)
+    assert "kvmath.deployment" in loaded and "kvmath.formulas" in loaded and "numpy" in loaded
+    assert [name for name in _loaded_after(asked) if name in BOOK_ONLY] == []
+    assert "kvmath.deployment" not in _loaded_after("import kvmath", top_level=False)  # the bare import: nothing more
 
 
 def test_import_kvbook_loads_no_matplotlib_until_a_figure_is_asked_for():
