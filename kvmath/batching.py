@@ -26,9 +26,13 @@ its prompt. The weights are read once for all of them. Two rules:
 :func:`kvmath.formulas.cost_per_million_tokens` turns tokens per chip-second into a price,
 given a price per chip-hour (an input: no price here is a fact).
 
-Both step rules take one chip, or tensor (``tp``) and context (``cp``)
-parallelism; pipeline and data parallelism schedule micro-batches and
-replicas, which these rules do not model, and are refused.
+Both step rules take one chip, or tensor (``tp``), context (``cp``) and
+expert (``ep``) parallelism; :func:`steady_state` also takes data
+parallelism (``dp``): each replica keeps ``ceil(B / dp)`` slots full and the
+fullest sets the step. Pipeline stages schedule micro-batches, which these
+rules do not model, and are refused, as is ``dp`` in :func:`mixed_step`
+(where a chunk lands on one replica, the others' steps are a scheduler's
+choice).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class MixedStep(Result):
 
     Attributes
     ----------
-    batch, context : decode sequences and their (mean) cached tokens.
+    batch, context : decode sequences (one data-parallel replica's) and their (mean) cached tokens.
     prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share).
     n_chips : chips of the layout.
     weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
@@ -105,11 +109,15 @@ class MixedStep(Result):
         return plain(self.strict_s / self.decode_only_s)
 
 
-def _tensor_and_context_only(dep: Deployment) -> None:
+def _no_pipeline(dep: Deployment, *, replicas: bool) -> None:
     layout = dep.layout
-    if layout.pp > 1 or layout.dp > 1 or layout.ep > 1:
-        raise ValueError(f"layout must use tensor (tp) and context (cp) parallelism only, got {layout}: "
-                         "pipeline and data parallelism schedule micro-batches these step rules do not model")
+    if layout.pp > 1 or (not replicas and layout.dp > 1):
+        allowed = "tensor (tp), context (cp), data (dp) and expert (ep)" if replicas else \
+            "tensor (tp), context (cp) and expert (ep)"
+        why = ("pipeline stages schedule micro-batches this step rule does not model" if replicas else
+               "pipeline stages schedule micro-batches, and a chunk on one data-parallel group leaves the "
+               "others' steps to a scheduler, which this step rule does not model")
+        raise ValueError(f"layout must use {allowed} parallelism only, got {layout}: {why}")
 
 
 def _mean_over(f, lo, hi, windows) -> ArrayLike:
@@ -134,7 +142,8 @@ def _mean_over(f, lo, hi, windows) -> ArrayLike:
 def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s) -> MixedStep:
     """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts``
     prompts of ``prompt_tokens`` each, ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional:
-    an average share). Every part is a pass of the deployment's one step model."""
+    an average share). Every part is a pass of the deployment's one step model. Under data parallelism
+    ``batch`` and ``prompts`` are one group's (each group steps alone; the experts' chips see every group's tokens)."""
     model, plan = dep.model, dep._plan
     bw, rate = dep.chip.bandwidth, dep.flops
     lo, hi = context
@@ -145,7 +154,7 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     def run(batch, context, tokens_per_seq, kv_seq, attention, lm_head_tokens=None):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             return plan.pass_(batch, context, tokens_per_seq, kv_seq, attention, bandwidth=bw, flops=rate,
-                              comm=dep._comm, lm_head_tokens=lm_head_tokens)
+                              comm=dep._comm, lm_head_tokens=lm_head_tokens, per_group=True)
 
     decode = run(batch, hi, 1.0, kv, att)
     has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
@@ -189,7 +198,7 @@ def mixed_step(
     Parameters
     ----------
     dep : Deployment
-        Its layout may use tensor and context parallelism only.
+        Its layout may use tensor, context and expert parallelism (no pipeline or data parallelism).
     batch : float or array
         Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :meth:`kvmath.Deployment.step`).
     context : float or array
@@ -216,7 +225,7 @@ def mixed_step(
     >>> [round(float(mixed_step(h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
-    _tensor_and_context_only(dep)
+    _no_pipeline(dep, replicas=False)
     batch = positive("batch", batch)
     positive_int("context", context)
     c = non_negative("chunk_tokens", chunk_tokens)
@@ -298,7 +307,7 @@ def steady_state(
     Parameters
     ----------
     batch : float or array
-        Decode slots (sequences decoding at once).
+        Decode slots (sequences decoding at once), over all data-parallel replicas.
     input_tokens, output_tokens : int or array
         The request shape; ``output_tokens >= 2`` (one output token has no decode step).
     price_per_chip_hour : float or array, optional
@@ -321,7 +330,7 @@ def steady_state(
     >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)
     (8420, 0.066)
     """
-    _tensor_and_context_only(dep)
+    _no_pipeline(dep, replicas=True)
     batch = positive("batch", batch)
     s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
     s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)
@@ -331,8 +340,10 @@ def steady_state(
               price_per_chip_hour=price_per_chip_hour)
     if price_per_chip_hour is not None:
         price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
-    prompts = batch / (s_out - 1.0)
-    step = _step(dep, batch, (s_in + 1, s_in + s_out - 1), prompts, 0.0, s_in, 1.0, non_negative("overhead_s", overhead_s))
+    dp = dep.layout.dp  # each replica keeps its own share of the slots full; the fullest one sets the step
+    group = batch if dp == 1 else np.maximum(np.ceil(batch / dp), 1.0)
+    step = _step(dep, group, (s_in + 1, s_in + s_out - 1), group / (s_out - 1.0), 0.0, s_in, 1.0,
+                 non_negative("overhead_s", overhead_s))
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
                         price_per_chip_hour=price_per_chip_hour)
     cost = state.cost_per_million_tokens

@@ -866,7 +866,7 @@ class _Plan:
 
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
-              is_lower_bound=True) -> "Step":
+              is_lower_bound=True, per_group=False) -> "Step":
         """One pass of ``batch`` sequences: per-sequence cache ``kv_seq`` and attention FLOPs given.
 
         ``lm_head_tokens`` (default ``tokens_per_seq``): tokens per sequence
@@ -875,10 +875,11 @@ class _Plan:
         ``tokens_per_seq``; dense models): tokens per sequence the last
         layer's MLP runs on, for an engine that keeps only the rows that
         need logits before it (llama.cpp's ``build_inp_out_ids``); 0 reads
-        none of that MLP's weights.
+        none of that MLP's weights. ``per_group``: ``batch`` is already one
+        data-parallel group's share (no pipeline stages), not the whole batch.
         """
         lay, g = self.layout, self.g
-        micro = self.micro(batch)
+        micro = batch if per_group else self.micro(batch)
         tokens = micro * tokens_per_seq
         # weights read
         read = self.fixed_read + _min(tokens, self.n_positions) * self.position_row
@@ -928,7 +929,7 @@ class _Plan:
         compute_s = (weight_flops + attention) / flops
         strict, no_overlap = step_times(memory_s, compute_s, comm_s, overhead_s, kv_s, w_s, wc_s, ac_s)
         # what the chip holds: the largest stage's share of its sequences' caches
-        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 else batch
+        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 and not per_group else batch
         if lay.kv_split == "batch":
             kv_resident = _min(seqs_held, _ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
         else:

@@ -100,9 +100,34 @@ def test_step_is_monotone_in_the_chunk(name, batch, context, c1, c2, start):
     assert a <= b * (1 + 1e-12)
 
 
+def test_each_data_parallel_replica_keeps_its_share_of_the_slots_full():
+    # two replicas of 32 slots step as one chip of 32 does; 63 slots leave the fuller replica 32
+    one = km.Deployment(L7, H100).steady_state(32, 1000, 500)
+    for batch in (64, 63):
+        two = km.Deployment(L7, H100, layout="dp=2").steady_state(batch, 1000, 500)
+        assert float(two.time_per_output_token_s) == pytest.approx(float(one.time_per_output_token_s), rel=1e-12)
+        rate = batch * 500 / 499 / float(one.time_per_output_token_s) / 2     # tokens a step, over two chips
+        assert float(two.output_tokens_per_s_per_chip) == pytest.approx(rate, rel=1e-12)
+
+
+def test_expert_parallel_replicas_share_the_experts_reads():
+    # Mixtral 8x7B by hand: an expert is 3 matrices of 4096 x 14336 in each of 32 layers, bf16. The bound charges
+    # the top_k = 2 experts any routing touches; split over ep = 2 chips, each reads one fewer than one chip alone.
+    mixtral = km.Model.preset("mixtral-8x7b")
+    expert_bytes = 3 * 4096 * 14336 * 32 * 2
+    alone = km.Deployment(mixtral, H100).steady_state(32, 1000, 500).step
+    split = km.Deployment(mixtral, H100, layout="dp=2,ep=2").steady_state(64, 1000, 500).step
+    assert alone.weight_bytes_read - split.weight_bytes_read == pytest.approx(expert_bytes, rel=1e-12)
+    assert split.kv_bytes_read == pytest.approx(alone.kv_bytes_read, rel=1e-12)   # each replica its own 32
+
+
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ValueError, match="layout must use tensor"):
         L7_A100.replace(layout="pp=2").mixed_step(1, 10)
+    with pytest.raises(ValueError, match=r"tensor \(tp\), context \(cp\) and expert \(ep\).*dp=2"):
+        L7_A100.replace(layout="dp=2").mixed_step(1, 10)
+    with pytest.raises(ValueError, match=r"data \(dp\) and expert \(ep\) parallelism only.*pp=2"):
+        L7_A100.replace(layout="pp=2").steady_state(1, 10, 5)
     with pytest.raises(ValueError, match="output_tokens must be at least 2"):
         L7_A100.steady_state(1, 10, 1)
     with pytest.raises(ValueError, match="chunk_tokens"):
