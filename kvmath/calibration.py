@@ -373,7 +373,9 @@ def bound_for(measurement: Measurement | str) -> Calibration:
         unit_s = total / m.output_tokens
         bound = m.output_tokens / total if metric == "seq_tok_s" else float(r.output_tokens_per_s)
         contexts = m.input_tokens + np.arange(1, m.output_tokens, dtype=float)
-        binds = _binds(_steps(m, contexts)[1]) if m.output_tokens > 1 else "compute"
+        # one output token: the run is its prefill, and that pass says what binds
+        binds = _binds(_steps(m, contexts)[1]) if m.output_tokens > 1 else \
+            str(_deployment(m).prefill(m.batch, m.input_tokens).binds)
         if m.per_chip:
             bound /= m.n_chips
     ratio = bound / m.measured if metric in TIME_METRICS else m.measured / bound

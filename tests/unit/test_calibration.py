@@ -286,3 +286,12 @@ def test_a_measurement_gives_its_deployment():
     assert (pope.n_chips, pope.layout.tp, pope.layout.kv_split, pope.link) == (64, 64, "batch", None)
     # an s_per_token row's bound is one step at its context: the same number through both paths
     assert float(pope.step(1, 2048).strict_s) == pytest.approx(bound_for("pope-palm-64").bound, rel=1e-12)
+
+
+def test_a_one_token_run_binds_as_its_prefill_does():
+    # Llama 2 7B on an A100 (bf16, 13.5 GB of weights at 2.04 TB/s: 6.6 ms; 2 x 6.7e9 FLOPs a token at 312 TFLOP/s):
+    # 16 prompt tokens take 0.7 ms of math, under the read; 64 x 16 take 44 ms, over it
+    row = km.calibration.get_measurement("trt-7b-a100-b60")
+    one = {b: km.calibration.bound_for(dataclasses.replace(row, output_tokens=1, input_tokens=16, batch=b)).binds
+           for b in (1, 64)}
+    assert one == {1: "memory", 64: "compute"}

@@ -72,7 +72,8 @@ def roofline_point(chip: str = "h100-sxm", batch: int = 16):
             point.set_data([x], [min(flops, x * bandwidth)])
             alpha = c.ridge_point()
             ridge.move(alpha, f"ridge \u03b1 = {alpha:.0f} FLOP/B\n(= B_crit for bf16 weights)")
-            bound = "memory-bound" if x < c.ridge_point() else "compute-bound"
+            # per byte of weights: 1 / W to read it, x / C to do its x FLOPs
+            bound = f"{formulas.binds(1 / bandwidth, x / flops)}-bound"
             note.set_text(f"{c.display_name}, B = {batch}: {bound}")
 
         return update

@@ -166,7 +166,7 @@ def roofline_live(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int 
             rate = min(peak, i * bw)
             dot.set_data([i], [rate])
             step = max(flops / peak, moved / bw)
-            bound = "compute-bound" if i >= alpha else "memory-bound"
+            bound = f"{F.binds(moved / bw, flops / peak)}-bound"
             info.set_text(
                 f"{c.display_name}, bf16\n{m.display_name}, B = {batch}: I = {i:.1f} FLOPs/byte\n"
                 f"{rate / 1e12:.0f} TFLOP/s = {rate / peak:.1%} of peak, "

@@ -202,7 +202,7 @@ def bcrit_live(batch: int = 128, chip: str = "h100-sxm", weights: str = "bf16", 
             )
             read_dot.set_data([batch], [read_s])
             math_dot.set_data([batch], [now_math])
-            memory_bound = read_s >= now_math
+            memory_bound = F.binds(read_s, now_math) == "memory"
             read_dot.set_markerfacecolor(kp.COLORS[2] if memory_bound else "white")
             math_dot.set_markerfacecolor("white" if memory_bound else kp.COLORS[1])
             bc = F.critical_batch(c.flops(math), c.bandwidth, b_w)
