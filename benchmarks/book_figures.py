@@ -7,7 +7,8 @@ defaults, records the ``setup`` and ``controls`` it hands to
 benchmark can make the figure again with other options (``make(blit=False)``).
 No figure is written a second time, and nothing is cut out of a notebook.
 A figure function whose parameters have no defaults (it draws the chapter's
-own computed rows) is left out: it needs the chapter to run.
+own computed rows) is left out unless ``values`` supplies them (the test
+passes tests/book/test_figures.py's record of the chapter's values).
 
 Used by tests/book/test_plots_interactive.py (blitted pixels equal full redraws)
 and benchmarks/bench_slider.py (time per move on real figures).
@@ -56,8 +57,14 @@ def _callable_with_defaults(fn: Callable) -> bool:
     return all(p.default is not inspect.Parameter.empty for p in inspect.signature(fn).parameters.values())
 
 
-def book_figures(path: str | Path) -> list[BookFigure]:
-    """One :class:`BookFigure` per interactive figure function of ``path``'s chapter (``NN_*.ipynb``)."""
+def book_figures(path: str | Path, values: dict | None = None) -> list[BookFigure]:
+    """One :class:`BookFigure` per interactive figure function of ``path``'s chapter (``NN_*.ipynb``).
+
+    ``values`` maps ``"chNN.name"`` to the keyword arguments of a figure whose
+    parameters have no defaults (the chapter's own computations); one left out
+    is skipped.
+    """
+    values = values or {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +78,7 @@ def book_figures(path: str | Path) -> list[BookFigure]:
         return []
     found: list[BookFigure] = []
     for name, fn in figures.REGISTRY.items():
-        if not name.startswith(chapter + ".") or fn.static or not _callable_with_defaults(fn):
+        if not name.startswith(chapter + ".") or fn.static or not (name in values or _callable_with_defaults(fn)):
             continue
 
         def record(setup, controls, main=None, _name=name, **kwargs):
@@ -79,7 +86,7 @@ def book_figures(path: str | Path) -> list[BookFigure]:
             return InteractiveFigure(setup, controls, main=main, **kwargs)
 
         with _recording(record):
-            fn()
+            fn(**values.get(name, {}))
     return found
 
 

@@ -498,9 +498,11 @@ def test_the_books_figures_blit_with_the_pixels_of_a_full_redraw(stem):
 
     from book_figures import book_figures  # benchmarks/ is on pytest.ini's pythonpath
 
+    from tests.book.test_figures import CHAPTER_VALUES  # the chapter's values for figures that require them
+
     root = Path(__file__).resolve().parents[2]
-    found = book_figures(root / "notebooks" / f"{stem}.ipynb")
-    assert found, f"{stem}: no interactive figure function callable with its defaults"
+    found = book_figures(root / "notebooks" / f"{stem}.ipynb", CHAPTER_VALUES)
+    assert found, f"{stem}: no interactive figure function callable with its defaults or the chapter's values"
     for bf in found:
         moves = [{name: v} for name, c in bf.controls.items() for v in c.values]
         rng = random.Random(0)
