@@ -28,8 +28,10 @@ given a price per chip-hour (an input: no price here is a fact).
 
 Both step rules take one chip, or tensor (``tp``), context (``cp``) and
 expert (``ep``) parallelism; :func:`steady_state` also takes data
-parallelism (``dp``): each replica keeps ``ceil(B / dp)`` slots full and the
-fullest sets the step. Pipeline stages schedule micro-batches, which these
+parallelism (``dp``): each replica keeps ``B / dp`` slots full (its step
+and its prompts are one replica's; the fullest replica holds at least that
+many, and an even split serves the most tokens a second, so both figures
+stay bounds). Pipeline stages schedule micro-batches, which these
 rules do not model, and are refused, as is ``dp`` in :func:`mixed_step`
 (where a chunk lands on one replica, the others' steps are a scheduler's
 choice).
@@ -64,7 +66,7 @@ class MixedStep(Result):
     Attributes
     ----------
     batch, context : decode sequences (one data-parallel replica's) and their (mean) cached tokens.
-    prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share).
+    prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share; one replica's).
     n_chips : chips of the layout.
     weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
     total_flops : FLOPs one chip does (weights and attention, decode and prompt).
@@ -247,7 +249,8 @@ class SteadyState(Result):
 
     Attributes
     ----------
-    step : MixedStep of one steady-state step (decode at the mean context, plus the prompts' share).
+    step : MixedStep of one steady-state step (decode at the mean context, plus the prompts' share), one
+        data-parallel replica's: ``B / dp`` slots.
     batch, input_tokens, output_tokens : slots and the request shape.
     price_per_chip_hour : the price given (None for no cost).
     """
@@ -298,7 +301,7 @@ def steady_state(
 ) -> SteadyState:
     """Lower bounds on continuous batching's steady state: ``batch`` slots, requests of ``input_tokens`` / ``output_tokens``.
 
-    One step: ``B`` decode sequences spread evenly over the contexts
+    One step (of each data-parallel replica, with ``B / dp`` in place of ``B``): ``B`` decode sequences spread evenly over the contexts
     ``S_in + 1 .. S_in + S_out - 1`` (mean ``S_in + S_out / 2``; their caches
     and attention FLOPs averaged exactly, sliding windows included) plus ``B / (S_out - 1)`` prompts of ``S_in`` tokens (an average share;
     each writes its cache and needs logits for its last token). See the
@@ -307,7 +310,7 @@ def steady_state(
     Parameters
     ----------
     batch : float or array
-        Decode slots (sequences decoding at once), over all data-parallel replicas.
+        Decode slots (sequences decoding at once), over all data-parallel replicas (``B / dp`` each).
     input_tokens, output_tokens : int or array
         The request shape; ``output_tokens >= 2`` (one output token has no decode step).
     price_per_chip_hour : float or array, optional
@@ -340,8 +343,9 @@ def steady_state(
               price_per_chip_hour=price_per_chip_hour)
     if price_per_chip_hour is not None:
         price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
-    dp = dep.layout.dp  # each replica keeps its own share of the slots full; the fullest one sets the step
-    group = batch if dp == 1 else np.maximum(np.ceil(batch / dp), 1.0)
+    # Each replica keeps an even share B / dp of the slots full: the fullest holds at least that many (so the time is
+    # a lower bound), and since b / t(b) is concave in b no split serves more tokens a second (so the rate is a bound).
+    group = batch / dep.layout.dp
     step = _step(dep, group, (s_in + 1, s_in + s_out - 1), group / (s_out - 1.0), 0.0, s_in, 1.0,
                  non_negative("overhead_s", overhead_s))
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
