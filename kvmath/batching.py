@@ -113,13 +113,15 @@ class MixedStep(Result):
 
 def _no_pipeline(dep: Deployment, *, replicas: bool) -> None:
     layout = dep.layout
-    if layout.pp > 1 or (not replicas and layout.dp > 1):
-        allowed = "tensor (tp), context (cp), data (dp) and expert (ep)" if replicas else \
-            "tensor (tp), context (cp) and expert (ep)"
-        why = ("pipeline stages schedule micro-batches this step rule does not model" if replicas else
-               "pipeline stages schedule micro-batches, and a chunk on one data-parallel group leaves the "
-               "others' steps to a scheduler, which this step rule does not model")
-        raise ValueError(f"layout must use {allowed} parallelism only, got {layout}: {why}")
+    if layout.pp > 1:
+        why = "pipeline stages schedule micro-batches, which this step rule does not model"
+    elif layout.dp > 1 and not replicas:
+        why = "a chunk lands on one data-parallel replica, and what the others run is a scheduler's choice"
+    else:
+        return
+    allowed = "tensor (tp), context (cp), data (dp) and expert (ep)" if replicas else \
+        "tensor (tp), context (cp) and expert (ep)"
+    raise ValueError(f"layout must use {allowed} parallelism only, got {layout}: {why}")
 
 
 def _mean_over(f, lo, hi, windows) -> ArrayLike:
