@@ -34,10 +34,12 @@ from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_
 from .hardware import Chip
 from .layout import KV_SHARDINGS, ParallelLayout, parse_layout
 from .links import Link
-from .memory import BLOCK_SIZE, BUDGETS, GPU_MEMORY_UTILIZATION, VLLM_ENGINES, memory_budget
 from .models import Model
 from .units import DTYPE_BYTES, dtype_bytes
 from .validation import ResultOverflow, choice, fraction, non_negative, positive, positive_int
+
+# kvmath.memory (the engines' budgets) is imported where a command needs it: a decode answer does not, and loading
+# it cost a few percent of every start-up (benchmarks/bench_startup.py).
 
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 
@@ -224,6 +226,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                             help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)", action=_Once)
 
     if only in (None, "capacity"):
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, VLLM_ENGINES
         capacity = sub.add_parser("capacity", help="weights, KV budget, tokens and batch that fit (Deployment.capacity)")
         _add_model_options(capacity, notes=True)
         capacity.add_argument("--hardware", action=_Once,
@@ -270,6 +273,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--input", type=_number, required=True, help="prompt tokens per request (required)", action=_Once)
         p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk (default: the whole prompt at once)", action=_Once)
         if name == "run":
+            from .memory import BUDGETS
             p.add_argument("--output", type=_number, required=True, help="output tokens per request (required)", action=_Once)
             p.add_argument("--price-per-hour", type=_number, action=_Once,
                            help="price of one chip-hour, for cost_per_million_tokens (default: none, no cost)")
@@ -590,6 +594,7 @@ def _notes_capacity(args, context, hbm) -> _Answer:
         raise ValueError("--engine vllm needs --model or --config (the cache layout depends on heads and layers)")
     if hbm is None and not args.hardware:
         raise ValueError("give --hardware or --hbm-bytes")
+    from .memory import memory_budget
     memory = memory_budget(Chip.preset(args.hardware) if hbm is None else hbm, args.budget)
     f = formulas.fit(positive("--params", args.params), dtype_bytes(args.weight_dtype, argument="--weight-dtype"),
                      positive("--kv-bytes-per-token", args.kv_bytes_per_token), context, memory,
@@ -625,6 +630,7 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
     _row("critical batch B_crit", f"{formulas.critical_batch(dep.flops, dep.chip.bandwidth, b_w):.1f}")
     e = c.engine
     if e is not None:
+        from .memory import GPU_MEMORY_UTILIZATION
         util = GPU_MEMORY_UTILIZATION if args.gpu_memory_utilization is None else args.gpu_memory_utilization
         print(f"vLLM ({args.vllm_version or 'v1'}, TP={dep.layout.tp}, gpu_memory_utilization "
               f"{util:.2f}; overheads are estimates)")
@@ -713,6 +719,7 @@ def _run(args) -> _Answer:
 
 
 def _print_run(args, dep, r) -> None:
+    from .memory import memory_budget
     try:
         room = memory_budget(dep.chip, args.budget)
     except ValueError as err:

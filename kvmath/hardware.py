@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from .formats import get_format
-from .presets import lookup, optional_float, read_rows
+from .presets import PresetTable, lookup, optional_float
 from .validation import as_scalar, choice, positive
 
 #: Compute dtypes a chip may list, and the CSV column that holds each rate.
@@ -200,29 +200,28 @@ class Chip:
         return dataclasses.replace(self, **changes)
 
 
+def _chip_from_row(row: dict[str, str]) -> Chip:
+    rates = {dtype: optional_float(row[f"{dtype}_flops_per_s"]) for dtype in ("bf16", "fp8", "int8", "fp4")}
+    return Chip(
+        name=row["name"],
+        hbm_bytes=float(row["hbm_bytes"]),
+        bandwidth=float(row["bandwidth_bytes_per_s"]),
+        flops_by_dtype={k: v for k, v in rates.items() if v is not None},
+        display_name=row["display_name"],
+        source=row["source"],
+        note=row["note"],
+        device_bytes=optional_float(row["device_bytes"]),
+        device_report=row["device_report"],
+        device_source=row["device_source"],
+        runtime_bytes=optional_float(row["runtime_bytes"]),
+        runtime_source=row["runtime_source"],
+        link_name=row["link"],
+    )
+
+
 @lru_cache(maxsize=None)
-def _chips() -> dict[str, Chip]:
-    chips = {}
-    for row in read_rows("hardware.csv"):
-        rates = {
-            dtype: optional_float(row[f"{dtype}_flops_per_s"]) for dtype in ("bf16", "fp8", "int8", "fp4")
-        }
-        chips[row["name"]] = Chip(
-            name=row["name"],
-            hbm_bytes=float(row["hbm_bytes"]),
-            bandwidth=float(row["bandwidth_bytes_per_s"]),
-            flops_by_dtype={k: v for k, v in rates.items() if v is not None},
-            display_name=row["display_name"],
-            source=row["source"],
-            note=row["note"],
-            device_bytes=optional_float(row["device_bytes"]),
-            device_report=row["device_report"],
-            device_source=row["device_source"],
-            runtime_bytes=optional_float(row["runtime_bytes"]),
-            runtime_source=row["runtime_source"],
-            link_name=row["link"],
-        )
-    return chips
+def _chips() -> PresetTable:
+    return PresetTable("hardware.csv", _chip_from_row)
 
 
 def chip_names() -> list[str]:

@@ -61,7 +61,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .presets import lookup, optional_float, read_rows
+from .presets import PresetTable, lookup, optional_float
 from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
@@ -131,26 +131,27 @@ class Link:
         return dataclasses.replace(self, **changes)
 
 
+def _link_from_row(row: dict[str, str]) -> Link:
+    return Link(
+        name=row["name"],
+        display_name=row["display_name"],
+        bandwidth=float(row["bandwidth_bytes_per_s_per_direction"]),
+        stated_bandwidth=float(row["stated_bandwidth_bytes_per_s"]),
+        stated_as=row["stated_as"],
+        latency_s=float(row["latency_s_min"]),
+        latency_is_assumption=row["latency_is_assumption"] == "true",
+        latency_source=row["latency_source"],
+        in_switch_reduction=row["in_switch_reduction"] == "true",
+        measured_allreduce_latency_s=optional_float(row["measured_allreduce_latency_s"]),
+        measured_source=row["measured_source"],
+        source=row["source"],
+        note=row["note"],
+    )
+
+
 @lru_cache(maxsize=None)
-def _links() -> dict[str, Link]:
-    links = {}
-    for row in read_rows("links.csv"):
-        links[row["name"]] = Link(
-            name=row["name"],
-            display_name=row["display_name"],
-            bandwidth=float(row["bandwidth_bytes_per_s_per_direction"]),
-            stated_bandwidth=float(row["stated_bandwidth_bytes_per_s"]),
-            stated_as=row["stated_as"],
-            latency_s=float(row["latency_s_min"]),
-            latency_is_assumption=row["latency_is_assumption"] == "true",
-            latency_source=row["latency_source"],
-            in_switch_reduction=row["in_switch_reduction"] == "true",
-            measured_allreduce_latency_s=optional_float(row["measured_allreduce_latency_s"]),
-            measured_source=row["measured_source"],
-            source=row["source"],
-            note=row["note"],
-        )
-    return links
+def _links() -> PresetTable:
+    return PresetTable("links.csv", _link_from_row)
 
 
 def link_names() -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 from . import layers as _layers
 from .layers import LayerSpec
 from .moe import ROUTINGS, experts_touched
-from .presets import lookup, optional_int, read_rows
+from .presets import PresetTable, lookup, optional_int
 from .units import dtype_bytes
 from .validation import ArrayLike, as_scalar, checked, choice, finite, one_int, plain, positive, positive_int, whole
 
@@ -636,8 +636,8 @@ def _model_from_row(row: dict[str, str]) -> Model:
 
 
 @lru_cache(maxsize=None)
-def _models() -> dict[str, Model]:
-    return {row["name"]: _model_from_row(row) for row in read_rows("models.csv")}
+def _models() -> PresetTable:
+    return PresetTable("models.csv", _model_from_row)
 
 
 def model_names() -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Mapping, TypeVar
+from typing import Callable, Mapping, TypeVar
 
 from .validation import suggest
 
@@ -21,6 +21,34 @@ def read_rows(filename: str) -> list[dict[str, str]]:
     # beside this module in every install (wheel, editable, Pyodide); importlib.resources would add ~10 ms to import
     text = (Path(__file__).parent / "data" / filename).read_text(encoding="utf-8")
     return list(csv.DictReader(text.splitlines()))
+
+
+class PresetTable(Mapping):
+    """The presets of one CSV by name, each built from its row on first use.
+
+    A command asks for one model and one chip; building all 33 model rows to
+    hand out one cost a few milliseconds of every start-up.
+    """
+
+    def __init__(self, filename: str, build: Callable[[dict[str, str]], T]):
+        self._rows = {row["name"]: row for row in read_rows(filename)}
+        self._build = build
+        self._built: dict[str, T] = {}
+
+    def __getitem__(self, name: str) -> T:
+        built = self._built.get(name)
+        if built is None:
+            built = self._built[name] = self._build(self._rows[name])
+        return built
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows
 
 
 def optional_float(cell: str) -> float | None:
