@@ -32,6 +32,10 @@ NODE_STAMP  := node_modules/.kvmath-installed
 HTML        := _build/html
 JB_FLAGS    := -W -n --keep-going
 CHROMIUM    ?= /usr/bin/chromium
+# pytest-xdist: one worker per core; --dist loadfile keeps each file (a notebook's cells, nbval) on one worker.
+# PYTEST_JOBS= runs the tests in one process. test-full stays in one process: its slow tests rebuild
+# _build/ (the learner build, the kit) while others would read it.
+PYTEST_JOBS ?= -n auto --dist loadfile
 WORKSHOP    := _build/workshop
 WSRC        := _build/workshop-src
 
@@ -125,7 +129,7 @@ pdf: env assets chromium poppler book
 # The tests marked slow (pytest.ini) are left out: each takes over about 30 s.
 # The browser tests run and must find Chromium (they fail without it).
 test: env assets runtime chromium poppler book
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest -m "not slow"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest -m "not slow" $(PYTEST_JOBS)
 
 # Everything `make test` runs, plus the tests marked slow: the PDF, the live
 # figures of every page, the JupyterLite site (one chapter, then every chapter),
