@@ -1,0 +1,83 @@
+"""The chapters' pages say what they said at 7042cf4, before the prose's numbers moved from glue to inline expressions.
+
+``tests/data/book_text_7042cf4.json`` holds every chapter page's text as built at 7042cf4 (the last
+build with ``{glue:text}`` roles; ``tests/book/book_text.py`` reads it). The test diffs each page of
+the book in the tree against it; every differing stretch of lines must be listed in
+``tests/data/book_text_changes.json`` with the old lines, the new lines and why. A listed change that
+no longer occurs fails too, so the list stays the list of what changed. A page the changes file lists
+as volatile (chapter 14 prints what it measures on the machine that builds) is compared with every
+number in it masked: its words must stay, its measurements may move.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+from tests.book.book_text import chapter_texts
+from tests.conftest import ROOT
+
+RECORD = ROOT / "tests" / "data" / "book_text_7042cf4.json"
+CHANGES = ROOT / "tests" / "data" / "book_text_changes.json"
+
+
+NUMBER = re.compile(r"\d[\d,.\u2009]*")
+
+
+def masked(lines: list[str]) -> list[str]:
+    """A volatile page's lines with each number replaced by '#'."""
+    return [NUMBER.sub("#", line) for line in lines]
+
+
+def hunks(old: list[str], new: list[str]) -> list[tuple[list[str], list[str]]]:
+    """The stretches where two pages' lines differ: (old lines, new lines) for each."""
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    return [(old[i1:i2], new[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def unlisted(record: dict, now: dict, changes: list[dict], volatile: dict | None = None) -> tuple[list[str], list[dict]]:
+    """Differences the changes list does not name, and listed changes that do not occur (volatile pages masked)."""
+    listed = {(c["page"], tuple(c["old"]), tuple(c["new"])): c for c in changes}
+    seen, failures = set(), []
+    for page in sorted(set(record) | set(now)):
+        if page not in now or page not in record:
+            failures.append(f"{page}: {'vanished' if page not in now else 'new'}")
+            continue
+        old_lines, new_lines = record[page], now[page]
+        if page in (volatile or {}):
+            old_lines, new_lines = masked(old_lines), masked(new_lines)
+        for old, new in hunks(old_lines, new_lines):
+            key = (page, tuple(old), tuple(new))
+            if key in listed:
+                seen.add(key)
+            else:
+                failures.append(f"{page}:\n  - " + "\n  - ".join(old) + "\n  + " + "\n  + ".join(new))
+    stale = [c for k, c in listed.items() if k not in seen]
+    return failures, stale
+
+
+def test_every_chapter_page_says_what_it_said_or_a_listed_change(built_book):
+    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    listing = json.loads(CHANGES.read_text(encoding="utf-8"))
+    changes, volatile = listing["changes"], listing["volatile"]
+    assert all(c.get("why", "").strip() for c in changes), "every listed change gives its reason ('why')"
+    assert all(str(why).strip() and page in record for page, why in volatile.items())
+    failures, stale = unlisted(record, chapter_texts(built_book), changes, volatile)
+    assert not failures, (f"{len(failures)} stretches of chapter text differ from {RECORD.name} and are not in "
+                          f"{CHANGES.name}:\n" + "\n".join(failures))
+    assert not stale, f"{len(stale)} listed changes no longer occur: drop them:\n" + json.dumps(stale, indent=1)
+
+
+def test_the_diff_finds_a_changed_number_and_a_stale_listing():
+    record = {"p": ["It takes 3 GPUs.", "Then 16.00 GB are left."]}
+    now = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are left."]}
+    failures, stale = unlisted(record, now, [])
+    assert failures == ["p:\n  - Then 16.00 GB are left.\n  + Then 16.01 GB are left."]
+    listed = [{"page": "p", "old": ["Then 16.00 GB are left."], "new": ["Then 16.01 GB are left."], "why": "x"}]
+    assert unlisted(record, now, listed) == ([], [])
+    assert unlisted(record, record, listed) == ([], listed)
+    assert unlisted(record, now, [], {"p": "measured"}) == ([], [])
+    worded = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are free."]}
+    assert unlisted(record, worded, [], {"p": "measured"})[0] == [
+        "p:\n  - Then # GB are left.\n  + Then # GB are free."]
