@@ -9,7 +9,8 @@
 #   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
 #   make lab      JupyterLab on notebooks/, with kvmath and kvbook installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
-#   make refresh  re-execute every notebook in place (low-churn metadata)
+#   make refresh  re-execute every notebook in place (low-churn metadata), then store each
+#                 Markdown cell's inline-expression results for JupyterLab (kvbook.inline)
 #   make workshop the workshop kit in _build/workshop/: learner and instructor
 #                 builds, the handout PDF and the answer key
 #   make handout  the two-page A4 handout, _build/workshop/handout.pdf
@@ -195,6 +196,7 @@ lab: env
 # SMALL=1: commit no images or interactive frames (the build makes them again).
 refresh: env
 	$(VPY) scripts/refresh_notebooks.py $(if $(SMALL),--small) notebooks/*.ipynb
+	$(VPY) -m kvbook.inline notebooks/*.ipynb
 
 clean:
 	rm -rf _build .pytest_cache
