@@ -26,15 +26,38 @@ its prompt. The weights are read once for all of them. Two rules:
 :func:`kvmath.formulas.cost_per_million_tokens` turns tokens per chip-second into a price,
 given a price per chip-hour (an input: no price here is a fact).
 
-Both step rules take one chip, or tensor (``tp``), context (``cp``) and
-expert (``ep``) parallelism; :func:`steady_state` also takes data
-parallelism (``dp``): each replica keeps ``B / dp`` slots full (its step
-and its prompts are one replica's; the fullest replica holds at least that
-many, and an even split serves the most tokens a second, so both figures
-stay bounds). Pipeline stages schedule micro-batches, which these
-rules do not model, and are refused, as is ``dp`` in :func:`mixed_step`
-(where a chunk lands on one replica, the others' steps are a scheduler's
-choice).
+Both rules take every layout. Two bounds hold on each, and the step is the
+larger (its figures are those of the larger; ``decode_only_s`` is the second):
+
+- *the decode step alone*, as :meth:`kvmath.Deployment.step` bounds it: prompt
+  tokens only add work, so the step is at least the decode tokens' own. Under
+  data parallelism that is the fullest replica's ``ceil(B / dp)`` sequences;
+  under a pipeline, a micro-batch of ``max(B / pp, 1)`` of them must pass every
+  stage within the step, reading every layer's weights (fewer micro-batches
+  lengthen that trip, more make each stage read its weights more often).
+- *the even share*: each data-parallel replica ``B / dp`` decode sequences and
+  ``1 / dp`` of the prompt work, on every layer (the layout without its
+  pipeline), over ``pp``. A stage's chip must, within the step, read its
+  weights once and do its stage's work for every token of the step, and the
+  largest stage holds at least ``1 / pp`` of the layers; the busiest chip
+  takes at least the mean over the replicas (and stages) of their times. A
+  replica's time ``overhead + max(bytes / W, FLOPs / C, comm)`` is a max of
+  terms affine in its load (sequences, chunk tokens), so convex, and the mean
+  of a convex function is at least its value at the mean load: at least the
+  even split's, wherever the chunk lands (replicas left idle only raise the
+  others' share). The terms that are not affine are taken at a floor that is:
+  the embedding and position rows (``min(T, rows)``, concave in the tokens ``T``,
+  0 at 0, hence subadditive) at the whole deployment's ``min(dp T, rows) / dp``;
+  ``kv_split="batch"``'s sequences per chip at ``b / tp``, not ``ceil(b / tp)``;
+  a micro-batch at ``b / pp``, without the one-sequence floor, over several
+  replicas (:meth:`kvmath.deployment._Plan.micro`). The experts a step reads are
+  the floor's ``k`` per layer whatever the tokens, affine already.
+
+In a steady state the prompts' tokens are an average share; they may come
+bunched in a few steps, and the rows are concave in the tokens, so the
+steady step charges rows for the decode tokens only (the cache, the FLOPs and
+the communication are affine and stay in). No pipeline hop is charged to the
+even share (leaving it out keeps the bound).
 """
 
 from __future__ import annotations
@@ -65,12 +88,15 @@ class MixedStep(Result):
 
     Attributes
     ----------
-    batch, context : decode sequences (one data-parallel replica's) and their (mean) cached tokens.
-    prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share; one replica's).
+    batch, context : decode sequences (:func:`mixed_step`'s as called; a steady state's, one data-parallel
+        replica's ``B / dp``) and their (mean) cached tokens.
+    prefill_tokens : prompt tokens in the step (:func:`mixed_step`'s chunk, or a steady state's average share,
+        one replica's).
     n_chips : chips of the layout.
-    weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
-    total_flops : FLOPs one chip does (weights and attention, decode and prompt).
-    comm_s : the chip's communication chain for all the step's tokens (0 without a link).
+    weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included), in the
+        larger of the two bounds of the module text (the even share's stage, or the decode step alone).
+    total_flops : FLOPs one chip does (weights and attention, decode and prompt), in the same bound.
+    comm_s : the chip's communication chain in the same bound (0 without a link).
     bandwidth, flops, overhead_s : the chip's rates (bytes/s, FLOP/s) and the per-step overhead.
     decode_only_s : the strict bound of the same step without its prompt tokens.
     """
@@ -211,12 +237,20 @@ def mixed_step(
     ``chunk_start + 1 .. chunk_start + chunk_tokens`` tokens. No logits are
     charged for it (only a prompt's last chunk needs them, ``2 d V`` FLOPs:
     left out, which keeps the bound safe). ``chunk_tokens = 0`` is the plain
-    decode step. See the module text.
+    decode step on every layout (:meth:`kvmath.Deployment.step`'s floats). See the module text.
+
+    Under data parallelism the chunk lands on one replica; the bound holds
+    wherever it lands and however the decode sequences are spread: the larger
+    of the fullest replica's ``ceil(B / dp)`` decode sequences alone and the
+    even split (``B / dp`` sequences and ``c / dp`` of the chunk on each, the
+    mean over the replicas of a convex step time). Under a pipeline, the larger
+    of the decode step (a micro-batch's trip through every stage) and one
+    stage's ``1 / pp`` of the whole step, weights read once.
 
     Parameters
     ----------
     dep : Deployment
-        Its layout may use tensor, context and expert parallelism (no pipeline or data parallelism).
+        Any layout: tensor, context, data, pipeline and expert parallelism and their combinations.
     batch : float or array
         Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :meth:`kvmath.Deployment.step`).
     context : float or array
@@ -269,7 +303,7 @@ class SteadyState(Result):
     Attributes
     ----------
     step : MixedStep of one steady-state step (decode at the mean context, plus the prompts' share), one
-        data-parallel replica's: ``B / dp`` slots.
+        data-parallel replica's: ``B / dp`` slots (on a pipeline, the larger of its two bounds: see the module text).
     batch, input_tokens, output_tokens : slots and the request shape.
     price_per_chip_hour : the price given (None for no cost).
     """
@@ -323,8 +357,12 @@ def steady_state(
     One step (of each data-parallel replica, with ``B / dp`` in place of ``B``): ``B`` decode sequences spread evenly over the contexts
     ``S_in + 1 .. S_in + S_out - 1`` (mean ``S_in + S_out / 2``; their caches
     and attention FLOPs averaged exactly, sliding windows included) plus ``B / (S_out - 1)`` prompts of ``S_in`` tokens (an average share;
-    each writes its cache and needs logits for its last token). See the
-    module text.
+    each writes its cache and needs logits for its last token). Every layout
+    is taken: each replica keeps ``B / dp`` slots full (the even share: the
+    fullest holds at least that many, and ``b / t(b)`` is concave in ``b``, so
+    no split serves more tokens a second), and on a pipeline the step is the
+    larger of its decode step (a micro-batch of ``B / dp / pp`` passes every
+    stage) and one stage's ``1 / pp`` of the whole step. See the module text.
 
     Parameters
     ----------
