@@ -344,12 +344,12 @@ class Deployment:
         if plan.embedding_row:
             fixed = fixed + np.minimum(tokens, plan.vocab) * plan.embedding_row
         memory += fixed / plan.g
+        ep_tokens = plan.expert_tokens(batch, tokens, tokens_per_seq) if lay.ep > 1 else tokens
         if plan.n_experts:
             ways = lay.ep if lay.ep > 1 else plan.g
-            memory += _touched(plan.n_experts, plan.top_k, tokens * (lay.dp if lay.ep > 1 else 1), "floor") \
-                * plan.expert_bytes / ways
+            memory += _touched(plan.n_experts, plan.top_k, ep_tokens, "floor") * plan.expert_bytes / ways
         memory /= self.chip.bandwidth
-        routed = 2 * tokens * lay.dp * plan.routed_active / lay.ep if lay.ep > 1 else 2 * tokens * plan.routed_active / plan.g
+        routed = 2 * ep_tokens * plan.routed_active / lay.ep if lay.ep > 1 else 2 * tokens * plan.routed_active / plan.g
         compute += 2 * tokens * plan.dense_active / plan.g + routed
         if plan.cp_combine:
             compute += lay.cp * plan.cp_combine * tokens
@@ -874,6 +874,15 @@ class _Plan:
             return per_group
         return _max(per_group / lay.pp, _min(per_group, 1))
 
+    def expert_tokens(self, batch, tokens, tokens_per_seq):
+        """Tokens one pass sends through the experts of an ep group spanning the dp groups: each group's ``tokens``,
+        but never more than the batch holds (``B / pp`` sequences a pass, at least one): with ``B`` not a multiple
+        of ``dp`` the groups' rounded-up shares would count tokens no group has."""
+        lay = self.layout
+        if lay.dp == 1:
+            return tokens
+        return _min(tokens * lay.dp, _max(batch / lay.pp, _min(batch, 1)) * tokens_per_seq)
+
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
               is_lower_bound=True, even_share=False) -> "Step":
@@ -918,15 +927,16 @@ class _Plan:
                 1.0 if lm_head_tokens is None else _where(lm_head_tokens == 0, 0.0, 1.0))
         if last_mlp_tokens is not None:  # the last layer's MLP is not read by a pass that runs it on no row
             weight_read = weight_read - _where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
+        ep_tokens = tokens * lay.dp if even_share else self.expert_tokens(batch, tokens, tokens_per_seq)
         if self.n_experts:
             if lay.ep > 1:
-                touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
+                touched = _touched(self.n_experts, self.top_k, ep_tokens, routing)
                 weight_read = weight_read + touched * self.expert_bytes / lay.ep
             else:
                 weight_read = weight_read + _touched(self.n_experts, self.top_k, tokens, routing) * self.expert_bytes / g
         # FLOPs
         if lay.ep > 1:
-            weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * lay.dp * self.routed_active / lay.ep
+            weight_flops = 2 * tokens * self.dense_active / g + 2 * ep_tokens * self.routed_active / lay.ep
         else:
             weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * self.routed_active / g
         head_tokens = tokens_per_seq if lm_head_tokens is None else lm_head_tokens
