@@ -26,15 +26,38 @@ its prompt. The weights are read once for all of them. Two rules:
 :func:`kvmath.formulas.cost_per_million_tokens` turns tokens per chip-second into a price,
 given a price per chip-hour (an input: no price here is a fact).
 
-Both step rules take one chip, or tensor (``tp``), context (``cp``) and
-expert (``ep``) parallelism; :func:`steady_state` also takes data
-parallelism (``dp``): each replica keeps ``B / dp`` slots full (its step
-and its prompts are one replica's; the fullest replica holds at least that
-many, and an even split serves the most tokens a second, so both figures
-stay bounds). Pipeline stages schedule micro-batches, which these
-rules do not model, and are refused, as is ``dp`` in :func:`mixed_step`
-(where a chunk lands on one replica, the others' steps are a scheduler's
-choice).
+Both rules take every layout. Two bounds hold on each, and the step is the
+larger (its figures are those of the larger; ``decode_only_s`` is the second):
+
+- *the decode step alone*, as :meth:`kvmath.Deployment.step` bounds it: prompt
+  tokens only add work, so the step is at least the decode tokens' own. Under
+  data parallelism that is the fullest replica's ``ceil(B / dp)`` sequences;
+  under a pipeline, a micro-batch of ``max(B / pp, 1)`` of them must pass every
+  stage within the step, reading every layer's weights (fewer micro-batches
+  lengthen that trip, more make each stage read its weights more often).
+- *the even share*: each data-parallel replica ``B / dp`` decode sequences and
+  ``1 / dp`` of the prompt work, on every layer (the layout without its
+  pipeline), over ``pp``. A stage's chip must, within the step, read its
+  weights once and do its stage's work for every token of the step, and the
+  largest stage holds at least ``1 / pp`` of the layers; the busiest chip
+  takes at least the mean over the replicas (and stages) of their times. A
+  replica's time ``overhead + max(bytes / W, FLOPs / C, comm)`` is a max of
+  terms affine in its load (sequences, chunk tokens), so convex, and the mean
+  of a convex function is at least its value at the mean load: at least the
+  even split's, wherever the chunk lands (replicas left idle only raise the
+  others' share). The terms that are not affine are taken at a floor that is:
+  the embedding and position rows (``min(T, rows)``, concave in the tokens ``T``,
+  0 at 0, hence subadditive) at the whole deployment's ``min(dp T, rows) / dp``;
+  ``kv_split="batch"``'s sequences per chip at ``b / tp``, not ``ceil(b / tp)``;
+  a micro-batch at ``b / pp``, without the one-sequence floor, over several
+  replicas (:meth:`kvmath.deployment._Plan.micro`). The experts a step reads are
+  the floor's ``k`` per layer whatever the tokens, affine already.
+
+In a steady state the prompts' tokens are an average share; they may come
+bunched in a few steps, and the rows are concave in the tokens, so the
+steady step charges rows for the decode tokens only (the cache, the FLOPs and
+the communication are affine and stay in). No pipeline hop is charged to the
+even share (leaving it out keeps the bound).
 """
 
 from __future__ import annotations
@@ -45,7 +68,7 @@ import numpy as np
 
 from .deployment import Deployment
 from .formulas import _cost_of_chip_time
-from .requests import prefill_attention_flops
+from .requests import _without_pipeline, prefill_attention_flops
 from .results import Result
 from .validation import (
     ArrayLike,
@@ -65,12 +88,15 @@ class MixedStep(Result):
 
     Attributes
     ----------
-    batch, context : decode sequences (one data-parallel replica's) and their (mean) cached tokens.
-    prefill_tokens : prompt tokens in the step (a chunk, or a steady state's average share; one replica's).
+    batch, context : decode sequences (:func:`mixed_step`'s as called; a steady state's, one data-parallel
+        replica's ``B / dp``) and their (mean) cached tokens.
+    prefill_tokens : prompt tokens in the step (:func:`mixed_step`'s chunk, or a steady state's average share,
+        one replica's).
     n_chips : chips of the layout.
-    weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included).
-    total_flops : FLOPs one chip does (weights and attention, decode and prompt).
-    comm_s : the chip's communication chain for all the step's tokens (0 without a link).
+    weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included), in the
+        larger of the two bounds of the module text (the even share's stage, or the decode step alone).
+    total_flops : FLOPs one chip does (weights and attention, decode and prompt), in the same bound.
+    comm_s : the chip's communication chain in the same bound (0 without a link).
     bandwidth, flops, overhead_s : the chip's rates (bytes/s, FLOP/s) and the per-step overhead.
     decode_only_s : the strict bound of the same step without its prompt tokens.
     """
@@ -111,19 +137,6 @@ class MixedStep(Result):
         return plain(self.strict_s / self.decode_only_s)
 
 
-def _no_pipeline(dep: Deployment, *, replicas: bool) -> None:
-    layout = dep.layout
-    if layout.pp > 1:
-        why = "pipeline stages schedule micro-batches, which this step rule does not model"
-    elif layout.dp > 1 and not replicas:
-        why = "a chunk lands on one data-parallel replica, and what the others run is a scheduler's choice"
-    else:
-        return
-    allowed = "tensor (tp), context (cp), data (dp) and expert (ep)" if replicas else \
-        "tensor (tp), context (cp) and expert (ep)"
-    raise ValueError(f"layout must use {allowed} parallelism only, got {layout}: {why}")
-
-
 def _mean_over(f, lo, hi, windows) -> ArrayLike:
     """Mean of ``f(t)`` over the integers ``t = lo .. hi``, for ``f`` affine between the layers' windows.
 
@@ -143,41 +156,68 @@ def _mean_over(f, lo, hi, windows) -> ArrayLike:
     return plain(total / (hi - lo + 1))
 
 
-def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s) -> MixedStep:
+def _run(dep: Deployment, batch, context, tokens_per_seq, kv_seq, attention, *, lm_head_tokens=None,
+         even_share=True):
+    """A pass of the deployment's one step model (:meth:`kvmath.deployment._Plan.pass_`) at the chip's rates."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return dep._plan.pass_(batch, context, tokens_per_seq, kv_seq, attention, bandwidth=dep.chip.bandwidth,
+                               flops=dep.flops, comm=dep._comm, lm_head_tokens=lm_head_tokens, even_share=even_share)
+
+
+def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s, *,
+          fullest=None, prompt_rows=True) -> MixedStep:
     """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts``
     prompts of ``prompt_tokens`` each, ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional:
-    an average share). Every part is a pass of the deployment's one step model. Under data parallelism
-    ``batch`` and ``prompts`` are one group's (each group steps alone; the experts' chips see every group's tokens)."""
+    an average share). ``batch`` and ``prompts`` are one data-parallel group's even share (``B / dp``, ``1 / dp``).
+
+    The bound is the larger of two, each a pass of the deployment's one step model (see the module text):
+
+    - the *share*: the even share's step on every layer (the layout without its pipeline), over ``pp``: each
+      stage's chip must, once per step, read its weights and do its ``1 / pp`` of every token's work;
+    - the step of the decode sequences alone, as :meth:`kvmath.Deployment.step` bounds it (a pipeline's
+      micro-batch must pass every stage within the step): of ``fullest`` sequences (the whole batch, whose
+      fullest group holds ``ceil(B / dp)``), or of the even share where ``fullest`` is None.
+
+    Its figures are those of the larger (the share's on a tie); ``decode_only_s`` is the second.
+    ``prompt_rows``: False charges no table rows for the prompts' tokens (a steady state's average share:
+    its prompts may come bunched, and the rows are concave in the tokens).
+    """
     model, plan = dep.model, dep._plan
-    bw, rate = dep.chip.bandwidth, dep.flops
     lo, hi = context
     windows = {layer.window for layer in model.layer_specs() if layer.window is not None}
     kv = _mean_over(plan.kv_per_seq, lo, hi, windows)
     att = _mean_over(plan.attention_per_token, lo, hi, windows)
-
-    def run(batch, context, tokens_per_seq, kv_seq, attention, lm_head_tokens=None):
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            return plan.pass_(batch, context, tokens_per_seq, kv_seq, attention, bandwidth=bw, flops=rate,
-                              comm=dep._comm, lm_head_tokens=lm_head_tokens, per_group=True)
-
-    decode = run(batch, hi, 1.0, kv, att)
+    flat, pp = _without_pipeline(dep), dep.layout.pp
+    decode = _run(flat, batch, hi, 1.0, kv, att)
     has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
     c = np.maximum(prompt_tokens, 1)
     end = prompt_start + c
     attention = prefill_attention_flops(model, end) - np.where(
         prompt_start > 0, prefill_attention_flops(model, np.maximum(prompt_start, 1)), 0.0)
-    prompt = run(np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
+    prompt = _run(flat, np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
     tokens = batch + np.where(has, prompts * c, 0.0)
-    both = run(1.0, 1.0, tokens, 0.0, 0.0)
-    decode_only = overhead_s + decode.strict_s  # the decode step alone (its own overhead is 0)
-    return MixedStep(
-        batch=batch, context=plain((context[0] + context[1]) / 2), prefill_tokens=plain(np.where(has, prompts * c, 0.0)), n_chips=dep.n_chips,
-        weight_bytes_read=plain(both.weight_bytes_read),
-        kv_bytes_read=plain(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)),
-        total_flops=plain(decode.weight_flops + decode.attention_flops
-                    + np.where(has, prompt.weight_flops + prompt.attention_flops, 0.0)),
-        comm_s=plain(both.comm_s), bandwidth=bw, flops=rate, overhead_s=overhead_s,
-        decode_only_s=plain(decode_only))
+    both = _run(flat, 1.0, 1.0, tokens, 0.0, 0.0)  # the weights, read once for all the step's tokens, and the comm
+    # one chip of the largest stage does at least 1 / pp of the work of every layer (x / 1 is exact: pp = 1 changes no bit)
+    share = dict(weight_bytes_read=(both if prompt_rows else decode).weight_bytes_read / pp,
+                 kv_bytes_read=(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)) / pp,
+                 total_flops=(decode.weight_flops + decode.attention_flops
+                              + np.where(has, prompt.weight_flops + prompt.attention_flops, 0.0)) / pp,
+                 comm_s=both.comm_s / pp)
+    alone = (_run(dep, batch, hi, 1.0, kv, att) if fullest is None
+             else _run(dep, fullest, hi, 1.0, kv, att, even_share=False))
+    decode_only = overhead_s + alone.strict_s  # the decode step alone (its own overhead is 0)
+    # the shape shown: a steady state's one replica's share; a mixed step's whole call (its one chunk)
+    shown = np.where(has, prompts * c, 0.0) if fullest is None else np.where(has, c, 0.0)
+    rates = dict(batch=batch if fullest is None else fullest, context=plain((context[0] + context[1]) / 2),
+                 prefill_tokens=plain(shown), n_chips=dep.n_chips,
+                 bandwidth=dep.chip.bandwidth, flops=dep.flops, overhead_s=overhead_s, decode_only_s=plain(decode_only))
+    mixed = MixedStep(**rates, **{k: plain(v) for k, v in share.items()})
+    take = has & (np.asarray(mixed.strict_s) >= decode_only)  # without prompts the decode step, to the last bit
+    if np.all(take):
+        return mixed
+    alone_figures = dict(weight_bytes_read=alone.weight_bytes_read, kv_bytes_read=alone.kv_bytes_read,
+                         total_flops=alone.weight_flops + alone.attention_flops, comm_s=alone.comm_s)
+    return MixedStep(**rates, **{k: plain(np.where(take, share[k], alone_figures[k])) for k in share})
 
 
 @checked
@@ -197,12 +237,20 @@ def mixed_step(
     ``chunk_start + 1 .. chunk_start + chunk_tokens`` tokens. No logits are
     charged for it (only a prompt's last chunk needs them, ``2 d V`` FLOPs:
     left out, which keeps the bound safe). ``chunk_tokens = 0`` is the plain
-    decode step. See the module text.
+    decode step on every layout (:meth:`kvmath.Deployment.step`'s floats). See the module text.
+
+    Under data parallelism the chunk lands on one replica; the bound holds
+    wherever it lands and however the decode sequences are spread: the larger
+    of the fullest replica's ``ceil(B / dp)`` decode sequences alone and the
+    even split (``B / dp`` sequences and ``c / dp`` of the chunk on each, the
+    mean over the replicas of a convex step time). Under a pipeline, the larger
+    of the decode step (a micro-batch's trip through every stage) and one
+    stage's ``1 / pp`` of the whole step, weights read once.
 
     Parameters
     ----------
     dep : Deployment
-        Its layout may use tensor, context and expert parallelism (no pipeline or data parallelism).
+        Any layout: tensor, context, data, pipeline and expert parallelism and their combinations.
     batch : float or array
         Decode sequences in the step, > 0 (real-valued for smooth sweeps, as in :meth:`kvmath.Deployment.step`).
     context : float or array
@@ -229,7 +277,6 @@ def mixed_step(
     >>> [round(float(mixed_step(h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
-    _no_pipeline(dep, replicas=False)
     batch = positive("batch", batch)
     positive_int("context", context)
     c = non_negative("chunk_tokens", chunk_tokens)
@@ -239,7 +286,11 @@ def mixed_step(
             raise ValueError(f"{name} must be whole numbers of tokens, got {value!r}")
     broadcast(batch=batch, context=context, chunk_tokens=c, chunk_start=start)
     context = np.asarray(context, dtype=float)
-    step = _step(dep, batch, (context, context), 1.0, start, c, 0.0, non_negative("overhead_s", overhead_s))
+    # the even share of the whole step (B / dp decode sequences and 1 / dp of the chunk per replica), and the
+    # fullest replica's ceil(B / dp) decode sequences alone (the decode step itself): see the docstring
+    dp = dep.layout.dp
+    step = _step(dep, batch / dp, (context, context), 1.0 / dp, start, c, 0.0, non_negative("overhead_s", overhead_s),
+                 fullest=batch)
     refuse_overflow("mixed_step", {"step": step.strict_s, "slowdown": step.slowdown}, batch=batch,
                     context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
     return step
@@ -252,7 +303,7 @@ class SteadyState(Result):
     Attributes
     ----------
     step : MixedStep of one steady-state step (decode at the mean context, plus the prompts' share), one
-        data-parallel replica's: ``B / dp`` slots.
+        data-parallel replica's: ``B / dp`` slots (on a pipeline, the larger of its two bounds: see the module text).
     batch, input_tokens, output_tokens : slots and the request shape.
     price_per_chip_hour : the price given (None for no cost).
     """
@@ -306,8 +357,12 @@ def steady_state(
     One step (of each data-parallel replica, with ``B / dp`` in place of ``B``): ``B`` decode sequences spread evenly over the contexts
     ``S_in + 1 .. S_in + S_out - 1`` (mean ``S_in + S_out / 2``; their caches
     and attention FLOPs averaged exactly, sliding windows included) plus ``B / (S_out - 1)`` prompts of ``S_in`` tokens (an average share;
-    each writes its cache and needs logits for its last token). See the
-    module text.
+    each writes its cache and needs logits for its last token). Every layout
+    is taken: each replica keeps ``B / dp`` slots full (the even share: the
+    fullest holds at least that many, and ``b / t(b)`` is concave in ``b``, so
+    no split serves more tokens a second), and on a pipeline the step is the
+    larger of its decode step (a micro-batch of ``B / dp / pp`` passes every
+    stage) and one stage's ``1 / pp`` of the whole step. See the module text.
 
     Parameters
     ----------
@@ -335,7 +390,6 @@ def steady_state(
     >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)
     (8420, 0.066)
     """
-    _no_pipeline(dep, replicas=True)
     batch = positive("batch", batch)
     s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
     s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)
@@ -349,7 +403,7 @@ def steady_state(
     # a lower bound), and since b / t(b) is concave in b no split serves more tokens a second (so the rate is a bound).
     group = batch / dep.layout.dp
     step = _step(dep, group, (s_in + 1, s_in + s_out - 1), group / (s_out - 1.0), 0.0, s_in, 1.0,
-                 non_negative("overhead_s", overhead_s))
+                 non_negative("overhead_s", overhead_s), prompt_rows=False)
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
                         price_per_chip_hour=price_per_chip_hour)
     cost = state.cost_per_million_tokens

@@ -70,8 +70,24 @@ DECODE_KEYS = {
 }
 
 
+class _Help(argparse.HelpFormatter):
+    """Help at a fixed width: argparse asks shutil for the terminal's width for every option it adds (importing
+    shutil, bz2 and lzma), a tenth of a command's start-up, for help that is rarely printed."""
+
+    def __init__(self, prog, width=100, **kwargs):
+        super().__init__(prog, width=width, **kwargs)
+
+
+class _RawHelp(_Help, argparse.RawDescriptionHelpFormatter):
+    """:class:`_Help` that keeps the description's and epilog's own line breaks."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but every error is one line on stderr and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D102 - argparse hook
         self.exit(2, f"kvmath: error: {message}\n")
@@ -126,7 +142,7 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-class _OneLineHelp(argparse.HelpFormatter):
+class _OneLineHelp(_Help):
     """``kvmath --help``: each command and its help on one line (argparse puts a long name on a line of its own)."""
 
     def __init__(self, prog):
@@ -211,7 +227,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         keys = "\n".join(f"  {k:<27} {v}" for k, v in DECODE_KEYS.items())
         decode = sub.add_parser(
             "decode", help="bounds on one decode step and tokens/s (Deployment.step)",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_RawHelp,
             epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
                    "with --params alone: the keys of kvmath.formulas.step_breakdown",
         )

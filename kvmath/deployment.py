@@ -344,12 +344,12 @@ class Deployment:
         if plan.embedding_row:
             fixed = fixed + np.minimum(tokens, plan.vocab) * plan.embedding_row
         memory += fixed / plan.g
+        ep_tokens = plan.expert_tokens(batch, tokens, tokens_per_seq) if lay.ep > 1 else tokens
         if plan.n_experts:
             ways = lay.ep if lay.ep > 1 else plan.g
-            memory += _touched(plan.n_experts, plan.top_k, tokens * (lay.dp if lay.ep > 1 else 1), "floor") \
-                * plan.expert_bytes / ways
+            memory += _touched(plan.n_experts, plan.top_k, ep_tokens, "floor") * plan.expert_bytes / ways
         memory /= self.chip.bandwidth
-        routed = 2 * tokens * lay.dp * plan.routed_active / lay.ep if lay.ep > 1 else 2 * tokens * plan.routed_active / plan.g
+        routed = 2 * ep_tokens * plan.routed_active / lay.ep if lay.ep > 1 else 2 * tokens * plan.routed_active / plan.g
         compute += 2 * tokens * plan.dense_active / plan.g + routed
         if plan.cp_combine:
             compute += lay.cp * plan.cp_combine * tokens
@@ -854,9 +854,19 @@ class _Plan:
             return (kv_seq - self.state_bytes) * share + self.state_bytes * state_share
         return kv_seq * share
 
-    def micro(self, batch):
-        """Sequences per pass on a chip: B, or max(ceil(B / dp) / pp, 1) under dp and pp (unrounded)."""
+    def micro(self, batch, even_share=False):
+        """Sequences per pass on a chip: B, or max(ceil(B / dp) / pp, 1) under dp and pp (unrounded).
+
+        ``even_share``: ``batch`` is already one data-parallel group's even share ``B / dp`` (a mean over the
+        groups, maybe fractional), so only the pipeline splits it: ``max(b / pp, min(b, 1))`` with one group,
+        ``b / pp`` with several (the clamp is not convex in ``b``, and a mean over groups is bounded only by a
+        convex rule at the mean; ``b / pp`` is below the clamp).
+        """
         lay = self.layout
+        if even_share:
+            if lay.pp == 1:
+                return batch
+            return batch / lay.pp if lay.dp > 1 else _max(batch / lay.pp, _min(batch, 1))
         if lay.dp == 1 and lay.pp == 1:
             return batch
         per_group = _max(_ceil(batch / lay.dp), 1.0)  # >= 1 for any batch > 0
@@ -864,9 +874,18 @@ class _Plan:
             return per_group
         return _max(per_group / lay.pp, _min(per_group, 1))
 
+    def expert_tokens(self, batch, tokens, tokens_per_seq):
+        """Tokens one pass sends through the experts of an ep group spanning the dp groups: each group's ``tokens``,
+        but never more than the batch holds (``B / pp`` sequences a pass, at least one): with ``B`` not a multiple
+        of ``dp`` the groups' rounded-up shares would count tokens no group has."""
+        lay = self.layout
+        if lay.dp == 1:
+            return tokens
+        return _min(tokens * lay.dp, _max(batch / lay.pp, _min(batch, 1)) * tokens_per_seq)
+
     def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
-              is_lower_bound=True, per_group=False) -> "Step":
+              is_lower_bound=True, even_share=False) -> "Step":
         """One pass of ``batch`` sequences: per-sequence cache ``kv_seq`` and attention FLOPs given.
 
         ``lm_head_tokens`` (default ``tokens_per_seq``): tokens per sequence
@@ -875,16 +894,30 @@ class _Plan:
         ``tokens_per_seq``; dense models): tokens per sequence the last
         layer's MLP runs on, for an engine that keeps only the rows that
         need logits before it (llama.cpp's ``build_inp_out_ids``); 0 reads
-        none of that MLP's weights. ``per_group``: ``batch`` is already one
-        data-parallel group's share (no pipeline stages), not the whole batch.
+        none of that MLP's weights. ``even_share``: ``batch`` is one
+        data-parallel group's even share ``B / dp`` of the deployment's
+        sequences (maybe fractional), not the whole batch, and the pass bounds
+        the mean over the groups (and over a group's chips) of any split of
+        them: every term not affine in the load is taken at a floor that is
+        (see :meth:`micro`; the tables' rows, concave in the tokens, at the
+        whole deployment's ``min(dp T, rows) / dp``, since a concave
+        function that is 0 at 0 is subadditive; ``kv_split="batch"``'s
+        sequences per chip at ``b / tp``, the mean over the group's chips,
+        not the fullest chip's ``ceil(b / tp)``).
         """
         lay, g = self.layout, self.g
-        micro = batch if per_group else self.micro(batch)
+        micro = self.micro(batch, even_share)
         tokens = micro * tokens_per_seq
-        # weights read
-        read = self.fixed_read + _min(tokens, self.n_positions) * self.position_row
-        if self.embedding_row:
-            read = read + _min(tokens, self.vocab) * self.embedding_row
+        # weights read: each token its embedding and position rows, at most the tables
+        if even_share and lay.dp > 1:
+            rows = _min(tokens * lay.dp, self.n_positions) / lay.dp * self.position_row
+            if self.embedding_row:
+                rows = rows + _min(tokens * lay.dp, self.vocab) / lay.dp * self.embedding_row
+            read = self.fixed_read + rows
+        else:
+            read = self.fixed_read + _min(tokens, self.n_positions) * self.position_row
+            if self.embedding_row:
+                read = read + _min(tokens, self.vocab) * self.embedding_row
         head_read = self.lm_head_read if lay.replicate_lm_head else self.lm_head_read / g
         if lm_head_tokens is not None:
             read = read - _where(lm_head_tokens == 0, self.lm_head_read, 0.0)
@@ -894,15 +927,16 @@ class _Plan:
                 1.0 if lm_head_tokens is None else _where(lm_head_tokens == 0, 0.0, 1.0))
         if last_mlp_tokens is not None:  # the last layer's MLP is not read by a pass that runs it on no row
             weight_read = weight_read - _where(last_mlp_tokens == 0, self.mlp_layer_read / g, 0.0)
+        ep_tokens = tokens * lay.dp if even_share else self.expert_tokens(batch, tokens, tokens_per_seq)
         if self.n_experts:
             if lay.ep > 1:
-                touched = _touched(self.n_experts, self.top_k, tokens * lay.dp, routing)
+                touched = _touched(self.n_experts, self.top_k, ep_tokens, routing)
                 weight_read = weight_read + touched * self.expert_bytes / lay.ep
             else:
                 weight_read = weight_read + _touched(self.n_experts, self.top_k, tokens, routing) * self.expert_bytes / g
         # FLOPs
         if lay.ep > 1:
-            weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * lay.dp * self.routed_active / lay.ep
+            weight_flops = 2 * tokens * self.dense_active / g + 2 * ep_tokens * self.routed_active / lay.ep
         else:
             weight_flops = 2 * tokens * self.dense_active / g + 2 * tokens * self.routed_active / g
         head_tokens = tokens_per_seq if lm_head_tokens is None else lm_head_tokens
@@ -914,7 +948,7 @@ class _Plan:
             weight_flops = weight_flops - 2 * micro * (tokens_per_seq - last_mlp_tokens) * self.mlp_layer_params / g
         # the cache and attention: split by heads over tp (or by sequences), by position over cp
         if lay.kv_split == "batch":
-            seqs = _min(micro, _ceil(micro / lay.tp))
+            seqs = micro / lay.tp if even_share else _min(micro, _ceil(micro / lay.tp))
             kv_read = seqs * kv_seq / lay.cp
             attention = seqs * attention_per_seq / lay.cp
         else:
@@ -929,7 +963,7 @@ class _Plan:
         compute_s = (weight_flops + attention) / flops
         strict, no_overlap = step_times(memory_s, compute_s, comm_s, overhead_s, kv_s, w_s, wc_s, ac_s)
         # what the chip holds: the largest stage's share of its sequences' caches
-        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 and not per_group else batch
+        seqs_held = _max(1, _ceil(batch / lay.dp)) if lay.dp > 1 and not even_share else batch
         if lay.kv_split == "batch":
             kv_resident = _min(seqs_held, _ceil(seqs_held / lay.tp)) * kv_seq / lay.cp * self.stage
         else:

@@ -380,7 +380,7 @@ for _name in [n for n in FUNCTIONS if n.startswith("Deployment")]:
         "does not divide the", "mixes formats of different compute rates",
         "is modelled for dense models only")  # llama.cpp's last-MLP rule: documented for dense models
 for _name in ("Deployment.mixed_step", "Deployment.steady_state"):
-    DOMAIN_ERRORS[_name] += ("layout must use tensor", "output_tokens must be at least 2")
+    DOMAIN_ERRORS[_name] += ("output_tokens must be at least 2",)
 DOMAIN_ERRORS["Deployment.critical_batch"] += ("never catches up",)
 for _name in ("Deployment.capacity", "Deployment.fewest_chips"):
     DOMAIN_ERRORS[_name] += ("the weights do not fit", "no tensor-parallel size from", "cannot hold", "has no device_bytes",

@@ -37,6 +37,109 @@ def test_no_chunk_is_the_decode_step(name, layout):
         assert s.decode_only_s == pytest.approx(d.strict_s, rel=1e-12) and s.slowdown == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("name, layout", [("llama-3-8b", "pp=2"), ("llama-2-70b", "tp=2,pp=2"), ("llama-3-8b", "dp=2"),
+                                          ("llama-3-8b", "dp=3,pp=2"), ("llama-3-8b", "tp=2,kv=batch"),
+                                          ("mixtral-8x7b", "tp=2,dp=2,ep=4"), ("mixtral-8x7b", "dp=4,pp=2,ep=4"),
+                                          ("gemma-2-9b", "tp=2,cp=2,pp=3")])
+def test_no_chunk_is_the_decode_step_on_every_layout(name, layout):
+    # pipelines and replicas too: without a chunk the mixed step is Deployment.step's decode step, the same floats
+    dep = km.Deployment(name, H100, layout, link="nvlink4", node_link="ib-ndr400", chips_per_node=4)
+    for batch, context in ((1, 100), (3, 128), (63, 4096), (512, 30000)):
+        s, d = dep.mixed_step(batch, context), dep.step(batch, context)
+        assert s.strict_s == d.strict_s and s.decode_only_s == d.strict_s, (layout, batch)
+        assert s.weight_bytes_read == d.weight_bytes_read and s.comm_s == d.comm_s and s.slowdown == 1.0
+
+
+def test_a_pipeline_mixed_step_by_hand():
+    # Llama 2 7B on two A100-80GB by layers (pp = 2), no link counted. A step must both let one micro-batch of
+    # the decode sequences pass every stage (Deployment.step: the weights of every layer, and the cache of
+    # max(B / pp, 1) sequences) and let each stage do its half of all the step's tokens (the weights once).
+    dep = L7_A100.replace(layout="pp=2", link=None)
+    bw, rate = 2.039e12, 312e12
+    # 2 decode sequences at 10 tokens plus a 3-token chunk after 4 cached ones: the micro-batch's latency binds
+    s = dep.mixed_step(2, 10, 3, 4)
+    latency_bytes = WEIGHTS + 1 * D * 2 + 1 * 10 * KV_TOKEN                 # micro-batch of max(2 / 2, 1) = 1
+    latency_flops = 2 * MATMUL + attention(10)
+    half_bytes = (WEIGHTS + 5 * D * 2 + 2 * 10 * KV_TOKEN + 7 * KV_TOKEN) / 2  # 5 rows; the chunk reads 4, writes 3
+    half_flops = (2 * 2 * MATMUL + 2 * attention(10) + 2 * 3 * (MATMUL - V * D) + sum(attention(t) for t in (5, 6, 7))) / 2
+    assert latency_bytes / bw > max(latency_flops / rate, half_bytes / bw, half_flops / rate)
+    assert s.strict_s == pytest.approx(latency_bytes / bw, rel=1e-12)       # 13.22 GB / 2.039 TB/s = 6.484 ms
+    assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(latency_bytes, rel=1e-12)
+    assert s.decode_only_s == s.strict_s and s.slowdown == 1.0
+    # a whole 4,096-token prompt as the chunk: each stage's half of its FLOPs binds
+    s = dep.mixed_step(2, 10, 4096)
+    half_flops = (2 * 2 * MATMUL + 2 * attention(10) + 2 * 4096 * (MATMUL - V * D)
+                  + 4 * L * H * DH * 4096 * 4097 / 2) / 2                    # causal: sum of attention(t), t = 1 .. 4096
+    half_bytes = (WEIGHTS + 4098 * D * 2 + 2 * 10 * KV_TOKEN + 4096 * KV_TOKEN) / 2
+    assert half_flops / rate > max(latency_bytes / bw, latency_flops / rate, half_bytes / bw)
+    assert s.strict_s == pytest.approx(half_flops / rate, rel=1e-12)        # 2.874e13 FLOPs / 312 TFLOP/s = 92.11 ms
+    assert s.total_flops == pytest.approx(half_flops, rel=1e-12)
+    assert s.decode_only_s == pytest.approx(latency_bytes / bw, rel=1e-12)
+
+
+def test_a_data_parallel_mixed_step_by_hand():
+    # Llama 2 7B on two A100-80GB replicas (dp = 2; no collective). The chunk lands on one replica; the bound is
+    # the larger of the fullest replica's ceil(B / dp) decode sequences alone and the even split: each replica
+    # B / dp decode sequences and half the chunk (the mean over the replicas of any placement, by convexity).
+    dep = L7_A100.replace(layout="dp=2")
+    bw, rate = 2.039e12, 312e12
+    fullest = WEIGHTS + 2 * D * 2 + 2 * 10 * KV_TOKEN                        # ceil(3 / 2) = 2 sequences at 10
+    # 3 decode sequences, a 3-token chunk after 4 cached tokens: the fullest replica's decode binds
+    s = dep.mixed_step(3, 10, 3, 4)
+    even = WEIGHTS + 3 * D * 2 + 1.5 * 10 * KV_TOKEN + 0.5 * 7 * KV_TOKEN    # rows: min(2 x 3, V) / 2 = 3
+    assert fullest > even
+    assert s.strict_s == pytest.approx(fullest / bw, rel=1e-12)             # 13.23 GB / 2.039 TB/s = 6.486 ms
+    # a 64-token chunk after 4: the even split binds, 1.5 sequences and half of the chunk's 68-token cache
+    s = dep.mixed_step(3, 10, 64, 4)
+    even = WEIGHTS + 33.5 * D * 2 + 1.5 * 10 * KV_TOKEN + 0.5 * 68 * KV_TOKEN
+    even_flops = 2 * 1.5 * MATMUL + 1.5 * attention(10) + 0.5 * (2 * 64 * (MATMUL - V * D)
+                                                                  + sum(attention(t) for t in range(5, 69)))
+    assert even > fullest and even / bw > even_flops / rate
+    assert s.strict_s == pytest.approx(even / bw, rel=1e-12)                # 13.24 GB / 2.039 TB/s = 6.494 ms
+    assert s.weight_bytes_read + s.kv_bytes_read == pytest.approx(even, rel=1e-12)
+    assert s.total_flops == pytest.approx(even_flops, rel=1e-12)
+    assert s.batch == 3 and s.prefill_tokens == 64 and s.n_chips == 2
+
+
+@settings(max_examples=60)
+@given(st.sampled_from(["llama-3-8b", "mixtral-8x7b", "gemma-2-9b", "starcoder"]), st.sampled_from([2, 3, 4]),
+       st.integers(1, 300), st.integers(1, 20000), st.integers(0, 8192), st.integers(0, 8192),
+       st.sampled_from(["heads", "batch"]))
+def test_replicas_never_beat_the_whole_chunk_on_one_replica_bound_and_never_fall_below_the_decode_step(
+        name, dp, batch, context, chunk, start, kv_split):
+    # The replica that takes the chunk, with the fullest replica's ceil(B / dp) decode sequences, is one placement:
+    # its one-replica step (computed on a deployment of that one replica) is at least the bound over all placements.
+    m = km.Model.preset(name)
+    tp = 2 if kv_split == "batch" else 1
+    layout = km.ParallelLayout(tp=tp, dp=dp, kv_split=kv_split)
+    dep = km.Deployment(m, H100, layout, link="nvlink4")
+    one = km.Deployment(m, H100, km.ParallelLayout(tp=tp, kv_split=kv_split), link="nvlink4")
+    s = dep.mixed_step(batch, context, chunk, start)
+    whole_chunk = one.mixed_step(-(-batch // dp), context, chunk, start)
+    assert s.strict_s <= whole_chunk.strict_s * (1 + 1e-12)
+    assert s.strict_s >= dep.step(batch, context).strict_s == s.decode_only_s
+    # and the mean over the replicas of that placement (the chunk on one, B / dp decode sequences on each) is above
+    # the even split's share: the bound is never above the dp replicas' summed work over dp
+    assert s.strict_s >= one.mixed_step(batch / dp, context).strict_s * (1 - 1e-12)
+
+
+@settings(max_examples=60)
+@given(st.sampled_from(["llama-3-8b", "mixtral-8x7b", "gemma-2-9b"]), st.sampled_from([2, 3, 4]),
+       st.integers(1, 300), st.integers(1, 20000), st.integers(0, 8192), st.integers(0, 8192))
+def test_a_pipeline_step_is_between_its_stage_share_and_the_step_without_the_pipeline(name, pp, batch, context,
+                                                                                       chunk, start):
+    m = km.Model.preset(name)
+    dep = km.Deployment(m, H100, f"pp={pp}", link=None)
+    flat = km.Deployment(m, H100, link=None)
+    s = dep.mixed_step(batch, context, chunk, start)
+    alone = flat.mixed_step(batch, context, chunk, start)
+    assert s.strict_s >= alone.strict_s / pp * (1 - 1e-12)                  # each stage does 1 / pp of all the work
+    assert s.strict_s >= flat.step(batch, context).weight_read_s / pp * (1 - 1e-12)  # and reads its weights once
+    assert s.strict_s >= dep.step(batch, context).strict_s                  # a micro-batch passes every stage
+    assert s.strict_s <= alone.strict_s * (1 + 1e-12)                       # never above one stage group doing it all
+    assert s.strict_s >= s.decode_only_s and s.slowdown >= 1.0
+
+
 def test_mixed_step_by_hand():
     # 2 decode sequences at 10 tokens, plus a 3-token chunk of a prompt with 4 tokens cached, on an A100-80GB
     s = L7_A100.mixed_step(2, 10, 3, 4)
@@ -61,8 +164,10 @@ def test_a_big_chunk_makes_the_step_compute_bound():
 
 def test_steady_state_by_hand():
     # 4 slots, 6 tokens in, 3 out: 2 decode steps a request, so 2 prompts (12 tokens) a step; decode at 7.5
+    # embedding rows for the 4 decode tokens only: the prompts' share is an average, and prompts that come
+    # bunched in one step read fewer rows over the steps (rows are concave in tokens), so they are not charged
     s = L7_A100.steady_state(4, 6, 3, price_per_chip_hour=3.6)
-    bytes_ = WEIGHTS + 16 * D * 2 + 4 * 7.5 * KV_TOKEN + 2 * 6 * KV_TOKEN
+    bytes_ = WEIGHTS + 4 * D * 2 + 4 * 7.5 * KV_TOKEN + 2 * 6 * KV_TOKEN
     prompt_flops = 2 * (MATMUL - V * D) * 6 + 2 * V * D + sum(attention(t) for t in range(1, 7))
     flops = 4 * 2 * MATMUL + 4 * attention(7.5) + 2 * prompt_flops
     step = max(bytes_ / 2.039e12, flops / 312e12)
@@ -111,6 +216,31 @@ def test_each_data_parallel_replica_keeps_its_share_of_the_slots_full():
                                                                        rel=1e-12)   # B over 2 chips = B/2 over 1
 
 
+def test_pipelined_replicas_keep_their_share_of_the_slots_full():
+    # dp = 2 replicas of a 2-stage pipeline step as one pipeline of B / 2 slots (no link counted; 64 slots, 32
+    # each, at least pp a replica, so the micro-batch is the same 16; the decode rows are min(64, V) / 2 = 32)
+    one = km.Deployment(L7, H100, "pp=2", link=None).steady_state(32, 1000, 500)
+    two = km.Deployment(L7, H100, "dp=2,pp=2", link=None).steady_state(64, 1000, 500)
+    assert float(two.time_per_output_token_s) == pytest.approx(float(one.time_per_output_token_s), rel=1e-12)
+    assert float(two.output_tokens_per_s_per_chip) == pytest.approx(float(one.output_tokens_per_s_per_chip),
+                                                                   rel=1e-12)  # 64 slots on 4 chips, 32 on 2
+
+
+@pytest.mark.parametrize("layout", ["pp=2", "pp=4", "tp=2,pp=2", "dp=2,pp=2"])
+def test_a_pipelined_steady_state_is_at_least_its_decode_step_and_its_stage_share(layout):
+    # each step a micro-batch of the decode sequences passes every stage (Deployment.step at the shortest context
+    # is below it: caches only grow), and each stage's chip does 1 / pp of the step without the pipeline
+    dep = km.Deployment(L7, H100, layout, link="nvlink4")
+    flat = dep.replace(layout=layout.replace(f"pp={dep.layout.pp}", "pp=1"))
+    for batch in (1, 8, 64, 512):
+        s = dep.steady_state(batch, 1000, 200)
+        assert s.time_per_output_token_s >= s.step.decode_only_s
+        if batch >= dep.layout.dp * dep.layout.pp:  # below that the replicas' even share drops the micro-batch's
+            assert s.step.decode_only_s >= dep.step(batch, 1001).strict_s  # floor of one sequence (not convex)
+        assert s.time_per_output_token_s >= flat.steady_state(batch, 1000, 200).time_per_output_token_s / dep.layout.pp
+        assert s.step.n_chips == dep.n_chips
+
+
 def test_expert_parallel_replicas_share_the_experts_reads():
     # Mixtral 8x7B by hand: an expert is 3 matrices of 4096 x 14336 in each of 32 layers, bf16. The bound charges
     # the top_k = 2 experts any routing touches; split over ep = 2 chips, each reads one fewer than one chip alone.
@@ -123,12 +253,19 @@ def test_expert_parallel_replicas_share_the_experts_reads():
 
 
 def test_bad_inputs_are_refused_by_name():
-    with pytest.raises(ValueError, match="layout must use tensor"):
-        L7_A100.replace(layout="pp=2").mixed_step(1, 10)
-    with pytest.raises(ValueError, match=r"tensor \(tp\), context \(cp\) and expert \(ep\).*dp=2"):
-        L7_A100.replace(layout="dp=2").mixed_step(1, 10)
-    with pytest.raises(ValueError, match=r"data \(dp\) and expert \(ep\) parallelism only.*pp=2"):
-        L7_A100.replace(layout="pp=2").steady_state(1, 10, 5)
+    # every layout is taken (pipelines and data-parallel replicas included); bad numbers are still refused by name
+    for layout in ("pp=2", "dp=2", "tp=2,pp=2"):
+        dep = L7_A100.replace(layout=layout)
+        with pytest.raises(ValueError, match="chunk_tokens"):
+            dep.mixed_step(1, 10, 2.5)
+        with pytest.raises(ValueError, match="batch"):
+            dep.mixed_step(0, 10)
+        with pytest.raises(ValueError, match="context"):
+            dep.mixed_step(1, 10.5)
+        with pytest.raises(ValueError, match="output_tokens must be at least 2"):
+            dep.steady_state(1, 10, 1)
+        with pytest.raises(ValueError, match="overhead_s"):
+            dep.steady_state(1, 10, 5, overhead_s=-1.0)
     with pytest.raises(ValueError, match="output_tokens must be at least 2"):
         L7_A100.steady_state(1, 10, 1)
     with pytest.raises(ValueError, match="chunk_tokens"):

@@ -57,6 +57,21 @@ def test_expert_parallel_tokens_and_flops_of_the_routed_experts():
     assert s.weight_flops == pytest.approx(2 * 8 * dense_active + 2 * 64 * routed_active / 8, rel=REL)
 
 
+@pytest.mark.parametrize("batch", [1, 5])
+def test_expert_parallel_counts_only_the_tokens_the_batch_holds(batch):
+    # batch 1 (or 5) over dp = 8: the fullest group holds one sequence, but the experts serve only the batch's
+    # tokens, not one token per group (8): routed FLOPs 2 * B * routed_active / 8, and a batch-B read of experts.
+    m = get_model("mixtral-8x7b")
+    s = _step(m, batch, ParallelLayout(dp=8, ep=8), routing="uniform")
+    routed_active = 32 * 2 * 3 * 4096 * 14336
+    dense_active = m.matmul_params_per_token() - routed_active
+    assert s.weight_flops == pytest.approx(2 * 1 * dense_active + 2 * batch * routed_active / 8, rel=REL)
+    own = m.weight_bytes_read_by_group(1, "bf16", "uniform", 1)
+    experts = m.weight_bytes_resident_by_group("bf16")["experts"]
+    assert s.weight_bytes_read == pytest.approx(
+        sum(v for k, v in own.items() if k != "experts") + experts * (1 - 0.75 ** batch) / 8, rel=1e-9)
+
+
 def test_expert_parallel_all_to_all_moves_each_weight_shards_share():
     # tp = 2 inside each of 4 data-parallel groups, experts over all 8 chips, batch 64: 16 tokens per
     # group, 16 * 4,096 * 2 B = 131,072 B of activations; the 32 attention all-reduces run over the 2

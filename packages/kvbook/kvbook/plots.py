@@ -390,6 +390,16 @@ class Marker:
         _place_label(self.text, x, self.label)
 
 
+def readout(ax, x: float = 0.02, y: float = 0.97, fontsize: float = 9):
+    """An empty boxed text in the axes' top-left corner, for the numbers of a figure's current setting.
+
+    The figure's ``update`` fills it (``readout.set_text(...)``); the white box keeps the numbers legible over
+    the curves they describe.
+    """
+    return ax.text(x, y, "", transform=ax.transAxes, va="top", fontsize=fontsize,
+                   bbox={"facecolor": "white", "edgecolor": "0.8"})
+
+
 def mark_vline(ax, x: float, label: str, color: str = "0.25", y: float = 0.97,
                math: bool = True, **line_kw: Any) -> Marker:
     """Draw a dashed vertical line at ``x`` and name it, e.g. the ridge point or B_crit.

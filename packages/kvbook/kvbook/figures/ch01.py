@@ -143,15 +143,7 @@ def roofline_live(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int 
         roof, ridge = art["roof"], art["ridge"]
         ax.minorticks_off()  # minor log ticks double the time of every slider move
         (dot,) = ax.plot([1.0], [1.0], "o", color=kp.COLORS[1], markersize=9, zorder=4)
-        info = ax.text(
-            0.02,
-            0.97,
-            "",
-            transform=ax.transAxes,
-            va="top",
-            fontsize=9,
-            bbox={"facecolor": "white", "edgecolor": "0.8"},
-        )
+        info = kp.readout(ax)
         ax.set_xlim(0.25, 8192)
         ax.set_ylim(5e10, 1e16)
 

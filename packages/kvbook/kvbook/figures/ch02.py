@@ -95,15 +95,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
         (total_line,) = ax.plot([], [], linestyle="--", label="weights (bf16) + KV cache")
         hbm_line = ax.axhline(1.0, color="0.25", linewidth=1.2, label="HBM of one chip")
         (dot,) = ax.plot([], [], "o", color=kp.COLORS[0], markersize=8, zorder=4)
-        info = ax.text(
-            0.02,
-            0.97,
-            "",
-            transform=ax.transAxes,
-            va="top",
-            fontsize=9,
-            bbox={"facecolor": "white", "edgecolor": "0.8"},
-        )
+        info = kp.readout(ax)
         kp.log_context_axis(ax)
         ax.set_xlim(1024 / 1.2, 2**20 * 1.2)  # room for the dot at both ends
         ax.set_xticks([2**k for k in range(10, 21, 2)])
