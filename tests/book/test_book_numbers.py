@@ -25,9 +25,19 @@ from tests.book.book_numbers import (CHANGES, GOLDEN, GOLDEN_COMMIT, ROOT, compa
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
+def without_glue(record: dict) -> dict:
+    """A flat record, or a changes file, less its glue entries."""
+    return {k: v for k, v in record.items() if "/glue/" not in k}
+
+
 def test_the_chapters_print_the_recorded_numbers_or_a_listed_change():
-    result = compare(flatten(load_json(GOLDEN)["chapters"]), flatten(extract(read_notebooks(NOTEBOOKS))),
-                     load_json(CHANGES))
+    """Check cells, CLI runs and other visible outputs. The glued values of 3f3cb8a are now the prose's inline
+    expressions: what the pages say, numbers included, is compared with the pages of 7042cf4 (the last build with
+    glue, whose glued values are those of this record or a change listed here) by tests/book/test_book_text.py."""
+    changes = load_json(CHANGES)
+    changes = {kind: without_glue(entries) if isinstance(entries, dict) else entries for kind, entries in changes.items()}
+    result = compare(without_glue(flatten(load_json(GOLDEN)["chapters"])), flatten(extract(read_notebooks(NOTEBOOKS))),
+                     changes)
     if result["reported"]:
         warnings.warn(f"{len(result['reported'])} accepted or new book numbers:\n" + "\n".join(result["reported"]))
     assert not result["failed"], (

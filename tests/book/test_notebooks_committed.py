@@ -64,12 +64,33 @@ def test_no_errors_and_no_volatile_metadata(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_every_glue_name_is_glued_once(path):
-    """myst-nb warns (so the -W build fails) on a name glued twice in one notebook; catch it here, fast."""
-    names = [o.metadata.get("scrapbook", {}).get("name") for c in code_cells(nbformat.read(path, as_version=4))
-             for o in c.outputs if "scrapbook" in o.get("metadata", {})]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    assert not twice, f"{path.name}: glued more than once: {twice}"
+def test_the_prose_numbers_are_inline_expressions_filled_for_jupyterlab(path):
+    """No glue is left (it reads only inside the built book); every Markdown cell's inline expressions have their
+    results stored (kvbook.inline, run by `make refresh`), so JupyterLab and JupyterLite show the numbers before any
+    cell runs."""
+    from kvbook.inline import expressions
+
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "myst_nb" not in code and "glue(" not in code, f"{path.name}: glue is left in its code"
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        assert "{glue" not in cell.source, f"{path.name}: cell {i} still has a glue role"
+        stored = [e["expression"] for e in cell.metadata.get("user_expressions", [])]
+        assert stored == expressions(cell.source), (
+            f"{path.name}: cell {i}'s stored inline-expression results do not match its text: run `make refresh`")
+        assert all(e["result"]["status"] == "ok" for e in cell.metadata.get("user_expressions", []))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_code_cell_is_removed_whole(path):
+    """myst-nb's inline mode runs a code cell when the page reaches it, and skips a cell tagged remove-cell until the
+    next shown one: the prose between would be evaluated before the cell above it ran. A hidden computing cell is
+    tagged remove-input and remove-output instead (run in place, nothing shown)."""
+    nb = nbformat.read(path, as_version=4)
+    removed = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "remove-cell" in c.metadata.get("tags", [])]
+    assert not removed, f"{path.name}: code cells {removed} are tagged remove-cell"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
