@@ -1,5 +1,6 @@
 """The calibration table: every published measurement loads, none beats its bound, three bounds by hand."""
 
+import ast
 import dataclasses
 import json
 import re
@@ -227,42 +228,136 @@ def test_wrong_types_are_value_errors(call):
 
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+CH12, CH13 = "12_reality_check.ipynb", "13_calibration.ipynb"
+
+# An inline expression that prints one row's ratio: f"{REF.ratio:SPEC}", REF naming a single Calibration
+# (no min/max/median over rows, which print no row's own ratio)
+ONE_RATIO = re.compile(r"""^f(['"])\{(?P<ref>[\w.]+(?:\[["'][\w.-]+["']\])?(?:\.cal)?|bound_for\(\w+\))"""
+                       r"""\.ratio:(?P<spec>[^}]+)\}\1$""")
+# the names the two chapters give single rows' Calibrations (BY_ID["id"] and chapter 12's CAL["key"] resolve alone)
+NAMED = {CH12: {"r6.cal": "key:6", "r7.cal": "key:7", "r10.cal": "key:10", "bound_for(META)": "meta-65b-tp8"},
+         CH13: {"ds": "ds-v3-decode", "closest": "highest"}}  # closest: the row with the highest ratio
 
 
-def _glued(notebook: str, prefix: str) -> dict[str, float]:
-    """The values a committed, executed notebook glued under names starting with ``prefix``."""
+def _cells(notebook: str) -> list[dict]:
+    return json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
+
+
+def _printed_texts(notebook: str) -> dict[str, str]:
+    """Each inline expression's text as the committed, filled notebook shows it (its ``user_expressions``)."""
+    from kvbook.inline import result_text
+
     out = {}
-    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
-        for o in cell.get("outputs", []):
-            name = o.get("metadata", {}).get("scrapbook", {}).get("name", "")
-            if name.startswith(prefix):
-                out[name[len(prefix):]] = float(o["data"]["application/papermill.record/text/plain"])
+    for cell in _cells(notebook):
+        for entry in cell.get("metadata", {}).get("user_expressions", []):
+            assert entry["result"].get("status") == "ok", (notebook, entry)
+            out.setdefault(entry["expression"], result_text(entry["result"]))
+    assert out, f"{notebook} holds no evaluated inline expressions: fill it (python -m kvbook.inline, make refresh)"
     return out
 
 
-def _calibration_table(notebook: str) -> dict[str, str]:
-    """Row id -> phi as chapter 13's table of every measurement prints it (two decimals)."""
-    for cell in json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]:
+def _row_keys() -> dict[str, str]:
+    """Chapter 12's keys -> rows of the measurements table: its ROW_IDS, read from its source."""
+    for cell in _cells(CH12):
+        if cell["cell_type"] != "code":
+            continue
+        for node in ast.parse("".join(cell["source"])).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["ROW_IDS"]:
+                return ast.literal_eval(node.value)
+    raise AssertionError(f"{CH12} defines no ROW_IDS")
+
+
+def _row_of(notebook: str, ref: str, keys: dict[str, str]) -> str:
+    """The measurement id a chapter's REF (of f"{REF.ratio:...}") names."""
+    m = re.fullmatch(r"""(BY_ID|CAL|BY_KEY)\[["']([\w.-]+)["']\](\.cal)?""", ref)
+    if m:
+        return m.group(2) if m.group(1) == "BY_ID" else keys[m.group(2)]
+    named = NAMED[notebook].get(ref)
+    assert named, f"{notebook} prints the ratio of {ref!r}: name its row in NAMED"
+    if named == "highest":
+        return max(ROWS, key=lambda m: km.calibration.bound_for(m).ratio).id
+    return keys[named[4:]] if named.startswith("key:") else named
+
+
+def _printed_ratios(notebook: str, texts: dict[str, str]) -> list[tuple[str, str, str, str]]:
+    """(row id, format spec, expression, printed text) of each expression printing one row's ratio."""
+    keys = _row_keys()
+    found = []
+    for expr, text in texts.items():
+        m = ONE_RATIO.match(expr)
+        if m:
+            found.append((_row_of(notebook, m.group("ref"), keys), m.group("spec"), expr, text))
+    return found
+
+
+def _ratio_mismatches(printed: dict[str, list[tuple[str, str, str, str]]]) -> list[tuple]:
+    """Every printed ratio that is not kvmath.calibration's for its row in the same format, or not the other
+    chapter's text for the same row and format."""
+    bad = [(nb, expr, text, format(km.calibration.bound_for(row).ratio, spec))
+           for nb, found in printed.items() for row, spec, expr, text in found
+           if text != format(km.calibration.bound_for(row).ratio, spec)]
+    first = {}
+    for nb, found in printed.items():
+        for row, spec, expr, text in found:
+            other = first.setdefault((row, spec), (nb, text))
+            if other[1] != text:
+                bad.append((row, spec, other, (nb, text)))
+    return bad
+
+
+def _output_lines(notebook: str) -> list[str]:
+    """The lines of every committed text output of a notebook."""
+    return "\n".join("".join(o.get("data", {}).get("text/plain", "")) for c in _cells(notebook)
+                     for o in c.get("outputs", [])).splitlines()
+
+
+def _table_column(notebook: str, marker: str, column: str) -> dict[str, str]:
+    """Row (first cell) -> the cell under ``column`` of the first committed text table whose text holds ``marker``."""
+    for cell in _cells(notebook):
         for o in cell.get("outputs", []):
             text = "".join(o.get("data", {}).get("text/plain", ""))
-            if "published measurements and kvmath's bound" in text:
+            if marker in text:
                 lines = text.splitlines()
-                head = re.split(r"\s{2,}", lines[1].strip())
-                col = head.index("phi")
-                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[3:])}
-    raise AssertionError(f"{notebook} shows no table of every measurement")
+                at = next(i for i, ln in enumerate(lines) if column in ln)
+                head = re.split(r"\s{2,}", lines[at].strip())
+                col = head.index(column)
+                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 2:])}
+    raise AssertionError(f"{notebook} shows no table holding {marker!r}")
 
 
 def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
-    """Both chapters' committed outputs: chapter 12's ratio of each of its rows, rounded as chapter 13 prints it."""
-    ch12 = _glued("12_reality_check.ipynb", "rc_cal_phi_")
-    ch13 = _calibration_table("13_calibration.ipynb")
-    assert len(ch12) == 14 and len(ch13) >= 50
-    for row, phi in ch12.items():
-        assert f"{phi:.2f}" == ch13[row], (row, phi, ch13[row])
-        assert phi == pytest.approx(km.calibration.bound_for(row).ratio, rel=1e-12)  # and both are today's package
+    """Each chapter's printed ratio of a measured row (its filled inline expressions) is kvmath.calibration's, in
+    the expression's own format, and both chapters print the same text for the same row; their tables too."""
+    printed = {nb: _printed_ratios(nb, _printed_texts(nb)) for nb in (CH12, CH13)}
+    rows = {nb: {row for row, *_ in found} for nb, found in printed.items()}
+    assert len(rows[CH12]) >= 5 and len(rows[CH13]) >= 5, rows
+    # the same rows printed by both: the first tokens on the A100 and the H100
+    assert {"trt-7b-a100-ttft", "trt-7b-h100-ttft"} <= rows[CH12] & rows[CH13], rows
+    assert not _ratio_mismatches(printed), _ratio_mismatches(printed)
+    # the check catches a different number in either chapter
+    for nb in (CH12, CH13):
+        row, spec, expr, text = printed[nb][0]
+        wrong = dict(printed, **{nb: [(row, spec, expr, text + "0"), *printed[nb][1:]]})
+        assert any(expr in str(b) for b in _ratio_mismatches(wrong)), nb
+    # chapter 13's table of every measurement (two decimals) and chapter 12's tables (percent) of its rows
+    ch13 = _table_column(CH13, "published measurements and kvmath's bound", "phi")
+    assert len(ch13) >= 50
+    for m in ROWS:
+        assert ch13[m.id] == f"{km.calibration.bound_for(m).ratio:.2f}", (m.id, ch13[m.id])
+    keys = _row_keys()
+    ch12 = _table_column(CH12, "what binds the strict bound", "phi (%)")
+    lines = _output_lines(CH12)  # run_table: one column per row, the ratio on the phi_run line
+    head = next(ln for ln in lines if ln.startswith("quantity") and "row 4" in ln)
+    phi_run = next(ln for ln in lines if ln.startswith("phi_run (%)"))
+    run = dict(zip(re.split(r"\s{2,}", head.strip())[1:], re.split(r"\s{2,}", phi_run.strip())[1:]))
+    in_tables = {**ch12, **{k.removeprefix("row "): v for k, v in run.items()}}
+    assert {"1", "2a", "2b", "3a", "3b", "3c", "4", "5", "6", "7"} <= set(in_tables), in_tables
+    for k, pct in in_tables.items():
+        assert pct == f"{100 * km.calibration.bound_for(keys[k]).ratio:.0f}", (k, pct)
     # the two rows whose ratios used to differ (88% against 0.905, 54% against 0.53)
     assert (ch13["lcpp-4090-8b-ub1"], ch13["gf-70b-tp8"]) == ("0.88", "0.54")
+    percent12 = {row: text for row, spec, _, text in printed[CH12] if spec == ".0%"}
+    assert (percent12["lcpp-4090-8b-ub1"], in_tables["3c"]) == ("88%", "54")
 
 
 def test_a_measurement_gives_its_deployment():
