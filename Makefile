@@ -10,10 +10,11 @@
 #   make lab      JupyterLab on notebooks/, with kvmath and kvbook installed
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata)
-#   make workshop the workshop kit in _build/workshop/: learner and instructor
-#                 builds, the handout PDF and the answer key
-#   make handout  the two-page A4 handout, _build/workshop/handout.pdf
-#   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/lite
+#   make workshop the workshop kit in _build/workshop/, two folders: learner/ (the only
+#                 one to serve or copy: learner book, live notebooks, handout, PDF)
+#                 and instructor/ (instructor book, answer key, PDF)
+#   make handout  the two-page A4 handout, _build/workshop/learner/handout.pdf
+#   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/learner/lite
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath and the
@@ -22,6 +23,9 @@
 # mode, the browser assets from npm (package-lock.json) and
 # the in-browser Python runtime (make runtime: Pyodide from npm, its numpy and
 # matplotlib wheels checked against Pyodide's own lock; .cache/, outside git).
+# Every folder a target creates ($(VENV), $(LITE_VENV), node_modules/, .cache/, _build/)
+# is in _config.yml's exclude_patterns, so any target may run after any other, in
+# any order, in one checkout (tests/book/test_kit.py checks it).
 
 SHELL       := /bin/bash
 PYTHON      ?= python3
@@ -49,7 +53,7 @@ help:
 	@echo "make pdf      print the built book to one PDF with headless Chromium"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
-	@echo "make workshop learner + instructor builds, handout, answer key in $(WORKSHOP)"
+	@echo "make workshop the kit in $(WORKSHOP): learner/ (serve only this) and instructor/"
 	@echo "make handout  the two-page A4 handout PDF"
 
 # --- tools ------------------------------------------------------------------
@@ -146,8 +150,8 @@ teaching-pages: env
 	$(VPY) -m kvbook.workshop.workshop_pages
 
 handout: env chromium
-	$(VPY) -m kvbook.workshop.handout --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
-	@echo "Handout: $(WORKSHOP)/handout.pdf"
+	$(VPY) -m kvbook.workshop.handout --html $(WSRC)/handout.html --pdf $(WORKSHOP)/learner/handout.pdf
+	@echo "Handout: $(WORKSHOP)/learner/handout.pdf"
 
 # Copies of the sources, transformed (solutions removed / facilitator notes
 # added), executed and built like `make book` (warnings are errors).
@@ -161,7 +165,7 @@ instructor: env assets
 # its own pinned environment (.venv-lite from requirements-lite.txt, apart from the
 # book's), the same vendored Pyodide plus the kernel's own wheels, each checked against
 # the official lock (packages/kvbook/kvbook/workshop/workshop_lite.py; it fails unless every URL is local).
-LITE_VENV  := .venv-lite
+LITE_VENV  ?= .venv-lite
 LITE_STAMP := $(LITE_VENV)/.kvmath-lite-installed
 $(LITE_STAMP): requirements-lite.txt
 	@test -x $(LITE_VENV)/bin/python || $(PYTHON) -m venv $(LITE_VENV) || { echo "make: could not create $(LITE_VENV)"; exit 1; }
@@ -171,21 +175,25 @@ $(LITE_STAMP): requirements-lite.txt
 lite-env: $(LITE_STAMP)
 
 lite: env assets runtime lite-env
-	$(VPY) -m kvbook.workshop.workshop_lite
+	$(VPY) -m kvbook.workshop.workshop_lite --lite-venv $(LITE_VENV)
 
-# From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
+# From the executed notebooks (their ans_<label>_<quantity> glue): the instructor
+# build's when it exists (make instructor), else those `make book` executed, else the
+# committed ones. Into the instructor's folder only.
 answer-key: env
-	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
+	@nb=$(WSRC)/instructor/_build/jupyter_execute/notebooks; [ -d $$nb ] || nb=$(HTML)/../jupyter_execute/notebooks; \
+	[ -d $$nb ] || nb=notebooks; \
+	echo "$(VPY) -m kvbook.workshop.answer_key --notebooks $$nb ..."; \
+	$(VPY) -m kvbook.workshop.answer_key --notebooks $$nb \
+	  --out $(WORKSHOP)/instructor/answer-key.md --json $(WORKSHOP)/instructor/answer-key.json
 
-workshop: book learner instructor handout answer-key lite
-	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
-	cp -r $(HTML) $(WORKSHOP)/book
-	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
-	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
-	cp packages/kvbook/kvbook/workshop/index.html $(WORKSHOP)/index.html
-	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ lite/ handout.pdf answer-key.md"; \
-	echo "Serve it to the room (one command):  python3 -m http.server -d $(WORKSHOP) 8000 --bind 0.0.0.0"; \
-	echo "  learners open http://<this machine's address>:8000/ (book: learner/, live notebooks: lite/)"
+# The kit: learner/ (the only folder to serve or copy) and instructor/, each with its
+# book printed to a PDF beside it (packages/kvbook/kvbook/workshop/kit.py). It reads
+# neither _build/html nor its PDF: `make book` / `make pdf` before or after leave both.
+# The answer key is made after the instructor build, whose executed notebooks it reads.
+workshop: env assets chromium poppler learner instructor handout lite
+	@$(MAKE) --no-print-directory answer-key
+	$(VPY) -m kvbook.workshop.kit
 
 # --- live notebooks ------------------------------------------------------------
 lab: env
