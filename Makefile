@@ -49,7 +49,7 @@ WSRC        := _build/workshop-src
 help:
 	@echo "make book     build the book into $(HTML) (offline-ready)"
 	@echo "make test     run every test (sets everything up first)"
-	@echo "make test-full  make test, plus the slow checks (the learner build of the workshop kit)"
+	@echo "make test-full  make test, plus the slow checks (the workshop kit, a fresh clone's targets in turn)"
 	@echo "make pdf      print the built book to one PDF with headless Chromium"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
@@ -137,10 +137,12 @@ test: env assets runtime chromium poppler book
 
 # Everything `make test` runs, plus the tests marked slow: the PDF, the live
 # figures of every page, the JupyterLite site (one chapter, then every chapter),
-# the learner build of the workshop kit (a second execution of every notebook)
-# and its test that no solution is left in it, every pair of figure controls,
-# and the blitted figures' pixels against full redraws.
-test-full: env assets runtime chromium poppler book learner lite
+# the workshop kit (make workshop: the learner and instructor builds, a second and
+# third execution of every notebook, and their PDFs) and its tests that no solution,
+# answer key or instructor page is in the learner folder, make workshop, book and pdf
+# in turn in a fresh clone, every pair of figure controls, and the blitted figures'
+# pixels against full redraws.
+test-full: env assets runtime chromium poppler book workshop
 	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest
 
