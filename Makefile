@@ -179,22 +179,15 @@ lite-env: $(LITE_STAMP)
 lite: env assets runtime lite-env
 	$(VPY) -m kvbook.workshop.workshop_lite --lite-venv $(LITE_VENV)
 
-# From the executed notebooks (their ans_<label>_<quantity> glue): the instructor
-# build's when it exists (make instructor), else those `make book` executed, else the
-# committed ones. Into the instructor's folder only.
+# From the answers the notebooks' solutions record (their answer_values metadata, filled
+# by make refresh). Into the instructor's folder only.
 answer-key: env
-	@nb=$(WSRC)/instructor/_build/jupyter_execute/notebooks; [ -d $$nb ] || nb=$(HTML)/../jupyter_execute/notebooks; \
-	[ -d $$nb ] || nb=notebooks; \
-	echo "$(VPY) -m kvbook.workshop.answer_key --notebooks $$nb ..."; \
-	$(VPY) -m kvbook.workshop.answer_key --notebooks $$nb \
-	  --out $(WORKSHOP)/instructor/answer-key.md --json $(WORKSHOP)/instructor/answer-key.json
+	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/instructor/answer-key.md --json $(WORKSHOP)/instructor/answer-key.json
 
 # The kit: learner/ (the only folder to serve or copy) and instructor/, each with its
 # book printed to a PDF beside it (packages/kvbook/kvbook/workshop/kit.py). It reads
 # neither _build/html nor its PDF: `make book` / `make pdf` before or after leave both.
-# The answer key is made after the instructor build, whose executed notebooks it reads.
-workshop: env assets chromium poppler learner instructor handout lite
-	@$(MAKE) --no-print-directory answer-key
+workshop: env assets chromium poppler learner instructor handout answer-key lite
 	$(VPY) -m kvbook.workshop.kit
 
 # --- live notebooks ------------------------------------------------------------

@@ -106,6 +106,19 @@ def test_learner_copies_hold_no_solution(copies):
             assert code not in text, f"{notebook}: a solution's code is in the learner copy"
             assert code in _notebook_text(copies["instructor"] / "notebooks" / f"{notebook}.ipynb")
     assert removed >= len(CHAPTERS), removed   # every chapter has solution code to look for
+    # the answers the solutions record for the key (cell metadata) are not in the learner's copy
+    recorded = 0
+    for notebook in CHAPTERS:
+        for variant in ("learner", "instructor"):
+            cells = json.loads((copies[variant] / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+            n = sum(1 for c in cells if {"answers", "answer_values"} & set(c["metadata"].get("kvbook", {})))
+            if variant == "learner":
+                assert n == 0, notebook
+            else:
+                recorded += n
+    original = sum(1 for n in CHAPTERS for c in json.loads((ROOT / "notebooks" / f"{n}.ipynb").read_text())["cells"]
+                   if "answers" in c["metadata"].get("kvbook", {}))
+    assert recorded == original
     problems = (copies["learner"] / "book" / "teaching" / "problems.md").read_text()
     assert "Worked answer" not in problems
     for p in workshop_pages.problems():
@@ -158,6 +171,18 @@ def test_unused_glue_import_goes_with_the_solutions():
     assert code == ["import kvmath\nx = 1"]                      # the line goes, the emptied cell too
     still_glued = nb(("code", "from myst_nb import glue\nglue('a', 1, display=False)"))
     assert workshop_build.learner_notebook(still_glued)["cells"][0]["source"].startswith("from myst_nb import glue")
+
+
+def test_recorded_answers_are_dropped_from_the_learners_copy():
+    end = {"cell_type": "markdown", "source": "```{solution-end}\n```\n\nAfter the solution.",
+           "metadata": {"kvbook": {"answers": {"ex-a": {"x": "fmt_number(x)"}}, "answer_values": {"ex-a": {"x": "42"}},
+                                   "other": 1}}}
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "```{solution-start} ex-a\n```\nx = 42."},
+                    end]}
+    out = workshop_build.learner_notebook(nb)
+    assert [c["source"].strip() for c in out["cells"]] == ["After the solution."]
+    assert out["cells"][0]["metadata"] == {"kvbook": {"other": 1}}
+    assert end["metadata"]["kvbook"]["answer_values"] == {"ex-a": {"x": "42"}}   # the original is untouched
 
 
 # --- the learner's live notebooks -------------------------------------------------------------

@@ -154,9 +154,26 @@ def drop_unused_glue_import(nb: dict) -> dict:
     return out
 
 
+def drop_recorded_answers(nb: dict) -> dict:
+    """A copy of a notebook without the answers its solutions record for the key (cell metadata).
+
+    ``metadata["kvbook"]["answers"]`` (expressions over the solution's variables, which the
+    learner's copy no longer defines) and ``["answer_values"]`` (their text: the answers).
+    """
+    out = copy.deepcopy(nb)
+    for cell in out["cells"]:
+        meta = cell.get("metadata", {}).get("kvbook")
+        if isinstance(meta, dict):
+            meta.pop("answers", None)
+            meta.pop("answer_values", None)
+            if not meta:
+                del cell["metadata"]["kvbook"]
+    return out
+
+
 def learner_notebook(nb: dict) -> dict:
-    """The learner's copy of a chapter: no solution, no unused glue import, no facilitator's note."""
-    return drop_unused_glue_import(strip_solutions(nb))
+    """The learner's copy of a chapter: no solution, no recorded answer, no unused glue import."""
+    return drop_unused_glue_import(drop_recorded_answers(strip_solutions(nb)))
 
 
 def learner_toc(toc: dict) -> dict:

@@ -253,7 +253,10 @@ def check_notebooks(folder: Path) -> list[str]:
                         problems.append(f"{path.name}, cell {i}: {{eval}}`{expr}` has no stored result")
                     elif have[expr].get("status") != "ok" or "text/plain" not in have[expr].get("data", {}):
                         problems.append(f"{path.name}, cell {i}: {{eval}}`{expr}`'s stored result is not ok")
-            elif cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
+            kvbook_meta = cell.get("metadata", {}).get("kvbook", {})
+            if "answers" in kvbook_meta or "answer_values" in kvbook_meta:
+                problems.append(f"{path.name}, cell {i}: an answer the key records")
+            if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
                 problems.append(f"{path.name}, cell {i}: outputs left")
     return problems
 
