@@ -11,10 +11,11 @@
 #   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
 #   make refresh  re-execute every notebook in place (low-churn metadata), then store each
 #                 Markdown cell's inline-expression results for JupyterLab (kvbook.inline)
-#   make workshop the workshop kit in _build/workshop/: learner and instructor
-#                 builds, the handout PDF and the answer key
-#   make handout  the two-page A4 handout, _build/workshop/handout.pdf
-#   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/lite
+#   make workshop the workshop kit in _build/workshop/, two folders: learner/ (the only
+#                 one to serve or copy: learner book, live notebooks, handout, PDF)
+#                 and instructor/ (instructor book, answer key, PDF)
+#   make handout  the two-page A4 handout, _build/workshop/learner/handout.pdf
+#   make lite     the notebooks live in the browser (JupyterLite), _build/workshop/learner/lite
 #
 # Each target sets up what it needs: a virtual environment in .venv from the
 # pinned requirements.txt (re-made when that file changes), kvmath and the
@@ -23,6 +24,9 @@
 # mode, the browser assets from npm (package-lock.json) and
 # the in-browser Python runtime (make runtime: Pyodide from npm, its numpy and
 # matplotlib wheels checked against Pyodide's own lock; .cache/, outside git).
+# Every folder a target creates ($(VENV), $(LITE_VENV), node_modules/, .cache/, _build/)
+# is in _config.yml's exclude_patterns, so any target may run after any other, in
+# any order, in one checkout (tests/book/test_kit.py checks it).
 
 SHELL       := /bin/bash
 PYTHON      ?= python3
@@ -46,11 +50,11 @@ WSRC        := _build/workshop-src
 help:
 	@echo "make book     build the book into $(HTML) (offline-ready)"
 	@echo "make test     run every test (sets everything up first)"
-	@echo "make test-full  make test, plus the slow checks (the learner build of the workshop kit)"
+	@echo "make test-full  make test, plus the slow checks (the workshop kit, a fresh clone's targets in turn)"
 	@echo "make pdf      print the built book to one PDF with headless Chromium"
 	@echo "make lab      run the notebooks live in JupyterLab"
 	@echo "make refresh  re-execute notebooks/*.ipynb in place"
-	@echo "make workshop learner + instructor builds, handout, answer key in $(WORKSHOP)"
+	@echo "make workshop the kit in $(WORKSHOP): learner/ (serve only this) and instructor/"
 	@echo "make handout  the two-page A4 handout PDF"
 
 # --- tools ------------------------------------------------------------------
@@ -134,10 +138,12 @@ test: env assets runtime chromium poppler book
 
 # Everything `make test` runs, plus the tests marked slow: the PDF, the live
 # figures of every page, the JupyterLite site (one chapter, then every chapter),
-# the learner build of the workshop kit (a second execution of every notebook)
-# and its test that no solution is left in it, every pair of figure controls,
-# and the blitted figures' pixels against full redraws.
-test-full: env assets runtime chromium poppler book learner lite
+# the workshop kit (make workshop: the learner and instructor builds, a second and
+# third execution of every notebook, and their PDFs) and its tests that no solution,
+# answer key or instructor page is in the learner folder, make workshop, book and pdf
+# in turn in a fresh clone, every pair of figure controls, and the blitted figures'
+# pixels against full redraws.
+test-full: env assets runtime chromium poppler book workshop
 	$(VPY) scripts/make_pdf.py $(HTML)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest
 
@@ -147,8 +153,8 @@ teaching-pages: env
 	$(VPY) -m kvbook.workshop.workshop_pages
 
 handout: env chromium
-	$(VPY) -m kvbook.workshop.handout --html $(WORKSHOP)/handout.html --pdf $(WORKSHOP)/handout.pdf
-	@echo "Handout: $(WORKSHOP)/handout.pdf"
+	$(VPY) -m kvbook.workshop.handout --html $(WSRC)/handout.html --pdf $(WORKSHOP)/learner/handout.pdf
+	@echo "Handout: $(WORKSHOP)/learner/handout.pdf"
 
 # Copies of the sources, transformed (solutions removed / facilitator notes
 # added), executed and built like `make book` (warnings are errors).
@@ -162,7 +168,7 @@ instructor: env assets
 # its own pinned environment (.venv-lite from requirements-lite.txt, apart from the
 # book's), the same vendored Pyodide plus the kernel's own wheels, each checked against
 # the official lock (packages/kvbook/kvbook/workshop/workshop_lite.py; it fails unless every URL is local).
-LITE_VENV  := .venv-lite
+LITE_VENV  ?= .venv-lite
 LITE_STAMP := $(LITE_VENV)/.kvmath-lite-installed
 $(LITE_STAMP): requirements-lite.txt
 	@test -x $(LITE_VENV)/bin/python || $(PYTHON) -m venv $(LITE_VENV) || { echo "make: could not create $(LITE_VENV)"; exit 1; }
@@ -172,21 +178,18 @@ $(LITE_STAMP): requirements-lite.txt
 lite-env: $(LITE_STAMP)
 
 lite: env assets runtime lite-env
-	$(VPY) -m kvbook.workshop.workshop_lite
+	$(VPY) -m kvbook.workshop.workshop_lite --lite-venv $(LITE_VENV)
 
-# From the notebooks `make book` executed (their ans_<label>_<quantity> glue).
+# From the answers the notebooks' solutions record (their answer_values metadata, filled
+# by make refresh). Into the instructor's folder only.
 answer-key: env
-	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/answer-key.md --json $(WORKSHOP)/answer-key.json
+	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/instructor/answer-key.md --json $(WORKSHOP)/instructor/answer-key.json
 
-workshop: book learner instructor handout answer-key lite
-	rm -rf $(WORKSHOP)/book $(WORKSHOP)/learner $(WORKSHOP)/instructor
-	cp -r $(HTML) $(WORKSHOP)/book
-	cp -r $(WSRC)/learner/_build/html $(WORKSHOP)/learner
-	cp -r $(WSRC)/instructor/_build/html $(WORKSHOP)/instructor
-	cp packages/kvbook/kvbook/workshop/index.html $(WORKSHOP)/index.html
-	@echo; echo "Workshop kit in $(WORKSHOP)/: book/ learner/ instructor/ lite/ handout.pdf answer-key.md"; \
-	echo "Serve it to the room (one command):  python3 -m http.server -d $(WORKSHOP) 8000 --bind 0.0.0.0"; \
-	echo "  learners open http://<this machine's address>:8000/ (book: learner/, live notebooks: lite/)"
+# The kit: learner/ (the only folder to serve or copy) and instructor/, each with its
+# book printed to a PDF beside it (packages/kvbook/kvbook/workshop/kit.py). It reads
+# neither _build/html nor its PDF: `make book` / `make pdf` before or after leave both.
+workshop: env assets chromium poppler learner instructor handout answer-key lite
+	$(VPY) -m kvbook.workshop.kit
 
 # --- live notebooks ------------------------------------------------------------
 lab: env

@@ -1,8 +1,14 @@
 """Print the built book to one PDF with the headless Chromium the tests use.
 
-Usage: python scripts/make_pdf.py [HTML_DIR] [OUT]   (or `make pdf`)
-  HTML_DIR defaults to _build/html, OUT to HTML_DIR/kvmath-book.pdf, the file
-  the download menu of every page links to.
+Usage: python scripts/make_pdf.py [HTML_DIR] [OUT] [TOC]   (or `make pdf`)
+  HTML_DIR defaults to _build/html, OUT to HTML_DIR/kvmath-book.pdf, TOC (the
+  build's table of contents, for the reading order) to the repository's _toc.yml;
+  the workshop kit prints each of its books to a PDF beside it, with that build's
+  own _toc.yml (kvbook/workshop/kit.py).
+
+Once the PDF is written, every page's download menu is pointed at it
+(``kvbook.sphinx.book_pages.link_pdf``, by its path from the page): a build
+offers the PDF only once this has made it.
 
 Every page of the table of contents (_toc.yml), in reading order, is opened
 from a local server in Debian's Chromium (/usr/bin/chromium, driven by
@@ -53,9 +59,11 @@ def page_count(pdf: Path) -> int:
     return int(next(line.split()[-1] for line in out.splitlines() if line.startswith("Pages:")))
 
 
-def main(html_dir: str = "_build/html", out: str | None = None) -> int:
+def main(html_dir: str = "_build/html", out: str | None = None, toc: str | None = None) -> int:
+    from kvbook.sphinx.book_pages import PDF_NAME, link_pdf
+
     html = (ROOT / html_dir).resolve()
-    target = Path(out) if out else html / "kvmath-book.pdf"
+    target = Path(out).resolve() if out else html / PDF_NAME
     for tool in ("pdfunite", "pdfinfo"):
         if shutil.which(tool) is None:
             print(f"make_pdf: '{tool}' not found: install poppler-utils (`make poppler`)")
@@ -63,7 +71,7 @@ def main(html_dir: str = "_build/html", out: str | None = None) -> int:
     if not (html / "index.html").exists():
         print(f"make_pdf: {html} has no built book: run `make book` first")
         return 1
-    docs = reading_order()
+    docs = reading_order(Path(toc)) if toc else reading_order()
     first_pages: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp, serve(html) as base, launch_browser() as browser:
         parts = []
@@ -85,7 +93,9 @@ def main(html_dir: str = "_build/html", out: str | None = None) -> int:
         subprocess.run(["pdfunite", *parts, str(target)], check=True)
     Path(str(target) + ".json").write_text(json.dumps({"pages": page_no - 1, "first_page": first_pages},
                                                       indent=1))
-    print(f"wrote {target} ({page_no - 1} pages, {target.stat().st_size / 1e6:.1f} MB)")
+    linked = link_pdf(html, target)
+    print(f"wrote {target} ({page_no - 1} pages, {target.stat().st_size / 1e6:.1f} MB); "
+          f"the download menu of {linked} pages links it")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The workshop's JupyterLite site runs the notebooks in the browser, as in a room.
 
-Serves ``_build/workshop`` (``make workshop``) on localhost with every request off
-localhost aborted and recorded. In the room's LAN mode (service workers unavailable,
+Serves the kit's learner folder, ``_build/workshop/learner`` (``make workshop``; the only
+folder the room is served), on localhost with every request off localhost aborted and
+recorded. In the room's LAN mode (service workers unavailable,
 as for a page served over plain HTTP from a LAN address) it opens ``lite/notebooks/``
 on 01_roofline, runs all its cells, asserts no error output and a rendered figure,
 drags a figure's slider and sees its image change, changes a value in a cell, re-runs
@@ -14,7 +15,7 @@ thread would find the first one's event loop running.
 The tests that run the site are ``slow`` (a Pyodide kernel start: about two minutes on a
 loaded 2-core machine; every chapter, 30-60 s more each): ``make test-full`` builds the site
 and runs them, and a missing site fails them. ``KVMATH_WORKSHOP_DIR`` (a path, not a
-selection) points them at a site built elsewhere.
+selection) points them at a kit built elsewhere (its ``learner/`` is served).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from kvbook.workshop import workshop_lite
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
-LITE = WORKSHOP / "lite"
+SERVED = WORKSHOP / "learner"           # what the room is served (book/teaching/run-it.md)
+LITE = SERVED / "lite"
 NOTEBOOK = "notebooks/01_roofline.ipynb"
 
 
@@ -68,7 +70,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server():
     _need_site()
-    handler = functools.partial(_Quiet, directory=str(WORKSHOP))
+    handler = functools.partial(_Quiet, directory=str(SERVED))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_port}/"
@@ -147,6 +149,22 @@ def _run_all(page, server, notebook, timeout_s=300):
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
     return first_result, all_cells, tracebacks
+
+
+@pytest.mark.slow
+def test_the_served_folder_offers_no_answer_key_or_instructor_page(server):
+    import urllib.error
+    import urllib.request
+    for path in ("answer-key.md", "instructor/", "../instructor/index.html", "book/book/teaching/run-it.html",
+                 "book/book/teaching/plan-90.html", "lite/files/notebooks/answer-key.md"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(server + path)
+        assert err.value.code == 404, path
+    with urllib.request.urlopen(server + "lite/files/notebooks/00_sample_rhythm.ipynb") as r:
+        nb = json.loads(r.read())
+    assert "{solution" not in json.dumps(nb["cells"])
+    assert any(c.get("metadata", {}).get("user_expressions") for c in nb["cells"])
+    assert workshop_lite.check_notebooks(LITE / "files" / "notebooks") == []
 
 
 @pytest.mark.slow

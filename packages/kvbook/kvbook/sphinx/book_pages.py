@@ -38,8 +38,14 @@ What it changes, and why (issue 13, "the published book reads like a book"):
   with the book) on every page, for a search-as-you-type box it has switched
   off (``search_as_you_type = False``): the header's search form submits to
   ``search.html``, which loads them itself. Other pages drop the three tags.
-* **The download menu offers the book's PDF** (``make pdf`` writes
-  ``_build/html/kvmath-book.pdf``) instead of calling the print dialog.
+* **The download menu offers the book's PDF, where there is one.** A build
+  has no PDF (``make book`` starts from an empty ``_build/html``), so its menu
+  keeps the theme's print button; ``scripts/make_pdf.py`` prints the book and
+  then calls :func:`link_pdf`, which turns every page's print button into a
+  link to the PDF it wrote (``make pdf``: ``_build/html/kvmath-book.pdf``; the
+  workshop kit: the PDF beside each kit book). A build whose output folder
+  already holds ``kvmath-book.pdf`` links it at once. The menu never links a
+  file that is not there.
 
 Nothing here fetches anything: every change is to files in the build.
 """
@@ -62,6 +68,10 @@ _SEARCH_TOOLS = re.compile(
     r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')
 _FONTAWESOME = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
 _PRINT_BUTTON = re.compile(r'<button onclick="window\.print\(\)"(.*?)title="Print to PDF"(.*?)</button>', re.S)
+_PDF_TITLE = "The whole book as one PDF"
+# the menu's entry once linked (by the build or by link_pdf): its target may be re-pointed
+_PDF_LINK = re.compile(r'<a href="[^"]*" download(\s+class="[^"]*btn-download-pdf-button[^"]*"\s+)'
+                       r'title="' + _PDF_TITLE + r'"(.*?)</a>', re.S)
 _DATA = re.compile(r'(<script type="application/json" class="kvmath-interactive-data">)(.*?)(</script>)', re.S)
 _IMG = re.compile(r'(<img class="kvmath-interactive-img" src=")(data:image/png;base64,[^"]+)(")')
 
@@ -277,7 +287,44 @@ _CURRENT = re.compile(r'<li class="toctree-l1 current active[^>]*><a class="curr
 _PRINT_H1 = re.compile(r'(<div id="jb-print-docs-body" class="onlyprint">\s*<h1>)(?!<span)')
 
 
-def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = None, search_page: bool = False) -> str:
+def pdf_link(text: str, href: str) -> str:
+    """The page with its download menu's print button (or PDF link) linking ``href``."""
+    def link(m: re.Match) -> str:
+        return f'<a href="{href}" download{m.group(1)}title="{_PDF_TITLE}"{m.group(2)}</a>'
+
+    return _PDF_LINK.sub(link, _PRINT_BUTTON.sub(link, text))
+
+
+def link_pdf(outdir: Path, pdf: Path) -> int:
+    """Point every page's download menu of the build in ``outdir`` at ``pdf`` (which must exist).
+
+    Each page links it by its path relative to the page, so the PDF may lie in the
+    build (``make pdf``) or beside it (the workshop kit's books). Returns the number
+    of pages changed.
+    """
+    import os
+
+    outdir, pdf = Path(outdir).resolve(), Path(pdf).resolve()
+    if not pdf.is_file():
+        raise FileNotFoundError(f"{pdf}: no PDF to link")
+    changed = 0
+    for path in _pages(outdir):
+        text = path.read_text(encoding="utf-8")
+        new = pdf_link(text, Path(os.path.relpath(pdf, path.parent)).as_posix())
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed += 1
+    return changed
+
+
+def _pages(outdir: Path):
+    for path in sorted(outdir.rglob("*.html")):
+        if path.relative_to(outdir).parts[0] not in ("_static", "_vendor", "_sources", "_images"):
+            yield path
+
+
+def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = None, search_page: bool = False,
+                 pdf: bool = False) -> str:
     """The page's HTML after the changes above (idempotent)."""
     text = _FONTAWESOME.sub("", text)
     if not search_page:
@@ -287,9 +334,8 @@ def rewrite_page(text: str, outdir: Path, rel_root: str, icons: Icons | None = N
         text = _PRINT_H1.sub(rf'\1<span class="section-number">{number.group(1)}. </span>', text, count=1)
     if icons is not None:
         text = _ICON.sub(icons.svg, text)
-    text = _PRINT_BUTTON.sub(
-        lambda m: (f'<a href="{rel_root}{PDF_NAME}" download{m.group(1)}'
-                   f'title="The whole book as one PDF"{m.group(2)}</a>'), text)
+    if pdf:
+        text = pdf_link(text, rel_root + PDF_NAME)
 
     def frames(m: re.Match) -> str:
         data = json.loads(m.group(2))
@@ -312,13 +358,12 @@ def postprocess(app, exception) -> None:
         icons = Icons(outdir)
     except OSError:  # another theme: leave icons alone
         icons = None
-    for path in outdir.rglob("*.html"):
+    pdf = (outdir / PDF_NAME).is_file()
+    for path in _pages(outdir):
         rel = path.relative_to(outdir)
-        if rel.parts[0] in ("_static", "_vendor", "_sources", "_images"):
-            continue
         rel_root = "../" * (len(rel.parts) - 1)
         text = path.read_text(encoding="utf-8")
-        new = rewrite_page(text, outdir, rel_root, icons, search_page=rel.as_posix() == "search.html")
+        new = rewrite_page(text, outdir, rel_root, icons, search_page=rel.as_posix() == "search.html", pdf=pdf)
         if new != text:
             path.write_text(new, encoding="utf-8")
     if icons is not None:

@@ -10,7 +10,7 @@ source as the facilitator's page). Formulas use the symbols of
 
 Usage::
 
-    python -m kvbook.workshop.handout --html _build/workshop/handout.html --pdf _build/workshop/handout.pdf
+    python -m kvbook.workshop.handout --html _build/workshop-src/handout.html --pdf _build/workshop/learner/handout.pdf
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def print_pdf(html_path: Path, pdf_path: Path, chromium: str = CHROMIUM) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--html", type=Path, default=ROOT / "_build" / "workshop" / "handout.html")
+    parser.add_argument("--html", type=Path, default=ROOT / "_build" / "workshop-src" / "handout.html")
     parser.add_argument("--pdf", type=Path, default=None)
     args = parser.parse_args(argv)
     args.html.parent.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,25 @@ more versions from copies of the sources under ``_build/workshop-src/``:
   search index and the downloadable ``_sources`` alike. (sphinx-exercise's
   ``hide_solutions`` crashes on the gated syntax with "unknown node type:
   solution_end_node", and leaves the solution's text and code on the page.)
+  After stripping, a chapter whose code no longer calls ``glue(`` loses its
+  ``from myst_nb import glue`` line (:func:`learner_notebook`). The learner
+  build has no instructor page either: the plans (with their facilitator's
+  notes), the misconceptions, the room checklist and the instructors' page
+  (``INSTRUCTOR_ONLY``) are removed from the copy and from its table of
+  contents; ``book/teaching.md`` becomes a short page for learners
+  (``LEARNER_TEACHING_PAGE``) and the introduction's "Teach with it" paragraph
+  points at it. A learner keeps the pen-and-paper problems (without worked
+  answers) and the anatomy of a chapter (``notebooks/00_sample_rhythm``,
+  stripped like every chapter).
 - ``instructor``: the book as ``make book`` builds it, plus a facilitator's
   note at the top of every chapter, generated from ``book/teaching/plans.yaml``
   and ``misconceptions.yaml`` (its slots in the plans, objectives, exercises
-  to set, what to watch for).
+  to set, what to watch for). Every teaching page is there.
+
+The copies hold the book's sources only (``COPIED``; ``LINKED`` are symlinks
+the build reads, none of them an environment but ``node_modules``, which the
+book's ``exclude_patterns`` leave out): no ``.venv``, ``.venv-lite``, ``.cache``
+or ``_build`` is copied, and notebook checkpoints are not either.
 
 Both are executed and built with warnings as errors, like ``make book``, and
 render offline (the same vendored MathJax and widget assets).
@@ -47,6 +62,31 @@ LINKED = ["kvmath", "kvbook", "scripts", "tests", "benchmarks", "node_modules", 
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}")
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}")
 PLAIN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
+GLUE_IMPORT = re.compile(r"^[ \t]*from[ \t]+myst_nb[ \t]+import[ \t]+glue[ \t]*(#.*)?(\n|$)", re.M)
+GLUE_CALL = re.compile(r"\bglue\(")
+
+#: Teaching pages only the instructor build has (facilitator's notes, the room's checklist).
+INSTRUCTOR_ONLY = ["book/teaching/plan-90", "book/teaching/plan-half-day", "book/teaching/run-it",
+                   "book/teaching/misconceptions"]
+#: Teaching pages the learner build keeps (the problems without their worked answers).
+LEARNER_TEACHING = ["book/teaching", "book/teaching/problems", "notebooks/00_sample_rhythm"]
+LEARNER_TEACHING_PAGE = """# The workshop
+
+This is the learner edition of the book: every exercise is here, without its
+solution (work it out, then compare with your neighbour; your instructor has
+the answers). The workshop also uses:
+
+- {doc}`teaching/problems`: problems for pen and paper, each giving every
+  number it uses;
+- {doc}`/notebooks/00_sample_rhythm`: how every chapter is built, on one idea;
+- the live notebooks: every chapter runnable in your browser, linked from the
+  kit's front page, and the two-page handout.
+"""
+TEACH_PARAGRAPH = re.compile(r"^\*\*Teach with it\.\*\*.*?(?=\n\s*\n|\Z)", re.S | re.M)
+LEARNER_INTRO_PARAGRAPH = (
+    "**In the workshop.** This is the learner edition: every exercise is here without its "
+    "solution, and the [pen-and-paper problems](teaching/problems.md) come without their worked "
+    "answers. The [workshop page](teaching.md) lists what the room uses.")
 
 
 def strip_solutions(nb: dict) -> dict:
@@ -91,6 +131,74 @@ def strip_solutions(nb: dict) -> dict:
     return out
 
 
+def drop_unused_glue_import(nb: dict) -> dict:
+    """A copy of a notebook without ``from myst_nb import glue`` when no code cell calls ``glue(``.
+
+    A code cell left empty by it goes too.
+    """
+    out = copy.deepcopy(nb)
+    code = ["".join(c["source"]) for c in out["cells"] if c["cell_type"] == "code"]
+    if any(GLUE_CALL.search(GLUE_IMPORT.sub("", src)) for src in code):
+        return out
+    cells = []
+    for cell in out["cells"]:
+        if cell["cell_type"] == "code":
+            src = "".join(cell["source"])
+            if GLUE_IMPORT.search(src):
+                src = GLUE_IMPORT.sub("", src).strip("\n")
+                if not src.strip():
+                    continue
+                cell["source"] = src
+        cells.append(cell)
+    out["cells"] = cells
+    return out
+
+
+def drop_recorded_answers(nb: dict) -> dict:
+    """A copy of a notebook without the answers its solutions record for the key (cell metadata).
+
+    ``metadata["kvbook"]["answers"]`` (expressions over the solution's variables, which the
+    learner's copy no longer defines) and ``["answer_values"]`` (their text: the answers).
+    """
+    out = copy.deepcopy(nb)
+    for cell in out["cells"]:
+        meta = cell.get("metadata", {}).get("kvbook")
+        if isinstance(meta, dict):
+            meta.pop("answers", None)
+            meta.pop("answer_values", None)
+            if not meta:
+                del cell["metadata"]["kvbook"]
+    return out
+
+
+def learner_notebook(nb: dict) -> dict:
+    """The learner's copy of a chapter: no solution, no recorded answer, no unused glue import."""
+    return drop_unused_glue_import(drop_recorded_answers(strip_solutions(nb)))
+
+
+def learner_toc(toc: dict) -> dict:
+    """The table of contents without the ``INSTRUCTOR_ONLY`` pages; the teaching part renamed."""
+    toc = copy.deepcopy(toc)
+
+    def keep(entries):
+        out = []
+        for e in entries or []:
+            if e.get("file") in INSTRUCTOR_ONLY:
+                continue
+            if "sections" in e:
+                e["sections"] = keep(e["sections"])
+                if not e["sections"]:
+                    del e["sections"]
+            out.append(e)
+        return out
+
+    for part in toc.get("parts", []):
+        part["chapters"] = keep(part.get("chapters"))
+        if part.get("caption") == "Teaching with this book":
+            part["caption"] = "The workshop"
+    return toc
+
+
 def add_facilitator_note(nb: dict, notebook: str) -> dict:
     """A copy of a notebook with its facilitator's note after the title cell."""
     note = workshop_pages.facilitator_note(notebook)
@@ -103,29 +211,57 @@ def add_facilitator_note(nb: dict, notebook: str) -> dict:
     return out
 
 
-def prepare(variant: str) -> Path:
-    """Copy the book's sources to _build/workshop-src/<variant> and transform them."""
-    dest = SRC / variant
+def prepare(variant: str, src: Path = SRC) -> Path:
+    """Copy the book's sources to ``src/<variant>`` (_build/workshop-src/) and transform them."""
+    dest = src / variant
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for name in COPIED:
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
     for name in LINKED:
         if (ROOT / name).exists():
             (dest / name).symlink_to(ROOT / name)
     for path in sorted((dest / "notebooks").glob("*.ipynb")):
         nb = json.loads(path.read_text())
-        nb = strip_solutions(nb) if variant == "learner" else add_facilitator_note(nb, path.stem)
+        nb = learner_notebook(nb) if variant == "learner" else add_facilitator_note(nb, path.stem)
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     config = (dest / "_config.yml").read_text()
     label = {"learner": "learner edition", "instructor": "instructor edition"}[variant]
     config = re.sub(r'^title: "(.*)"$', rf'title: "\1 ({label})"', config, count=1, flags=re.M)
     (dest / "_config.yml").write_text(config)
     if variant == "learner":
-        (dest / "book" / "teaching" / "problems.md").write_text(workshop_pages.problems_page(learner=True))
+        learner_pages(dest)
     return dest
+
+
+def learner_pages(dest: Path) -> None:
+    """The learner copy's pages: no instructor page, the learner's problems and workshop page."""
+    import yaml
+
+    (dest / "book" / "teaching" / "problems.md").write_text(workshop_pages.problems_page(learner=True))
+    for doc in INSTRUCTOR_ONLY:
+        (dest / f"{doc}.md").unlink()
+    for data in (dest / "book" / "teaching").glob("*.yaml"):   # the plans' notes, the worked answers
+        data.unlink()
+    (dest / "book" / "teaching.md").write_text(LEARNER_TEACHING_PAGE)
+    toc = yaml.safe_load((dest / "_toc.yml").read_text())
+    (dest / "_toc.yml").write_text(yaml.safe_dump(learner_toc(toc), sort_keys=False))
+    intro = dest / "book" / "intro.md"
+    text, n = TEACH_PARAGRAPH.subn(LEARNER_INTRO_PARAGRAPH, intro.read_text(), count=1)
+    if n != 1:
+        raise ValueError(f"{intro}: no 'Teach with it' paragraph to replace for learners")
+    intro.write_text(text)
+    # any other page that still names an instructor page would break the build (-n): say which
+    for md in (dest / "book").rglob("*.md"):
+        for doc in INSTRUCTOR_ONLY:
+            name = doc.rsplit("/", 1)[1]
+            if re.search(rf"(?:teaching/|\b){re.escape(name)}(?:\.md)?[`)>]", md.read_text()):
+                raise ValueError(f"{md.relative_to(dest)} links the instructor page {doc}")
 
 
 def build(dest: Path) -> Path:

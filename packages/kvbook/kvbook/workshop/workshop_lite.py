@@ -23,9 +23,19 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   (``disablePyPIFallback``). kvmath, kvbook, the stand-in, numpy and matplotlib are loaded
   when the kernel starts (``loadPyodideOptions.packages``): the kernel's import scan
   only knows the lock's packages, and the notebooks must run unedited.
-- **The contents**: copies of the notebooks with the lite kernel's kernelspec
-  (``python``: no "Select kernel" dialog) and their outputs cleared, plus the files
-  they read from the repository (``tests/data/hf_configs``).
+- **The contents**: the learner's copies of the notebooks (no solution and no unused
+  glue import: ``workshop_build.learner_notebook``; no facilitator's note) with the lite
+  kernel's kernelspec (``python``: no "Select kernel" dialog) and their outputs cleared,
+  plus the files they read from the repository (``tests/data/hf_configs``).
+- **MyST and inline expressions.** ``requirements-lite.txt`` has ``jupyterlab-myst``,
+  whose lab extension renders the Markdown cells' MyST (directives, roles, admonitions,
+  exercises, dropdowns, equation labels) and their inline expressions
+  (``{eval}`...` ``). The Pyodide kernel does not answer ``user_expressions``, so each
+  copy is run once here in a local kernel (``kvbook.inline.fill``) and ships with every
+  Markdown cell's results in its metadata: the numbers are on the page before anything
+  runs; a copy that does not run from top to bottom fails the build.
+  :func:`check_notebooks` fails unless every ``{eval}`` has its result and no solution
+  is left. The glue stand-in wheel ships only while a copy still imports ``myst_nb``.
 - **Checked output.** ``jupyter lite build`` takes its lite dir from the working
   directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
   the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
@@ -38,7 +48,7 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
 
 Usage::
 
-    python -m kvbook.workshop.workshop_lite                 # -> _build/workshop/lite
+    python -m kvbook.workshop.workshop_lite                 # -> _build/workshop/learner/lite
     python -m kvbook.workshop.workshop_lite --check-only    # check an existing site
 """
 
@@ -46,6 +56,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
+import re
 import hashlib
 import json
 import shutil
@@ -54,10 +66,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+from kvbook import inline
 from kvbook.live import vendor_pyodide
 from kvbook.repo import ROOT
+from kvbook.workshop import workshop_build
 
-OUT = ROOT / "_build" / "workshop" / "lite"
+OUT = ROOT / "_build" / "workshop" / "learner" / "lite"
 SRC = ROOT / "_build" / "workshop-lite-src"
 CACHE = ROOT / ".cache" / f"pyodide-{vendor_pyodide.VERSION}-lite"
 BROWSER_WHEELS = ROOT / ".cache" / "lite-wheels"
@@ -177,6 +191,76 @@ def lite_notebook(nb: dict) -> dict:
     return nb
 
 
+MYST_NB_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+myst_nb[ \t]+import|import[ \t]+myst_nb)\b", re.M)
+
+
+def _fill(path: str) -> int:
+    return inline.fill(Path(path))
+
+
+def learner_contents(contents: Path, names: list[str] | None = None, jobs: int | None = None) -> list[Path]:
+    """Write the learner's lite copies of the notebooks (all, or ``names``) and the files they read.
+
+    Each copy is run once in a local kernel and its Markdown cells' inline expressions
+    filled (``kvbook.inline.fill``), ``jobs`` at a time (default: two, or one core's worth).
+    """
+    paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if names is not None:
+        paths = [p for p in paths if p.stem in names]
+    (contents / "notebooks").mkdir(parents=True, exist_ok=True)
+    for rel in DATA:
+        if not (contents / rel).exists():
+            shutil.copytree(ROOT / rel, contents / rel)
+    out = []
+    for path in paths:
+        nb = lite_notebook(workshop_build.learner_notebook(json.loads(path.read_text())))
+        target = contents / "notebooks" / path.name
+        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        out.append(target)
+    jobs = jobs or max(1, min(2, (os.cpu_count() or 1) - 1))
+    if jobs == 1 or len(out) == 1:
+        for target in out:
+            _fill(str(target))
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(_fill, [str(t) for t in out]))
+    return out
+
+
+def needs_glue_standin(notebooks: list[Path]) -> bool:
+    """Whether some lite copy still imports myst_nb (the stand-in wheel then ships)."""
+    return any(MYST_NB_IMPORT.search("".join(c["source"]))
+               for p in notebooks for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
+
+
+def check_notebooks(folder: Path) -> list[str]:
+    """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result."""
+    problems = []
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        for i, cell in enumerate(nb["cells"]):
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                if "{solution" in src:
+                    problems.append(f"{path.name}, cell {i}: a solution")
+                if re.search(r"Facilitator's note", src):
+                    problems.append(f"{path.name}, cell {i}: a facilitator's note")
+                want = inline.expressions(src)
+                have = {e["expression"]: e["result"] for e in cell.get("metadata", {}).get("user_expressions", [])}
+                for expr in want:
+                    if expr not in have:
+                        problems.append(f"{path.name}, cell {i}: {{eval}}`{expr}` has no stored result")
+                    elif have[expr].get("status") != "ok" or "text/plain" not in have[expr].get("data", {}):
+                        problems.append(f"{path.name}, cell {i}: {{eval}}`{expr}`'s stored result is not ok")
+            kvbook_meta = cell.get("metadata", {}).get("kvbook", {})
+            if "answers" in kvbook_meta or "answer_values" in kvbook_meta:
+                problems.append(f"{path.name}, cell {i}: an answer the key records")
+            if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
+                problems.append(f"{path.name}, cell {i}: outputs left")
+    return problems
+
+
 def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
     """A fresh lite dir (config, static/pyodide, contents) and the piplite wheels."""
     if vendor_pyodide.vendored(cache) is None:
@@ -185,17 +269,16 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
         shutil.rmtree(src)
     (src / "static").mkdir(parents=True)
     shutil.copytree(cache, src / "static" / "pyodide")
-    wheels = [vendor_pyodide.build_wheel(src / "wheels", "kvmath"), vendor_pyodide.build_wheel(src / "wheels", "kvbook"),
-              build_glue_wheel(src / "wheels")]
+    contents = src / "contents"
+    notebooks = learner_contents(contents)
+    problems = check_notebooks(contents / "notebooks")
+    if problems:
+        raise LiteError("the lite notebooks are not the learner's, filled:\n  " + "\n  ".join(problems[:20]))
+    wheels = [vendor_pyodide.build_wheel(src / "wheels", "kvmath"), vendor_pyodide.build_wheel(src / "wheels", "kvbook")]
+    if needs_glue_standin(notebooks):
+        wheels.append(build_glue_wheel(src / "wheels"))
     wheels += [shutil.copy2(w, src / "wheels" / w.name) for w in browser_wheels()]
     wheels = [Path(w) for w in wheels]
-    contents = src / "contents"
-    (contents / "notebooks").mkdir(parents=True)
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        nb = lite_notebook(json.loads(path.read_text()))
-        (contents / "notebooks" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    for rel in DATA:
-        shutil.copytree(ROOT / rel, contents / rel)
     # jupyterlab_widgets is the front end's; the kernel needs kvmath, kvbook, the stand-in, comm, ipywidgets
     preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels
                                          if not w.name.startswith("jupyterlab_widgets")]
@@ -273,6 +356,10 @@ def check_site(out: Path = OUT) -> dict:
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         if not (out / "files" / "notebooks" / nb.name).is_file():
             problems.append(f"files/notebooks/{nb.name} missing")
+    problems += check_notebooks(out / "files" / "notebooks")
+    if not list((out / "extensions").glob("jupyterlab-myst/package.json")):
+        problems.append("extensions/jupyterlab-myst missing: requirements-lite.txt's jupyterlab-myst "
+                        "is not in the lite environment (make lite-env)")
     if problems:
         raise LiteError("the lite site is not self-contained:\n  " + "\n  ".join(problems))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -283,10 +370,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--lite-venv", type=Path, default=LITE_VENV,
+                        help="the environment of requirements-lite.txt (make lite-env)")
     args = parser.parse_args(argv)
     try:
         if not args.check_only:
-            build(args.out)
+            build(args.out, lite_venv=(ROOT / args.lite_venv).resolve())
         info = check_site(args.out)
     except (LiteError, vendor_pyodide.VendorError) as exc:
         print(f"workshop_lite: {exc}", file=sys.stderr)
