@@ -157,22 +157,6 @@ def test_copies_hold_no_environment(copies):
         assert not list(dest.rglob(".ipynb_checkpoints"))
 
 
-def test_unused_glue_import_goes_with_the_solutions():
-    def nb(*cells):
-        return {"cells": [{"cell_type": t, "metadata": {}, "source": s, **({"outputs": []} if t == "code" else {})}
-                          for t, s in cells]}
-    only_in_solution = nb(
-        ("code", "import kvmath\nfrom myst_nb import glue\nx = 1"),
-        ("code", "from myst_nb import glue"),
-        ("markdown", "```{solution-start} ex\n```\n"), ("code", "glue('ans_ex_x', x, display=False)"),
-        ("markdown", "```{solution-end}\n```\nAfter."))
-    out = workshop_build.learner_notebook(only_in_solution)
-    code = [c["source"] for c in out["cells"] if c["cell_type"] == "code"]
-    assert code == ["import kvmath\nx = 1"]                      # the line goes, the emptied cell too
-    still_glued = nb(("code", "from myst_nb import glue\nglue('a', 1, display=False)"))
-    assert workshop_build.learner_notebook(still_glued)["cells"][0]["source"].startswith("from myst_nb import glue")
-
-
 def test_recorded_answers_are_dropped_from_the_learners_copy():
     end = {"cell_type": "markdown", "source": "```{solution-end}\n```\n\nAfter the solution.",
            "metadata": {"kvbook": {"answers": {"ex-a": {"x": "fmt_number(x)"}}, "answer_values": {"ex-a": {"x": "42"}},

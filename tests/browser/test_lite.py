@@ -254,15 +254,16 @@ def test_kernel_closure_is_in_the_official_lock():
         assert name in names
 
 
-def test_glue_standin_glues_and_places_the_repository_files(tmp_path):
+def test_the_files_wheel_places_the_repository_files_where_the_chapters_read_them(tmp_path):
     import subprocess
     import zipfile
-    wheel = workshop_lite.build_glue_wheel(tmp_path / "whl")
+    wheel = workshop_lite.build_files_wheel(tmp_path / "whl")
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     work = tmp_path / "drive" / "notebooks"
     work.mkdir(parents=True)
-    code = ("from myst_nb import glue, GLUED; glue('a', 3, display=False); assert GLUED == {'a': 3}; "
-            "import pathlib; p = pathlib.Path('..') / 'tests/data/hf_configs/openai--gpt-oss-20b/config.json'; "
-            "assert p.is_file(), p")
+    code = ("import kvmath_lite_files, pathlib; "
+            "p = pathlib.Path('..') / 'tests/data/hf_configs/openai--gpt-oss-20b/config.json'; "
+            "assert p.is_file(), p; assert p.read_bytes() == pathlib.Path(kvmath_lite_files.__file__).parent.joinpath("
+            "'_repo', 'tests/data/hf_configs/openai--gpt-oss-20b/config.json').read_bytes()")
     subprocess.run([sys.executable, "-c", code], cwd=work, check=True,
                    env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})

@@ -10,6 +10,16 @@
 ``kvmath`` never imports this package.
 """
 
+import sys
+
 from .tables import Table, check_table
+
+if sys.platform == "emscripten":
+    # the workshop's JupyterLite site: put the repository files the chapters read where they look (a room served
+    # without service workers gives the kernel no view of the site's files; kvbook.workshop.workshop_lite)
+    try:
+        import kvmath_lite_files  # noqa: F401
+    except ImportError:
+        pass
 
 __all__ = ["Table", "check_table"]

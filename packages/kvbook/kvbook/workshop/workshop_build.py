@@ -11,8 +11,8 @@ more versions from copies of the sources under ``_build/workshop-src/``:
   search index and the downloadable ``_sources`` alike. (sphinx-exercise's
   ``hide_solutions`` crashes on the gated syntax with "unknown node type:
   solution_end_node", and leaves the solution's text and code on the page.)
-  After stripping, a chapter whose code no longer calls ``glue(`` loses its
-  ``from myst_nb import glue`` line (:func:`learner_notebook`). The learner
+  The answers the solutions record for the key (cell metadata) go too
+  (:func:`learner_notebook`). The learner
   build has no instructor page either: the plans (with their facilitator's
   notes), the misconceptions, the room checklist and the instructors' page
   (``INSTRUCTOR_ONLY``) are removed from the copy and from its table of
@@ -62,9 +62,6 @@ LINKED = ["kvmath", "kvbook", "scripts", "tests", "benchmarks", "node_modules", 
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}")
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}")
 PLAIN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
-GLUE_IMPORT = re.compile(r"^[ \t]*from[ \t]+myst_nb[ \t]+import[ \t]+glue[ \t]*(#.*)?(\n|$)", re.M)
-GLUE_CALL = re.compile(r"\bglue\(")
-
 #: Teaching pages only the instructor build has (facilitator's notes, the room's checklist).
 INSTRUCTOR_ONLY = ["book/teaching/plan-90", "book/teaching/plan-half-day", "book/teaching/run-it",
                    "book/teaching/misconceptions"]
@@ -131,29 +128,6 @@ def strip_solutions(nb: dict) -> dict:
     return out
 
 
-def drop_unused_glue_import(nb: dict) -> dict:
-    """A copy of a notebook without ``from myst_nb import glue`` when no code cell calls ``glue(``.
-
-    A code cell left empty by it goes too.
-    """
-    out = copy.deepcopy(nb)
-    code = ["".join(c["source"]) for c in out["cells"] if c["cell_type"] == "code"]
-    if any(GLUE_CALL.search(GLUE_IMPORT.sub("", src)) for src in code):
-        return out
-    cells = []
-    for cell in out["cells"]:
-        if cell["cell_type"] == "code":
-            src = "".join(cell["source"])
-            if GLUE_IMPORT.search(src):
-                src = GLUE_IMPORT.sub("", src).strip("\n")
-                if not src.strip():
-                    continue
-                cell["source"] = src
-        cells.append(cell)
-    out["cells"] = cells
-    return out
-
-
 def drop_recorded_answers(nb: dict) -> dict:
     """A copy of a notebook without the answers its solutions record for the key (cell metadata).
 
@@ -172,8 +146,8 @@ def drop_recorded_answers(nb: dict) -> dict:
 
 
 def learner_notebook(nb: dict) -> dict:
-    """The learner's copy of a chapter: no solution, no recorded answer, no unused glue import."""
-    return drop_unused_glue_import(drop_recorded_answers(strip_solutions(nb)))
+    """The learner's copy of a chapter: no solution, no recorded answer."""
+    return drop_recorded_answers(strip_solutions(nb))
 
 
 def learner_toc(toc: dict) -> dict:

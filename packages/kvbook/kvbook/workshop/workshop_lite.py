@@ -18,13 +18,13 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
 - **piplite wheels**: kvmath's and kvbook's own (built from the tree), ``comm`` (the kernel
   installs it on start-up and the lock has none; pinned with its hash in
   ``requirements-lite-browser.txt``), ipywidgets 8.1.7 (live sliders; its lab
-  extension, jupyterlab_widgets 3.0.15, is in ``requirements-lite.txt``), and ``kvmath-lite-glue``, a stand-in for
-  ``myst_nb.glue`` that exists only in this site (see ``GLUE_STANDIN``). PyPI is off
-  (``disablePyPIFallback``). kvmath, kvbook, the stand-in, numpy and matplotlib are loaded
+  extension, jupyterlab_widgets 3.0.15, is in ``requirements-lite.txt``), and ``kvmath-lite-files``,
+  the repository files the chapters read (see ``FILES_MODULE``; ``kvbook`` imports it in the
+  browser). PyPI is off (``disablePyPIFallback``). kvmath, kvbook, the files, numpy and matplotlib are loaded
   when the kernel starts (``loadPyodideOptions.packages``): the kernel's import scan
   only knows the lock's packages, and the notebooks must run unedited.
-- **The contents**: the learner's copies of the notebooks (no solution and no unused
-  glue import: ``workshop_build.learner_notebook``; no facilitator's note) with the lite
+- **The contents**: the learner's copies of the notebooks (no solution and no answer the
+  key records: ``workshop_build.learner_notebook``; no facilitator's note) with the lite
   kernel's kernelspec (``python``: no "Select kernel" dialog) and their outputs cleared,
   plus the files they read from the repository (``tests/data/hf_configs``).
 - **MyST and inline expressions.** ``requirements-lite.txt`` has ``jupyterlab-myst``,
@@ -35,7 +35,7 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   Markdown cell's results in its metadata: the numbers are on the page before anything
   runs; a copy that does not run from top to bottom fails the build.
   :func:`check_notebooks` fails unless every ``{eval}`` has its result and no solution
-  is left. The glue stand-in wheel ships only while a copy still imports ``myst_nb``.
+  is left.
 - **Checked output.** ``jupyter lite build`` takes its lite dir from the working
   directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
   the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
@@ -84,24 +84,15 @@ KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
 WORKER_TO_SITE = "../../../../"
 KERNELSPEC = {"display_name": "Python (Pyodide)", "language": "python", "name": "python"}
 
-GLUE_STANDIN = '''"""Stand-in for myst_nb's glue in the JupyterLite site of the kvmath workshop kit.
+FILES_MODULE = '''"""The repository files the kvmath chapters read, for the JupyterLite site of the workshop kit.
 
-The book's notebooks call ``from myst_nb import glue`` to hand computed values to
-the pages' prose. myst-nb does not run in the browser, so this site (and only this
-site) ships this module instead: ``glue(name, value, display=True)`` records the
-value in ``GLUED`` and, when ``display`` is true, shows it as the book would.
-Nothing is published from the browser.
-
-It also carries the repository files the notebooks read (``../tests/data/...``):
-served to a room without service workers, the kernel cannot see the site's files,
-so on import this writes its copies where the notebooks look, unless they are
-already there (on localhost, with the drive mounted, they are).
+Served to a room without service workers, the kernel cannot see the site's files, so
+``kvbook`` imports this module when it runs in the browser, and it writes its copies
+where the notebooks look (``../tests/data/...``), unless they are already there (on
+localhost, with the drive mounted, they are).
 """
 
 import os as _os
-
-__all__ = ["glue", "GLUED"]
-GLUED = {}
 
 
 def _place_repository_files():
@@ -120,13 +111,6 @@ def _place_repository_files():
 
 
 _place_repository_files()
-
-
-def glue(name, variable, display=True):
-    GLUED[name] = variable
-    if display:
-        from IPython.display import display as _display
-        _display(variable)
 '''
 
 
@@ -139,24 +123,24 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_glue_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
-    """A pure wheel ``kvmath_lite_glue``: the ``myst_nb`` stand-in and the ``DATA`` files (deterministic)."""
-    dist = f"kvmath_lite_glue-{version}.dist-info"
+def build_files_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
+    """A pure wheel ``kvmath_lite_files``: the ``DATA`` files and the module that places them (deterministic)."""
+    dist = f"kvmath_lite_files-{version}.dist-info"
     files = {
-        "myst_nb/__init__.py": GLUE_STANDIN.encode(),
-        **{f"myst_nb/_repo/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
+        "kvmath_lite_files/__init__.py": FILES_MODULE.encode(),
+        **{f"kvmath_lite_files/_repo/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
            for rel in DATA for p in sorted((ROOT / rel).rglob("*")) if p.is_file()},
-        f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: kvmath-lite-glue\nVersion: {version}\n"
-                             "Summary: myst_nb.glue stand-in for the kvmath JupyterLite site only\n"
+        f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: kvmath-lite-files\nVersion: {version}\n"
+                             "Summary: the repository files the kvmath chapters read, for the workshop's JupyterLite site\n"
                              "License: MIT\n").encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kvmath workshop_lite\nRoot-Is-Purelib: true\n"
                          b"Tag: py3-none-any\n",
-        f"{dist}/top_level.txt": b"myst_nb\n",
+        f"{dist}/top_level.txt": b"kvmath_lite_files\n",
     }
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"kvmath_lite_glue-{version}-py3-none-any.whl"
+    target = out_dir / f"kvmath_lite_files-{version}-py3-none-any.whl"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
@@ -191,7 +175,6 @@ def lite_notebook(nb: dict) -> dict:
     return nb
 
 
-MYST_NB_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+myst_nb[ \t]+import|import[ \t]+myst_nb)\b", re.M)
 
 
 def _fill(path: str) -> int:
@@ -226,12 +209,6 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             list(pool.map(_fill, [str(t) for t in out]))
     return out
-
-
-def needs_glue_standin(notebooks: list[Path]) -> bool:
-    """Whether some lite copy still imports myst_nb (the stand-in wheel then ships)."""
-    return any(MYST_NB_IMPORT.search("".join(c["source"]))
-               for p in notebooks for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
 
 
 def check_notebooks(folder: Path) -> list[str]:
@@ -275,11 +252,10 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
     if problems:
         raise LiteError("the lite notebooks are not the learner's, filled:\n  " + "\n  ".join(problems[:20]))
     wheels = [vendor_pyodide.build_wheel(src / "wheels", "kvmath"), vendor_pyodide.build_wheel(src / "wheels", "kvbook")]
-    if needs_glue_standin(notebooks):
-        wheels.append(build_glue_wheel(src / "wheels"))
+    wheels.append(build_files_wheel(src / "wheels"))
     wheels += [shutil.copy2(w, src / "wheels" / w.name) for w in browser_wheels()]
     wheels = [Path(w) for w in wheels]
-    # jupyterlab_widgets is the front end's; the kernel needs kvmath, kvbook, the stand-in, comm, ipywidgets
+    # jupyterlab_widgets is the front end's; the kernel needs kvmath, kvbook, the files, comm, ipywidgets
     preload = ["numpy", "matplotlib"] + [WORKER_TO_SITE + "pypi/" + w.name for w in wheels
                                          if not w.name.startswith("jupyterlab_widgets")]
     config = {"jupyter-lite-schema-version": 0, "jupyter-config-data": {

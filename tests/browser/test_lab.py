@@ -1,0 +1,89 @@
+"""A chapter opened in JupyterLab (`make lab`'s environment) reads as it does in the book.
+
+Starts JupyterLab from this environment headless on localhost, on a copy of the
+chapters (so nothing is written into notebooks/), opens one chapter in a fresh
+workspace and reads its Markdown cells twice: as opened (the numbers come from
+the results `make refresh` stored, before any cell runs) and after Run All (the
+kernel evaluates every inline expression again, through jupyterlab-myst). Each
+time every number the book prints in a paragraph is in that paragraph, and no
+role, label, directive fence or numpy repr shows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.browser.rendered_prose import markdown_texts, prose_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = "00_sample_rhythm.ipynb"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    (root / "tests").symlink_to(ROOT / "tests")  # the chapters read ../tests/data
+    port = _free_port()
+    jupyter = Path(sys.executable).with_name("jupyter")
+    proc = subprocess.Popen(
+        [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+         f"--ServerApp.root_dir={root / 'notebooks'}", "--allow-root", "--LabApp.news_url=None",
+         "--LabServerApp.workspaces_dir=" + str(root / "workspaces")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "api/status", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not start in 60 s")
+        yield url, root
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_chapter_in_jupyterlab_shows_the_books_numbers_before_and_after_run_all(lab, browser):
+    url, root = lab
+    nb = nbformat.read(root / "notebooks" / CHAPTER, as_version=4)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    try:
+        page.goto(f"{url}lab/workspaces/test/tree/{CHAPTER}?reset")
+        page.wait_for_selector(".jp-MarkdownCell .jp-RenderedMarkdown, .jp-MarkdownCell .myst", timeout=120_000)
+        page.wait_for_timeout(3000)
+        opened = markdown_texts(page)
+        assert not prose_problems(nb, opened), prose_problems(nb, opened)[:10]
+        page.locator(".jp-Notebook").first.click()
+        page.get_by_text("Run", exact=True).first.click()
+        page.get_by_text("Run All Cells", exact=True).first.click()
+        page.wait_for_function(
+            "() => { const p = [...document.querySelectorAll('.jp-InputArea-prompt')].map(e => e.textContent);"
+            " return p.length && p.some(t => /\\[\\d+\\]/.test(t)) && !p.some(t => t.includes('*')); }",
+            timeout=180_000)
+        page.wait_for_timeout(3000)  # jupyterlab-myst asks the kernel for the expressions after each cell runs
+        after = markdown_texts(page)
+        assert not prose_problems(nb, after), prose_problems(nb, after)[:10]
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+        assert not [e for e in errors if "Traceback" in e or "Error" in e], errors[:3]
+    finally:
+        page.close()
