@@ -26,14 +26,20 @@ _READ_CELLS = """async () => {
   const outer = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')
              || document.querySelector('.jp-WindowedPanel-outer');
   const seen = {};
+  const read = () => {
+    const cells = [...document.querySelectorAll('.jp-Notebook .jp-Cell')];
+    cells.forEach((cell, position) => {
+      if (!cell.classList.contains('jp-MarkdownCell')) return;
+      const index = cell.getAttribute('data-windowed-list-index') ?? String(position);
+      const text = cell.querySelector('.jp-MarkdownOutput, .jp-RenderedMarkdown, .myst');
+      if (text && text.innerText.trim()) seen[index] = text.innerText;
+    });
+  };
+  if (!outer) { read(); return seen; }
   outer.scrollTop = 0;
   for (let step = 0; step < 400; step++) {
     await new Promise(r => setTimeout(r, 120));
-    for (const cell of document.querySelectorAll('.jp-MarkdownCell')) {
-      const index = cell.getAttribute('data-windowed-list-index');
-      const text = cell.querySelector('.jp-MarkdownOutput, .jp-RenderedMarkdown, .myst');
-      if (index !== null && text && text.innerText.trim()) seen[index] = text.innerText;
-    }
+    read();
     if (outer.scrollTop + outer.clientHeight >= outer.scrollHeight - 2) break;
     outer.scrollTop += outer.clientHeight * 0.8;
   }
