@@ -69,10 +69,16 @@ def expected_numbers(nb) -> dict[int, list[str]]:
     return out
 
 
+def _shows_text(source: str) -> bool:
+    """Whether a Markdown cell renders any text: not only fences and options (a lone ``{solution-end}``)."""
+    return any(line.strip() and not re.match(r"^(?:`{3,}|:{3,})(?:\{[\w:-]+\}.*)?$|^:\w[\w-]*:", line.strip())
+               for line in source.splitlines())
+
+
 def prose_problems(nb, texts: dict[int, str]) -> list[str]:
     """Every missing cell, missing number and raw markup of the rendered Markdown ``texts`` of notebook ``nb``."""
     problems = []
-    markdown = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.strip()]
+    markdown = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and _shows_text(c.source)]
     missing = [i for i in markdown if i not in texts]
     if missing:
         problems.append(f"Markdown cells never rendered: {missing}")
