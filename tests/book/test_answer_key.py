@@ -1,4 +1,4 @@
-"""The answer key collects what the notebooks glue under ans_<label>_<quantity>."""
+"""The answer key collects the answers each solution records (metadata expressions, evaluated by kvbook.inline)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from kvbook import inline
 from kvbook.workshop import answer_key, workshop_pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +19,7 @@ EXERCISES = """## Exercises
 ```{exercise-start}
 :label: ex-toy-1
 ```
-How many bytes does one token of a toy model take, with {glue:text}`L` layers?
+How many bytes does one token of a toy model take, with {eval}`f"{layers}"` layers?
 ```{exercise-end}
 ```
 
@@ -28,12 +29,7 @@ How many bytes does one token of a toy model take, with {glue:text}`L` layers?
 Multiply.
 """
 SOLUTION = """import kvmath
-from myst_nb import glue
-k = kvmath.formulas.kv_bytes_per_token(4, 2, 8, 2)
-glue("L", 4, display=False)
-glue("ans_ex-toy-1_bytes", f"{k:.0f} bytes", display=False)
-glue("ans_ex-toy-10_tokens", "7 tokens", display=False)
-glue("unrelated", 3.5, display=False)
+k = kvmath.formulas.kv_bytes_per_token(layers, 2, 8, 2)
 """
 LATER = """```{solution-end}
 ```
@@ -45,41 +41,53 @@ A second exercise whose label starts with the first one's. How many tokens?
 ```{exercise-end}
 ```
 
+```{solution-start} ex-toy-10
+:class: dropdown
+```
+Seven.
+```{solution-end}
+```
+
 :::{exercise}
 :label: ex-toy-2
 
 An exercise in the plain (not gated) syntax, with no recorded answer.
 :::
 """
+ANSWERS = {"ex-toy-1": {"bytes": 'f"{k:.0f} bytes"'}, "ex-toy-10": {"tokens": '"7 tokens"'}}
 
 
-def toy_notebook(extra_source: str = "") -> nbformat.NotebookNode:
+def toy_notebook(answers: dict = ANSWERS) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
+    later = nbformat.v4.new_markdown_cell(LATER)
+    later.metadata["kvbook"] = {"answers": answers}
     nb.cells = [nbformat.v4.new_markdown_cell("# A toy chapter"),
+                nbformat.v4.new_code_cell("layers = 4"),
                 nbformat.v4.new_markdown_cell(EXERCISES),
-                nbformat.v4.new_code_cell(SOLUTION + extra_source),
-                nbformat.v4.new_markdown_cell(LATER)]
+                nbformat.v4.new_code_cell(SOLUTION),
+                later]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
 
+def filled(directory: Path, nb: nbformat.NotebookNode) -> Path:
+    """The toy chapter written to ``directory`` and filled by a real kernel (kvbook.inline.fill)."""
+    path = directory / "99_toy.ipynb"
+    nbformat.write(nb, path)
+    inline.fill(path)
+    return directory
+
+
 @pytest.fixture(scope="module")
-def executed_dir(tmp_path_factory) -> Path:
-    """A toy chapter executed by a real kernel, so the glue outputs are myst-nb's own."""
-    from nbclient import NotebookClient
-
-    nb = toy_notebook()
-    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
-    d = tmp_path_factory.mktemp("nb")
-    nbformat.write(nb, d / "99_toy.ipynb")
-    return d
+def filled_dir(tmp_path_factory) -> Path:
+    return filled(tmp_path_factory.mktemp("nb"), toy_notebook())
 
 
-def test_collects_answers_by_label_from_real_glue_outputs(executed_dir):
-    key = answer_key.collect(executed_dir)
+def test_collects_answers_by_label_from_the_evaluated_metadata(filled_dir):
+    key = answer_key.collect(filled_dir)
     by_label = {e["label"]: e for e in key}
     assert [e["label"] for e in key] == ["ex-toy-1", "ex-toy-10", "ex-toy-2"]
-    assert by_label["ex-toy-1"]["answers"] == [("bytes", "256 bytes")]
+    assert by_label["ex-toy-1"]["answers"] == [("bytes", "256 bytes")]  # 2 * 4 layers * 2 heads * 8 * 2 B
     assert by_label["ex-toy-10"]["answers"] == [("tokens", "7 tokens")]
     assert by_label["ex-toy-2"]["answers"] == []
     assert by_label["ex-toy-1"]["question"] == "How many bytes does one token of a toy model take, with 4 layers?"
@@ -90,30 +98,19 @@ def test_collects_answers_by_label_from_real_glue_outputs(executed_dir):
 
 
 def test_an_answer_for_no_label_fails_loudly(tmp_path):
-    from nbclient import NotebookClient
+    with pytest.raises(ValueError, match="ex-toy-3"):
+        answer_key.collect(filled(tmp_path, toy_notebook(dict(ANSWERS, **{"ex-toy-3": {"x": '"1"'}}))))
 
-    nb = toy_notebook('glue("ans_ex-toy-3_x", "1", display=False)\n')
-    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
-    nbformat.write(nb, tmp_path / "99_toy.ipynb")
-    with pytest.raises(ValueError, match="ans_ex-toy-3_x"):
+
+def test_answers_never_evaluated_fail_loudly(tmp_path):
+    nbformat.write(toy_notebook(), tmp_path / "99_toy.ipynb")  # not filled
+    with pytest.raises(ValueError, match="not evaluated"):
         answer_key.collect(tmp_path)
 
 
-def test_glue_store_of_an_executed_build_is_read(tmp_path, executed_dir):
-    """myst-nb's build moves glue of removed cells into <notebook>.glue.json."""
-    nb = json.loads((executed_dir / "99_toy.ipynb").read_text())
-    store = {}
-    for cell in nb["cells"]:
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                store[name] = {"output_type": "display_data", "metadata": out["metadata"],
-                               "data": {"text/plain": out["data"][answer_key.GLUE_MIME + "text/plain"]}}
-        cell["outputs"] = []
-    (tmp_path / "99_toy.ipynb").write_text(json.dumps(nb))
-    (tmp_path / "99_toy.glue.json").write_text(json.dumps(store))
-    key = answer_key.collect(tmp_path)
-    assert key[0]["answers"] == [("bytes", "256 bytes")]
+def test_an_answer_that_fails_to_evaluate_names_its_expression(tmp_path):
+    with pytest.raises(RuntimeError, match="no_such_name"):
+        filled(tmp_path, toy_notebook({"ex-toy-1": {"bytes": "no_such_name"}}))
 
 
 def test_the_books_key_has_one_line_per_exercise():
@@ -126,9 +123,9 @@ def test_the_books_key_has_one_line_per_exercise():
         line = next(line for line in md.splitlines() if line.startswith(f"- **{e['label']}**"))
         if e["answers"]:
             nb = json.loads((ROOT / "notebooks" / f"{e['chapter']}.ipynb").read_text())
-            glue = answer_key.glue_values(nb)
+            recorded = answer_key.answer_values(nb)[e["label"]]
             for name, value in e["answers"]:
-                assert answer_key.plain(glue[f"ans_{e['label']}_{name}"]) == value
+                assert recorded[name] == value
                 assert value in line
         else:
             assert line.endswith(f"*{answer_key.NO_ANSWER}*")
@@ -142,7 +139,7 @@ def _keyed_chapters() -> list[str]:
 
 
 def test_every_exercise_of_the_books_chapters_has_a_recorded_answer():
-    """Issue 15 item 3: each exercise's solution glues ans_<label>_<quantity> for the key."""
+    """Issue 15 item 3: each exercise's solution records its answers for the key."""
     chapters = _keyed_chapters()
     assert {"00_sample_rhythm", "01_roofline", "08_fitting_52b", "14_measure_your_machine"} <= set(chapters)
     key = answer_key.collect(ROOT / "notebooks")

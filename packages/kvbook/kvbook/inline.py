@@ -16,11 +16,19 @@ bottom in a local kernel and writes every Markdown cell's results into its
 metadata, in the form jupyterlab-myst stores them: the numbers are on the
 page before anything runs, in any kernel.
 
+The workshop's answer key comes from the same run. A Markdown cell that closes
+an exercise's solution may carry, in its metadata, the answers the key
+records, as expressions: ``metadata["kvbook"]["answers"] = {label: {quantity:
+expression}}``. :func:`fill` evaluates them where the cell stands and stores
+the text of each in ``metadata["kvbook"]["answer_values"]``, which
+:mod:`kvbook.workshop.answer_key` reads. Nothing of it shows on any page.
+
 Run: ``python -m kvbook.inline NOTEBOOK...`` (fills in place).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -35,6 +43,17 @@ def expressions(markdown: str) -> list[str]:
     for m in EVAL_ROLE.finditer(markdown):
         seen.setdefault(m.group(1), None)
     return list(seen)
+
+
+def result_text(result: dict) -> str:
+    """The text a reader sees for one expression's result: its text/plain, a string without its quotes."""
+    text = result["data"]["text/plain"]
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            return str(ast.literal_eval(text))
+        except (ValueError, SyntaxError):
+            pass
+    return text
 
 
 class Kernel:
@@ -105,15 +124,21 @@ def fill(path: Path) -> int:
             if cell.cell_type != "markdown":
                 continue
             exprs = expressions(cell.source)
-            if not exprs:
-                cell.metadata.pop("user_expressions", None)
-                continue
-            results = kernel.evaluate(exprs)
+            answers = cell.metadata.get("kvbook", {}).get("answers", {})
+            wanted = exprs + [e for quantities in answers.values() for e in quantities.values()]
+            results = kernel.evaluate(list(dict.fromkeys(wanted)))
             for expr, result in results.items():
                 if result.get("status") != "ok":
-                    raise RuntimeError(f"{path.name}, cell {index}: {{eval}}`{expr}` failed: "
+                    raise RuntimeError(f"{path.name}, cell {index}: `{expr}` failed: "
                                        f"{result.get('ename', '')}: {result.get('evalue', '')}")
-            cell.metadata["user_expressions"] = [{"expression": e, "result": results[e]} for e in exprs]
+            if exprs:
+                cell.metadata["user_expressions"] = [{"expression": e, "result": results[e]} for e in exprs]
+            else:
+                cell.metadata.pop("user_expressions", None)
+            if answers:
+                cell.metadata["kvbook"]["answer_values"] = {
+                    label: {q: result_text(results[e]) for q, e in quantities.items()}
+                    for label, quantities in answers.items()}
             count += len(exprs)
     finally:
         kernel.close()
