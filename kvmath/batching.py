@@ -74,6 +74,7 @@ from .validation import (
     ArrayLike,
     broadcast,
     checked,
+    instance,
     non_negative,
     plain,
     positive,
@@ -172,8 +173,9 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
 
     The bound is the larger of two, each a pass of the deployment's one step model (see the module text):
 
-    - the *share*: the even share's step on every layer (the layout without its pipeline), over ``pp``: each
-      stage's chip must, once per step, read its weights and do its ``1 / pp`` of every token's work;
+    - the *share*: the even share's step on every layer (the layout without its pipeline), over ``pp``: the
+      stages' chips together read every layer's weights once per step and do every token's work, so the busiest
+      does at least the mean, ``1 / pp`` of it;
     - the step of the decode sequences alone, as :meth:`kvmath.Deployment.step` bounds it (a pipeline's
       micro-batch must pass every stage within the step): of ``fullest`` sequences (the whole batch, whose
       fullest group holds ``ceil(B / dp)``), or of the even share where ``fullest`` is None.
@@ -197,7 +199,8 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     prompt = _run(flat, np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
     tokens = batch + np.where(has, prompts * c, 0.0)
     both = _run(flat, 1.0, 1.0, tokens, 0.0, 0.0)  # the weights, read once for all the step's tokens, and the comm
-    # one chip of the largest stage does at least 1 / pp of the work of every layer (x / 1 is exact: pp = 1 changes no bit)
+    # the stages' chips share every layer's work, so the busiest does at least the mean, 1 / pp of it
+    # (x / 1 is exact: pp = 1 changes no bit)
     share = dict(weight_bytes_read=(both if prompt_rows else decode).weight_bytes_read / pp,
                  kv_bytes_read=(decode.kv_bytes_read + np.where(has, prompt.kv_bytes_read, 0.0)) / pp,
                  total_flops=(decode.weight_flops + decode.attention_flops
@@ -277,6 +280,7 @@ def mixed_step(
     >>> [round(float(mixed_step(h100, 64, 2000, c).strict_s) * 1e3, 2) for c in (0, 512, 4096)]
     [9.49, 9.51, 63.27]
     """
+    instance("dep", dep, Deployment, "a kvmath.Deployment")
     batch = positive("batch", batch)
     positive_int("context", context)
     c = non_negative("chunk_tokens", chunk_tokens)
@@ -390,6 +394,7 @@ def steady_state(
     >>> round(float(s.output_tokens_per_s_per_chip)), round(float(s.cost_per_million_tokens), 4)
     (8420, 0.066)
     """
+    instance("dep", dep, Deployment, "a kvmath.Deployment")
     batch = positive("batch", batch)
     s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
     s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)

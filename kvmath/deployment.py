@@ -327,6 +327,10 @@ class Deployment:
     def _strict_only(self, batch, context, tokens_per_seq):
         """:meth:`Plan.pass_`'s strict bound for a plain decode step, with at most two grid-sized arrays alive."""
         plan, lay = self._plan, self.layout
+        if lay.replicate_lm_head:  # the whole head on every chip: rare, so the one step model itself answers
+            return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(np.ceil(context)),
+                              plan.attention_per_token(context) * tokens_per_seq, bandwidth=self.chip.bandwidth,
+                              flops=self.flops, comm=self._comm).strict_s
         micro = plan.micro(batch)
         tokens = micro * tokens_per_seq
         kv_seq = plan.kv_per_seq(np.ceil(context))
@@ -876,7 +880,7 @@ class _Plan:
 
     def expert_tokens(self, batch, tokens, tokens_per_seq):
         """Tokens one pass sends through the experts of an ep group spanning the dp groups: each group's ``tokens``,
-        but never more than the batch holds (``B / pp`` sequences a pass, at least one): with ``B`` not a multiple
+        but never more than the batch holds (``B / pp`` sequences a pass, or ``min(B, 1)`` if fewer): with ``B`` not a multiple
         of ``dp`` the groups' rounded-up shares would count tokens no group has."""
         lay = self.layout
         if lay.dp == 1:

@@ -268,6 +268,11 @@ def test_bad_inputs_are_refused_by_name():
             dep.steady_state(1, 10, 5, overhead_s=-1.0)
     with pytest.raises(ValueError, match="output_tokens must be at least 2"):
         L7_A100.steady_state(1, 10, 1)
+    from kvmath.batching import mixed_step, steady_state
+    with pytest.raises(ValueError, match="dep must be a kvmath.Deployment, got str"):
+        mixed_step("llama-2-7b", 1, 10)
+    with pytest.raises(ValueError, match="dep must be a kvmath.Deployment, got str"):
+        steady_state("llama-2-7b", 1, 10, 5)
     with pytest.raises(ValueError, match="chunk_tokens"):
         L7_A100.mixed_step(1, 10, 2.5)
     with pytest.raises(ValueError, match="chunk_start"):

@@ -505,3 +505,15 @@ def test_the_strict_time_alone_is_the_steps_strict_time(layout):
             np.testing.assert_allclose(dep.strict_s(batch, context), dep.step(batch, context).strict_s, rtol=1e-14)
             compared += 1
     assert compared >= 20
+
+
+def test_strict_s_equals_the_steps_bound_with_a_replicated_lm_head():
+    # gpt-fast's tensor parallelism keeps the whole LM head on every chip (review R2: the grid path had left it out)
+    from kvmath.layout import ParallelLayout
+
+    dep = km.Deployment("llama-2-70b", "a100-80gb", ParallelLayout(tp=8, replicate_lm_head=True))
+    batch, context = np.array([1.0, 8.0, 64.0]), np.array([512.0, 4096.0, 32768.0])
+    assert np.array_equal(dep.strict_s(batch, context), dep.step(batch, context).strict_s)
+    assert dep.strict_s(1.0, 512.0) == dep.step(1.0, 512.0).strict_s
+    plain = km.Deployment("llama-2-70b", "a100-80gb", "tp=8")
+    assert dep.strict_s(1.0, 512.0) > plain.strict_s(1.0, 512.0)  # the head's other 7/8 are read too
