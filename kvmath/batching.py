@@ -214,6 +214,16 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     rates = dict(batch=batch if fullest is None else fullest, context=plain((context[0] + context[1]) / 2),
                  prefill_tokens=plain(shown), n_chips=dep.n_chips,
                  bandwidth=dep.chip.bandwidth, flops=dep.flops, overhead_s=overhead_s, decode_only_s=plain(decode_only))
+    if fullest is not None and (dep.layout.dp > 1 or dep.layout.kv_split == "batch"):
+        # the chunk lands whole on one replica, its cache on one chip of a kv=batch group: those chips do all of
+        # its work (review r2, R1); the even share alone spread it over every replica and chip
+        chunk = _run(flat, 1.0, end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head, even_share=False)
+        chunk_share = dict(weight_bytes_read=chunk.weight_bytes_read / pp, kv_bytes_read=chunk.kv_bytes_read / pp,
+                           total_flops=(chunk.weight_flops + chunk.attention_flops) / pp, comm_s=chunk.comm_s / pp)
+        by_chunk = MixedStep(**rates, **{k: plain(v) for k, v in chunk_share.items()})
+        larger = has & (np.asarray(by_chunk.strict_s) > np.asarray(
+            MixedStep(**rates, **{k: plain(v) for k, v in share.items()}).strict_s))
+        share = {k: np.where(larger, chunk_share[k], share[k]) for k in share}
     mixed = MixedStep(**rates, **{k: plain(v) for k, v in share.items()})
     take = has & (np.asarray(mixed.strict_s) >= decode_only)  # without prompts the decode step, to the last bit
     if np.all(take):
@@ -243,10 +253,11 @@ def mixed_step(
     decode step on every layout (:meth:`kvmath.Deployment.step`'s floats). See the module text.
 
     Under data parallelism the chunk lands on one replica; the bound holds
-    wherever it lands and however the decode sequences are spread: the larger
-    of the fullest replica's ``ceil(B / dp)`` decode sequences alone and the
-    even split (``B / dp`` sequences and ``c / dp`` of the chunk on each, the
-    mean over the replicas of a convex step time). Under a pipeline, the larger
+    wherever it lands and however the decode sequences are spread: the largest
+    of the fullest replica's ``ceil(B / dp)`` decode sequences alone, the even
+    split (``B / dp`` sequences and ``c / dp`` of the chunk on each, the mean
+    over the replicas of a convex step time), and the chunk alone on one
+    replica (with ``kv=batch``, its cache on one chip). Under a pipeline, the larger
     of the decode step (a micro-batch's trip through every stage) and one
     stage's ``1 / pp`` of the whole step, weights read once.
 

@@ -334,3 +334,17 @@ def test_steady_caches_are_the_exact_mean_for_windows_given_as_layers():
             decode = 8 * np.mean(m.kv_bytes_per_seq(t, 2.0))           # brute force over every context
             prompts = 8 / (s_out - 1) * m.kv_bytes_per_seq(s_in, 2.0)  # the prompts' share writes its cache
             assert s.step.kv_bytes_read == pytest.approx(decode + prompts, rel=1e-12)
+
+
+def test_under_data_parallelism_the_chunk_is_never_cheaper_than_on_its_replica_alone():
+    # review r2, R1: the chunk lands whole on one replica. Llama 3 8B on 8 H100s (dp = 8), B = 64 at S = 1,024,
+    # a 4,096-token chunk: at least the chunk's own pass on one chip (62.2 ms: 2 * 8.0e9 params * 4,096 tokens of
+    # FLOPs and its attention at 989 TFLOP/s), not the even split's 7.9 ms.
+    dp8 = km.Deployment("llama-3-8b", "h100-sxm", "dp=8")
+    one = km.Deployment("llama-3-8b", "h100-sxm")
+    step = dp8.mixed_step(64, 1024, 4096)
+    alone = one.mixed_step(1e-9, 1, 4096)   # the chunk with (next to) no decode work, one chip
+    assert step.strict_s == pytest.approx(alone.strict_s, rel=1e-9)
+    assert step.strict_s == pytest.approx(0.06223, rel=1e-3)
+    assert step.strict_s <= one.mixed_step(8, 1024, 4096).strict_s   # at most its replica with 8 sequences and the chunk
+    assert dp8.mixed_step(64, 1024, 0).strict_s == dp8.step(64, 1024).strict_s   # no chunk: the decode step, exactly
