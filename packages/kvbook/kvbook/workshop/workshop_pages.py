@@ -308,7 +308,8 @@ def plan_page(plan: dict) -> str:
     start = 0
     for b in plan["blocks"]:
         chapters = sorted({m["notebook"] for m in b.get("material", []) if "notebook" in m})
-        live = ", ".join(f"ch. {int(step['notebook'][:2])}" for step in b.get("live", []))
+        live = ", ".join(f"ch. {int(step['notebook'][:2])}" if int(step["notebook"][:2]) else "sample"
+                        for step in b.get("live", []))
         out.append(f"| {_clock(start)} | {b['minutes']} | {b['title']} | "
                    + ", ".join(_doc(n) for n in chapters) + f" | {live} |\n")
         start += b["minutes"]
