@@ -5,8 +5,9 @@ plan's blocks add up to its stated length; every chapter a plan names is a noteb
 the book and every section it names is a heading of that chapter; the chapters a plan
 skips exist, and none is both covered and skipped; every chapter is one or the other;
 each live block's minutes allow the time recorded for its chapters in the room's
-JupyterLite on the stand-in for a slow laptop (benchmarks/time_lite_chapters.py), and
-a chapter that took longer than the limit there is never run live.
+JupyterLite on the stand-in for a slow laptop (benchmarks/time_lite_chapters.py; the
+slower of its two throttles, plus the kit's first load for a plan's first live block),
+and a chapter that took longer than two minutes there (DevTools 4x) is never run live.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def covered(plan):
 def measured_s(notebook):
     row = TIMINGS["chapters"][notebook]
     return max(row[k] for k in TIMINGS["throttles"] if row.get(k) is not None)
+
+
+def browser_s(notebook):
+    """By the throttle the two-minute limit is stated for (DevTools 4x, as issue 21 names it)."""
+    return TIMINGS["chapters"][notebook][TIMINGS["browser_limit"]["throttle"]]
 
 
 def test_the_three_plans_and_their_lengths():
@@ -106,7 +112,7 @@ def test_each_live_block_allows_its_measured_time(pid):
         assert block["minutes"] >= math.ceil(need / 60), (block["title"], need)
         for step in block["live"]:
             assert step["notebook"] in {m.get("notebook") for m in block["material"]}
-            assert measured_s(step["notebook"]) <= TIMINGS["browser_limit_s"], step["notebook"]
+            assert browser_s(step["notebook"]) <= TIMINGS["browser_limit"]["seconds"], step["notebook"]
 
 
 def test_the_timings_state_the_machine_and_the_factor():
@@ -119,6 +125,6 @@ def test_the_timings_state_the_machine_and_the_factor():
 
 def test_measure_your_machine_is_not_live_in_the_browser():
     nb = "14_measure_your_machine"
-    assert measured_s(nb) > TIMINGS["browser_limit_s"]
+    assert browser_s(nb) > TIMINGS["browser_limit"]["seconds"] == 120
     for plan in PLANS.values():
         assert all(step["notebook"] != nb for b in plan["blocks"] for step in b.get("live", []))
