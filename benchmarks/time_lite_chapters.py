@@ -6,8 +6,9 @@ Run::
                                             [--site _build/workshop] [--timeout 600] [--json FILE]
 
 CHAPTER is a notebook name with or without ``.ipynb`` (``01_roofline``); none: every chapter.
-The site is the one ``make lite`` (or ``make workshop``) builds into ``_build/workshop/lite``;
-``--site`` (or ``KVMATH_WORKSHOP_DIR``) points at one built elsewhere.
+The site is the folder served to the room, holding the ``lite/`` that ``make lite`` (or
+``make workshop``) builds: ``_build/workshop/learner`` (or ``_build/workshop`` in a kit of the
+earlier layout); ``--site``, or ``KVMATH_WORKSHOP_DIR`` for the kit, points at one built elsewhere.
 
 What it does, as a learner in the room does: serves the kit on 127.0.0.1 (every request
 off localhost aborted), opens headless Chromium in the room's LAN mode (no service
@@ -211,13 +212,16 @@ def main(argv=None) -> int:
     parser.add_argument("chapters", nargs="*")
     parser.add_argument("--rate", type=float, default=4.0, help="CPU slowdown factor (default 4)")
     parser.add_argument("--throttle", choices=("cdp", "process"), default="cdp")
-    parser.add_argument("--site", type=Path,
-                        default=Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop")))
+    parser.add_argument("--site", type=Path, default=None,
+                        help="the folder served to the room, holding lite/ (default: the kit's learner/)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per chapter before giving up")
     parser.add_argument("--no-warmup", action="store_true", help=f"skip the cold-cache start on {WARMUP}")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
+    if args.site is None:   # the kit's learner/ folder, or a kit of the earlier layout (lite/ at its top)
+        kit = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
+        args.site = next((d for d in (kit / "learner", kit) if (d / "lite").is_dir()), kit / "learner")
     lite = args.site / "lite"
     if not (lite / "notebooks" / "index.html").exists():
         print(f"{lite} missing: run make lite", file=sys.stderr)
