@@ -128,3 +128,11 @@ def test_measure_your_machine_is_not_live_in_the_browser():
     assert browser_s(nb) > TIMINGS["browser_limit"]["seconds"] == 120
     for plan in PLANS.values():
         assert all(step["notebook"] != nb for b in plan["blocks"] for step in b.get("live", []))
+
+
+@pytest.mark.xfail(strict=True, reason="workshop_build.INSTRUCTOR_ONLY names plan-90 and plan-half-day only: "
+                   "its owner adds book/teaching/plan-full-day (then remove this mark)")
+def test_every_plan_page_is_left_out_of_the_learner_build():
+    from kvbook.workshop import workshop_build
+    for pid in PLANS:
+        assert f"book/teaching/{pid}" in workshop_build.INSTRUCTOR_ONLY, pid
