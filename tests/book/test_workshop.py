@@ -15,10 +15,9 @@ def test_generated_pages_are_up_to_date():
             f"{path.name} is stale: run python -m kvbook.workshop.workshop_pages")
 
 
-def test_both_plans_exist_with_their_lengths():
+def test_the_three_plans_exist_with_their_lengths():
     lengths = {p["id"]: sum(b["minutes"] for b in p["blocks"]) for p in workshop_pages.plans()}
-    assert lengths["plan-90"] == 90
-    assert 210 <= lengths["plan-half-day"] <= 240
+    assert lengths == {"plan-90": 90, "plan-half-day": 210, "plan-full-day": 390}
 
 
 def test_the_issues_misconceptions_are_all_listed():

@@ -5,7 +5,9 @@ The plans (``book/teaching/plans.yaml``), the misconceptions
 (``book/teaching/problems.yaml``) are data, stated once. This script writes
 the pages the book shows from them:
 
-- ``book/teaching/plan-90.md`` and ``book/teaching/plan-half-day.md``;
+- ``book/teaching/plan-90.md``, ``plan-half-day.md`` and ``plan-full-day.md``
+  (each block's chapters, sections, live steps and minutes, the sections and
+  chapters each plan skips, and the measured times of the live steps);
 - ``book/teaching/misconceptions.md``;
 - ``book/teaching/problems.md`` (answers in dropdowns; ``learner=True``
   leaves them out, for the learner build);
@@ -95,6 +97,64 @@ def plans() -> list[dict]:
     return load("plans.yaml")["plans"]
 
 
+def live_timings() -> dict:
+    """The measured times of the live steps (plans.yaml's ``live_timings``)."""
+    return load("plans.yaml")["live_timings"]
+
+
+def live_seconds(notebook: str, timings: dict | None = None) -> float | None:
+    """A chapter's measured seconds in the room's JupyterLite: the slower of the throttles."""
+    timings = live_timings() if timings is None else timings
+    row = timings["chapters"].get(notebook)
+    return None if row is None else max(row[k] for k in timings["throttles"] if row.get(k) is not None)
+
+
+def browser_seconds(notebook: str, timings: dict | None = None) -> float:
+    """A chapter's seconds by the throttle the browser limit is stated for (DevTools 4x)."""
+    timings = live_timings() if timings is None else timings
+    return timings["chapters"][notebook][timings["browser_limit"]["throttle"]]
+
+
+# a chapter's headings that a plan covers by other means: the exercises are set by label
+NOT_A_TOPIC = {"Exercises"}
+
+
+def covered(plan: dict) -> dict[str, list[str]]:
+    """{chapter: sections named} of the chapters a plan's blocks cover, in order."""
+    out: dict[str, list[str]] = {}
+    for block in plan["blocks"]:
+        for item in block.get("material", []):
+            if "notebook" in item:
+                names = out.setdefault(item["notebook"], [])
+                if item.get("section") and item["section"] not in names:
+                    names.append(item["section"])
+    return out
+
+
+def skipped_sections(plan: dict) -> dict[str, list[str]]:
+    """{chapter: its sections no block of the plan names}, for the chapters it covers."""
+    out = {}
+    for nb, names in covered(plan).items():
+        rest = [h for h in chapter(nb)["headings"] if h not in names and h not in NOT_A_TOPIC]
+        if rest:
+            out[nb] = rest
+    return out
+
+
+def live_budget(plan: dict) -> list[tuple[dict, float]]:
+    """(block, seconds its live steps need) for each live block: the chapters' measured seconds,
+    plus the kit's first load for the plan's first live block."""
+    timings, out, first = live_timings(), [], True
+    for block in plan["blocks"]:
+        if block.get("live"):
+            need = sum(live_seconds(step["notebook"], timings) or 0 for step in block["live"])
+            if first:
+                need += timings["first_load_s"]
+                first = False
+            out.append((block, need))
+    return out
+
+
 def misconceptions() -> list[dict]:
     return load("misconceptions.yaml")
 
@@ -122,8 +182,23 @@ def validate() -> list[str]:
 
     all_labels = {lab: nb for nb in chapter_names() for lab in chapter(nb)["labels"]}
     slotted: set[str] = set()
+    timings = live_timings()
     for plan in plans():
         total = 0
+        names = set(chapter_names())
+        skips = [s["notebook"] for s in plan.get("skips", [])]
+        cover = covered(plan)
+        for nb in skips:
+            if nb not in names:
+                errors.append(f"{plan['id']}: skips {nb!r}, which is no chapter")
+            if nb in cover:
+                errors.append(f"{plan['id']}: {nb} is both covered and skipped")
+        for nb in sorted(names - set(skips) - set(cover)):
+            errors.append(f"{plan['id']}: chapter {nb} is neither covered nor listed as skipped")
+        for block, need in live_budget(plan):
+            if block["minutes"] * 60 < need:
+                errors.append(f"{plan['id']} / {block['title']}: its live steps take {need:.0f} s "
+                              f"of a {block['minutes']}-min block")
         for block in plan["blocks"]:
             where = f"{plan['id']} / {block['title']}"
             total += block["minutes"]
@@ -146,6 +221,17 @@ def validate() -> list[str]:
                     errors.append(f"{where}: no pen-and-paper problem {pid!r}")
             if "material" in block and not block.get("note"):
                 errors.append(f"{where}: no facilitator's note")
+            for step in block.get("live", []):
+                nb, seconds = step["notebook"], live_seconds(step["notebook"], timings)
+                if nb not in {m.get("notebook") for m in block.get("material", [])}:
+                    errors.append(f"{where}: live step in {nb}, which the block does not cover")
+                if seconds is None:
+                    errors.append(f"{where}: no measured time for the live step in {nb}")
+                elif browser_seconds(nb, timings) > timings["browser_limit"]["seconds"]:
+                    errors.append(f"{where}: {nb} takes {browser_seconds(nb, timings):.0f} s in the browser, "
+                                  f"over {timings['browser_limit']['seconds']} s: not a live step")
+        if total != plan["length"]:
+            errors.append(f"{plan['id']}: blocks add up to {total} min, not its length {plan['length']}")
     for nb in chapter_names():
         if nb not in slotted:
             errors.append(f"chapter {nb} has no slot in any plan")
@@ -203,20 +289,38 @@ def _problem_ref(pid: str) -> str:
     return f"{{ref}}`{pid}`"
 
 
+def _section_list(nb: str, sections: list[str]) -> str:
+    return f"{_doc(nb)}: " + "; ".join(f"*{h}*" for h in sections)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
 def plan_page(plan: dict) -> str:
+    timings = live_timings()
     out = [GENERATED.format(src="plans.yaml"), f"# {plan['title']}\n\n", plan["intro"].strip() + "\n\n"]
     total = sum(b["minutes"] for b in plan["blocks"])
-    out.append(f"Total: {total} minutes. Exercise labels are those of the chapters' *Exercises* "
+    breaks = sum(b["minutes"] for b in plan["blocks"] if "material" not in b)
+    out.append(f"Total: {total} minutes ({total // 60} h {total % 60:02d} min), of which {breaks} are breaks. "
+               if breaks else f"Total: {total} minutes, no break. ")
+    out.append("Exercise labels are those of the chapters' *Exercises* "
                "sections; the pen-and-paper problems are on {doc}`problems`. ")
-    out.append("The exercises' expected numbers are in the answer key that `make workshop` builds.\n\n")
-    out.append("| start | minutes | block | chapters |\n|---|---|---|---|\n")
+    out.append("The exercises' expected numbers are in the answer key that `make workshop` builds. "
+               "A block marked *live* has learners run a chapter in the kit's live notebooks "
+               "(`lite/`, {doc}`run-it`); its minutes allow the time that chapter took there on a "
+               f"slow laptop's stand-in ({{ref}}`below <{plan['id']}-timing>`).\n\n")
+    out.append("| start | minutes | block | chapters | live |\n|---|---|---|---|---|\n")
     start = 0
     for b in plan["blocks"]:
-        chapters = sorted({m["notebook"] for m in b.get("material", []) if "notebook" in m},
-                          key=lambda n: n)
+        chapters = sorted({m["notebook"] for m in b.get("material", []) if "notebook" in m})
+        live = ", ".join(f"ch. {int(step['notebook'][:2])}" if int(step["notebook"][:2]) else "sample"
+                        for step in b.get("live", []))
         out.append(f"| {_clock(start)} | {b['minutes']} | {b['title']} | "
-                   + ", ".join(_doc(n) for n in chapters) + " |\n")
+                   + ", ".join(_doc(n) for n in chapters) + f" | {live} |\n")
         start += b["minutes"]
+    skipped = skipped_sections(plan)
+    shown: set[str] = set()
     start = 0
     for b in plan["blocks"]:
         out.append(f"\n## {_clock(start)} {b['title']}\n\n")
@@ -227,12 +331,54 @@ def plan_page(plan: dict) -> str:
         out.append(f"**Objective.** {b['objective']}\n\n")
         out.append(f"**Time.** {b['minutes']} minutes.\n\n")
         out.append("**Material.**\n\n" + "".join(f"- {_material(m)}\n" for m in b["material"]) + "\n")
+        here = [m["notebook"] for m in b["material"] if "notebook" in m]
+        here = [nb for i, nb in enumerate(here) if nb not in here[:i] and nb in skipped and nb not in shown]
+        if here:
+            shown.update(here)
+            out.append("**Skipped in this plan.** " + ". ".join(_section_list(nb, skipped[nb]) for nb in here) + ".\n\n")
+        for step in b.get("live", []):
+            secs = live_seconds(step["notebook"], timings)
+            out.append(f"**Live in the browser** ({_doc(step['notebook'])}, measured {_seconds(secs)} from "
+                       f"opening it to the last cell). {step['step'].strip()}\n\n")
         out.append(f"**Learners do.** {b['activity'].strip()}\n\n")
         if b.get("exercises"):
             out.append("**Exercises to set.** " + ", ".join(_exercise(e) for e in b["exercises"]) + ".\n\n")
         if b.get("problems"):
             out.append("**Pen and paper.** " + ", ".join(_problem_ref(p) for p in b["problems"]) + ".\n\n")
         out.append(f":::{{admonition}} Facilitator's note\n:class: tip\n{b['note'].strip()}\n:::\n")
+    out.append("\n## What this plan skips\n\n")
+    if plan.get("skips"):
+        out.append("Chapters:\n\n" + "".join(f"- {_doc(s['notebook'])}: {s['why'].strip()}\n"
+                                              for s in plan["skips"]) + "\n")
+    else:
+        out.append("No chapter: every chapter of the book has a block.\n\n")
+    if skipped:
+        out.append("Sections of the chapters it covers (the *Exercises* sections are set by label):\n\n"
+                   + "".join(f"- {_section_list(nb, hs)}\n" for nb, hs in sorted(skipped.items())) + "\n")
+    out.append(_timing_section(plan, timings))
+    return "".join(out)
+
+
+def _timing_section(plan: dict, timings: dict) -> str:
+    out = [f"\n({plan['id']}-timing)=\n## How the live steps were timed\n\n", " ".join(timings["method"].split()) + "\n\n"]
+    out.append(f"Machine: {timings['machine']}. Browser: {timings['browser']}. Site: {timings['site']}.\n\n")
+    out.append(f"| chapter | " + " | ".join(f"{timings['throttles'][k]} (s)" for k in timings["throttles"])
+               + " | block (min) | note |\n|---|" + "---|" * len(timings["throttles"]) + "---|---|\n")
+    minutes = {step["notebook"]: b["minutes"] for b in plan["blocks"] for step in b.get("live", [])}
+    rows = list(minutes) + [nb for nb in timings["chapters"] if nb not in minutes]
+    for nb in rows:
+        row = timings["chapters"][nb]
+        cells = " | ".join("" if row.get(k) is None else f"{row[k]:g}" for k in timings["throttles"])
+        note = " ".join(row.get("note", "").split())
+        out.append(f"| {_doc(nb)} | {cells} | {minutes.get(nb, 'not live')} | {note} |\n")
+    limit = timings["browser_limit"]
+    slow = [nb for nb in timings["chapters"] if browser_seconds(nb, timings) > limit["seconds"]]
+    out.append(f"\nA block allows the slower of the two times. The kit's first load (the first chapter "
+               f"a browser opens, cache empty) took {timings['first_load_s']:g} s; the plan's first live "
+               f"block allows it on top. A chapter over {limit['seconds'] / 60:g} minutes by "
+               f"{timings['throttles'][limit['throttle']]} is never a live step"
+               + (": " + ", ".join(_doc(nb) for nb in slow) if slow else "") + ". "
+               + " ".join(timings["notes"].split()) + "\n")
     return "".join(out)
 
 
