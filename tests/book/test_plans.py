@@ -130,8 +130,6 @@ def test_measure_your_machine_is_not_live_in_the_browser():
         assert all(step["notebook"] != nb for b in plan["blocks"] for step in b.get("live", []))
 
 
-@pytest.mark.xfail(strict=True, reason="workshop_build.INSTRUCTOR_ONLY names plan-90 and plan-half-day only: "
-                   "its owner adds book/teaching/plan-full-day (then remove this mark)")
 def test_every_plan_page_is_left_out_of_the_learner_build():
     from kvbook.workshop import workshop_build
     for pid in PLANS:

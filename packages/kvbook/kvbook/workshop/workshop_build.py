@@ -63,7 +63,7 @@ START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}")
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}")
 PLAIN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
 #: Teaching pages only the instructor build has (facilitator's notes, the room's checklist).
-INSTRUCTOR_ONLY = ["book/teaching/plan-90", "book/teaching/plan-half-day", "book/teaching/run-it",
+INSTRUCTOR_ONLY = [*(f"book/teaching/{plan['id']}" for plan in workshop_pages.plans()), "book/teaching/run-it",
                    "book/teaching/misconceptions"]
 #: Teaching pages the learner build keeps (the problems without their worked answers).
 LEARNER_TEACHING = ["book/teaching", "book/teaching/problems", "notebooks/00_sample_rhythm"]
