@@ -26,8 +26,10 @@ its prompt. The weights are read once for all of them. Two rules:
 :func:`kvmath.formulas.cost_per_million_tokens` turns tokens per chip-second into a price,
 given a price per chip-hour (an input: no price here is a fact).
 
-Both rules take every layout. Two bounds hold on each, and the step is the
-larger (its figures are those of the larger; ``decode_only_s`` is the second):
+Both rules take every layout. Two bounds hold on each (a mixed step on
+replicas or ``kv=batch`` without expert parallelism has a third, below), and
+the step is the largest (its figures are those of the largest; ``decode_only_s``
+is the decode step's):
 
 - *the decode step alone*, as :meth:`kvmath.Deployment.step` bounds it: prompt
   tokens only add work, so the step is at least the decode tokens' own. Under
@@ -37,10 +39,10 @@ larger (its figures are those of the larger; ``decode_only_s`` is the second):
   lengthen that trip, more make each stage read its weights more often).
 - *the even share*: each data-parallel replica ``B / dp`` decode sequences and
   ``1 / dp`` of the prompt work, on every layer (the layout without its
-  pipeline), over ``pp``. A stage's chip must, within the step, read its
-  weights once and do its stage's work for every token of the step, and the
-  largest stage holds at least ``1 / pp`` of the layers; the busiest chip
-  takes at least the mean over the replicas (and stages) of their times. A
+  pipeline), over ``pp``. The stages' chips together must, within the step,
+  read every layer's weights once and do every token's work, so the busiest
+  does at least the mean, ``1 / pp`` of it; the busiest chip also takes at
+  least the mean over the replicas of their times. A
   replica's time ``overhead + max(bytes / W, FLOPs / C, comm)`` is a max of
   terms affine in its load (sequences, chunk tokens), so convex, and the mean
   of a convex function is at least its value at the mean load: at least the
@@ -52,6 +54,13 @@ larger (its figures are those of the larger; ``decode_only_s`` is the second):
   a micro-batch at ``b / pp``, without the one-sequence floor, over several
   replicas (:meth:`kvmath.deployment._Plan.micro`). The experts a step reads are
   the floor's ``k`` per layer whatever the tokens, affine already.
+
+- *the chunk alone on its replica* (:func:`mixed_step` under data parallelism
+  or ``kv=batch``, without expert parallelism): the chunk lands whole on one
+  replica, its cache on one chip of a ``kv=batch`` group, and those chips do all
+  of its work, over ``pp``. With experts over several chips the chunk's tokens
+  may be routed to experts on other chips, so the routed work is not its
+  replica's to count: that case keeps the first two bounds.
 
 In a steady state the prompts' tokens are an average share; they may come
 bunched in a few steps, and the rows are concave in the tokens, so the
@@ -95,7 +104,8 @@ class MixedStep(Result):
         one replica's).
     n_chips : chips of the layout.
     weight_bytes_read, kv_bytes_read : bytes one chip reads (the cache a chunk writes included), in the
-        larger of the two bounds of the module text (the even share's stage, or the decode step alone).
+        largest of the bounds of the module text (the even share's stage, the decode step alone, or the chunk
+        alone on its replica); ``batch`` and ``prefill_tokens`` stay the call's whichever bound it is.
     total_flops : FLOPs one chip does (weights and attention, decode and prompt), in the same bound.
     comm_s : the chip's communication chain in the same bound (0 without a link).
     bandwidth, flops, overhead_s : the chip's rates (bytes/s, FLOP/s) and the per-step overhead.
@@ -171,7 +181,7 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     prompts of ``prompt_tokens`` each, ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional:
     an average share). ``batch`` and ``prompts`` are one data-parallel group's even share (``B / dp``, ``1 / dp``).
 
-    The bound is the larger of two, each a pass of the deployment's one step model (see the module text):
+    The bound is the largest of these, each a pass of the deployment's one step model (see the module text):
 
     - the *share*: the even share's step on every layer (the layout without its pipeline), over ``pp``: the
       stages' chips together read every layer's weights once per step and do every token's work, so the busiest
@@ -180,7 +190,8 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
       micro-batch must pass every stage within the step): of ``fullest`` sequences (the whole batch, whose
       fullest group holds ``ceil(B / dp)``), or of the even share where ``fullest`` is None.
 
-    Its figures are those of the larger (the share's on a tie); ``decode_only_s`` is the second.
+    and, for a mixed step on replicas or ``kv=batch`` without expert parallelism, the chunk alone on its replica.
+    Its figures are those of the largest (the share's on a tie); ``decode_only_s`` is the decode step's.
     ``prompt_rows``: False charges no table rows for the prompts' tokens (a steady state's average share:
     its prompts may come bunched, and the rows are concave in the tokens).
     """
@@ -214,9 +225,10 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     rates = dict(batch=batch if fullest is None else fullest, context=plain((context[0] + context[1]) / 2),
                  prefill_tokens=plain(shown), n_chips=dep.n_chips,
                  bandwidth=dep.chip.bandwidth, flops=dep.flops, overhead_s=overhead_s, decode_only_s=plain(decode_only))
-    if fullest is not None and (dep.layout.dp > 1 or dep.layout.kv_split == "batch"):
+    if fullest is not None and (dep.layout.dp > 1 or dep.layout.kv_split == "batch") and dep.layout.ep == 1:
         # the chunk lands whole on one replica, its cache on one chip of a kv=batch group: those chips do all of
-        # its work (review r2, R1); the even share alone spread it over every replica and chip
+        # its work (review r2, R1); the even share alone spread it over every replica and chip. Not with experts
+        # over several chips: the chunk's tokens may go to experts elsewhere (review r3, N1: Mixtral dp=ep=8)
         chunk = _run(flat, 1.0, end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head, even_share=False)
         chunk_share = dict(weight_bytes_read=chunk.weight_bytes_read / pp, kv_bytes_read=chunk.kv_bytes_read / pp,
                            total_flops=(chunk.weight_flops + chunk.attention_flops) / pp, comm_s=chunk.comm_s / pp)
@@ -257,7 +269,8 @@ def mixed_step(
     of the fullest replica's ``ceil(B / dp)`` decode sequences alone, the even
     split (``B / dp`` sequences and ``c / dp`` of the chunk on each, the mean
     over the replicas of a convex step time), and the chunk alone on one
-    replica (with ``kv=batch``, its cache on one chip). Under a pipeline, the larger
+    replica (with ``kv=batch``, its cache on one chip; not under expert parallelism, whose routed work may
+    run on other chips). Under a pipeline, the larger
     of the decode step (a micro-batch's trip through every stage) and one
     stage's ``1 / pp`` of the whole step, weights read once.
 
