@@ -23,6 +23,14 @@ from kvbook.interactive import Choice, Slider, interactive_figure  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture
+def small():
+    """A 4 x 3 inch figure and its axes, closed after the test."""
+    fig, ax = plots.new_figure((4, 3))
+    yield fig, ax
+    plots.close(fig)
+
+
 def test_clean_figure_has_no_problems():
     fig, ax = plots.new_figure((7, 4))
     try:
@@ -36,56 +44,44 @@ def test_clean_figure_has_no_problems():
         plots.close(fig)
 
 
-def test_marker_cut_by_the_edge_and_marker_outside_are_reported():
-    fig, ax = plots.new_figure((4, 3))
-    try:
-        ax.plot([1, 2, 5], [1, 2, 3], "o")
-        ax.set_xlim(1, 3)
-        ax.set_ylim(0, 4)
-        problems = plots.layout_problems(fig)
-        assert "marker at (1, 1) is cut by the axes edge" in problems
-        assert "marker at (5, 3) is outside the axes and clipped away" in problems
-    finally:
-        plots.close(fig)
+def test_marker_cut_by_the_edge_and_marker_outside_are_reported(small):
+    fig, ax = small
+    ax.plot([1, 2, 5], [1, 2, 3], "o")
+    ax.set_xlim(1, 3)
+    ax.set_ylim(0, 4)
+    problems = plots.layout_problems(fig)
+    assert "marker at (1, 1) is cut by the axes edge" in problems
+    assert "marker at (5, 3) is outside the axes and clipped away" in problems
 
 
-def test_overlapping_labels_and_label_past_the_axes_are_reported():
-    fig, ax = plots.new_figure((4, 3))
-    try:
-        ax.set_xlim(0, 1)
-        ax.text(0.5, 0.5, "first label here")
-        ax.text(0.52, 0.51, "second label")
-        ax.text(0.95, 0.2, "runs off the right")
-        problems = plots.layout_problems(fig, lines=False)
-        assert "label 'first label here' overlaps label 'second label'" in problems
-        assert "label 'runs off the right' runs past the edge of its axes" in problems
-    finally:
-        plots.close(fig)
+def test_overlapping_labels_and_label_past_the_axes_are_reported(small):
+    fig, ax = small
+    ax.set_xlim(0, 1)
+    ax.text(0.5, 0.5, "first label here")
+    ax.text(0.52, 0.51, "second label")
+    ax.text(0.95, 0.2, "runs off the right")
+    problems = plots.layout_problems(fig, lines=False)
+    assert "label 'first label here' overlaps label 'second label'" in problems
+    assert "label 'runs off the right' runs past the edge of its axes" in problems
 
 
-def test_label_crossed_by_a_line_is_reported():
-    fig, ax = plots.new_figure((4, 3))
-    try:
-        ax.plot([0, 1], [0, 1], label="roof")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.text(0.3, 0.45, "crossed by the diagonal")
-        assert "label 'crossed by the diagonal' is crossed by line 'roof'" in plots.layout_problems(fig)
-        assert not any("crossed" in p for p in plots.layout_problems(fig, lines=False))
-    finally:
-        plots.close(fig)
+def test_label_crossed_by_a_line_is_reported(small):
+    fig, ax = small
+    ax.plot([0, 1], [0, 1], label="roof")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.text(0.3, 0.45, "crossed by the diagonal")
+    assert "label 'crossed by the diagonal' is crossed by line 'roof'" in plots.layout_problems(fig)
+    assert not any("crossed" in p for p in plots.layout_problems(fig, lines=False))
 
 
-def test_vline_label_near_the_right_edge_is_not_clipped():
-    fig, ax = plots.new_figure((4, 3))
-    try:
-        plots.log_batch_axis(ax)
-        ax.set_xlim(1, 1024)
-        ax.set_ylim(0, 1)
-        plots.mark_vline(ax, 900, "B_crit = 900")
-        assert plots.layout_problems(fig) == []
-    finally:
-        plots.close(fig)
+def test_vline_label_near_the_right_edge_is_not_clipped(small):
+    fig, ax = small
+    plots.log_batch_axis(ax)
+    ax.set_xlim(1, 1024)
+    ax.set_ylim(0, 1)
+    plots.mark_vline(ax, 900, "B_crit = 900")
+    assert plots.layout_problems(fig) == []
 
 
 def test_static_figures_are_hidpi_and_text_is_at_least_10_css_px():
