@@ -57,13 +57,20 @@ def raw_markup(text: str) -> list[str]:
     return [f"{what}: {m.group(0)!r}" for what, pattern in RAW_MARKUP.items() for m in pattern.finditer(text)]
 
 
+FOOTNOTE = re.compile(r"^\[\^[^\]]+\]:", re.M)
+
+
 def expected_numbers(nb) -> dict[int, list[str]]:
     """{cell index: the texts of its inline expressions' results} as the notebook stores them (``make refresh``):
-    what the book shows in that paragraph, since the book evaluates the same expressions in the same order."""
+    what the book shows in that paragraph, since the book evaluates the same expressions in the same order.
+    Expressions in a footnote are left out: jupyterlab-myst shows a footnote when its mark is hovered, not in the
+    cell's text."""
     out = {}
     for index, cell in enumerate(nb.cells):
+        note = FOOTNOTE.search(cell.source)
+        in_notes = set(re.findall(r"\{eval\}`([^`]+)`", cell.source[note.start():])) if note else set()
         results = [result_text(e["result"]) for e in cell.metadata.get("user_expressions", [])
-                   if e["result"].get("status") == "ok"]
+                   if e["result"].get("status") == "ok" and e["expression"] not in in_notes]
         if cell.cell_type == "markdown" and results:
             out[index] = results
     return out
