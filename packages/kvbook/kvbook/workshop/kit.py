@@ -60,36 +60,43 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:40em;margin:3em auto;
           "a{font-size:1.2em}")
 
 
-def index_page(variant: str, pdf: bool = True) -> str:
-    """The kit folder's front page: a link to each thing in the folder."""
-    if variant == "learner":
-        items = [
+#: Each folder's front page: its title, the links to what it holds (href, text, what it is), the text of the
+#: link to its PDF, and a note under the list.
+FRONT_PAGES = {
+    "learner": dict(
+        title="kvmath workshop",
+        items=[
             ('book/index.html', "The book", "learner edition: every exercise, no solutions"),
             ('lite/lab/index.html?path=notebooks/01_roofline.ipynb', "The notebooks, live in your browser",
              "JupyterLite: run, edit and re-run every chapter; nothing is installed, nothing leaves "
              "this room; the first start takes a minute or two"),
             ('handout.pdf', "Handout", "two A4 pages"),
-        ]
-        if pdf:
-            items.append((pdf_name(variant), "The book as one PDF", "the learner edition, to print or keep"))
-        note = ("<p>Your edits in the live notebooks stay in this browser only. Served from a room's "
-                "address (not <code>localhost</code>), a browser allows no service worker, so the notebooks "
-                "cannot read files beside them and \"save\" keeps a copy in the browser's storage; copied to "
-                "your laptop and served on <code>localhost</code>, the full JupyterLite works.</p>")
-        title = "kvmath workshop"
-    else:
-        items = [
+        ],
+        pdf=("The book as one PDF", "the learner edition, to print or keep"),
+        note=("<p>Your edits in the live notebooks stay in this browser only. Served from a room's "
+              "address (not <code>localhost</code>), a browser allows no service worker, so the notebooks "
+              "cannot read files beside them and \"save\" keeps a copy in the browser's storage; copied to "
+              "your laptop and served on <code>localhost</code>, the full JupyterLite works.</p>")),
+    "instructor": dict(
+        title="kvmath workshop: instructor",
+        items=[
             ('book/index.html', "The instructor's book", "solutions, and a facilitator's note atop every chapter"),
             ('answer-key.md', "Answer key", "one line per exercise, the numbers the notebooks computed "
                                             "(also as answer-key.json)"),
-        ]
-        if pdf:
-            items.append((pdf_name(variant), "The instructor's book as one PDF", "with its solutions"))
-        note = ("<p>This folder is for the person running the room: do not serve it or copy it to the "
-                "learners' stick. Serve <code>../learner/</code> (the book without solutions, the live "
-                "notebooks, the handout): see the book's <a href=\"book/book/teaching/run-it.html\">room "
-                "checklist</a>.</p>")
-        title = "kvmath workshop: instructor"
+        ],
+        pdf=("The instructor's book as one PDF", "with its solutions"),
+        note=("<p>This folder is for the person running the room: do not serve it or copy it to the "
+              "learners' stick. Serve <code>../learner/</code> (the book without solutions, the live "
+              "notebooks, the handout): see the book's <a href=\"book/book/teaching/run-it.html\">room "
+              "checklist</a>.</p>")),
+}
+
+
+def index_page(variant: str, pdf: bool = True) -> str:
+    """The kit folder's front page: a link to each thing in the folder."""
+    page = FRONT_PAGES[variant]
+    items = page["items"] + ([(pdf_name(variant), *page["pdf"])] if pdf else [])
+    title, note = page["title"], page["note"]
     lis = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a> ({html.escape(what)})</li>'
                     for href, text, what in items)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
