@@ -175,6 +175,12 @@ def _run(dep: Deployment, batch, context, tokens_per_seq, kv_seq, attention, *, 
                                flops=dep.flops, comm=dep._comm, lm_head_tokens=lm_head_tokens, even_share=even_share)
 
 
+def _figures(step, over=1):
+    """A pass's figures as a MixedStep holds them, each over ``over`` (a stage's share: ``pp``)."""
+    return dict(weight_bytes_read=step.weight_bytes_read / over, kv_bytes_read=step.kv_bytes_read / over,
+                total_flops=(step.weight_flops + step.attention_flops) / over, comm_s=step.comm_s / over)
+
+
 def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s, *,
           fullest=None, prompt_rows=True) -> MixedStep:
     """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts``
@@ -225,23 +231,22 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     rates = dict(batch=batch if fullest is None else fullest, context=plain((context[0] + context[1]) / 2),
                  prefill_tokens=plain(shown), n_chips=dep.n_chips,
                  bandwidth=dep.chip.bandwidth, flops=dep.flops, overhead_s=overhead_s, decode_only_s=plain(decode_only))
+    mixed = MixedStep(**rates, **{k: plain(v) for k, v in share.items()})
     if fullest is not None and (dep.layout.dp > 1 or dep.layout.kv_split == "batch") and dep.layout.ep == 1:
         # the chunk lands whole on one replica, its cache on one chip of a kv=batch group: those chips do all of
         # its work (review r2, R1); the even share alone spread it over every replica and chip. Not with experts
         # over several chips: the chunk's tokens may go to experts elsewhere (review r3, N1: Mixtral dp=ep=8)
-        chunk = _run(flat, 1.0, end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head, even_share=False)
-        chunk_share = dict(weight_bytes_read=chunk.weight_bytes_read / pp, kv_bytes_read=chunk.kv_bytes_read / pp,
-                           total_flops=(chunk.weight_flops + chunk.attention_flops) / pp, comm_s=chunk.comm_s / pp)
-        by_chunk = MixedStep(**rates, **{k: plain(v) for k, v in chunk_share.items()})
-        larger = has & (np.asarray(by_chunk.strict_s) > np.asarray(
-            MixedStep(**rates, **{k: plain(v) for k, v in share.items()}).strict_s))
-        share = {k: np.where(larger, chunk_share[k], share[k]) for k in share}
-    mixed = MixedStep(**rates, **{k: plain(v) for k, v in share.items()})
+        chunk = _figures(_run(flat, 1.0, end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head,
+                              even_share=False), over=pp)
+        larger = has & (np.asarray(MixedStep(**rates, **{k: plain(v) for k, v in chunk.items()}).strict_s)
+                        > np.asarray(mixed.strict_s))
+        if np.any(larger):
+            share = {k: np.where(larger, chunk[k], share[k]) for k in share}
+            mixed = MixedStep(**rates, **{k: plain(v) for k, v in share.items()})
     take = has & (np.asarray(mixed.strict_s) >= decode_only)  # without prompts the decode step, to the last bit
     if np.all(take):
         return mixed
-    alone_figures = dict(weight_bytes_read=alone.weight_bytes_read, kv_bytes_read=alone.kv_bytes_read,
-                         total_flops=alone.weight_flops + alone.attention_flops, comm_s=alone.comm_s)
+    alone_figures = _figures(alone)
     return MixedStep(**rates, **{k: plain(np.where(take, share[k], alone_figures[k])) for k in share})
 
 
