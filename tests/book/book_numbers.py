@@ -14,7 +14,9 @@ execution, so the comparison takes well under a second):
     chapter's ``g(name, value)`` helper): myst-nb stores it as an output with the mimetype
     ``application/papermill.record/text/plain`` and the name in ``metadata.scrapbook.name``; the
     value kept is that text/plain repr, exactly as stored (``'2.54 ms'`` with its quotes, ``295.3``).
-    The prose's ``{glue:text}`` roles and the answer key read these.
+    At 3f3cb8a the prose's ``{glue:text}`` roles and the answer key read these; the chapters now
+    glue nothing (their prose numbers are inline expressions), so only the record has this kind,
+    and tests/book/test_book_text.py compares what the pages say instead.
 ``check``
     the text outputs of each check cell (tagged ``nbval-check-output`` or marked
     ``# NBVAL_CHECK_OUTPUT``), the text nbval compares: streams joined per stream, rich outputs by
