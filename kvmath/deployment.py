@@ -290,8 +290,7 @@ class Deployment:
         overhead_s = non_negative("overhead_s", overhead_s)
         plan = self._plan
         estimate = routing != "floor" or _any_differs(efficiency, 1.0) or _any_differs(overhead_s, 0.0)
-        args = (batch, context, tokens_per_seq, plan.kv_per_seq(_ceil(context)),
-                plan.attention_per_token(context) * tokens_per_seq)
+        args = plan.decode_inputs(batch, context, tokens_per_seq)
         no_logits = None if logits else 0.0  # tokens per sequence that need logits: all, or none
         options = dict(bandwidth=self.chip.bandwidth * efficiency, flops=self.flops, comm=self._comm,
                        routing=routing, overhead_s=overhead_s, is_lower_bound=not estimate, lm_head_tokens=no_logits,
@@ -328,8 +327,7 @@ class Deployment:
         """:meth:`Plan.pass_`'s strict bound for a plain decode step, with at most two grid-sized arrays alive."""
         plan, lay = self._plan, self.layout
         if lay.replicate_lm_head:  # the whole head on every chip: rare, so the one step model itself answers
-            return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(np.ceil(context)),
-                              plan.attention_per_token(context) * tokens_per_seq, bandwidth=self.chip.bandwidth,
+            return plan.pass_(*plan.decode_inputs(batch, context, tokens_per_seq), bandwidth=self.chip.bandwidth,
                               flops=self.flops, comm=self._comm).strict_s
         micro = plan.micro(batch)
         tokens = micro * tokens_per_seq
@@ -877,6 +875,12 @@ class _Plan:
         if lay.pp == 1:
             return per_group
         return _max(per_group / lay.pp, _min(per_group, 1))
+
+    def decode_inputs(self, batch, context, tokens_per_seq):
+        """:meth:`pass_`'s first five arguments for a decode (or verify) step: each sequence's cache of its whole
+        tokens and its attention FLOPs for ``tokens_per_seq`` new tokens."""
+        return (batch, context, tokens_per_seq, self.kv_per_seq(_ceil(context)),
+                self.attention_per_token(context) * tokens_per_seq)
 
     def expert_tokens(self, batch, tokens, tokens_per_seq):
         """Tokens one pass sends through the experts of an ep group spanning the dp groups: each group's ``tokens``,
