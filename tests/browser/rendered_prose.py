@@ -95,3 +95,31 @@ def prose_problems(nb, texts: dict[int, str]) -> list[str]:
     for index, text in texts.items():
         problems += [f"cell {index}: {p}" for p in raw_markup(text)]
     return problems
+
+
+#: What a reader changes and re-runs to see the prose follow, on chapter 0: kipply's A100 bandwidth (cell 4),
+#: 1.5 TB/s to 1.0 TB/s. B_crit = C b_w / (2 W) = 312e12 * 2 / (2 * 1.0e12) = 312 (208 at 1.5 TB/s); cell 6 says
+#: "the formula gives" it.
+EDIT = {"notebook": "00_sample_rhythm.ipynb", "cell": 4, "old": "bandwidth=1.5e12", "new": "bandwidth=1.0e12",
+        "prose_cell": 6, "before": "the formula gives 208", "after": "the formula gives 312"}
+
+
+def edit_code_cell(page, index: int, old: str, new: str) -> None:
+    """Change ``old`` to ``new`` in the code cell at ``index`` as a reader does: click into its editor, select all,
+    and put the edited source in (inserted as one input, so the editor's auto-indent does not re-indent it)."""
+    page.evaluate("""(index) => {   // JupyterLab draws only the cells near the viewport: bring this one in
+      const outer = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')
+                 || document.querySelector('.jp-WindowedPanel-outer');
+      if (outer) outer.scrollTop = 0;
+    }""", index)
+    page.wait_for_timeout(500)
+    cell = page.locator(f".jp-Notebook .jp-Cell[data-windowed-list-index='{index}']")
+    if cell.count() == 0:   # a notebook drawn whole carries no index attribute
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    editor = cell.locator(".cm-content")
+    editor.scroll_into_view_if_needed()
+    source = editor.inner_text()
+    assert old in source, (old, source)
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(source.replace(old, new))

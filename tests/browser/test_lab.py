@@ -22,10 +22,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser.rendered_prose import markdown_texts, prose_problems
+from tests.browser.rendered_prose import EDIT, edit_code_cell, markdown_texts, prose_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAPTER = "00_sample_rhythm.ipynb"
+CHAPTER = EDIT["notebook"]
 
 
 def _free_port() -> int:
@@ -63,7 +63,21 @@ def lab(tmp_path_factory):
         proc.wait(timeout=30)
 
 
-def test_a_chapter_in_jupyterlab_shows_the_books_numbers_before_and_after_run_all(lab, browser):
+def _run_all(page) -> None:
+    """Run All Cells from the Run menu, and wait until every cell has run and jupyterlab-myst has asked the kernel
+    for the inline expressions (it does so after each Markdown cell runs)."""
+    page.locator(".jp-Notebook").first.click()
+    page.get_by_text("Run", exact=True).first.click()
+    page.get_by_text("Run All Cells", exact=True).first.click()
+    page.wait_for_timeout(1000)
+    page.wait_for_function(
+        "() => { const p = [...document.querySelectorAll('.jp-InputArea-prompt')].map(e => e.textContent);"
+        " return p.length && p.some(t => /\\[\\d+\\]/.test(t)) && !p.some(t => t.includes('*')); }",
+        timeout=180_000)
+    page.wait_for_timeout(3000)
+
+
+def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_input(lab, browser):
     url, root = lab
     nb = nbformat.read(root / "notebooks" / CHAPTER, as_version=4)
     page = browser.new_page(viewport={"width": 1366, "height": 900})
@@ -73,17 +87,16 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_before_and_after_run_al
         page.wait_for_timeout(3000)
         opened = markdown_texts(page)
         assert not prose_problems(nb, opened), prose_problems(nb, opened)[:10]
-        page.locator(".jp-Notebook").first.click()
-        page.get_by_text("Run", exact=True).first.click()
-        page.get_by_text("Run All Cells", exact=True).first.click()
-        page.wait_for_function(
-            "() => { const p = [...document.querySelectorAll('.jp-InputArea-prompt')].map(e => e.textContent);"
-            " return p.length && p.some(t => /\\[\\d+\\]/.test(t)) && !p.some(t => t.includes('*')); }",
-            timeout=180_000)
-        page.wait_for_timeout(3000)  # jupyterlab-myst asks the kernel for the expressions after each cell runs
+        _run_all(page)
         after = markdown_texts(page)
         assert not prose_problems(nb, after), prose_problems(nb, after)[:10]
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
         assert not [e for e in errors if "Traceback" in e or "Error" in e], errors[:3]
+        # the reader changes an input and runs the chapter again: the prose follows
+        assert EDIT["before"] in after[EDIT["prose_cell"]]
+        edit_code_cell(page, EDIT["cell"], EDIT["old"], EDIT["new"])
+        _run_all(page)
+        edited = markdown_texts(page)
+        assert EDIT["after"] in edited[EDIT["prose_cell"]], edited[EDIT["prose_cell"]]
     finally:
         page.close()

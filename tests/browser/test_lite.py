@@ -216,6 +216,28 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
 
 
 @pytest.mark.slow
+def test_lite_prose_follows_an_edited_input(server, browser):
+    """The inline expressions are evaluated again by the room's Pyodide kernel (kvbook.pyodide_expressions):
+    a reader who changes an input and runs the chapter again reads the new number in the prose."""
+    from tests.browser.rendered_prose import EDIT, edit_code_cell, markdown_texts
+
+    with _lite_page(browser, server) as (page, off, loaded):
+        _, _, tracebacks = _run_all(page, server, "notebooks/" + EDIT["notebook"])
+        assert not tracebacks, tracebacks[:3]
+        page.wait_for_timeout(2000)
+        assert EDIT["before"] in markdown_texts(page)[EDIT["prose_cell"]]
+        edit_code_cell(page, EDIT["cell"], EDIT["old"], EDIT["new"])
+        page.get_by_text("Run", exact=True).first.click()
+        page.get_by_text("Run All Cells", exact=True).first.click()
+        page.wait_for_timeout(1000)
+        _wait_idle(page, 300)
+        page.wait_for_timeout(2000)
+        edited = markdown_texts(page)[EDIT["prose_cell"]]
+    assert EDIT["after"] in edited, edited
+    assert not off, off[:5]
+
+
+@pytest.mark.slow
 def test_lite_on_a_laptops_own_localhost_runs_under_its_service_worker(server, browser):
     """The other way to use the kit: each laptop serves its own copy on localhost."""
     with _lite_page(browser, server, lan=False) as (page, off, loaded):

@@ -21,5 +21,9 @@ if sys.platform == "emscripten":
         import kvmath_lite_files  # noqa: F401
     except ImportError:
         pass
+    # and let the prose's inline expressions follow a re-run (kvbook.pyodide_expressions)
+    from .pyodide_expressions import install as _install_expressions
+
+    _install_expressions()
 
 __all__ = ["Table", "check_table"]
