@@ -182,7 +182,7 @@ $(LITE_STAMP): requirements-lite.txt
 
 lite-env: $(LITE_STAMP)
 
-lite: env assets runtime lite-env
+lite: env assets runtime lite-env learner
 	$(VPY) -m kvbook.workshop.workshop_lite --lite-venv $(LITE_VENV)
 
 # From the answers the notebooks' solutions record (their answer_values metadata, filled

@@ -262,8 +262,9 @@ def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
     reads as the book does: the book's numbers in each paragraph, no raw MyST, no solution."""
     import nbformat
 
-    from tests.browser.rendered_prose import markdown_texts, prose_problems
+    from tests.browser.rendered_prose import book_link_problems, markdown_texts, prose_problems
 
+    source = nbformat.read(ROOT / "notebooks" / notebook, as_version=4)
     nb = nbformat.read(LITE / "files" / "notebooks" / notebook, as_version=4)
     local_only = LOCAL_KERNEL_NOTICE in nb.cells[0].source + nb.cells[1].source
     with _lite_page(browser, server) as (page, off, loaded):
@@ -277,7 +278,7 @@ def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
             print(f"\nlite {notebook}: all cells {all_cells:.1f} s, {loaded[0] / 1e6:.1f} MB")
             assert not tracebacks, tracebacks[:3]
             texts = markdown_texts(page)
-        problems = prose_problems(nb, texts)
+        problems = prose_problems(nb, texts) + book_link_problems(source, page, SERVED)
         solutions = [i for i, t in texts.items() if t.lstrip().startswith("Solution")]
     assert not problems, problems[:10]
     assert not solutions, f"solution text on the learner's page: cells {solutions}"

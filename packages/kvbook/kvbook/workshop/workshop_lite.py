@@ -36,6 +36,10 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   runs; a copy that does not run from top to bottom fails the build.
   :func:`check_notebooks` fails unless every ``{eval}`` has its result and no solution
   is left.
+- **Links into the learner book.** Cross-references and citations, which jupyterlab-myst
+  cannot resolve from one notebook, become links to the learner book served beside the
+  site, read from that build (:mod:`kvbook.workshop.book_links`; so ``make lite`` builds
+  the learner book first).
 - **Checked output.** ``jupyter lite build`` takes its lite dir from the working
   directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
   the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
@@ -69,7 +73,7 @@ from pathlib import Path
 from kvbook import inline
 from kvbook.live import vendor_pyodide
 from kvbook.repo import ROOT
-from kvbook.workshop import workshop_build
+from kvbook.workshop import book_links, workshop_build
 
 OUT = ROOT / "_build" / "workshop" / "learner" / "lite"
 SRC = ROOT / "_build" / "workshop-lite-src"
@@ -181,11 +185,14 @@ def _fill(path: str) -> int:
     return inline.fill(Path(path))
 
 
-def learner_contents(contents: Path, names: list[str] | None = None, jobs: int | None = None) -> list[Path]:
+def learner_contents(contents: Path, names: list[str] | None = None, jobs: int | None = None,
+                     book: book_links.LearnerBook | None = None) -> list[Path]:
     """Write the learner's lite copies of the notebooks (all, or ``names``) and the files they read.
 
     Each copy is run once in a local kernel and its Markdown cells' inline expressions
     filled (``kvbook.inline.fill``), ``jobs`` at a time (default: two, or one core's worth).
+    With ``book`` (the learner book the kit serves beside them), its cross-references and
+    citations become links to that book (:mod:`kvbook.workshop.book_links`).
     """
     paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
     if names is not None:
@@ -197,6 +204,10 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
     out = []
     for path in paths:
         nb = lite_notebook(workshop_build.learner_notebook(json.loads(path.read_text())))
+        if book is not None:
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "markdown":
+                    cell["source"] = book.rewrite("".join(cell["source"]), "notebooks/" + path.stem)
         target = contents / "notebooks" / path.name
         target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         out.append(target)
@@ -211,8 +222,9 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
     return out
 
 
-def check_notebooks(folder: Path) -> list[str]:
-    """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result."""
+def check_notebooks(folder: Path, book: book_links.LearnerBook | None = None) -> list[str]:
+    """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result, and with
+    ``book``, a cross-reference or citation that is not a link to it."""
     problems = []
     for path in sorted(Path(folder).glob("*.ipynb")):
         nb = json.loads(path.read_text())
@@ -223,6 +235,9 @@ def check_notebooks(folder: Path) -> list[str]:
                     problems.append(f"{path.name}, cell {i}: a solution")
                 if re.search(r"Facilitator's note", src):
                     problems.append(f"{path.name}, cell {i}: a facilitator's note")
+                if book is not None:
+                    problems += [f"{path.name}, cell {i}: {role} is not a link to the learner book"
+                                 for role in book_links.left_roles(src, "notebooks/" + path.stem, book)]
                 want = inline.expressions(src)
                 have = {e["expression"]: e["result"] for e in cell.get("metadata", {}).get("user_expressions", [])}
                 for expr in want:
@@ -247,8 +262,9 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
     (src / "static").mkdir(parents=True)
     shutil.copytree(cache, src / "static" / "pyodide")
     contents = src / "contents"
-    notebooks = learner_contents(contents)
-    problems = check_notebooks(contents / "notebooks")
+    book = book_links.LearnerBook.from_build(workshop_build.SRC / "learner" / "_build")
+    notebooks = learner_contents(contents, book=book)
+    problems = check_notebooks(contents / "notebooks", book)
     if problems:
         raise LiteError("the lite notebooks are not the learner's, filled:\n  " + "\n  ".join(problems[:20]))
     wheels = [vendor_pyodide.build_wheel(src / "wheels", "kvmath"), vendor_pyodide.build_wheel(src / "wheels", "kvbook")]

@@ -1,0 +1,151 @@
+"""The room's notebooks point into the learner book: cross-references and citations as links.
+
+In the built book Sphinx resolves ``{doc}``, ``{ref}``, ``{numref}``, ``{eq}`` and the
+``{cite}`` roles against the whole book. jupyterlab-myst, rendering one notebook in
+JupyterLite, sees only that notebook: another chapter shows as its file name, a figure
+label or a citation key as a warning. The lite copies of the chapters (``workshop_lite``)
+therefore get each such role rewritten as a Markdown link to the page of the learner book
+that the kit serves beside them, with the text the book prints there ("Critical batch
+size", "Fig. 3.2", "kipply, 2022"). Targets and texts come from the learner build's own
+Sphinx environment (``_build/.doctrees/environment.pickle``: the titles, the labels, the
+figure and equation numbers, sphinxcontrib-bibtex's citations) and, for a citation's
+text, from the anchors of its built pages, so a link says what the book says.
+An ``{eq}`` to an equation of the same notebook is left to jupyterlab-myst, which numbers
+and links the notebook's own equations.
+
+The links are root-relative (``/book/…``): the learner folder is served at the root of
+its server (book/teaching/run-it.md), and JupyterLab treats any relative link as a file
+of its own drive.
+"""
+
+from __future__ import annotations
+
+import html
+import pickle
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The roles rewritten, with the target in the backticks (``text <target>`` for an explicit text).
+ROLE = re.compile(r"\{(doc|ref|numref|eq|cite|cite:p|cite:t|cite:ps|cite:ts)\}`([^`]*)`")
+_EXPLICIT = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.S)
+_CITE_ANCHOR = re.compile(r'<a class="reference internal" href="[^"#]*#(id\d+)"[^>]*>(.*?)</a>', re.S)
+_FIGURE_NAME = {"figure": "Fig. {}", "table": "Table {}", "code-block": "Listing {}"}
+
+
+class LinkError(ValueError):
+    """A role whose target the learner book does not have."""
+
+
+@dataclass(frozen=True)
+class LearnerBook:
+    """What the learner book holds for the roles, and where it is served.
+
+    titles: {docname: title}; labels: {label: (docname, anchor id, section title)};
+    numbers: {docname: {kind: {anchor id: (n, ...)}}} (Sphinx's ``toc_fignumbers``);
+    equations: {label: docname}; citations: {key: (docname, anchor id)};
+    cite_texts: {anchor id: the book's text for the citation, e.g. "kipply, 2022"}.
+    """
+
+    titles: dict
+    labels: dict
+    numbers: dict
+    equations: dict
+    citations: dict
+    cite_texts: dict
+    base: str = "/book/"
+
+    @classmethod
+    def from_build(cls, build: Path, base: str = "/book/") -> "LearnerBook":
+        """Read a built book: ``build`` holds ``.doctrees/environment.pickle`` and ``html/``."""
+        env_path = Path(build) / ".doctrees" / "environment.pickle"
+        if not env_path.exists():
+            raise LinkError(f"{env_path} missing: build the learner book first (make learner)")
+        with env_path.open("rb") as f:
+            env = pickle.load(f)
+        cite = env.domaindata["cite"]
+        citations = {c.key: (c.bibliography_key.docname, c.citation_id) for c in cite["citations"]}
+        cite_texts: dict[str, str] = {}
+        for page in sorted((Path(build) / "html").rglob("*.html")):
+            for anchor_id, inner in _CITE_ANCHOR.findall(page.read_text(encoding="utf-8")):
+                text = html.unescape(re.sub(r"<[^>]+>", "", inner)).strip()
+                # a parenthetical citation's anchor holds "author, year"; a textual one only part of it
+                if re.search(r", \d{4}[a-z]?$", text) or anchor_id not in cite_texts:
+                    cite_texts[anchor_id] = text
+        return cls(titles={d: t.astext() for d, t in env.titles.items()},
+                   labels={k: tuple(v) for k, v in env.domaindata["std"]["labels"].items()},
+                   numbers=env.toc_fignumbers,
+                   equations={k: v[0] for k, v in env.domaindata["math"]["objects"].items()},
+                   citations=citations, cite_texts=cite_texts, base=base)
+
+    def url(self, docname: str, anchor: str = "") -> str:
+        return f"{self.base}{docname}.html" + (f"#{anchor}" if anchor else "")
+
+    def _number(self, docname: str, anchor: str, role: str) -> str:
+        for kind, numbered in self.numbers.get(docname, {}).items():
+            if anchor in numbered:
+                number = ".".join(str(n) for n in numbered[anchor])
+                return f"({number})" if kind == "displaymath" else _FIGURE_NAME.get(kind, "{}").format(number)
+        raise LinkError(f"{{{role}}}`{anchor}`: the learner book numbers no such figure or equation")
+
+    def _citation(self, key: str, textual: bool) -> str:
+        if key not in self.citations:
+            raise LinkError(f"citation {key!r}: not in the learner book's bibliography")
+        docname, anchor = self.citations[key]
+        text = self.cite_texts.get(anchor)
+        if text is None:
+            raise LinkError(f"citation {key!r}: no page of the learner book cites it")
+        if textual and ", " in text:
+            author, year = text.rsplit(", ", 1)
+            text = f"{author} ({year})"
+        return f"[{text}]({self.url(docname, anchor)})"
+
+    def link(self, role: str, target: str, here: str) -> str | None:
+        """The Markdown for one role in the page ``here`` (a docname), or None to leave it as it is."""
+        explicit = _EXPLICIT.match(target)
+        text, target = (explicit.group(1), explicit.group(2)) if explicit else (None, target)
+        if role.startswith("cite"):
+            keys = [k.strip() for k in target.split(",") if k.strip()]
+            links = [self._citation(k, textual=role.startswith("cite:t")) for k in keys]
+            return "; ".join(links) if role.startswith("cite:t") else "(" + "; ".join(links) + ")"
+        if role == "doc":
+            docname = posixpath.normpath(posixpath.join(posixpath.dirname(here), target))
+            if docname not in self.titles:
+                raise LinkError(f"{{doc}}`{target}` in {here}: the learner book has no page {docname!r}")
+            return f"[{text or self.titles[docname]}]({self.url(docname)})"
+        if role == "eq":
+            docname = self.equations.get(target)
+            if docname is None:
+                raise LinkError(f"{{eq}}`{target}` in {here}: the learner book has no such equation")
+            if docname == here:
+                return None
+            anchor = f"equation-{target}"
+            return f"[{self._number(docname, anchor, role)}]({self.url(docname, anchor)})"
+        if target not in self.labels:
+            raise LinkError(f"{{{role}}}`{target}` in {here}: the learner book has no such label")
+        docname, anchor, title = self.labels[target]
+        if role == "numref":
+            number = self._number(docname, anchor, role)
+            text = text.replace("{number}", number.split(" ")[-1]).replace("%s", number.split(" ")[-1]) \
+                if text else number
+        else:
+            text = text or title
+        return f"[{text}]({self.url(docname, anchor)})"
+
+    def rewrite(self, markdown: str, here: str) -> str:
+        """``markdown`` of the page ``here`` with every role this module rewrites as a link to the book."""
+        def one(m: re.Match) -> str:
+            link = self.link(m.group(1), m.group(2), here)
+            return m.group(0) if link is None else link
+        return ROLE.sub(one, markdown)
+
+
+def left_roles(markdown: str, here: str, book: LearnerBook) -> list[str]:
+    """The roles a lite copy's Markdown still holds that jupyterlab-myst cannot resolve (none after rewrite)."""
+    left = []
+    for m in ROLE.finditer(markdown):
+        if m.group(1) == "eq" and book.equations.get(m.group(2)) == here:
+            continue
+        left.append(m.group(0))
+    return left

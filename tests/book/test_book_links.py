@@ -1,0 +1,67 @@
+"""kvbook.workshop.book_links: the lite notebooks' cross-references and citations as links to the learner book.
+
+The book's records are written out by hand here in the shapes Sphinx's environment holds them (titles, std labels,
+toc_fignumbers, math objects, sphinxcontrib-bibtex citations); the texts expected are the built book's own
+(chapter 0 of _build/html: "Critical batch size", "kipply, 2022", "Fig. 1.1", "(2)"). The slow browser test
+(tests/browser/test_lite.py) follows every link of every chapter in the built kit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbook.workshop.book_links import LearnerBook, LinkError, left_roles
+
+BOOK = LearnerBook(
+    titles={"notebooks/04_critical_batch": "Critical batch size", "book/notation": "Notation"},
+    labels={"fig-step-at-batch-1": ("notebooks/01_roofline", "fig-step-at-batch-1", "One decode step ..."),
+            "thread-unsaid": ("notebooks/07_thread_256k", "thread-unsaid", "What the thread leaves unsaid")},
+    numbers={"notebooks/01_roofline": {"figure": {"fig-step-at-batch-1": (1, 1)}},
+             "book/notation": {"displaymath": {"equation-kv-bytes-per-token": (1,)}},
+             "notebooks/00_sample_rhythm": {"displaymath": {"equation-sample-bcrit": (2,)}}},
+    equations={"kv-bytes-per-token": "book/notation", "sample-bcrit": "notebooks/00_sample_rhythm"},
+    citations={"kipply2022": ("book/references", "id8"), "scalingbook2025": ("book/references", "id9")},
+    cite_texts={"id8": "kipply, 2022", "id9": "Austin et al., 2025"},
+)
+HERE = "notebooks/00_sample_rhythm"
+
+
+def test_chapter_references_become_links_with_the_books_titles():
+    assert BOOK.rewrite("the full treatment is {doc}`04_critical_batch`.", HERE) == \
+        "the full treatment is [Critical batch size](/book/notebooks/04_critical_batch.html)."
+    assert BOOK.rewrite("{doc}`see here <../book/notation>`", HERE) == "[see here](/book/book/notation.html)"
+    assert BOOK.rewrite("{ref}`thread-unsaid`", "notebooks/03_min_step") == \
+        "[What the thread leaves unsaid](/book/notebooks/07_thread_256k.html#thread-unsaid)"
+
+
+def test_figures_and_equations_of_other_pages_carry_the_books_numbers():
+    assert BOOK.rewrite("{numref}`fig-step-at-batch-1` shows", "notebooks/01_roofline") == \
+        "[Fig. 1.1](/book/notebooks/01_roofline.html#fig-step-at-batch-1) shows"
+    assert BOOK.rewrite("{numref}`Figure {number} <fig-step-at-batch-1>`", "notebooks/01_roofline") == \
+        "[Figure 1.1](/book/notebooks/01_roofline.html#fig-step-at-batch-1)"
+    assert BOOK.rewrite("equation {eq}`kv-bytes-per-token`", HERE) == \
+        "equation [(1)](/book/book/notation.html#equation-kv-bytes-per-token)"
+    # the notebook's own equation: jupyterlab-myst numbers and links it in the page
+    assert BOOK.rewrite("equation {eq}`sample-bcrit`", HERE) == "equation {eq}`sample-bcrit`"
+
+
+def test_citations_become_links_to_their_bibliography_entries():
+    assert BOOK.rewrite("bandwidth {cite:p}`kipply2022,scalingbook2025` (", HERE) == \
+        ("bandwidth ([kipply, 2022](/book/book/references.html#id8); "
+         "[Austin et al., 2025](/book/book/references.html#id9)) (")
+    assert BOOK.rewrite("{cite:t}`kipply2022` shows", HERE) == \
+        "[kipply (2022)](/book/book/references.html#id8) shows"
+    assert BOOK.rewrite("{cite}`kipply2022`", HERE) == "([kipply, 2022](/book/book/references.html#id8))"
+
+
+def test_a_target_the_book_lacks_is_refused_by_name():
+    for role, name in [("{doc}`99_missing`", "99_missing"), ("{ref}`no-label`", "no-label"),
+                       ("{cite:p}`nobody1999`", "nobody1999"), ("{eq}`no-eq`", "no-eq")]:
+        with pytest.raises(LinkError, match=name):
+            BOOK.rewrite(role, HERE)
+
+
+def test_left_roles_lists_what_jupyterlab_myst_cannot_resolve():
+    text = "{doc}`04_critical_batch`, {eq}`sample-bcrit`, {eq}`kv-bytes-per-token`, {eval}`x`"
+    assert left_roles(text, HERE, BOOK) == ["{doc}`04_critical_batch`", "{eq}`kv-bytes-per-token`"]
+    assert left_roles(BOOK.rewrite(text, HERE), HERE, BOOK) == []
