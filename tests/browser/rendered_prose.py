@@ -129,10 +129,11 @@ def edit_code_cell(page, index: int, old: str, new: str) -> None:
 _BOOK_ROLE = re.compile(r"\{(doc|ref|numref|cite(?::[pt]s?)?)\}`([^`]*)`")
 
 
-def book_link_problems(nb, page, served) -> list[str]:
-    """In the room's JupyterLite: every cross-reference and citation of the chapter (``nb``, the source notebook)
-    renders as a link into the learner book under ``served`` (a Path) whose page and anchor exist, and no
-    citation key, label or file name shows bare where the book prints a title or an author."""
+def book_link_problems(source, lite, page, served) -> list[str]:
+    """In the room's JupyterLite: every cross-reference and citation of the chapter (``source``, the notebook of
+    notebooks/) renders as a link into the learner book under ``served`` (a Path) whose page and anchor exist
+    (``lite``, the copy served, holds one Markdown link for each), and no citation key, label or file name shows
+    bare where the book prints a title or an author."""
     import html
     from pathlib import Path
 
@@ -140,9 +141,8 @@ def book_link_problems(nb, page, served) -> list[str]:
     hrefs = page.evaluate("() => [...document.querySelectorAll('.jp-MarkdownCell a[href]')]"
                           ".map(a => a.getAttribute('href'))")
     book_links = [h for h in hrefs if h.startswith("/book/")]
-    wanted = sum(len([k for k in m.group(2).split(",") if k.strip()]) if m.group(1).startswith("cite") else 1
-                 for cell in nb.cells if cell.cell_type == "markdown" for m in _BOOK_ROLE.finditer(cell.source))
-    if len(book_links) < wanted:
+    wanted = sum(cell.source.count("](/book/") for cell in lite.cells if cell.cell_type == "markdown")
+    if not wanted or len(book_links) < wanted:
         problems.append(f"{len(book_links)} links into the learner book for {wanted} references and citations")
     pages: dict[str, str] = {}
     for href in book_links:
@@ -155,7 +155,7 @@ def book_link_problems(nb, page, served) -> list[str]:
         if anchor and f'id="{html.escape(anchor)}"' not in text:
             problems.append(f"link to a missing anchor: {href}")
     shown = " ".join(markdown_texts(page).values())
-    for cell in nb.cells:
+    for cell in source.cells:
         for m in _BOOK_ROLE.finditer(cell.source if cell.cell_type == "markdown" else ""):
             for target in m.group(2).split(","):
                 target = target.strip().split("<")[-1].rstrip(">")

@@ -278,7 +278,7 @@ def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
             print(f"\nlite {notebook}: all cells {all_cells:.1f} s, {loaded[0] / 1e6:.1f} MB")
             assert not tracebacks, tracebacks[:3]
             texts = markdown_texts(page)
-        problems = prose_problems(nb, texts) + book_link_problems(source, page, SERVED)
+        problems = prose_problems(nb, texts) + book_link_problems(source, nb, page, SERVED)
         solutions = [i for i, t in texts.items() if t.lstrip().startswith("Solution")]
     assert not problems, problems[:10]
     assert not solutions, f"solution text on the learner's page: cells {solutions}"
