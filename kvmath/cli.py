@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -420,7 +421,7 @@ def _config_weights(args) -> dict:
             weights[group] = getattr(args, dest)
     shown = ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items()
                       if g != "default")
-    print(f"kvmath: weights as config.json stores them (--weight-dtype overrides): {shown}", file=sys.stderr)
+    args._notes = [f"weights as config.json stores them (--weight-dtype overrides): {shown}"]
     return weights
 
 
@@ -936,7 +937,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     compute = _COMMANDS[args.command][0]
     try:
         _refuse_ignored(args)
-        with np.errstate(all="ignore"):  # an overflow is reported once, as one line, below
+        # a config's hints (kvmath.hf_config warnings) are shown after a good answer, one line each
+        with np.errstate(all="ignore"), warnings.catch_warnings(record=True) as hints:
+            warnings.simplefilter("always")
             result = compute(args)
         if _non_finite(result.data if isinstance(result, _Answer) else result):
             raise ResultOverflow("non-finite result")
@@ -945,6 +948,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = _encodable(f"kvmath {args.command}: error: {_user_message(args, err)}\n", sys.stderr)
         sys.stderr.write(message)
         return 2
+    notes = [str(h.message) for h in hints if issubclass(h.category, UserWarning)] + getattr(args, "_notes", [])
+    for note in dict.fromkeys(notes):  # what a run assumed, on stderr so --json output stays JSON
+        sys.stderr.write(_encodable(f"kvmath {args.command}: note: {note}\n", sys.stderr))
     try:
         sys.stdout.write(_encodable(text, sys.stdout))
         sys.stdout.flush()
