@@ -4,8 +4,11 @@
 Families read: Llama 1/2/3/3.1/3.2, Mistral, Mixtral, Qwen2/2.5/3 dense and
 MoE, Qwen3-Next (linear-attention layers), Gemma 2 and Gemma 3 (its text
 config, nested under ``text_config`` or not), gpt-oss, DeepSeek-V2/V3 and
-Kimi K2 (MLA), Falcon (old ``RefinedWebModel`` keys and new ``falcon``
-keys) and Phi-3/4.
+Kimi K2 (MLA), DeepSeek-V3.2 (MLA with the DSA indexer), GLM-4.5/4.6/4.7
+(``glm4_moe``), MiniMax-M2 (``minimax_m2``), Llama 4 (chunked local and
+NoPE global layers, MoE interleaved with dense layers), OLMo 2, Granite 4
+hybrid (Mamba-2 and attention layers), Falcon (old ``RefinedWebModel``
+keys and new ``falcon`` keys) and Phi-3/4.
 
 Rules:
 
@@ -17,7 +20,11 @@ Rules:
 * Where a config leaves a value out, the default is the one the family's
   ``transformers`` configuration class documents (named at each use); where
   there is none, the key is required.
-* A config kvmath cannot read raises ``ValueError`` naming the key.
+* A config kvmath cannot read raises ``ValueError`` naming the key; so does
+  a key that changes the sizes in a family that does not read it
+  (``_SIZE_KEYS``: a config relabelled to another family is refused, not
+  read minus its features). Keys that are only hints (multi-token-prediction
+  layers) are noted and warned about.
 * ``max_position_embeddings`` is what the checkpoint's position code is set
   up for, a hint, not the context its authors document as supported: it
   is kept in the note and ``supported_context`` is left None (no
