@@ -169,10 +169,16 @@ def _mean_over(f, lo, hi, windows) -> ArrayLike:
 
 def _run(dep: Deployment, batch, context, tokens_per_seq, kv_seq, attention, *, lm_head_tokens=None,
          even_share=True):
-    """A pass of the deployment's one step model (:meth:`kvmath.deployment._Plan.pass_`) at the chip's rates."""
+    """A pass of the deployment's one step model (:meth:`kvmath.deployment._Plan.pass_`) at the chip's rates;
+    ``kv_seq`` is the (held, read) pair of each sequence's cache bytes."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return dep._plan.pass_(batch, context, tokens_per_seq, kv_seq, attention, bandwidth=dep.chip.bandwidth,
+        return dep._plan.pass_(batch, context, tokens_per_seq, *kv_seq, attention, bandwidth=dep.chip.bandwidth,
                                flops=dep.flops, comm=dep._comm, lm_head_tokens=lm_head_tokens, even_share=even_share)
+
+
+def _kv(plan, context):
+    """Each sequence's cache bytes at ``context`` tokens, (held, read), as :func:`_run` takes them."""
+    return plan.kv_per_seq(context), plan.kv_read_per_seq(context)
 
 
 def _figures(step, over=1):
@@ -204,7 +210,8 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     model, plan = dep.model, dep._plan
     lo, hi = context
     windows = {layer.window for layer in model.layer_specs() if layer.window is not None}
-    kv = _mean_over(plan.kv_per_seq, lo, hi, windows)
+    windows |= {layer.topk for layer in model.layer_specs() if layer.kind == "dsa"}  # where a dsa read stops growing
+    kv = (_mean_over(plan.kv_per_seq, lo, hi, windows), _mean_over(plan.kv_read_per_seq, lo, hi, windows))
     att = _mean_over(plan.attention_per_token, lo, hi, windows)
     flat, pp = _without_pipeline(dep), dep.layout.pp
     decode = _run(flat, batch, hi, 1.0, kv, att)
@@ -213,9 +220,9 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     end = prompt_start + c
     attention = prefill_attention_flops(model, end) - np.where(
         prompt_start > 0, prefill_attention_flops(model, np.maximum(prompt_start, 1)), 0.0)
-    prompt = _run(flat, np.where(has, prompts, 1.0), end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head)
+    prompt = _run(flat, np.where(has, prompts, 1.0), end, c, _kv(plan, end), attention, lm_head_tokens=lm_head)
     tokens = batch + np.where(has, prompts * c, 0.0)
-    both = _run(flat, 1.0, 1.0, tokens, 0.0, 0.0)  # the weights, read once for all the step's tokens, and the comm
+    both = _run(flat, 1.0, 1.0, tokens, (0.0, 0.0), 0.0)  # the weights, read once for all the step's tokens, and the comm
     # the stages' chips share every layer's work, so the busiest does at least the mean, 1 / pp of it
     # (x / 1 is exact: pp = 1 changes no bit)
     share = dict(weight_bytes_read=(both if prompt_rows else decode).weight_bytes_read / pp,
@@ -236,7 +243,7 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
         # the chunk lands whole on one replica, its cache on one chip of a kv=batch group: those chips do all of
         # its work (review r2, R1); the even share alone spread it over every replica and chip. Not with experts
         # over several chips: the chunk's tokens may go to experts elsewhere (review r3, N1: Mixtral dp=ep=8)
-        chunk = _figures(_run(flat, 1.0, end, c, plan.kv_per_seq(end), attention, lm_head_tokens=lm_head,
+        chunk = _figures(_run(flat, 1.0, end, c, _kv(plan, end), attention, lm_head_tokens=lm_head,
                               even_share=False), over=pp)
         larger = has & (np.asarray(MixedStep(**rates, **{k: plain(v) for k, v in chunk.items()}).strict_s)
                         > np.asarray(mixed.strict_s))

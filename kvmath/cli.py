@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -398,8 +399,30 @@ def _formats(args) -> Formats:
     w = args.weight_dtype
     weights = {"default": w, "experts": args.experts_dtype or w, "lm_head": args.lm_head_dtype or w,
                "embedding": args.embedding_dtype or w}
-    return Formats(weights=weights if len(set(weights.values())) > 1 else w, kv=args.kv_dtype,
-                   compute=getattr(args, "compute_dtype", None))
+    if getattr(args, "config", None) and not _given(args, "weight_dtype"):
+        weights = _config_weights(args)
+    return Formats(weights=weights if len(set(map(str, weights.values()))) > 1 else weights["default"],
+                   kv=args.kv_dtype, compute=getattr(args, "compute_dtype", None))
+
+
+def _config_weights(args) -> dict:
+    """Each group's format as --config stores it (kvmath.hf_config.weights_from_hf_config), with --experts-dtype,
+    --lm-head-dtype and --embedding-dtype on top; said on stderr, so text and --json runs both show it."""
+    from .hf_config import weights_from_hf_config
+    from .models import group_formats
+
+    try:
+        stored = weights_from_hf_config(args.config)
+    except ValueError as err:
+        raise ValueError(f"{err} (or give --weight-dtype to size the weights yourself)") from None
+    weights = {"default": "bf16", **group_formats(stored)}
+    for dest, group in (("experts_dtype", "experts"), ("lm_head_dtype", "lm_head"), ("embedding_dtype", "embedding")):
+        if getattr(args, dest, None):
+            weights[group] = getattr(args, dest)
+    shown = ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items()
+                      if g != "default")
+    args._notes = [f"weights as config.json stores them (--weight-dtype overrides): {shown}"]
+    return weights
 
 
 def _layout(args, model: Model) -> ParallelLayout:
@@ -914,7 +937,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     compute = _COMMANDS[args.command][0]
     try:
         _refuse_ignored(args)
-        with np.errstate(all="ignore"):  # an overflow is reported once, as one line, below
+        # a config's hints (kvmath.hf_config warnings) are shown after a good answer, one line each
+        with np.errstate(all="ignore"), warnings.catch_warnings(record=True) as hints:
+            warnings.simplefilter("always")
             result = compute(args)
         if _non_finite(result.data if isinstance(result, _Answer) else result):
             raise ResultOverflow("non-finite result")
@@ -923,6 +948,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = _encodable(f"kvmath {args.command}: error: {_user_message(args, err)}\n", sys.stderr)
         sys.stderr.write(message)
         return 2
+    notes = [str(h.message) for h in hints if issubclass(h.category, UserWarning)] + getattr(args, "_notes", [])
+    for note in dict.fromkeys(notes):  # what a run assumed, on stderr so --json output stays JSON
+        sys.stderr.write(_encodable(f"kvmath {args.command}: note: {note}\n", sys.stderr))
     try:
         sys.stdout.write(_encodable(text, sys.stdout))
         sys.stdout.flush()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import layers as _layers
 from .formulas import _max, binds, step_times
 from .hardware import Chip, get_chip
 from .layout import ParallelLayout, as_layout
@@ -331,7 +332,7 @@ class Deployment:
                               flops=self.flops, comm=self._comm).strict_s
         micro = plan.micro(batch)
         tokens = micro * tokens_per_seq
-        kv_seq = plan.kv_per_seq(np.ceil(context))
+        kv_seq = plan.kv_read_per_seq(np.ceil(context))  # what the step reads of each sequence's cache
         if lay.kv_split == "batch":
             seqs = np.minimum(micro, np.ceil(micro / lay.tp))
             memory, compute = seqs * kv_seq, seqs * plan.attention_per_token(context)
@@ -812,7 +813,8 @@ class _Plan:
         self.mlp_layer_params = groups["mlp"] / m.n_layers  # one layer's dense MLP (dense models)
         self.mlp_layer_read = self.mlp_layer_params * per_weight["mlp"]
         # the cache and attention, by layer kind: {(coefficient, window or None): layers}
-        self.kv_terms, self.flop_terms, self.state_bytes, self.state_flops = _layer_terms(m)
+        self.terms = _layers.cache_terms(m.layer_specs())
+        self.state_bytes = self.terms.state_bytes
         self.state_heads = min((s.n_heads for s in m.layer_specs() if s.kind == "linear"), default=0)
         self.kv_heads = 1 if m.attention == "mla" else m.n_kv_heads
         self.cp_combine = ((2 * (m.v_head_dim or m.head_dim) + 4) * m.n_heads / lay.tp * m.n_layers
@@ -830,21 +832,30 @@ class _Plan:
         if lay.replicate_lm_head:  # the whole head on every chip (on the last stage under pp)
             self.weight_resident += resident["lm_head"] * (1 - 1 / g)
 
+    def _sum(self, terms, context, scale, per_token, per_seq):
+        """``per_seq + per_token * context`` plus ``coefficient * scale * layers * min(context, window)`` over
+        ``terms`` (one :class:`kvmath.layers.CacheTerms` dict)."""
+        total = per_seq + per_token * context if per_token else per_seq
+        for (coefficient, window), layers in terms.items():
+            tokens = context if window is None else _min(context, window)
+            total = total + (coefficient * scale * layers) * tokens
+        return total
+
     def kv_per_seq(self, context):
         """Cache bytes one sequence of ``context`` (whole) tokens holds, windows applied, linear states included."""
-        total = self.state_bytes
-        for (coefficient, window), layers in self.kv_terms.items():
-            held = context if window is None else _min(context, window)
-            total = total + (coefficient * self.b_kv * layers) * held
-        return total
+        t = self.terms
+        return self._sum(t.held, context, self.b_kv, t.token_bytes, t.state_bytes)
+
+    def kv_read_per_seq(self, context):
+        """Cache bytes one step reads for one sequence of ``context`` tokens: :meth:`kv_per_seq` but shared layers
+        read their source's cache and sparse (dsa) layers their top-k latents (:func:`kvmath.layers.kv_bytes_read_per_seq`)."""
+        t = self.terms
+        return self._sum(t.read, context, self.b_kv, t.token_bytes, t.state_bytes)
 
     def attention_per_token(self, context):
         """Attention FLOPs of one new token over a ``context``-token cache, all layers."""
-        total = self.state_flops
-        for (coefficient, window), layers in self.flop_terms.items():
-            held = context if window is None else _min(context, window)
-            total = total + (coefficient * layers) * held
-        return total
+        t = self.terms
+        return self._sum(t.flops, context, 1, t.token_flops, t.state_flops)
 
     def _chip_share(self, kv_seq):
         """The part of one sequence's cache ``kv_seq`` a chip holds when a tp group splits it by heads."""
@@ -877,9 +888,10 @@ class _Plan:
         return _max(per_group / lay.pp, _min(per_group, 1))
 
     def decode_inputs(self, batch, context, tokens_per_seq):
-        """:meth:`pass_`'s first five arguments for a decode (or verify) step: each sequence's cache of its whole
-        tokens and its attention FLOPs for ``tokens_per_seq`` new tokens."""
-        return (batch, context, tokens_per_seq, self.kv_per_seq(_ceil(context)),
+        """:meth:`pass_`'s first six arguments for a decode (or verify) step: each sequence's cache of its whole
+        tokens (held, and read), and its attention FLOPs for ``tokens_per_seq`` new tokens."""
+        whole = _ceil(context)
+        return (batch, context, tokens_per_seq, self.kv_per_seq(whole), self.kv_read_per_seq(whole),
                 self.attention_per_token(context) * tokens_per_seq)
 
     def expert_tokens(self, batch, tokens, tokens_per_seq):
@@ -891,10 +903,11 @@ class _Plan:
             return tokens
         return _min(tokens * lay.dp, _max(batch / lay.pp, _min(batch, 1)) * tokens_per_seq)
 
-    def pass_(self, batch, context, tokens_per_seq, kv_seq, attention_per_seq, *, bandwidth, flops, comm,
+    def pass_(self, batch, context, tokens_per_seq, kv_seq, kv_read_seq, attention_per_seq, *, bandwidth, flops, comm,
               routing="floor", overhead_s=0.0, lm_head_tokens=None, last_mlp_tokens=None,
               is_lower_bound=True, even_share=False) -> "Step":
-        """One pass of ``batch`` sequences: per-sequence cache ``kv_seq`` and attention FLOPs given.
+        """One pass of ``batch`` sequences: per-sequence cache held ``kv_seq`` and read ``kv_read_seq`` (the two
+        differ for shared and sparse layers: :meth:`kv_read_per_seq`) and attention FLOPs given.
 
         ``lm_head_tokens`` (default ``tokens_per_seq``): tokens per sequence
         that need logits; 0 (a prompt chunk before the last) reads and
@@ -957,10 +970,10 @@ class _Plan:
         # the cache and attention: split by heads over tp (or by sequences), by position over cp
         if lay.kv_split == "batch":
             seqs = micro / lay.tp if even_share else _min(micro, _ceil(micro / lay.tp))
-            kv_read = seqs * kv_seq / lay.cp
+            kv_read = seqs * kv_read_seq / lay.cp
             attention = seqs * attention_per_seq / lay.cp
         else:
-            kv_read = micro * self._chip_share(kv_seq) / lay.cp
+            kv_read = micro * self._chip_share(kv_read_seq) / lay.cp
             attention = micro * attention_per_seq / g
         if self.cp_combine:
             attention = attention + lay.cp * self.cp_combine * tokens
@@ -984,25 +997,3 @@ class _Plan:
                     overhead_s=overhead_s,
                     strict_s=strict, no_overlap_s=no_overlap, is_lower_bound=is_lower_bound, n_chips=lay.n_chips,
                     bandwidth=bandwidth, flops=flops)
-
-
-def _layer_terms(model: Model):
-    """Each layer kind's cache bytes and attention FLOPs per held token, counted once per kind.
-
-    Returns ``(kv_terms, flop_terms, state_bytes, state_flops)``: the first two
-    map ``(coefficient, window)`` (window None: the whole context) to a count
-    of layers; the last two are linear layers' fixed per-sequence figures.
-    """
-    from collections import Counter
-
-    kv, flops = Counter(), Counter()
-    state_bytes = state_flops = 0.0
-    for spec, count in Counter(model.layer_specs()).items():
-        if spec.kind == "linear":
-            state_bytes += count * spec.state_bytes
-            state_flops += count * spec.state_flops
-            continue
-        window = spec.window if spec.kind in ("sliding", "chunked") else None
-        kv[(spec.elems_per_token(), window)] += count
-        flops[(spec.flops_per_cached_token(), window)] += count
-    return dict(kv), dict(flops), state_bytes, state_flops

@@ -4,8 +4,11 @@
 Families read: Llama 1/2/3/3.1/3.2, Mistral, Mixtral, Qwen2/2.5/3 dense and
 MoE, Qwen3-Next (linear-attention layers), Gemma 2 and Gemma 3 (its text
 config, nested under ``text_config`` or not), gpt-oss, DeepSeek-V2/V3 and
-Kimi K2 (MLA), Falcon (old ``RefinedWebModel`` keys and new ``falcon``
-keys) and Phi-3/4.
+Kimi K2 (MLA), DeepSeek-V3.2 (MLA with the DSA indexer), GLM-4.5/4.6/4.7
+(``glm4_moe``), MiniMax-M2 (``minimax_m2``), Llama 4 (chunked local and
+NoPE global layers, MoE interleaved with dense layers), OLMo 2, Granite 4
+hybrid (Mamba-2 and attention layers), Falcon (old ``RefinedWebModel``
+keys and new ``falcon`` keys) and Phi-3/4.
 
 Rules:
 
@@ -17,7 +20,11 @@ Rules:
 * Where a config leaves a value out, the default is the one the family's
   ``transformers`` configuration class documents (named at each use); where
   there is none, the key is required.
-* A config kvmath cannot read raises ``ValueError`` naming the key.
+* A config kvmath cannot read raises ``ValueError`` naming the key; so does
+  a key that changes the sizes in a family that does not read it
+  (``_SIZE_KEYS``: a config relabelled to another family is refused, not
+  read minus its features). Keys that are only hints (multi-token-prediction
+  layers) are noted and warned about.
 * ``max_position_embeddings`` is what the checkpoint's position code is set
   up for, a hint, not the context its authors document as supported: it
   is kept in the note and ``supported_context`` is left None (no
@@ -31,8 +38,10 @@ Rules:
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
+import warnings
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from .layers import LayerSpec
@@ -54,8 +63,12 @@ MAX_LAYERS = 10_000
 _EXPERTS_KEY = {
     "mixtral": "num_local_experts", "gpt_oss": "num_local_experts", "qwen2_moe": "num_experts",
     "qwen3_moe": "num_experts", "qwen3_next": "num_experts", "deepseek_v2": "n_routed_experts",
-    "deepseek_v3": "n_routed_experts", "kimi_k2": "n_routed_experts",
+    "deepseek_v3": "n_routed_experts", "kimi_k2": "n_routed_experts", "deepseek_v32": "n_routed_experts",
+    "glm4_moe": "n_routed_experts", "minimax_m2": "num_local_experts", "llama4_text": "num_local_experts",
 }
+
+#: Families whose attention is multi-head latent attention (one latent per token, all heads).
+_MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32")
 
 #: Bytes per element of a config's ``torch_dtype`` / ``dtype`` (linear-attention states are kept in it).
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -69,17 +82,46 @@ _TIED_DEFAULT = {
     "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
     "qwen3_moe": False, "qwen3_next": False, "phi3": False, "gpt_oss": False, "deepseek_v2": False,
     "deepseek_v3": False, "kimi_k2": False, "gemma2": True, "gemma3_text": True, "falcon": True,
+    "deepseek_v32": False, "glm4_moe": False, "minimax_m2": False, "llama4_text": False, "olmo2": False,
+    "granitemoehybrid": False,
 }
 
 _FAMILY = {
     "llama": "llama", "mistral": "mistral", "mixtral": "mistral", "qwen2": "qwen", "qwen2_moe": "qwen",
     "qwen3": "qwen", "qwen3_moe": "qwen", "qwen3_next": "qwen", "phi3": "phi", "gpt_oss": "gpt-oss",
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "kimi", "gemma2": "gemma",
-    "gemma3_text": "gemma", "falcon": "falcon",
+    "gemma3_text": "gemma", "falcon": "falcon", "deepseek_v32": "deepseek", "glm4_moe": "glm",
+    "minimax_m2": "minimax", "llama4_text": "llama", "olmo2": "olmo", "granitemoehybrid": "granite",
 }
 
 #: model_type spellings that mean the same reader.
-_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon", "gemma3": "gemma3_text"}
+_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon", "gemma3": "gemma3_text", "llama4": "llama4_text"}
+
+#: Keys that change a model's sizes, and the families that read them (a key present, not null, 0, false or
+#: empty, in a config of any other family is refused by name: a config relabelled to a family kvmath reads
+#: must not load minus what that family ignores). An empty tuple: no family kvmath reads has it.
+_SIZE_KEYS = {
+    "index_topk": ("deepseek_v32",), "index_n_heads": ("deepseek_v32",), "index_head_dim": ("deepseek_v32",),
+    "kv_lora_rank": _MLA, "q_lora_rank": _MLA,
+    "linear_num_key_heads": ("qwen3_next",), "linear_num_value_heads": ("qwen3_next",),
+    "full_attention_interval": ("qwen3_next",),
+    "first_k_dense_replace": _MLA + ("glm4_moe",), "n_shared_experts": _MLA + ("glm4_moe",),
+    "shared_expert_intermediate_size": ("qwen2_moe", "qwen3_moe", "qwen3_next"),
+    "interleave_moe_layer_step": ("llama4_text",), "moe_layers": ("llama4_text",),
+    "intermediate_size_mlp": ("llama4_text",), "attn_type_list": ("minimax_m2",),
+    "mamba_n_heads": ("granitemoehybrid",), "mamba_d_state": ("granitemoehybrid",),
+    "shared_intermediate_size": ("granitemoehybrid", "minimax_m2"),
+    # Mamba-2 / hybrid / sharing / compression keys of families kvmath does not read (Falcon-H1, Nemotron-H,
+    # Gemma 3n, DeepSeek-V4, Jamba): refused in any config that carries them.
+    "mamba_d_ssm": (), "hybrid_override_pattern": (), "num_kv_shared_layers": (), "compress_ratios": (),
+    "attn_layer_period": (), "kv_sharing_layer_map": (),
+}
+
+#: Keys that only hint at something kvmath leaves out (the sizes it gives stand): a note and a warning.
+_HINT_KEYS = {
+    "num_nextn_predict_layers": "multi-token-prediction layers (used for speculative decoding) not counted",
+    "num_mtp_modules": "multi-token-prediction modules (used for speculative decoding) not counted",
+}
 
 #: Gemma3TextConfig defaults for keys a Gemma 3 config.json may leave out:
 #: transformers src/transformers/models/gemma3/configuration_gemma3.py,
@@ -190,7 +232,45 @@ def _text_config(data: dict) -> tuple[_Config, str]:
         merged = dict(inner)
         merged.setdefault("torch_dtype", data.get("torch_dtype"))
         return _Config(merged, prefix, GEMMA3_TEXT_DEFAULTS), model_type
+    if prefix:  # a multimodal config's torch_dtype sits in the outer config
+        inner = dict(inner)
+        inner.setdefault("torch_dtype", data.get("torch_dtype"))
     return _Config(inner, prefix), model_type
+
+
+def _present(value: Any) -> bool:
+    """Whether a config value switches its feature on (not null, 0, false or empty)."""
+    return value is not None and value is not False and value != 0 and value != [] and value != {} and value != ""
+
+
+def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
+    """Refuse a size-changing key the family does not read (by name); the hints' notes, each also warned."""
+    for key, readers in _SIZE_KEYS.items():
+        if _present(c.data.get(key)) and model_type not in readers:
+            where = f"only {', '.join(readers)} configs" if readers else "no family kvmath reads"
+            raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and which kvmath "
+                             f"reads in {where}, not in a {model_type!r} config: kvmath would size it without it")
+    window = c.data.get("sliding_window")
+    types = c.data.get("layer_types") if isinstance(c.data.get("layer_types"), list) else []
+    if (_present(window) and model_type not in _SLIDING_READERS and "sliding_attention" not in types
+            and not (model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not c.data.get("use_sliding_window"))):
+        raise ValueError(f"config.json has {c.name('sliding_window')!r} ({window!r}) but a {model_type!r} config "
+                         "says no layer uses it: kvmath reads sliding windows from layer_types or the family's rule")
+    chunk = c.data.get("attention_chunk_size")
+    if _present(chunk) and model_type != "llama4_text" and "chunked_attention" not in types:
+        raise ValueError(f"config.json has {c.name('attention_chunk_size')!r} but no chunked layer in a "
+                         f"{model_type!r} config: kvmath would size every layer as full attention")
+    notes = []
+    for key, hint in _HINT_KEYS.items():
+        if _present(c.data.get(key)):
+            notes.append(f"{key} {c.data[key]!r}: {hint}")
+            warnings.warn(f"config.json {c.name(key)} {c.data[key]!r}: {hint}", stacklevel=3)
+    return notes
+
+
+#: Families that read sliding_window by their own rule (the rest only through layer_types).
+_SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
+                    "gemma3_text", "gpt_oss", "qwen3_next")
 
 
 def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
@@ -207,7 +287,7 @@ def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
     else:
         d = c.int("hidden_size")
         h = c.int("num_attention_heads")
-        if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        if model_type in _MLA:
             kv = h  # MLA: every query head has its own keys and values, rebuilt from the latent
         else:
             # LlamaConfig and its descendants: num_key_value_heads defaults to
@@ -217,7 +297,7 @@ def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
         kv_key = "num_kv_heads" if c.has("num_kv_heads") else "n_head_kv" if c.has("n_head_kv") else "num_key_value_heads"
         raise ValueError(f"config.json {c.name('num_attention_heads')} ({h}) must be divisible by "
                          f"{c.name(kv_key)} ({kv})")
-    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    if model_type in _MLA:
         return d, h, kv, c.int("qk_nope_head_dim")
     if c.has("head_dim") or "head_dim" in c.defaults:
         return d, h, kv, c.int("head_dim")
@@ -235,7 +315,7 @@ _LAYER_TYPE_KINDS = {"full_attention": "full", "sliding_attention": "sliding", "
 
 def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
     """The kind of each layer: from ``layer_types`` where listed, else the family's rule."""
-    if c.has("layer_types"):
+    if c.has("layer_types") and model_type != "granitemoehybrid":
         types = c.raw("layer_types")
         if not isinstance(types, list) or len(types) != n_layers:
             raise ValueError(f"config.json {c.name('layer_types')} must list {n_layers} layers "
@@ -248,6 +328,22 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
             raise ValueError(f"config.json {c.name('layer_types')} has unknown type(s) {unknown}; "
                              f"kvmath reads {sorted(_LAYER_TYPE_KINDS)}")
         return [_LAYER_TYPE_KINDS[t] for t in types]
+    if model_type == "llama4_text":
+        # Llama4TextConfig: no_rope_layers[i] == 1 (RoPE) marks a chunked local layer, 0 a global NoPE one;
+        # left out, every no_rope_layer_interval-th (default 4) layer is NoPE.
+        flags = c.raw("no_rope_layers", None) or [int((i + 1) % c.int("no_rope_layer_interval", 4) != 0)
+                                                  for i in range(n_layers)]
+        if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+            raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
+        chunked = c.has("attention_chunk_size")
+        return ["chunked" if f and chunked else "full" for f in flags]
+    if model_type == "granitemoehybrid":
+        types = c.raw("layer_types", None)
+        kinds = {"mamba": "linear", "attention": "full"}
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in kinds for t in types):
+            raise ValueError(f"config.json {c.name('layer_types')} must list {n_layers} layers, each 'mamba' or "
+                             f"'attention', got {types!r:.80}")
+        return [kinds[t] for t in types]
     if model_type == "qwen3_next":
         interval = c.int("full_attention_interval")
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(n_layers)]
@@ -283,12 +379,24 @@ def _moe(c: _Config, model_type: str, d_ff: int, n_layers: int) -> dict:
     if top_k > n_experts:
         raise ValueError(f"config.json {c.name('num_experts_per_tok')} ({top_k}) exceeds {c.name(experts_key)} ({n_experts})")
     fields = dict(n_experts=n_experts, top_k=top_k, n_shared_experts=0, n_dense_layers=0)
-    if model_type in ("mixtral", "gpt_oss"):
+    if model_type in ("mixtral", "gpt_oss", "minimax_m2"):
+        # MixtralConfig, GptOssConfig, MiniMaxM2Config: intermediate_size is each expert's width
         fields["d_ff_expert"] = d_ff
+        return fields
+    if model_type == "llama4_text":
+        # Llama4TextConfig: MoE on moe_layers (default every interleave_moe_layer_step-th layer, counting from
+        # step - 1), each with one shared expert of the routed experts' width; the other layers are dense MLPs
+        # of intermediate_size_mlp. Only how many of each changes a size, not where they sit.
+        step = c.int("interleave_moe_layer_step", 1)
+        moe_layers = c.raw("moe_layers", None) or list(range(step - 1, n_layers, step))
+        if not isinstance(moe_layers, list) or not all(isinstance(i, int) and 0 <= i < n_layers for i in moe_layers):
+            raise ValueError(f"config.json {c.name('moe_layers')} must list layer indices below {n_layers}")
+        fields.update(d_ff_expert=c.int("intermediate_size"), n_shared_experts=1,
+                      n_dense_layers=n_layers - len(set(moe_layers)))
         return fields
     width = c.int("moe_intermediate_size")
     fields["d_ff_expert"] = width
-    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    if model_type in _MLA + ("glm4_moe",):
         if c.raw("moe_layer_freq", 1) != 1:
             raise ValueError(f"config.json {c.name('moe_layer_freq')} must be 1 (kvmath reads MoE on every "
                              f"layer after the dense ones), got {c.raw('moe_layer_freq')!r}")
@@ -324,17 +432,91 @@ def _gated_deltanet(c: _Config, d: int) -> LayerSpec:
     n_k, n_v = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
     d_k, d_v = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
     kernel = c.int("linear_conv_kernel_dim")
-    dtype = c.raw("torch_dtype", None) or c.raw("dtype")
-    if dtype not in _DTYPE_BYTES:
-        raise ValueError(f"config.json {c.name('torch_dtype')} must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
     key_dim, value_dim = n_k * d_k, n_v * d_v
     conv_dim = 2 * key_dim + value_dim
     state_elems = n_v * d_k * d_v + conv_dim * (kernel - 1)
     params = (d * (2 * key_dim + 2 * value_dim) + d * 2 * n_v + conv_dim * kernel + 2 * n_v + d_v
               + value_dim * d)
     # n_heads: the value heads the recurrent state splits into under tensor parallelism.
-    return LayerSpec("linear", n_heads=n_v, state_bytes=float(state_elems * _DTYPE_BYTES[dtype]),
+    return LayerSpec("linear", n_heads=n_v, state_bytes=float(state_elems * _state_dtype_bytes(c)),
                      state_flops=float(6 * n_v * d_k * d_v), params=params)
+
+
+def _state_dtype_bytes(c: _Config) -> int:
+    """Bytes per element of the config's dtype (a recurrent state is kept in it)."""
+    dtype = c.raw("torch_dtype", None) or c.raw("dtype")
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"config.json {c.name('torch_dtype')} must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
+    return _DTYPE_BYTES[dtype]
+
+
+def _mamba2(c: _Config, d: int) -> LayerSpec:
+    """A Mamba-2 layer (Granite 4 hybrid's ``mamba`` layers): its fixed state, FLOPs and parameters.
+
+    State per sequence, in the config's dtype: the SSM state, ``n_heads``
+    heads of ``d_head x d_state``, plus the causal convolution's last
+    ``d_conv - 1`` inputs over ``conv_dim = d_inner + 2 n_groups d_state``
+    channels (``d_inner = n_heads d_head``), as transformers'
+    ``GraniteMoeHybridMambaLayer`` caches them (``conv_states``, ``ssm_states``).
+    FLOPs per token: 2 per state element for the decayed rank-1 update and 2
+    for the readout ``C h`` (the convolution and gates left out).
+    Parameters: ``in_proj`` (``d -> 2 d_inner + 2 n_groups d_state + n_heads``),
+    the convolution (``conv_dim x d_conv``), ``A_log``, ``D``, ``dt_bias``,
+    the gated norm and ``out_proj``; biases left out.
+    """
+    n_heads, d_head = c.int("mamba_n_heads"), c.int("mamba_d_head")
+    d_state, groups, d_conv = c.int("mamba_d_state"), c.int("mamba_n_groups", 1), c.int("mamba_d_conv")
+    d_inner = n_heads * d_head
+    if d_inner != c.int("mamba_expand", 2) * d:
+        raise ValueError(f"config.json {c.name('mamba_n_heads')} x {c.name('mamba_d_head')} ({d_inner}) must equal "
+                         f"{c.name('mamba_expand')} x hidden_size ({c.int('mamba_expand', 2) * d})")
+    conv_dim = d_inner + 2 * groups * d_state
+    state_elems = n_heads * d_head * d_state + conv_dim * (d_conv - 1)
+    params = (d * (2 * d_inner + 2 * groups * d_state + n_heads) + conv_dim * d_conv + 3 * n_heads + d_inner
+              + d_inner * d)
+    return LayerSpec("linear", n_heads=n_heads, state_bytes=float(state_elems * _state_dtype_bytes(c)),
+                     state_flops=float(4 * n_heads * d_head * d_state), params=params)
+
+
+def _granite_moe(c: _Config, d_ff: int) -> dict:
+    """Granite 4 hybrid's MLP: a dense one (no experts), or routed experts plus a shared MLP."""
+    n_experts = c.int("num_local_experts", 0, minimum=0)
+    if not n_experts:
+        return {}
+    top_k, width = c.int("num_experts_per_tok"), d_ff
+    shared = c.int("shared_intermediate_size", 0, minimum=0)
+    if shared % width:
+        raise ValueError(f"config.json {c.name('shared_intermediate_size')} ({shared}) must be a multiple of "
+                         f"{c.name('intermediate_size')} ({width})")
+    return dict(n_experts=n_experts, top_k=top_k, d_ff_expert=width, n_shared_experts=shared // width,
+                n_dense_layers=0)
+
+
+#: DeepSeek-V3.2's indexer keys: fp8 (one byte each) with one fp32 scale per block of this many
+#: (DeepSeek-V3.2-Exp inference/model.py, ``Indexer``: ``k_cache`` float8_e4m3fn, ``k_scale_cache``
+#: float32 of ``head_dim // block_size``, ``block_size = 128``).
+DSA_SCALE_BLOCK = 128
+
+
+def _dsa(c: _Config, base) -> LayerSpec:
+    """A DeepSeek-V3.2 layer: MLA plus the DSA lightning indexer (DeepSeek-V3.2-Exp inference/model.py).
+
+    The indexer's weights: ``wq_b`` (``q_lora_rank -> index_n_heads x
+    index_head_dim``), ``wk`` (``d -> index_head_dim``) and ``weights_proj``
+    (``d -> index_n_heads``); its norm left out. Its cache: ``index_head_dim``
+    fp8 bytes and 4 bytes of fp32 scale per 128 per token. Its FLOPs per
+    cached token: ``2 H_I d_I`` for the scores and ``2 H_I`` for their
+    weighted sum. Attention then reads ``index_topk`` tokens' latents.
+    """
+    heads, width, topk = c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk")
+    if base.q_lora_rank is None:
+        raise ValueError(f"config.json has no {c.name('q_lora_rank')!r}: DeepSeek-V3.2's indexer queries come from it")
+    indexer = base.q_lora_rank * heads * width + base.d_model * width + base.d_model * heads
+    return LayerSpec("dsa", n_heads=base.n_heads, latent_dim=base.kv_lora_rank + base.qk_rope_dim,
+                     score_dim=base.kv_lora_rank, topk=topk,
+                     index_bytes=float(width + 4 * math.ceil(width / DSA_SCALE_BLOCK)),
+                     index_flops=float(2 * heads * width + 2 * heads),
+                     params=base._attention_params_per_layer() + indexer)
 
 
 def model_from_hf_config(config: PathOrDict):
@@ -366,14 +548,25 @@ def model_from_hf_config(config: PathOrDict):
     if n_layers > MAX_LAYERS:
         raise ValueError(f"config.json {c.name(layers_key)} ({n_layers}) is above the {MAX_LAYERS:,} layers "
                          "kvmath reads (no published model has more than a few hundred)")
+    hints = _refuse_foreign_keys(c, model_type)
     if model_type == "falcon":
         d_ff = c.int("ffn_hidden_size", 4 * d)  # FalconConfig: ffn_hidden_size defaults to 4 * hidden_size
+    elif model_type == "llama4_text":
+        d_ff = c.int("intermediate_size_mlp")  # the dense layers' MLP; intermediate_size is the experts'
+    elif model_type == "granitemoehybrid" and not c.raw("num_local_experts", 0):
+        d_ff = c.int("shared_intermediate_size")  # a dense Granite 4 hybrid's one MLP is its shared_mlp
     else:
         d_ff = c.int("intermediate_size")
+    if model_type == "minimax_m2" and c.raw("shared_intermediate_size", 0):
+        raise ValueError(f"config.json {c.name('shared_intermediate_size')} must be 0 (kvmath reads MiniMax-M2 "
+                         f"without a shared expert), got {c.raw('shared_intermediate_size')!r}")
+    if model_type == "minimax_m2" and c.has("attn_type_list") and set(c.raw("attn_type_list")) != {1}:
+        raise ValueError(f"config.json {c.name('attn_type_list')} must be all 1 (softmax attention): kvmath "
+                         "does not read MiniMax's lightning-attention layers (0)")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", _TIED_DEFAULT[model_type])
     fields: dict[str, Any] = {}
-    mla = model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2")
+    mla = model_type in _MLA
     if mla:
         q_lora = c.raw("q_lora_rank", None)
         if q_lora is not None:
@@ -383,9 +576,12 @@ def model_from_hf_config(config: PathOrDict):
         attention = "mla"
     else:
         attention = "mha" if kv == h else "mqa" if kv == 1 else "gqa"
-    fields.update(_moe(c, model_type, d_ff, n_layers))
+    if model_type == "granitemoehybrid":
+        fields.update(_granite_moe(c, d_ff))
+    else:
+        fields.update(_moe(c, model_type, d_ff, n_layers))
     kinds = _layer_kinds(c, model_type, n_layers)
-    notes = []
+    notes = list(hints)
     if c.raw("max_position_embeddings", None) is not None:
         notes.append(f"config max_position_embeddings {c.raw('max_position_embeddings')} (a hint, not a "
                      "documented supported context)")
@@ -402,6 +598,8 @@ def model_from_hf_config(config: PathOrDict):
                  note="; ".join(notes), **fields)
     if mla and set(kinds) != {"full"}:
         raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
+    if model_type == "deepseek_v32":
+        return base.replace(layers=(_dsa(c, base),) * n_layers)
     if set(kinds) == {"full"}:
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
@@ -415,7 +613,8 @@ def model_from_hf_config(config: PathOrDict):
         windows["sliding"] = c.int("sliding_window")
     if "chunked" in kinds:
         windows["chunked"] = c.int("attention_chunk_size")
-    linear = _gated_deltanet(c, d) if "linear" in kinds else None
+    if "linear" in kinds:
+        linear = _mamba2(c, d) if model_type == "granitemoehybrid" else _gated_deltanet(c, d)
     for kind in kinds:
         if kind == "linear":
             specs.append(linear)
@@ -439,16 +638,46 @@ _DTYPE_FORMAT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 #: i.e. attention, dense MLP, routed and shared experts; the LM head is left out by the quantizer's
 #: default and DeepSeek's router (``MoEGate``, a bare parameter, not a Linear) and the embedding,
 #: norms and position tables are not Linear layers, so they keep ``torch_dtype``.
-_QUANTIZED_GROUPS = {"mxfp4": ("experts",), "fp8": ("attention", "mlp", "experts", "shared_experts")}
+#: gptq, awq: every Linear of the decoder layers (AutoGPTQ / AutoAWQ leave the LM head and embeddings out).
+_QUANTIZED_GROUPS = {"mxfp4": ("experts",), "fp8": ("attention", "mlp", "experts", "shared_experts"),
+                     "gptq": ("attention", "mlp", "experts", "shared_experts"),
+                     "awq": ("attention", "mlp", "experts", "shared_experts")}
 
 #: fp8 element formats by ``quantization_config.fmt`` (FineGrainedFP8Config default "e4m3").
-_FP8_FMT = {"e4m3": "fp8-e4m3", "e5m2": "fp8-e5m2"}
+_FP8_FMT = {"e4m3": "fp8-e4m3", "e5m2": "fp8-e5m2", "float8_e4m3fn": "fp8-e4m3", "float8_e5m2": "fp8-e5m2"}
 
 #: Module-name fragments of ``modules_to_not_convert`` and the weight group each names
 #: (first match wins: "shared_expert" before "experts").
 _MODULE_GROUPS = (("self_attn", "attention"), ("shared_expert", "shared_experts"), ("experts", "experts"),
                   ("router", "router"), ("mlp.gate", "router"), ("embed_tokens", "embedding"),
                   ("lm_head", "lm_head"))
+
+#: ``modules_to_not_convert`` entries that name no weight matrix kvmath counts (a router's bias, norms).
+_NOT_A_GROUP = ("e_score_correction_bias", "norm")
+
+
+def _int_quant_bits(quant: Mapping, method: str) -> Union[str, float]:
+    """Bytes per weight (or the format's name) of a gptq / awq checkpoint from its bits and group_size.
+
+    A group of ``g`` weights stores one fp16 scale and, where the format keeps
+    one, a zero point of ``bits`` bits: ``bits + 16 / g (+ bits / g)`` bits per
+    weight. GPTQ's checkpoint format always packs ``qzeros`` (AutoGPTQ
+    ``QuantLinear``, symmetric or not); AWQ's only with ``zero_point``
+    (AutoAWQ's default true). ``group_size`` -1 (one scale per output row)
+    adds a negligible fraction and is counted as no groups.
+    """
+    bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
+    if not isinstance(bits, int) or isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+        raise ValueError(f"config.json 'quantization_config.bits' must be 2, 3, 4 or 8, got {bits!r}")
+    if not isinstance(group, int) or isinstance(group, bool) or not (group == -1 or group >= 1):
+        raise ValueError(f"config.json 'quantization_config.group_size' must be -1 or a whole number >= 1, "
+                         f"got {group!r}")
+    zero = True if method == "gptq" else bool(quant.get("zero_point", True))
+    if group == -1:
+        return bits / 8
+    if bits == 4 and group == 128 and not zero:
+        return "int4-g128"
+    return (bits + 16 / group + (bits / group if zero else 0)) / 8
 
 
 def weights_from_hf_config(config: PathOrDict) -> "Precision":
@@ -468,10 +697,15 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
       4 / 16,384 = 0.024 % of a byte per weight, below what any figure here
       shows, so they are not counted (the format's 8 bits are).
 
-    Any other ``quant_method`` (gptq, awq, compressed-tensors, ...) raises
+    * ``quant_method`` ``"gptq"`` or ``"awq"``: attention, MLP and expert
+      matrices at ``bits`` with a fp16 scale (and a zero point, GPTQ always,
+      AWQ with ``zero_point``) per ``group_size`` weights, in bytes per
+      weight (``"int4-g128"`` where that is the layout); the rest in
+      ``torch_dtype``.
+
+    Any other ``quant_method`` (compressed-tensors, bitsandbytes, ...) raises
     ``ValueError`` naming ``quantization_config.quant_method``: its bits depend
-    on fields kvmath does not read; pass ``weights=`` yourself (for example
-    ``"int4-g128"``).
+    on fields kvmath does not read; pass ``weights=`` yourself.
 
     Parameters
     ----------
@@ -494,10 +728,13 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
     >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8",
     ...     "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}})
     {'default': 'bf16', 'attention': 'fp8-e4m3', 'mlp': 'fp8-e4m3', 'experts': 'fp8-e4m3', 'shared_experts': 'fp8-e4m3'}
-    >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "gptq"}})
+    >>> weights_from_hf_config({"torch_dtype": "float16", "quantization_config": {"quant_method": "gptq", "bits": 4,
+    ...     "group_size": 128, "sym": True}})["attention"]  # (4 + 16/128 + 4/128) / 8
+    0.51953125
+    >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "bitsandbytes"}})
     Traceback (most recent call last):
     ...
-    ValueError: config.json 'quantization_config.quant_method' 'gptq' is not one kvmath reads (['fp8', 'mxfp4']); ...
+    ValueError: config.json 'quantization_config.quant_method' 'bitsandbytes' is not one kvmath reads (['awq', 'fp8', 'gptq', 'mxfp4']); ...
     """
     data, _, _ = _load(config)
     c = _Config(data)
@@ -528,6 +765,8 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
                 isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
             raise ValueError(f"config.json 'quantization_config.weight_block_size' must be two whole numbers "
                              f">= 1, got {block!r}")
+    elif method in ("gptq", "awq"):
+        stored = _int_quant_bits(quant, method)
     else:
         stored = "mxfp4"
     kept = quant.get("modules_to_not_convert") or []
@@ -537,6 +776,10 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
     unconverted = set()
     for module in kept:
         group = next((g for fragment, g in _MODULE_GROUPS if fragment in module), None)
+        if group is None and (module == "gate" or module.endswith(".gate")):
+            group = "router"  # MiniMax-M2's router is called gate (not gate_proj, an MLP matrix)
+        if group is None and any(fragment in module for fragment in _NOT_A_GROUP):
+            continue
         if group is None:
             raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, "
                              "which kvmath cannot map to a weight group")

@@ -7,7 +7,14 @@ Gemma, gpt-oss); a ``chunked`` layer attends within fixed chunks of
 ``linear`` layer (linear attention, an SSM, Gated DeltaNet) keeps a state
 of ``state_bytes`` per sequence whatever the context; an ``mla`` layer
 caches one compressed latent of ``latent_dim`` elements per token, shared
-by all heads (DeepSeek-V2/V3, Kimi K2).
+by all heads (DeepSeek-V2/V3, Kimi K2); a ``dsa`` layer is an MLA layer
+with DeepSeek Sparse Attention's indexer (DeepSeek-V3.2): the indexer keeps
+``index_bytes`` of its own keys per token (stored in its own format, fp8
+with a scale in the released model, whatever the KV dtype) and reads all of
+them, while the attention reads the latents of at most ``topk`` tokens; a
+``shared`` layer attends over the cache of an earlier layer (Gemma 3n's
+last ``num_kv_shared_layers``): it holds nothing of its own but still reads
+that cache and spends attention FLOPs on it.
 
 Two different totals come out of these, and kvmath keeps them apart:
 
@@ -19,6 +26,11 @@ Two different totals come out of these, and kvmath keeps them apart:
   all attention layers; windows not freed, linear states not included
   because they are per sequence).
 
+And a third, what a decode step **reads**, :func:`kv_bytes_read_per_seq`:
+the held bytes, except that a ``shared`` layer reads its source's cache
+and a ``dsa`` layer reads only ``topk`` tokens' latents (plus every
+token's indexer keys).
+
 A :class:`kvmath.Model` built from a preset row derives its layers from
 ``sliding_window`` / ``n_sliding_layers``; one built from a ``config.json``
 (:func:`kvmath.hf_config.model_from_hf_config`) lists them.
@@ -28,13 +40,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
 from .validation import ArrayLike, as_scalar, choice, non_negative, plain, positive_int
 
-LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla")
+LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla", "dsa", "shared")
+
+#: Kinds that cache K and V per KV head (``shared``: an earlier layer's, read, not held).
+_KV_HEAD_KINDS = ("full", "sliding", "chunked", "shared")
 
 
 @dataclass(frozen=True)
@@ -50,14 +65,24 @@ class LayerSpec:
         layer, the heads its state splits into under tensor parallelism
         (0: unknown, taken as splitting evenly over the chips).
     n_kv_heads, head_dim : int
-        KV heads and their width (full, sliding and chunked layers).
+        KV heads and their width (full, sliding, chunked and shared
+        layers; a shared layer's are those of the layer it reads).
     window : int or None
-        Tokens a ``sliding`` layer keeps, or a ``chunked`` layer's chunk.
+        Tokens a ``sliding`` layer keeps, or a ``chunked`` layer's chunk
+        (a ``shared`` layer: its source's window, None for a full one).
     latent_dim : int
-        Elements an ``mla`` layer caches per token (``kv_lora_rank + qk_rope_dim``).
+        Elements an ``mla`` or ``dsa`` layer caches per token (``kv_lora_rank + qk_rope_dim``).
     score_dim : int
-        MLA only: the latent width the absorbed values are summed over
+        MLA and DSA: the latent width the absorbed values are summed over
         (``kv_lora_rank``).
+    topk : int
+        ``dsa`` only: tokens whose latents attention reads per new token
+        (``index_topk``).
+    index_bytes : float
+        ``dsa`` only: bytes of indexer keys per token (in the indexer's own
+        format: 128 fp8 elements and one fp32 scale are 132 bytes).
+    index_flops : float
+        ``dsa`` only: FLOPs the indexer spends per cached token (scoring every one).
     state_bytes : float
         Bytes of a ``linear`` layer's state per sequence (fixed, whatever
         the KV dtype: the state is kept in the model's own dtype).
@@ -82,10 +107,13 @@ class LayerSpec:
     state_bytes: float = 0.0
     state_flops: float = 0.0
     params: int = 0
+    topk: int = 0
+    index_bytes: float = 0.0
+    index_flops: float = 0.0
 
     def __post_init__(self) -> None:
         choice("kind", self.kind, LAYER_KINDS)
-        if self.kind in ("full", "sliding", "chunked"):
+        if self.kind in _KV_HEAD_KINDS:
             for attr in ("n_heads", "n_kv_heads", "head_dim"):
                 self._count(attr)
             if self.n_heads % self.n_kv_heads:
@@ -95,9 +123,15 @@ class LayerSpec:
             if self.window is None:
                 raise ValueError(f"a {self.kind} layer needs a window")
             self._count("window")
-        if self.kind == "mla":
+        if self.kind == "shared" and self.window is not None:
+            self._count("window")
+        if self.kind in ("mla", "dsa"):
             for attr in ("n_heads", "latent_dim", "score_dim"):
                 self._count(attr)
+        if self.kind == "dsa":
+            self._count("topk")
+            non_negative("dsa layer index_bytes", self.index_bytes)
+            non_negative("dsa layer index_flops", self.index_flops)
         if self.kind == "linear":
             non_negative("linear layer state_bytes", self.state_bytes)
             non_negative("linear layer state_flops", self.state_flops)
@@ -110,22 +144,41 @@ class LayerSpec:
         object.__setattr__(self, attr, int(value) if isinstance(value, (int, np.integer)) else int(float(value)))
 
     def elems_per_token(self) -> int:
-        """Cache elements one token adds to this layer (0 for a linear layer)."""
-        if self.kind == "linear":
+        """Cache elements (in the KV dtype) one token adds to this layer (0 for linear and shared layers;
+        a dsa layer's indexer keys are :attr:`index_bytes`, apart)."""
+        if self.kind in ("linear", "shared"):
             return 0
-        if self.kind == "mla":
+        if self.kind in ("mla", "dsa"):
             return self.latent_dim
         return 2 * self.n_kv_heads * self.head_dim
+
+    def read_elems_per_token(self) -> int:
+        """Cache elements (in the KV dtype) a step reads per token this layer attends to: its own, or for a
+        shared layer those of the cache it reads (a dsa layer's attended tokens are its top-k)."""
+        if self.kind == "shared":
+            return 2 * self.n_kv_heads * self.head_dim
+        return self.elems_per_token()
+
+    def tokens_read(self, context: ArrayLike) -> ArrayLike:
+        """Tokens whose cache (latent, or K and V) this layer's attention reads for a ``context``-token sequence:
+        :meth:`tokens_held`, a shared layer's source's (its window), a dsa layer's ``min(S, topk)``."""
+        if self.kind == "dsa":
+            return np.minimum(non_negative("context", context), self.topk)
+        if self.kind == "shared":
+            context = non_negative("context", context)
+            return context if self.window is None else np.minimum(context, self.window)
+        return self.tokens_held(context)
 
     def tokens_held(self, context: ArrayLike) -> ArrayLike:
         """Tokens this layer caches for a ``context``-token sequence.
 
         Full and MLA layers: all of them. Sliding: ``min(S, window)``.
         Chunked: at most one chunk, ``min(S, window)`` (the most it holds
-        mid-chunk, which is what must fit). Linear: 0 (its state is fixed).
+        mid-chunk, which is what must fit). Linear and shared: 0 (a fixed
+        state; an earlier layer's cache).
         """
         context = non_negative("context", context)
-        if self.kind == "linear":
+        if self.kind in ("linear", "shared"):
             return 0 * context
         if self.kind in ("sliding", "chunked"):
             return np.minimum(context, self.window)
@@ -135,11 +188,12 @@ class LayerSpec:
         """FLOPs one new token spends per cached token of this layer (0 for linear).
 
         Softmax attention: ``4 * h * d_h`` (scores and the weighted sum of
-        values over query heads). MLA, absorbed: ``2 h (r + r_rope) + 2 h r``.
+        values over query heads). MLA (and DSA), absorbed: ``2 h (r + r_rope) + 2 h r``,
+        over the tokens :meth:`tokens_read`. A shared layer's are a softmax layer's.
         """
         if self.kind == "linear":
             return 0
-        if self.kind == "mla":
+        if self.kind in ("mla", "dsa"):
             return 2 * self.n_heads * self.latent_dim + 2 * self.n_heads * self.score_dim
         return 4 * self.n_heads * self.head_dim
 
@@ -149,22 +203,65 @@ def _groups(layers: Iterable[LayerSpec]) -> Counter:
     return Counter(layers)
 
 
-def _held_by_coefficient(layers, coefficient, context) -> dict:
-    """{per-token coefficient: layers x tokens held, summed}: e.g. one entry for a model whose layers cache alike."""
-    out: dict = {}
+class CacheTerms(NamedTuple):
+    """A model's cache and attention, each layer kind counted once: what every total here is built from.
+
+    ``held``, ``read`` and ``flops`` map ``(coefficient, window)`` to a count
+    of layers: elements (in the KV dtype) or FLOPs per token, over
+    ``min(S, window)`` tokens (window None: all ``S``; a dsa layer's reads:
+    its ``topk``). ``token_bytes`` and ``token_flops`` are per token over all
+    ``S`` tokens, in no KV dtype (a dsa indexer's keys, stored and scored
+    whole); ``state_bytes`` and ``state_flops`` per sequence (linear layers).
+    """
+
+    held: dict
+    read: dict
+    flops: dict
+    token_bytes: float
+    token_flops: float
+    state_bytes: float
+    state_flops: float
+
+
+def cache_terms(layers: tuple[LayerSpec, ...]) -> CacheTerms:
+    """The :class:`CacheTerms` of ``layers`` (see :meth:`LayerSpec.tokens_held` and :meth:`LayerSpec.tokens_read`)."""
+    held: Counter = Counter()
+    read: Counter = Counter()
+    flops: Counter = Counter()
+    token_bytes = token_flops = state_bytes = state_flops = 0.0
     for spec, count in _groups(layers).items():
-        if spec.kind != "linear":
-            c = coefficient(spec)
-            out[c] = out.get(c, 0) + count * spec.tokens_held(context)
-    return out
+        if spec.kind == "linear":
+            state_bytes += count * spec.state_bytes
+            state_flops += count * spec.state_flops
+            continue
+        window = spec.window if spec.kind in ("sliding", "chunked", "shared") else None
+        if spec.kind != "shared":
+            held[(spec.elems_per_token(), window)] += count
+        read_window = spec.topk if spec.kind == "dsa" else window
+        read[(spec.read_elems_per_token(), read_window)] += count
+        flops[(spec.flops_per_cached_token(), read_window)] += count
+        if spec.kind == "dsa":
+            token_bytes += count * spec.index_bytes
+            token_flops += count * spec.index_flops
+    return CacheTerms(dict(held), dict(read), dict(flops), token_bytes, token_flops, state_bytes, state_flops)
+
+
+def _over(terms: dict, context, scale=1) -> ArrayLike:
+    """Sum of ``coefficient * scale * layers * min(context, window)`` over ``terms``."""
+    total = 0
+    for (coefficient, window), count in terms.items():
+        tokens = context if window is None else np.minimum(context, window)
+        total = total + coefficient * scale * count * tokens
+    return total
 
 
 def kv_bytes_per_token(layers: tuple[LayerSpec, ...], bytes_per_elem: ArrayLike = 2) -> ArrayLike:
-    """Bytes an engine reserves per token: K and V (or the latent) of one token in every attention layer.
+    """Bytes an engine reserves per token: K and V (or the latent, and a dsa indexer's keys) of one token in
+    every layer that holds a cache.
 
     This is the page size per token of an engine that does not free what a
     window has passed; it leaves out linear layers' states, which are per
-    sequence, not per token.
+    sequence, not per token, and shared layers, which hold nothing.
 
     Examples
     --------
@@ -172,8 +269,9 @@ def kv_bytes_per_token(layers: tuple[LayerSpec, ...], bytes_per_elem: ArrayLike 
     >>> kv_bytes_per_token((full,) * 32)
     131072
     """
-    elems = sum(count * spec.elems_per_token() for spec, count in _groups(layers).items())
-    return elems * bytes_per_elem
+    terms = cache_terms(layers)
+    elems = sum(coefficient * count for (coefficient, _), count in terms.held.items())
+    return elems * bytes_per_elem + terms.token_bytes if terms.token_bytes else elems * bytes_per_elem
 
 
 def kv_bytes_per_seq(layers: tuple[LayerSpec, ...], context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> ArrayLike:
@@ -189,13 +287,30 @@ def kv_bytes_per_seq(layers: tuple[LayerSpec, ...], context: ArrayLike, bytes_pe
     True
     """
     context = positive_int("context", context)
-    held, states = 0, 0.0
-    for elems, tokens in _held_by_coefficient(layers, LayerSpec.elems_per_token, context).items():
-        held = held + elems * bytes_per_elem * tokens
-    for spec, count in _groups(layers).items():
-        if spec.kind == "linear":
-            states += count * spec.state_bytes
-    return plain(held + states)
+    terms = cache_terms(layers)
+    return plain(_over(terms.held, context, bytes_per_elem) + terms.token_bytes * context + terms.state_bytes)
+
+
+def kv_bytes_read_per_seq(layers: tuple[LayerSpec, ...], context: ArrayLike,
+                          bytes_per_elem: ArrayLike = 2) -> ArrayLike:
+    """Bytes of cache one decode step reads for one sequence of ``context`` tokens.
+
+    :func:`kv_bytes_per_seq`, except that a shared layer reads the cache it
+    shares (held once, read by each layer that attends over it) and a dsa
+    layer reads ``min(S, topk)`` latents and every token's indexer keys.
+
+    Examples
+    --------
+    Two layers own a cache and two more read the second one's: held twice, read four times.
+
+    >>> own = LayerSpec("full", n_heads=8, n_kv_heads=2, head_dim=256)
+    >>> shared = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256)
+    >>> kv_bytes_per_seq((own, own, shared, shared), 100), kv_bytes_read_per_seq((own, own, shared, shared), 100)
+    (409600.0, 819200.0)
+    """
+    context = positive_int("context", context)
+    terms = cache_terms(layers)
+    return plain(_over(terms.read, context, bytes_per_elem) + terms.token_bytes * context + terms.state_bytes)
 
 
 def kv_bytes_by_kind(layers: tuple[LayerSpec, ...], context: ArrayLike, bytes_per_elem: ArrayLike = 2) -> dict:
@@ -217,9 +332,10 @@ def kv_bytes_by_kind(layers: tuple[LayerSpec, ...], context: ArrayLike, bytes_pe
 def attention_flops_per_token(layers: tuple[LayerSpec, ...], context: ArrayLike) -> ArrayLike:
     """FLOPs one new token spends on attention over a ``context``-token cache, all layers.
 
-    Each layer attends to the tokens it holds (:meth:`LayerSpec.tokens_held`);
-    a linear layer spends its fixed ``state_flops``. ``context`` may be
-    real-valued for smooth sweeps.
+    Each layer attends to the tokens it reads (:meth:`LayerSpec.tokens_read`);
+    a linear layer spends its fixed ``state_flops``, a dsa indexer
+    ``index_flops`` on every token. ``context`` may be real-valued for
+    smooth sweeps.
 
     Examples
     --------
@@ -227,13 +343,11 @@ def attention_flops_per_token(layers: tuple[LayerSpec, ...], context: ArrayLike)
     >>> attention_flops_per_token((full,) * 32, 4096) / 1e9
     2.147483648
     """
-    total = 0
-    for flops, tokens in _held_by_coefficient(layers, LayerSpec.flops_per_cached_token, context).items():
-        total = total + flops * tokens
-    for spec, count in _groups(layers).items():
-        if spec.kind == "linear":
-            total = total + count * spec.state_flops
-    return plain(total)
+    terms = cache_terms(layers)
+    total = _over(terms.flops, context)
+    if terms.token_flops:
+        total = total + terms.token_flops * context
+    return plain(total + terms.state_flops) if terms.state_flops else plain(total)
 
 
 def kinds(layers: tuple[LayerSpec, ...]) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .deployment import Deployment, Step
+from .layers import cache_terms
 from .formulas import _cost_of_chip_time, kv_budget_bytes, step_times
 from .memory import BUDGETS, memory_budget
 from .models import Model
@@ -70,7 +71,11 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     with ``M(S) = sum_t min(t, w)``; ``alpha`` and ``beta`` are read off
     ``A`` itself.
 
-    MLA (a model whose fields define it, ``layers`` None) is charged the
+    A model that lists its layers sums each kind on its own: a window's
+    ``min(t, w)``, a sparse layer's top-k, a linear layer's fixed count per
+    token, a dsa indexer's ``t`` keys scored.
+
+    MLA (a model whose fields define it, or listed MLA and dsa layers) is charged the
     cheaper of its two forms per query and cached token: the absorbed form
     of decode, ``2 h (r + r_rope) + 2 h r``, or the per-head form prefill
     kernels use, ``2 h (d_nope + r_rope) + 2 h d_v`` (DeepSeek-V3: 640 FLOPs
@@ -95,7 +100,17 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
     41.93
     """
     s = positive_int("input_tokens", input_tokens)
-    if instance("model", model, Model, "a Model (Model.preset(name))").sliding_window is None:
+    if instance("model", model, Model, "a Model (Model.preset(name))").layers is not None:
+        # listed layers: each kind's sum on its own (windows, top-k reads, a linear state's fixed count per token)
+        terms = cache_terms(model.layers)
+        total = terms.state_flops * s + terms.token_flops * s * (s + 1) / 2
+        per_head = (model.n_heads * (2 * (model.head_dim + model.qk_rope_dim) + 2 * model.v_head_dim)
+                    if model.attention == "mla" else None)
+        for (flops, w), count in terms.flops.items():
+            flops = flops if per_head is None else min(flops, per_head)  # MLA or DSA: the cheaper form, as above
+            total = total + flops * count * _sum_of_min(s, w)
+        return plain(total)
+    if model.sliding_window is None:
         alpha, beta, w = model.attention_flops_per_token(1), 0.0, np.inf
         if model.attention == "mla" and model.layers is None:
             per_head = 2 * (model.head_dim + model.qk_rope_dim) + 2 * model.v_head_dim
@@ -106,6 +121,13 @@ def prefill_attention_flops(model: Model, input_tokens: ArrayLike) -> ArrayLike:
         beta = model.attention_flops_per_token(1) - alpha
     windowed = np.where(s <= w, s * (s + 1) / 2, w * (w + 1) / 2 + (s - w) * w) if beta else 0.0
     return plain(alpha * s * (s + 1) / 2 + beta * windowed)
+
+
+def _sum_of_min(s, w):
+    """``sum_{t=1}^{S} min(t, w)`` (``w`` None: no window)."""
+    if w is None:
+        return s * (s + 1) / 2
+    return np.where(s <= w, s * (s + 1) / 2, w * (w + 1) / 2 + (s - w) * w)
 
 
 _BIG = 1e300  # a finite stand-in for an unbounded end of a range, so that 0 steps times it stays 0
@@ -254,7 +276,8 @@ def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0
     if prefill and lm_head_tokens is None:
         lm_head_tokens = 1.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(context), attention,
+        return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(context), plan.kv_read_per_seq(context),
+                          attention,
                           bandwidth=dep.chip.bandwidth * efficiency, flops=dep.flops, comm=dep._comm,
                           overhead_s=overhead_s, lm_head_tokens=lm_head_tokens,
                           last_mlp_tokens=lm_head_tokens if prefill and last_mlp_logits_only else None)

@@ -40,7 +40,7 @@ def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
 
 
 def test_the_gptq_mirror_is_refused_naming_the_key():
-    with pytest.raises(ValueError, match=r"quantization_config\.quant_method' 'gptq' is not one kvmath reads"):
+    with pytest.raises(ValueError, match=r"quantization_config\.bits' must be"):  # a gptq block without its bits
         km.hf_config.weights_from_hf_config(path("openai--gpt-oss-20b"))
     assert "'gptq'" in km.Model.from_hf_config(path("openai--gpt-oss-20b")).note  # recorded, not silently bf16
 
@@ -76,7 +76,8 @@ def test_every_test_config_reads_or_names_the_key():
 
 
 @pytest.mark.parametrize("edit, key", [
-    ({"quantization_config": {"quant_method": "awq"}}, "quantization_config.quant_method"),
+    ({"quantization_config": {"quant_method": "awq"}}, "quantization_config.bits"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 0}}, "quantization_config.group_size"),
     ({"quantization_config": {"bits": 4}}, "quantization_config.quant_method"),
     ({"quantization_config": "mxfp4"}, "quantization_config"),
     ({"quantization_config": {"quant_method": "fp8", "fmt": "e3m4"}}, "quantization_config.fmt"),
@@ -104,7 +105,7 @@ def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         cli.main(["capacity", "--config", str(path("openai--gpt-oss-20b")), "--hardware", "h100-sxm",
-                  "--context", "131072", "--experts-dtype", "mxfp4", "--json"])
+                  "--context", "131072", "--weight-dtype", "bf16", "--experts-dtype", "mxfp4", "--json"])
     result = json.loads(out.getvalue())
     assert result["weight_bytes_per_chip"] == 13_747_605_120  # one chip: all of them  # as in the hand computation above
     assert result["max_batch"] == 20  # (80e9 - 13.75e9) B / 3,224,371,200 B per sequence = 20.5

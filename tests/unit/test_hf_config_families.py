@@ -1,0 +1,232 @@
+"""The 2025-26 families kvmath reads from a config.json (issue 23): each file in tests/data/hf_configs (provenance
+in its README.md) against numbers computed by hand below from the file's own fields, with kvmath's counting rules
+(attention, MLP or experts, router, embeddings, two norms per layer and a final one; biases, q/k norms and
+multi-token-prediction layers left out). Integer arithmetic: exact unless a line says otherwise. KV in bf16.
+"""
+
+import contextlib
+import io
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import kvmath as km
+from kvmath import cli
+from kvmath.layers import LayerSpec, kv_bytes_per_seq, kv_bytes_read_per_seq
+
+DATA = Path(__file__).parents[1] / "data" / "hf_configs"
+S3 = (1024, 8192, 131072)
+
+
+def path(name):
+    p = DATA / name / "config.json"
+    return p if p.exists() else DATA / "reconstructed" / f"{name}.json"
+
+
+def load(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the multi-token-prediction hint (tested below)
+        return km.Model.from_hf_config(path(name))
+
+
+# name: (KV bytes per token reserved, {S: bytes one sequence needs}, total params, active params)
+CASES = {
+    # GLM-4.7 (glm4_moe): L92 d5120 h96 kv8 d_h128: KV 2*8*128*2*92 = 376,832.
+    # attn 5120*12288 + 2*5120*1024 + 12288*5120 = 136,314,880, x92 = 12,540,968,960;
+    # 3 dense layers of 3*5120*12288 = 188,743,680 -> 566,231,040; 89 MoE layers of (160 + 1 shared)
+    # * 3*5120*1536 (23,592,960) + router 5120*160 = 3,799,285,760 -> 338,136,432,640;
+    # emb 2*151552*5120 = 1,551,892,480; norms 185*5120 = 947,200 -> 352,796,472,320.
+    # active: 89*((8 + 1)*23,592,960 + 819,200) = 18,970,869,760 -> 33,630,909,440
+    "zai-org--GLM-4.7": (376_832, {s: 376_832 * s for s in S3}, 352_796_472_320, 33_630_909_440),
+    # MiniMax-M2.7 (minimax_m2): L62 d3072 h48 kv8 d_h128: KV 2*8*128*2*62 = 253,952.
+    # attn 3072*6144*2 + 2*3072*1024 = 44,040,192; 256 experts of 3*3072*1536 = 14,155,776 -> 3,623,878,656;
+    # router 3072*256 = 786,432; per layer 3,668,705,280, x62 = 227,459,727,360; emb 2*200064*3072 =
+    # 1,229,193,216; norms 125*3072 = 384,000 -> 228,689,304,576.
+    # active: 62*(44,040,192 + 8*14,155,776 + 786,432) = 9,800,515,584 -> 11,030,092,800
+    "amd--MiniMax-M2.7-BF16": (253_952, {s: 253_952 * s for s in S3}, 228_689_304_576, 11_030_092_800),
+    # OLMo-2 32B (olmo2): L64 d5120 h40 kv8 d_h128: KV 2*8*128*2*64 = 262,144.
+    # attn 5120*5120*2 + 2*5120*1024 = 62,914,560; mlp 3*5120*27648 = 424,673,280; x64 = 31,205,621,760;
+    # emb 2*100352*5120 = 1,027,604,480; norms 129*5120 = 660,480 -> 32,233,886,720
+    "allenai--OLMo-2-0325-32B": (262_144, {s: 262_144 * s for s in S3}, 32_233_886_720, 32_233_886_720),
+    # Llama 4 Maverick (llama4): L48 d5120 h40 kv8 d_h128, 2*8*128*2 = 4,096 B per token per layer: 196,608
+    # reserved. no_rope_layers: every 4th layer NoPE (global, 12), the other 36 chunked over 8,192 tokens:
+    # 4096 * (12 S + 36 min(S, 8192)): S=131072 -> 4096 * (1,572,864 + 294,912) = 7,650,410,496.
+    # attn 5120*5120*2 + 2*5120*1024 = 62,914,560, x48 = 3,019,898,880; interleave 2: 24 dense layers of
+    # 3*5120*16384 = 251,658,240 -> 6,039,797,760; 24 MoE layers of (128 + 1 shared) * 3*5120*8192
+    # (125,829,120) + router 5120*128 = 16,232,611,840 -> 389,582,684,160; emb 2*202048*5120 = 2,068,971,520;
+    # norms 97*5120 = 496,640 -> 400,711,848,960. active: 24*(2*125,829,120 + 655,360) = 6,055,526,400
+    # -> 3,019,898,880 + 6,039,797,760 + 6,055,526,400 + 2,068,971,520 + 496,640 = 17,184,691,200
+    "meta-llama--Llama-4-Maverick-17B-128E-Instruct": (
+        196_608, {1024: 4096 * 48 * 1024, 8192: 4096 * 48 * 8192, 131072: 7_650_410_496},
+        400_711_848_960, 17_184_691_200),
+    # DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3's MLA (576 bf16 latent elements = 1,152 B per layer) plus the
+    # indexer's keys, 128 fp8 bytes + one fp32 scale = 132 B: 61 * (1,152 + 132) = 78,324 B per token, all held.
+    # params: DeepSeek-V3's 671,026,279,424 (test_hf_config) + 61 indexers of 1536*64*128 + 7168*128 + 7168*64
+    # = 13,959,168 -> 851,509,248: 671,877,788,672; active 37,552,157,696 + 851,509,248 = 38,403,666,944
+    "deepseek-ai--DeepSeek-V3.2": (78_324, {s: 78_324 * s for s in S3}, 671_877_788_672, 38_403_666_944),
+    # Granite 4.0 H Micro (granitemoehybrid): 4 attention layers (h32 kv8 d_h 2048/32 = 64): 2*8*64*2*4 = 8,192
+    # B per token; 36 Mamba-2 layers, float32 state: 64 heads * 64 * 128 = 524,288 SSM + (4096 + 2*128) * 3 =
+    # 13,056 conv elements = 537,344 * 4 B = 2,149,376 B, x36 = 77,377,536 B per sequence.
+    # mamba 2048*(2*4096 + 256 + 64) + 4352*4 + 3*64 + 4096 + 4096*2048 = 25,842,880, x36 = 930,343,680;
+    # attn 2048*2048*2 + 2*2048*512 = 10,485,760, x4 = 41,943,040; mlp 3*2048*8192 x40 = 2,013,265,920;
+    # emb 2*100352*2048 = 411,041,792; norms 81*2048 = 165,888 -> 3,396,760,320
+    "ibm-granite--granite-4.0-h-micro": (8_192, {s: 8_192 * s + 77_377_536 for s in S3},
+                                          3_396_760_320, 3_396_760_320),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_config_gives_the_hand_computed_model(name):
+    per_token, per_seq, total, active = CASES[name]
+    m = load(name)
+    assert m.kv_bytes_per_token() == per_token
+    for s, expected in per_seq.items():
+        assert m.kv_bytes_per_seq(s) == expected, s
+    assert m.param_count() == total
+    assert m.active_param_count() == active
+
+
+# published totals, within 1%: GLM-4.5/4.6/4.7 model cards "355B total"; MiniMax-M2 card "230B total";
+# Ai2's OLMo 2 32B "32B"; Meta's Llama 4 card "400B total"; DeepSeek-V3 report 671B (V3.2's 685B adds the
+# 14B multi-token-prediction module, which kvmath leaves out). Granite 4.0 H Micro's "3B" is a rounded figure.
+@pytest.mark.parametrize("name, published", [
+    ("zai-org--GLM-4.7", 355e9), ("amd--MiniMax-M2.7-BF16", 230e9), ("allenai--OLMo-2-0325-32B", 32e9),
+    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", 400e9), ("deepseek-ai--DeepSeek-V3.2", 671e9),
+])
+def test_totals_within_1_percent_of_published(name, published):
+    assert load(name).param_count() == pytest.approx(published, rel=0.01)
+
+
+def test_dsa_reads_topk_latents_and_every_indexer_key():
+    m = load("deepseek-ai--DeepSeek-V3.2")
+    # at 131,072 tokens a step reads 2,048 latents per layer and every token's 132 B of keys:
+    # 61 * (1,152 * 2,048 + 132 * 131,072) = 61 * 19,660,800 = 1,199,308,800 (held: 78,324 * 131,072)
+    assert kv_bytes_read_per_seq(m.layer_specs(), 131072) == 1_199_308_800
+    step = km.Deployment(m, "h200").step(1, 131072)
+    assert step.kv_bytes_read == 1_199_308_800 / 1  # one chip, one sequence
+    assert step.kv_bytes_resident == 78_324 * 131072
+
+
+# ---- one test per error class calculators make, each failing if kvmath made it ----
+
+def test_hybrid_linear_layers_are_not_counted_as_full_attention():
+    m = load("ibm-granite--granite-4.0-h-micro")
+    # were all 40 layers full attention: 40 * 2,048 = 81,920 B per token
+    assert m.kv_bytes_per_token() == 4 * 2048 != 40 * 2048
+    assert m.kv_bytes_by_kind(131072) == {"linear": 77_377_536.0, "full": 8192 * 131072}
+
+
+def test_shared_kv_layers_are_not_counted_twice():
+    # Gemma 3n E4B's layout (num_kv_shared_layers 15 of 35, as the Gemma 3n config documents): 20 layers own a
+    # cache, 15 read the last owner's. 2 KV heads of 256: 2*2*256*2 = 2,048 B per token per owning layer.
+    own = LayerSpec("full", n_heads=8, n_kv_heads=2, head_dim=256)
+    shared = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256)
+    layers = (own,) * 20 + (shared,) * 15
+    assert km.layers.kv_bytes_per_token(layers) == 20 * 2048  # not 35 * 2048
+    assert kv_bytes_per_seq(layers, 8192) == 20 * 2048 * 8192
+    assert kv_bytes_read_per_seq(layers, 8192) == 35 * 2048 * 8192  # each shared layer still reads it
+    # and attention FLOPs: 4 h d_h per token read, all 35 layers
+    assert km.layers.attention_flops_per_token(layers, 8192) == 35 * 4 * 8 * 256 * 8192
+
+
+def test_chunked_windows_are_not_ignored():
+    m = load("meta-llama--Llama-4-Maverick-17B-128E-Instruct")
+    assert m.kv_bytes_per_seq(131072) == 7_650_410_496 != 196_608 * 131072
+
+
+def test_mla_is_not_read_as_full_attention():
+    m = load("deepseek-ai--DeepSeek-V3.2")
+    # full MHA of 128 heads of (128 + 64) keys and 128 values: 61 * 128 * (192 + 128) * 2 B = 4,997,120 B
+    assert m.kv_bytes_per_token() == 78_324 != 61 * 128 * (192 + 128) * 2
+
+
+def test_stored_precision_is_not_ignored(tmp_path):
+    # gpt-oss-20b with its upstream quantization block (mxfp4 experts; test_hf_config_weights): on an H100 SXM,
+    # one sequence: 13,747,605,120 B resident (hand computation in test_hf_config_weights), not the bf16 41.8 GB
+    config = json.loads(path("openai--gpt-oss-20b").read_text())
+    config["quantization_config"]["quant_method"] = "mxfp4"
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert cli.main(["decode", "--config", str(f), "--hardware", "h100-sxm", "--batch", "1", "--context", "1",
+                         "--json"]) in (0, None)
+    step = json.loads(out.getvalue())
+    assert step["weight_bytes_resident"] == 13_747_605_120
+    assert step["strict_s"] == pytest.approx(1.11e-3, abs=0.005e-3)  # the issue's 1.11 ms
+    assert "experts mxfp4" in err.getvalue()
+
+
+def test_gptq_and_fp8_blocks_set_the_formats():
+    w = km.hf_config.weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False}})
+    assert w["attention"] == "int4-g128" and w["default"] == "bf16"
+    w = km.hf_config.weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {
+        "quant_method": "gptq", "bits": 4, "group_size": 32}})
+    assert w["mlp"] == (4 + 16 / 32 + 4 / 32) / 8  # scale and packed zero point per 32 weights
+    # MiniMax-M2's fp8 release: its router ("gate") and LM head kept in bf16
+    w = km.hf_config.weights_from_hf_config({"quantization_config": {
+        "quant_method": "fp8", "fmt": "float8_e4m3fn", "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}})
+    assert w == {"default": "bf16", "attention": "fp8-e4m3", "mlp": "fp8-e4m3", "experts": "fp8-e4m3",
+                 "shared_experts": "fp8-e4m3"}
+
+
+# ---- never silently wrong ----
+
+#: each reader's config with one size-changing key it does not read added
+ADDED = [
+    ("zai-org--GLM-4.7", "index_topk", 2048), ("amd--MiniMax-M2.7-BF16", "kv_lora_rank", 512),
+    ("allenai--OLMo-2-0325-32B", "sliding_window", 4096), ("deepseek-ai--DeepSeek-V3.2", "num_kv_shared_layers", 10),
+    ("ibm-granite--granite-4.0-h-micro", "mamba_d_ssm", 4096),
+    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", "hybrid_override_pattern", "M*"),
+    ("Qwen--Qwen3-8B", "interleave_moe_layer_step", 2), ("meta-llama--Llama-3.1-8B", "attention_chunk_size", 8192),
+]
+
+
+@pytest.mark.parametrize("name, key, value", ADDED)
+def test_an_unread_size_key_is_refused_by_name(name, key, value):
+    config = json.loads(path(name).read_text())
+    (config["text_config"] if "text_config" in config else config)[key] = value
+    with pytest.raises(ValueError, match=key):
+        km.Model.from_hf_config(config)
+
+
+def test_a_relabelled_v32_config_is_refused_naming_index_topk():
+    config = json.loads(path("deepseek-ai--DeepSeek-V3.2").read_text())
+    with pytest.raises(ValueError, match="index_topk"):
+        km.Model.from_hf_config({**config, "model_type": "deepseek_v3"})
+
+
+def test_mtp_layers_are_a_warning_and_a_note():
+    with pytest.warns(UserWarning, match="num_nextn_predict_layers"):
+        m = km.Model.from_hf_config(path("zai-org--GLM-4.7"))
+    assert "not counted" in m.note
+
+
+@pytest.mark.parametrize("edit, key", [
+    ({"attn_type_list": [0] + [1] * 61}, "attn_type_list"), ({"shared_intermediate_size": 1536}, "shared_intermediate_size"),
+])
+def test_minimax_features_kvmath_does_not_model_are_refused(edit, key):
+    config = json.loads(path("amd--MiniMax-M2.7-BF16").read_text())
+    with pytest.raises(ValueError, match=key):
+        km.Model.from_hf_config({**config, **edit})
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_decode_config_json_exits_0(name, capsys):
+    assert cli.main(["decode", "--config", str(path(name)), "--hardware", "h200", "--batch", "1",
+                     "--context", "4096", "--json", "--weight-dtype", "bf16"]) in (0, None)
+    assert json.loads(capsys.readouterr().out)["strict_s"] > 0
+
+
+def test_a_bad_config_exits_2_with_one_line(tmp_path, capsys):
+    config = json.loads(path("zai-org--GLM-4.7").read_text())
+    config["index_topk"] = 2048
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    assert cli.main(["decode", "--config", str(f), "--hardware", "h200", "--batch", "1", "--context", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "index_topk" in err[0]
