@@ -71,6 +71,10 @@ REGIMES = {
     "prefill": "prefill (prompt processing)",
 }
 
+#: The serving engines the rows ran on (the ``engine`` column).
+ENGINES = ("gpt-fast", "TensorRT-LLM", "vLLM", "SGLang", "llama.cpp", "MLC LLM", "ExLlama", "PyTorch", "JAX",
+           "DeepSeek")
+
 #: Shapes a measurement needs that the presets do not have (with their source).
 #: LLaMA 65B: Touvron et al. 2023, Table 2 (80 layers, d = 8192, 64 heads), d_ff = 22016 from its params.json.
 EXTRA_MODELS = {
@@ -116,6 +120,12 @@ class Measurement:
     #: MLP (llama.cpp's ``build_inp_out_ids``): a prompt chunk without logits
     #: skips that MLP's weights (:func:`kvmath.requests.prefill_bound`).
     last_mlp_logits_only: bool = False
+    #: The software that ran the measurement (one of :data:`ENGINES`); "" where the source does not say.
+    engine: str = ""
+    #: How the quoted figure becomes ``measured``: an arithmetic expression of the
+    #: source's numbers (``"128 / 3.530"``: tokens over a latency in seconds;
+    #: ``"73e-3"``: milliseconds to seconds); "" where the figure is ``measured`` itself.
+    conversion: str = ""
 
     def __post_init__(self):
         # checked here so that a row edited with dataclasses.replace is checked too
@@ -135,6 +145,11 @@ class Measurement:
             flag("per_chip", self.per_chip)
             flag("replicated_lm_head", self.replicated_lm_head)
             flag("last_mlp_logits_only", self.last_mlp_logits_only)
+            instance("conversion", self.conversion, str, "an arithmetic expression, or ''")
+            instance("engine", self.engine, str, "an engine name")
+            if self.engine and self.engine not in ENGINES:
+                raise ValueError(f"engine must be one of {ENGINES} (or '' where the source does not say), "
+                                 f"got {self.engine!r}")
             if self.replicated_lm_head and (not self.layout or self.layout.startswith("split=")):
                 raise ValueError(f"replicated_lm_head needs a parallel layout such as 'tp=2', got {self.layout!r}")
             if self.last_mlp_logits_only and self.metric not in ("ttft_s", "prefill_tok_s"):
@@ -231,7 +246,8 @@ def _rows() -> tuple[Measurement, ...]:
             quote=r["quote"],
             compute_flops_per_s=float(r["compute_flops_per_s"]) if r["compute_flops_per_s"] else None,
             replicated_lm_head=r["replicated_lm_head"] == "true",
-            last_mlp_logits_only=r["last_mlp_logits_only"] == "true")
+            last_mlp_logits_only=r["last_mlp_logits_only"] == "true",
+            engine=r["engine"], conversion=r["conversion"])
         out.append(m)
     return tuple(out)
 
@@ -279,8 +295,8 @@ class Calibration:
         The fraction of the bound reached, phi = measured / bound for a rate,
         bound / measured for a time. At most 1 unless the bound is wrong.
     binds : str
-        What sets the bound: ``"memory"``, ``"compute"`` (or ``"mixed"`` over
-        a run whose steps change term).
+        What sets the bound: ``"memory"``, ``"compute"``, ``"communication"``
+        (or ``"mixed"`` over a run whose steps change term).
     unit_s : float
         The bound's time for one unit of the measurement (a token per
         sequence, a step, a prefill).

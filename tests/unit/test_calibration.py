@@ -45,7 +45,7 @@ def test_no_measurement_beats_its_bound(m):
     c = km.calibration.bound_for(m)
     assert np.isfinite(c.bound) and c.bound > 0
     assert 0 < c.ratio <= 1, f"{m.id} reaches {c.ratio:.3f} of its bound: an assumption of the bound is wrong"
-    assert c.binds in ("memory", "compute", "mixed")
+    assert c.binds in ("memory", "compute", "communication", "mixed")
 
 
 def test_hand_computed_palm_latency():
@@ -210,6 +210,7 @@ def test_geforce_fp16_prefill_takes_the_fp16_accumulate_rate():
     (dict(layout="split=x"), "split"), (dict(layout="split=4"), "decode-step metrics"),
     (dict(compute_flops_per_s=float("inf")), "compute_flops_per_s"),
     (dict(compute_flops_per_s=1e12), "compute_flops_per_s"),
+    (dict(engine="vllm"), "engine"), (dict(engine=3), "engine"), (dict(conversion=None), "conversion"),
 ])
 def test_a_bad_row_names_its_field(change, name):
     import dataclasses
@@ -390,3 +391,105 @@ def test_a_one_token_run_binds_as_its_prefill_does():
     one = {b: km.calibration.bound_for(dataclasses.replace(row, output_tokens=1, input_tokens=16, batch=b)).binds
            for b in (1, 64)}
     assert one == {1: "memory", 64: "compute"}
+
+
+# ----- the set itself: its size, its sources, what each row says of its figure ---------------------------------
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _arithmetic(text: str) -> float:
+    """The value of an expression of numbers, + - * / and parentheses (a row's ``conversion``); nothing else runs."""
+    def value(node):
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            a, b = value(node.left), value(node.right)
+            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b, ast.Div: a / b if b else float("nan")}[type(node.op)]
+        raise ValueError(f"conversion {text!r} holds something besides numbers and + - * /")
+    return value(ast.parse(text, mode="eval"))
+
+
+def _numbers(text: str) -> set[float]:
+    return {float(n) for n in NUMBER.findall(text.replace(",", ""))}
+
+
+def test_the_set_holds_at_least_100_rows_over_the_chips_engines_and_regimes_the_issue_names():
+    assert len(ROWS) >= 100
+    assert len({m.source for m in ROWS}) >= 15
+    chips = {m.chip for m in ROWS}
+    for wanted in ({"h100-sxm"}, {"h200"}, {"b200", "b200-hgx", "gb200"}, {"mi300x", "mi325x", "mi355x"}, {"a100-80gb"},
+                   {"l40s"}, {"rtx-4090", "rtx-5090"}, {"m2-ultra", "m3-max", "m4-max"}):
+        assert chips & wanted, wanted
+    engines = {m.engine for m in ROWS}
+    assert {"vLLM", "SGLang", "TensorRT-LLM", "llama.cpp"} <= engines, engines
+    assert any(m.source.startswith("mlperf_") for m in ROWS)
+    # every regime holds at least 5 rows, the fewest a fitted parameter needs (issue 24: one per 5 rows)
+    counts = {r: len(km.calibration.load_measurements(r)) for r in REGIMES}
+    assert min(counts.values()) >= 5, counts
+
+
+@pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
+def test_every_row_names_its_engine_and_how_its_figure_was_read(m):
+    """The engine is one of ENGINES; the quoted figure is ``measured`` itself, or the conversion turns numbers the
+    quote holds into it (within 5e-6: ``measured`` keeps six significant figures of a quotient)."""
+    assert m.engine in km.calibration.ENGINES
+    quoted = _numbers(m.quote)
+    if not m.conversion:
+        assert m.measured in quoted, (m.id, m.measured, m.quote)
+        return
+    assert _arithmetic(m.conversion) == pytest.approx(m.measured, rel=5e-6), (m.id, m.conversion)
+    # each number, its power of ten left off, is quoted; a one-digit whole number may be arithmetic's own (the 2 of
+    # a mean of two)
+    for n in NUMBER.findall(re.sub(r"e-?\d+", "", m.conversion)):
+        assert float(n) in quoted or re.fullmatch(r"\d", n), (m.id, n, m.quote)
+
+
+def test_a_conversion_that_is_not_arithmetic_is_refused():
+    assert _arithmetic("2048 / 17.236") == pytest.approx(118.821, rel=5e-6)
+    for bad in ("__import__('os')", "2 ** 10", "abs(-1)"):
+        with pytest.raises(ValueError, match="conversion"):
+            _arithmetic(bad)
+
+
+def test_excluded_figures_say_where_they_are_from_and_why():
+    rows = km.presets.read_rows("measurements_excluded.csv")
+    assert rows
+    kept = {(m.source, m.quote) for m in ROWS}
+    for r in rows:
+        assert re.search(r"@\w+\{" + re.escape(r["source"]) + ",", BIB), r["source"]
+        assert r["url"].startswith("https://") and r["quote"] and r["setup"] and len(r["reason"]) > 20
+        assert (r["source"], r["quote"]) not in kept
+
+
+def test_hand_computed_ttft_l40s_fp8():
+    """Llama 2 7B, a 2,048-token prompt on one L40S in fp8 at 733e12 FLOP/s (TensorRT-LLM v0.5: 73 ms).
+
+    The FLOPs as in the A100 case: 2 S P_layers for the 32 layers' matrices, the LM head for the last
+    token, causal attention 2 d S (S + 1) per layer; the 6.7 GB of fp8 weights take 7.8 ms at 864 GB/s,
+    under the 37.7 ms of math: compute binds.
+    """
+    s, d = 2048, 4096
+    flops = 2 * s * 32 * (4 * d * d + 3 * d * 11008) + 2 * 32000 * d + 32 * 2 * d * s * (s + 1)
+    c = km.calibration.bound_for("trt-7b-l40s-ttft")
+    assert c.bound == pytest.approx(flops / 733e12, rel=2e-3)
+    assert c.binds == "compute"
+    assert c.ratio == pytest.approx(flops / 733e12 / 0.073, rel=2e-3)
+
+
+def test_hand_computed_mi300x_405b_batch_1():
+    """Llama 3.1 405B in fp8 over 8 MI300X (vLLM, Oracle): 128 tokens in, 128 out, 3.530 s.
+
+    Decode reads an eighth of the weights per chip each step: 126 layers of Q, O (16384 x 16384),
+    K, V (16384 x 1024) and three 16384 x 53248 MLP matrices, plus the 128,256 x 16384 LM head,
+    one byte each, at 5.3 TB/s: 9.56 ms, so the 127 steps take at least 1.21 s (the cache and the
+    prefill add little). 128 / 3.530 = 36.26 tokens/s is at most 35% of the bound.
+    """
+    per_layer = 2 * 16384 * 16384 + 2 * 16384 * 1024 + 3 * 16384 * 53248
+    step = (126 * per_layer + 128256 * 16384) / 8 / 5.3e12
+    c = km.calibration.bound_for("orcl-405b-b1")
+    assert 128 / c.bound >= 127 * step
+    assert 128 / c.bound == pytest.approx(127 * step, rel=0.02)   # the prefill and the cache: under 2%
+    assert c.ratio == pytest.approx((128 / 3.530) / c.bound, rel=5e-6) and c.ratio < 0.36  # measured: 36.2606
