@@ -23,6 +23,12 @@ systems run (physics: bytes over the link's peak, ``alpha`` per dependent step):
   slice from every peer, then a direct all-gather: vLLM's
   ``cross_device_reduce_2stage``, TensorRT-LLM's ``TWOSHOT``): ring's bytes
   in two steps, ``2 (N - 1) / N * S / W_link + 2 alpha``;
+- ``"tree"`` (NCCL's double binary tree; Sanders, Speck & Traeff, "Two-tree
+  algorithms for full bandwidth broadcast, reduction and scan", Parallel
+  Computing 35 (2009), doi:10.1016/j.parco.2009.09.001): each half of the
+  vector goes up one tree and down the other, so a chip moves a ring's
+  bytes in ``2 log2 N`` dependent steps:
+  ``2 (N - 1) / N * S / W_link + 2 log2(N) alpha``;
 - ``"in_switch"`` (NVLink SHARP, NCCL's NVLS, where the switch reduces):
   each chip sends ``S`` up and receives the reduced ``S`` back:
   ``S / W_link + 2 alpha``.
@@ -37,8 +43,7 @@ the result, ``2 (N - 1) S`` in all, so the busiest chip moves at least
 ``R = 2 (N - 1) / N * S`` (Patarasuk & Yuan's bound); with in-switch
 reduction a chip still needs the ``S`` bytes of its peers' sum, ``R = S``
 (the switch must reduce). So ``best`` is ``<=`` each named algorithm at
-every size, and below every other one a real system runs too: NCCL's
-double binary tree (``2 log2 N`` dependent steps), CollNet, MSCCL++'s
+every size, and below every other one a real system runs too: CollNet, MSCCL++'s
 kernels, and any pipelined or hierarchical variant all pay at least one
 step and the fewest bytes.
 
@@ -48,9 +53,18 @@ Other collectives:
   bytes, one step: ``(N - 1) / N * S / W_link + alpha``;
 - point-to-point (pipeline stages): ``S / W_link + alpha``.
 
-Every collective costs 0 on one chip. :func:`allreduce_estimate` instead
-uses the small-message latency a published nccl-tests run measured: it is
-an **estimate** (software included), never a bound.
+Across nodes (a group wider than a node, each chip with a network port
+beside its node's fabric) a :class:`kvmath.Deployment` takes the
+hierarchical floor of :func:`_spanning_allreduce_s` for an all-reduce and
+the two-tier floor of :func:`_two_tier_all_to_all_s` for an all-to-all.
+
+Every collective costs 0 on one chip. The **estimates** are separate and
+never bounds: :func:`collective_estimate` prices a collective from measured
+latency-bandwidth curves per link, algorithm and GPU count
+(``kvmath/data/collectives.csv``: nccl-tests runs and the engines' custom
+all-reduce benchmarks, each row sourced, stand-ins flagged), and
+:func:`allreduce_estimate` is the older one-number form (a preset's measured
+small-message time plus the floor's bytes).
 """
 
 from __future__ import annotations
@@ -66,7 +80,7 @@ from .presets import PresetTable, lookup, optional_float
 from .results import Result
 from .validation import ArrayLike, as_scalar, checked, choice, non_negative, plain, positive, positive_int
 
-ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
+ALLREDUCE_ALGORITHMS = ("best", "ring", "tree", "one_shot", "two_shot", "in_switch")
 #: Where a link runs: a node's own fabric, or the network between nodes.
 LINK_SCOPES = ("inside a node", "between nodes")
 
@@ -205,7 +219,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
                    algorithm: str = "best") -> ArrayLike:
     """Lower bound on an all-reduce of ``message_bytes`` on each of ``n_chips`` chips, seconds.
 
-    ``algorithm``: ``"ring"``, ``"one_shot"``, ``"two_shot"``, ``"in_switch"``
+    ``algorithm``: ``"ring"``, ``"tree"``, ``"one_shot"``, ``"two_shot"``, ``"in_switch"``
     (needs a link with in-switch reduction) or ``"best"``, the physical floor
     over every algorithm the link allows (the bound; ``<=`` each named one).
     See the module text for each formula and its source. 0 at ``n_chips = 1``.
@@ -237,6 +251,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
     fewest = 2 * (n - 1) / n * size
     times = {
         "ring": fewest / w + 2 * (n - 1) * alpha,
+        "tree": fewest / w + 2 * np.log2(n) * alpha,
         "one_shot": (n - 1) * size / w + alpha,
         "two_shot": fewest / w + 2 * alpha,
     }
@@ -621,7 +636,10 @@ def collective_estimate(kind: str, message_bytes: ArrayLike, n_chips: int, link:
     links no source measured), the estimate is the bound's formula with
     the link's assumed latency, and :attr:`CollectiveEstimate.flagged` says
     so, as it does for every latency or bandwidth that is not a measurement
-    at ``n_chips``.
+    at ``n_chips``. A network's curve (``ib-ndr400``) was measured on a group
+    spanning nodes, each reducing on its own fabric: it prices such a group
+    (:meth:`kvmath.Deployment.comm_estimate` uses it so), and ``bound_s``,
+    the flat bound over that link alone, is not its bound.
 
     Parameters
     ----------
