@@ -197,7 +197,7 @@ class Deployment:
     """
 
     __slots__ = ("model", "chip", "layout", "link", "node_link", "chips_per_node", "formats", "_plan", "flops",
-                 "b_act", "b_dispatch")
+                 "b_act", "b_dispatch", "_floor")
 
     def __init__(self, model: Model | str, chip: Chip | str, layout: ParallelLayout | str | None = None, *,
                  link: Link | str | None = _CHIP_LINK, node_link: Link | str | None = _CHIP_LINK,
@@ -231,6 +231,9 @@ class Deployment:
         object.__setattr__(self, "node_link", node_link)
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
+        # the links' floors, once: None where no collective is counted (one chip, or no link)
+        counted = link is not None and (layout.weight_shards > 1 or layout.pp > 1 or layout.ep > 1)
+        object.__setattr__(self, "_floor", _Floor(link, node_link, chips_per_node) if counted else None)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
         from .rates import (
             _compute_rate,  # the one rule for a step's FLOP rate (weights checked by the plan above)
@@ -612,9 +615,9 @@ class Deployment:
 
     def _pipeline_s(self, message_bytes: ArrayLike) -> ArrayLike:
         """The pipeline's ``pp - 1`` sends of ``message_bytes`` (:func:`pipeline_hops_s` on this deployment's links)."""
-        if self.layout.pp == 1 or self.link is None:
+        if self.layout.pp == 1 or self._floor is None:
             return 0.0
-        return pipeline_hops_s(self.layout, message_bytes, _Floor(self.link, self.node_link, self.chips_per_node))
+        return pipeline_hops_s(self.layout, message_bytes, self._floor)
 
     def comm_estimate(self, batch: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
                       algorithm: str = "auto") -> "CommEstimate":
@@ -643,18 +646,18 @@ class Deployment:
         batch, _, tokens_per_seq = _shape_args(batch, 1.0, tokens_per_seq)
         tokens = self._plan.micro(batch) * tokens_per_seq
         cost = _Measured(self.link, self.node_link, self.chips_per_node, algorithm)
-        lay = self.layout
         estimate = 0.0
-        if self.link is not None and (lay.weight_shards > 1 or lay.pp > 1 or lay.ep > 1):
-            estimate = _comm_chain(self.model, lay, tokens, cost, self.b_act, self.b_dispatch)
+        if self._floor is not None:
+            estimate = _comm_chain(self.model, self.layout, tokens, cost, self.b_act, self.b_dispatch)
         return CommEstimate(batch=batch, tokens_per_seq=tokens_per_seq, tokens=tokens, algorithm=algorithm,
                             estimate_s=estimate + 0 * tokens, bound_s=self._comm(tokens) + 0 * tokens,
                             flags=dict(cost.flags))
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
-        return comm_s(self.model, self.layout, tokens, link=self.link, node_link=self.node_link,
-                      chips_per_node=self.chips_per_node, b_act=self.b_act, b_dispatch=self.b_dispatch)
+        if self._floor is None:
+            return 0.0
+        return _comm_chain(self.model, self.layout, tokens, self._floor, self.b_act, self.b_dispatch)
 
 
 class _Floor:
@@ -740,7 +743,13 @@ def _comm_chain(model: Model, layout: ParallelLayout, tokens: ArrayLike, cost: _
     one log-sum-exp combine per layer over the ``cp`` chips ``tp`` apart;
     ``pp - 1`` point-to-point sends of ``T d b_act``, those whose stage
     boundary falls between nodes over ``node_link``. All are on one chain,
-    so their times add.
+    so their times add. With :class:`_Floor` it is the lower bound
+    :attr:`Step.comm_s` (a group inside a node on ``link``; a tensor- or
+    context-parallel group across nodes at the hierarchical floor of
+    :func:`kvmath.links._spanning_allreduce_s`; expert parallelism's
+    all-to-all across nodes at the two-tier floor of
+    :func:`kvmath.links._two_tier_all_to_all_s`); with :class:`_Measured`
+    the estimate of :meth:`Deployment.comm_estimate`.
     """
     lay, m = layout, model
     g, L = lay.weight_shards, m.n_layers
@@ -760,22 +769,6 @@ def _comm_chain(model: Model, layout: ParallelLayout, tokens: ArrayLike, cost: _
     if lay.pp > 1:
         comm = comm + pipeline_hops_s(lay, activation, cost)
     return comm
-
-
-def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Link | None, node_link: Link | None,
-           chips_per_node: int, b_act: float, b_dispatch: float) -> ArrayLike:
-    """Lower bound on one chip's communication in a pass of ``tokens`` tokens (per chip, per pass), seconds.
-
-    The chain of :func:`_comm_chain`, each collective at its floor over the
-    link its group spans: a group inside a node on ``link``; a tensor- or
-    context-parallel group across nodes at the hierarchical floor of
-    :func:`kvmath.links._spanning_allreduce_s`; expert parallelism's
-    all-to-all across nodes at the two-tier floor of
-    :func:`kvmath.links._two_tier_all_to_all_s`. 0 without a link.
-    """
-    if link is None or (layout.weight_shards == 1 and layout.pp == 1 and layout.ep == 1):
-        return 0.0
-    return _comm_chain(model, layout, tokens, _Floor(link, node_link, chips_per_node), b_act, b_dispatch)
 
 
 def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, cost: _Floor) -> ArrayLike:
