@@ -33,7 +33,7 @@ from . import formulas
 from .deployment import Deployment, Formats, binds
 from .formatting import fmt_bandwidth, fmt_bytes, fmt_count, fmt_flop_rate, fmt_flops, fmt_seconds
 from .hardware import Chip
-from .layout import KV_SHARDINGS, ParallelLayout, parse_layout
+from .layout import KV_SHARDINGS, ParallelLayout, parse_parallel
 from .links import Link
 from .models import Model
 from .units import DTYPE_BYTES, dtype_bytes
@@ -202,18 +202,30 @@ def _add_layout_options(p: argparse.ArgumentParser, capacity: bool = False) -> N
              if capacity else "number of chips N, as tensor parallelism tp=N (default: 1)")
     p.add_argument("--chips", type=_number, help=chips, action=_Once)
     p.add_argument("--parallel", action=_Once,
-                   help="layout over the chips instead of --chips, e.g. 'tp=4,pp=2' or 'tp=8,kv=batch' "
-                        "(fields tp, cp, dp, pp, ep, kv; default: tp = --chips)")
+                   help="layout over the chips instead of --chips, e.g. 'tp=4,pp=2', 'tp=8,kv=batch' or "
+                        "'dp=144,ep=144,redundant=32,dispatch=fp8' (fields tp, cp, dp, pp, ep; kv=heads|batch; with ep: "
+                        "redundant=N extra expert copies spread over the ep chips, dispatch=FORMAT the format tokens "
+                        "travel to their experts in, e.g. fp8 as DeepSeek-V3 dispatches; the combine stays in the "
+                        "activations' bf16) (default: tp = --chips)")
     p.add_argument("--kv-shard", type=str.lower, choices=KV_SHARDINGS, action=_Once,
                    help="with --chips: split the cache by heads or by sequences (batch), the same as "
                         "--parallel tp=N,kv=batch (default: heads)")
     p.add_argument("--link", action=_Once,
-                   help="link between the chips of a node (see `kvmath links`), or 'none' to count no communication "
-                        "(default: the chip preset's own interconnect)")
+                   help="a link preset (see `kvmath links`) or 'none' to count no communication. A link inside a node "
+                        "(nvlink4, pcie4-x16, ...) is the chips' fabric in a node; a network between nodes "
+                        "(ib-ndr400), given alone, is the link between nodes, the chip's own link staying inside "
+                        "each node: --parallel tp=8,pp=2 --link ib-ndr400 on H100s keeps tensor parallelism on "
+                        "NVLink and sends the pipeline hop over InfiniBand (default: the chip preset's own "
+                        "interconnect, one fabric for every chip)")
     p.add_argument("--node-link", action=_Once,
-                   help="link between nodes (see `kvmath links`; default: the same as --link)")
+                   help="link between nodes (see `kvmath links`), --link then staying inside a node (default: the "
+                        "network a lone --link names, else the same fabric as --link)")
     p.add_argument("--chips-per-node", type=_number, action=_Once,
-                   help="chips one node holds: a collective over more takes --node-link (default: every chip of the layout)")
+                   help="chips one node holds; chips fill nodes in the order tp, cp, dp, pp, and a collective over a "
+                        "group wider than a node crosses the link between nodes (default: the chip preset's node, "
+                        "8 for HGX H100/H200/A100 and MI300X, 72 for GB200 NVL72; every chip where the preset has none)")
+    p.add_argument("--nodes", type=_number, action=_Once,
+                   help="nodes the layout's chips fill evenly, instead of --chips-per-node (default: as --chips-per-node)")
 
 
 def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -350,6 +362,8 @@ def _refuse_ignored(args) -> None:
         clash("kv_shard", "has no effect on one chip; give --chips above 1 or drop it")
     if cmd == "run" and _given(args, "budget") and args.json:
         clash("budget", "only sets the text's memory check, not --json; use `kvmath capacity --budget` for what fits")
+    if cmd == "capacity" and args.parallel and parse_parallel(args.parallel)[1] is not None:
+        clash("parallel", "sets a dispatch format, which changes no figure of capacity (what fits); drop dispatch=")
     if cmd not in ("decode", "capacity"):
         return
     if _given(args, "kv_dtype") and _given(args, "kv_bytes_per_token"):
@@ -362,7 +376,7 @@ def _refuse_ignored(args) -> None:
     if model_given and notes:
         clash(notes[0], "does not combine with --model or --config, whose layers set it; drop one")
     if not model_given:
-        for dest in ("parallel", "link", "node_link", "chips_per_node", "kv_shard"):
+        for dest in ("parallel", "link", "node_link", "chips_per_node", "nodes", "kv_shard"):
             if _given(args, dest):
                 clash(dest, "needs --model or --config (the layers, heads and width decide the layout and its "
                             "communication)")
@@ -401,8 +415,9 @@ def _formats(args) -> Formats:
                "embedding": args.embedding_dtype or w}
     if getattr(args, "config", None) and not _given(args, "weight_dtype"):
         weights = _config_weights(args)
+    dispatch = parse_parallel(args.parallel)[1] if getattr(args, "parallel", None) else None
     return Formats(weights=weights if len(set(map(str, weights.values()))) > 1 else weights["default"],
-                   kv=args.kv_dtype, compute=getattr(args, "compute_dtype", None))
+                   kv=args.kv_dtype, compute=getattr(args, "compute_dtype", None), dispatch=dispatch)
 
 
 def _config_weights(args) -> dict:
@@ -429,7 +444,7 @@ def _layout(args, model: Model) -> ParallelLayout:
     """--parallel, or --chips as tensor parallelism (with --kv-shard), checked against the model."""
     if args.parallel:
         try:
-            layout = parse_layout(args.parallel).check(model)
+            layout = parse_parallel(args.parallel)[0].check(model)
         except ValueError as err:
             raise ValueError(f"--parallel {args.parallel}: {err}") from None
         if args.chips is not None and int(positive_int("--chips", args.chips)) != layout.n_chips:
@@ -442,8 +457,14 @@ def _layout(args, model: Model) -> ParallelLayout:
         raise ValueError(f"--chips {n}: {str(err).replace('try pp=', 'try --parallel pp=')} or --kv-shard batch") from None
 
 
-def _link_options(args) -> dict:
-    """Deployment's link arguments from --link, --node-link and --chips-per-node (absent: its defaults)."""
+def _link_options(args, chip: Chip, layout: ParallelLayout | None) -> dict:
+    """Deployment's link arguments from --link, --node-link, --chips-per-node and --nodes (absent: its defaults).
+
+    A lone --link that names a network between nodes (a link whose scope is
+    "between nodes") is the node link, the chip's own link staying inside a
+    node. ``layout`` None: the command counts no communication (capacity's
+    fewest chips), so --nodes, which needs the layout's chips, is refused.
+    """
     out = {}
     for dest in ("link", "node_link"):
         name = getattr(args, dest)
@@ -459,16 +480,45 @@ def _link_options(args) -> dict:
             out[dest] = Link.preset(name)
         except ValueError as err:
             raise ValueError(f"{option}: {err}") from None
+    lone = out.get("link")
+    if lone is not None and lone.scope == "between nodes" and "node_link" not in out:
+        out["node_link"] = out.pop("link")
     if args.chips_per_node is not None:
         out["chips_per_node"] = int(positive_int("--chips-per-node", args.chips_per_node))
+    if args.nodes is not None:
+        nodes = int(positive_int("--nodes", args.nodes))
+        if layout is None:
+            raise ValueError("--nodes needs --chips or --parallel (the chips the nodes hold)")
+        if layout.n_chips % nodes:
+            raise ValueError(f"--nodes {nodes} must divide the {layout.n_chips} chips of the layout evenly")
+        per_node = layout.n_chips // nodes
+        if out.get("chips_per_node", per_node) != per_node:
+            raise ValueError(f"--nodes {nodes} and --chips-per-node {out['chips_per_node']} disagree: {nodes} nodes "
+                             f"of the layout's {layout.n_chips} chips hold {per_node} each; give one of them")
+        out["chips_per_node"] = per_node
+    if layout is None:
+        return out
+    network = out.get("node_link")
+    nodes_given = [_option(args, d) for d in ("chips_per_node", "nodes") if getattr(args, d) is not None]
+    if network is not None:
+        size = out.get("chips_per_node", chip.node_chips or layout.n_chips)
+        if layout.n_chips <= size:
+            given = _option(args, "node_link" if args.node_link is not None else "link")
+            where = f"--chips-per-node {size}" if "chips_per_node" in out else (
+                f"the {chip.name} preset's node" if chip.node_chips else "no node size given")
+            raise ValueError(f"{given} {network.name} links nodes, but the layout's {layout.n_chips} chips fit in one "
+                             f"node of {size} ({where}): give --nodes or --chips-per-node, or drop it")
+    elif nodes_given and "node_link" not in out:
+        raise ValueError(f"{nodes_given[0]} has no effect without a link between nodes: give --node-link (or a "
+                         "lone --link that is a network, such as ib-ndr400)")
     return out
 
 
 def _deployment(args, model: Model, layout: ParallelLayout | None = None) -> Deployment:
     """The one Deployment a command asks its question of."""
     chip = _chip(args)
-    return Deployment(model, chip, _layout(args, model) if layout is None else layout, formats=_formats(args),
-                      **_link_options(args))
+    layout = _layout(args, model) if layout is None else layout
+    return Deployment(model, chip, layout, formats=_formats(args), **_link_options(args, chip, layout))
 
 
 def _warn_past_supported_context(args, model, context: float) -> None:
@@ -485,6 +535,8 @@ def _describe(dep: Deployment) -> str:
     lay = dep.layout
     fields = ",".join(f"{k}={getattr(lay, k)}" for k in ("tp", "cp", "dp", "pp", "ep") if getattr(lay, k) > 1)
     fields += ",kv=batch" if lay.kv_split == "batch" else ""
+    fields += f",redundant={lay.redundant_experts}" if lay.redundant_experts else ""
+    fields += f",dispatch={dep.formats.dispatch}" if dep.formats.dispatch else ""
     link = "no communication counted" if dep.link is None else f"link {dep.link.name}"
     if dep.node_link is not dep.link and dep.chips_per_node < dep.n_chips:
         link += f", {dep.node_link.name if dep.node_link else 'none'} between nodes of {dep.chips_per_node}"
@@ -590,7 +642,7 @@ def _capacity(args) -> _Answer:
     if fewest:
         try:
             dep = Deployment(model, chip, ParallelLayout(kv_split=args.kv_shard or "heads"), formats=_formats(args),
-                             **_link_options(args)).fewest_chips(args.budget, hbm, args.engine)
+                             **_link_options(args, chip, None)).fewest_chips(args.budget, hbm, args.engine)
         except ValueError as err:
             where = f"--hbm-bytes {hbm:g}" if hbm is not None else f"--hardware {chip.name}"
             raise ValueError(f"{where}, --budget {args.budget}: {err}") from None
@@ -874,7 +926,7 @@ _OPTION_WORDS = {
     "kv_bytes_per_token": "--kv-bytes-per-token", "kv_bytes_per_seq": "--kv-bytes-per-token x --context",
     "kv_cache_bytes": "--batch x --context x --kv-bytes-per-token", "param_bytes": "--params x --weight-dtype",
     "weight_bytes": "the weights (--params x --weight-dtype)", "bytes_per_param": "--weight-dtype",
-    "kv_budget_bytes": "the KV budget", "chips_per_node": "--chips-per-node",
+    "kv_budget_bytes": "the KV budget", "chips_per_node": "--chips-per-node", "dispatch": "dispatch",
 }
 
 

@@ -31,7 +31,8 @@ from . import layers as _layers
 from .formulas import _max, binds, step_times
 from .hardware import Chip, get_chip
 from .layout import ParallelLayout, as_layout
-from .links import Link, _all_to_all_s, _allreduce_s, _two_tier_all_to_all_s, as_link
+from .links import (Link, _all_to_all_s, _allreduce_s, _estimate_terms, _spanning_allreduce_s,
+                    _two_tier_all_to_all_s, as_link)
 from .models import Model, Precision, _group_bytes, get_model
 from .moe import ROUTINGS, _touched
 from .results import Result
@@ -135,6 +136,26 @@ def _link_or_none(name: str, link) -> Link | None:
         raise ValueError(f"{name}: {err}") from None
 
 
+def _default_node(chip: Chip, layout: ParallelLayout) -> int:
+    """Chips per node when none is given: the chip preset's node, else the whole layout on one node."""
+    return chip.node_chips or layout.n_chips
+
+
+def _check_nodes(layout: ParallelLayout, per_node: int, chip: Chip) -> None:
+    """Refuse a layout whose collective groups or pipeline stages straddle node boundaries unevenly."""
+    lay = layout
+    # (pipeline stages may straddle: counting the node boundaries as the hops that cross stays a lower bound)
+    groups = [("tp", lay.tp, 1), ("tp * cp", lay.tp * lay.cp, 1), ("cp", lay.cp, lay.tp), ("ep", lay.ep, 1)]
+    for name, size, stride in groups:
+        block = size * stride
+        if size == 1 or block % per_node == 0 or per_node % block == 0:
+            continue
+        where = f" (the {chip.name} preset's node)" if per_node == chip.node_chips else ""
+        raise ValueError(f"chips_per_node ({per_node}){where} splits the {name} groups of {size} chips unevenly "
+                         f"over nodes ({block} chips a group{' with stride ' + str(stride) if stride > 1 else ''}): "
+                         f"a node must hold whole groups, or a group whole nodes")
+
+
 class Deployment:
     """A model served on chips: model, chip, layout, links and formats, checked once.
 
@@ -155,9 +176,15 @@ class Deployment:
         The links between nodes (one chip's network port); default the same
         as ``link``: the whole layout on one fabric.
     chips_per_node : int, optional
-        Chips one node holds; default every chip of the layout. A collective
-        over a group that fits in a node uses ``link``, one that spans nodes
-        ``node_link``; the pipeline hop crosses nodes once a stage fills one.
+        Chips one node holds; default the chip preset's node
+        (:attr:`kvmath.Chip.node_chips`: 8 on an HGX H100 board), or every
+        chip of the layout where it has none. Chips fill nodes in the order
+        tp, cp, dp, pp: a collective over a group that fits in a node uses
+        ``link``; one that spans nodes takes ``node_link`` at the floor of a
+        hierarchical algorithm (each node reduces on ``link``, and only the
+        nodes' shares cross); a pipeline hop crosses nodes where a stage
+        boundary is a node boundary. With a ``node_link`` of its own, each
+        group must fill whole nodes or fit a whole number of times in one.
     formats : Formats, optional
         How weights, cache and activations are stored (default all bf16).
     weights, kv, compute : optional
@@ -171,7 +198,7 @@ class Deployment:
     """
 
     __slots__ = ("model", "chip", "layout", "link", "node_link", "chips_per_node", "formats", "_plan", "flops",
-                 "b_act", "b_dispatch")
+                 "b_act", "b_dispatch", "_floor")
 
     def __init__(self, model: Model | str, chip: Chip | str, layout: ParallelLayout | str | None = None, *,
                  link: Link | str | None = _CHIP_LINK, node_link: Link | str | None = _CHIP_LINK,
@@ -193,9 +220,11 @@ class Deployment:
         link = chip.link if link is _CHIP_LINK else _link_or_none("link", link)
         node_link = link if node_link is _CHIP_LINK else _link_or_none("node_link", node_link)
         if chips_per_node is None:
-            chips_per_node = layout.n_chips
+            chips_per_node = _default_node(chip, layout)
         else:
             chips_per_node = int(positive_int("chips_per_node", chips_per_node))
+        if node_link is not link and node_link is not None and layout.n_chips > chips_per_node:
+            _check_nodes(layout, chips_per_node, chip)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "chip", chip)
         object.__setattr__(self, "layout", layout)
@@ -203,6 +232,9 @@ class Deployment:
         object.__setattr__(self, "node_link", node_link)
         object.__setattr__(self, "chips_per_node", chips_per_node)
         object.__setattr__(self, "formats", formats)
+        # the links' floors, once: None where no collective is counted (one chip, or no link)
+        counted = link is not None and (layout.weight_shards > 1 or layout.pp > 1 or layout.ep > 1)
+        object.__setattr__(self, "_floor", _Floor(link, node_link, chips_per_node) if counted else None)
         object.__setattr__(self, "_plan", _Plan(model, layout, formats.weights, _bytes_per_elem("kv", formats.kv)))
         from .rates import (
             _compute_rate,  # the one rule for a step's FLOP rate (weights checked by the plan above)
@@ -234,8 +266,8 @@ class Deployment:
         """A copy with some of the constructor's arguments changed (checked again)."""
         args = {"model": self.model, "chip": self.chip, "layout": self.layout, "link": self.link,
                 "node_link": self.node_link, "chips_per_node": self.chips_per_node, "formats": self.formats}
-        if "chips_per_node" not in changes and "layout" in changes and self.chips_per_node == self.layout.n_chips:
-            args["chips_per_node"] = None  # a one-node default follows the new layout
+        if "chips_per_node" not in changes and self.chips_per_node == _default_node(self.chip, self.layout):
+            args["chips_per_node"] = None  # the default follows a new chip or layout
         if "link" in changes and "node_link" not in changes and self.node_link is self.link:
             args["node_link"] = _CHIP_LINK
         args.update(changes)
@@ -584,74 +616,178 @@ class Deployment:
 
     def _pipeline_s(self, message_bytes: ArrayLike) -> ArrayLike:
         """The pipeline's ``pp - 1`` sends of ``message_bytes`` (:func:`pipeline_hops_s` on this deployment's links)."""
-        if self.layout.pp == 1 or self.link is None:
+        if self.layout.pp == 1 or self._floor is None:
             return 0.0
-        return pipeline_hops_s(self.layout, message_bytes, link=self.link, node_link=self.node_link,
-                               chips_per_node=self.chips_per_node)
+        return pipeline_hops_s(self.layout, message_bytes, self._floor)
+
+    def comm_estimate(self, batch: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
+                      algorithm: str = "auto") -> "CommEstimate":
+        """An **estimate** of the communication chain of one decode pass of ``batch`` sequences, beside its bound.
+
+        The same collectives as :attr:`Step.comm_s` (the chain of
+        :func:`_comm_chain` over the same links), each priced by its
+        measured latency-bandwidth curve (:func:`kvmath.links.collective_estimate`):
+        ``algorithm`` picks the all-reduce inside a node (``"auto"``: the
+        fastest curve, an engine's custom kernel for small messages;
+        ``"nccl"``: NCCL's alone, for engines that call NCCL, as gpt-fast
+        and PyTorch do); a group across nodes takes NCCL's curve on the
+        network. Collectives without a measured curve keep the bound's
+        formula and are listed in ``flags``.
+
+        Examples
+        --------
+        >>> dep = Deployment("llama-2-70b", "h100-sxm", "tp=8")
+        >>> e = dep.comm_estimate(1)                       # 160 all-reduces of 16 KiB
+        >>> round(e.estimate_s * 1e3, 3), round(e.bound_s * 1e3, 4), e.flagged
+        (0.961, 0.0858, False)
+        """
+        from .links import ESTIMATE_ALGORITHMS
+
+        algorithm = choice("algorithm", algorithm, ESTIMATE_ALGORITHMS)
+        batch, _, tokens_per_seq = _shape_args(batch, 1.0, tokens_per_seq)
+        tokens = self._plan.micro(batch) * tokens_per_seq
+        cost = _Measured(self.link, self.node_link, self.chips_per_node, algorithm)
+        estimate = 0.0
+        if self._floor is not None:
+            estimate = _comm_chain(self.model, self.layout, tokens, cost, self.b_act, self.b_dispatch)
+        return CommEstimate(batch=batch, tokens_per_seq=tokens_per_seq, tokens=tokens, algorithm=algorithm,
+                            estimate_s=estimate + 0 * tokens, bound_s=self._comm(tokens) + 0 * tokens,
+                            flags=dict(cost.flags))
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
-        return comm_s(self.model, self.layout, tokens, link=self.link, node_link=self.node_link,
-                      chips_per_node=self.chips_per_node, b_act=self.b_act, b_dispatch=self.b_dispatch)
+        if self._floor is None:
+            return 0.0
+        return _comm_chain(self.model, self.layout, tokens, self._floor, self.b_act, self.b_dispatch)
 
 
-def comm_s(model: Model, layout: ParallelLayout, tokens: ArrayLike, *, link: Link | None, node_link: Link | None,
-           chips_per_node: int, b_act: float, b_dispatch: float) -> ArrayLike:
-    """Lower bound on one chip's communication in a pass of ``tokens`` tokens (per chip, per pass), seconds.
+class _Floor:
+    """The lower bound on each collective of a deployment, routed over the link its group spans (0 without a link).
+
+    Chips fill nodes of ``chips_per_node`` in the order tp, cp, dp, pp, so a
+    group of ``size`` chips ``stride`` apart occupies a block of ``size *
+    stride`` chips: inside one node it uses ``link``; across nodes (with a
+    ``node_link`` of its own) ``per_node`` of its chips sit in each node.
+    """
+
+    def __init__(self, link: Link | None, node_link: Link | None, chips_per_node: int):
+        self.link, self.node_link, self.per_node = link, node_link, chips_per_node
+        self.two_tier = node_link is not link and node_link is not None
+
+    def spans(self, size: int, stride: int = 1) -> bool:
+        return size * stride > self.per_node
+
+    def all_reduce(self, message, size: int, stride: int = 1):
+        if not self.spans(size, stride) or not self.two_tier:
+            return _allreduce_s(message, size, self.link if not self.spans(size, stride) else self.node_link)
+        per_node = max(1, min(size, self.per_node // stride))
+        return _spanning_allreduce_s(message, size, per_node, self.node_link, self.link)
+
+    def all_to_all(self, share, ep: int):
+        if self.two_tier:  # the port may carry copies for the chip's own node too (DeepEP's kernels)
+            return _two_tier_all_to_all_s(share, ep, self.per_node, self.node_link, self.link)
+        return _all_to_all_s(share, ep, self.link if not self.spans(ep) else self.node_link)
+
+    def hop(self, message, crosses: bool):
+        hop_link = self.node_link if crosses else self.link
+        return 0.0 if hop_link is None else message / hop_link.bandwidth + hop_link.latency_s
+
+
+class _Measured(_Floor):
+    """Estimates of the same collectives from measured curves (:func:`kvmath.links.collective_estimate`).
+
+    Inside a node the all-reduce takes ``algorithm``'s curve on ``link``;
+    across nodes NCCL's curve on ``node_link`` at the whole group's size
+    (the engines' custom kernels run inside a node only). ``flags`` collects
+    each collective whose curve is not a measurement at its size and link.
+    """
+
+    def __init__(self, link, node_link, chips_per_node, algorithm: str):
+        super().__init__(link, node_link, chips_per_node)
+        self.algorithm, self.flags = algorithm, {}
+
+    def _estimate(self, kind, message, n, link, algorithm="auto"):
+        t, used, _, _, lat_ok, bw_ok, gpus, _ = _estimate_terms(kind, message, n, link, algorithm)
+        if not (np.all(lat_ok) and np.all(bw_ok)):
+            self.flags[f"{kind} over {n} chips on {link.name}"] = (
+                "no measured curve: the bound's formula" if np.all(used == "floor") else
+                f"curve measured on {' and '.join(map(str, gpus))} GPUs"
+                + ("" if np.all(lat_ok) else ", latency not measured there")
+                + ("" if np.all(bw_ok) else ", bandwidth not measured there"))
+        return t
+
+    def all_reduce(self, message, size: int, stride: int = 1):
+        if size <= 1 or self.link is None:
+            return 0.0
+        if not self.spans(size, stride) or not self.two_tier:
+            link = self.link if not self.spans(size, stride) else self.node_link
+            return self._estimate("all_reduce", message, size, link, self.algorithm)
+        return self._estimate("all_reduce", message, size, self.node_link, "nccl")
+
+    def all_to_all(self, share, ep: int):
+        if ep <= 1 or self.link is None:
+            return 0.0
+        return self._estimate("all_to_all", share, ep, self.node_link if self.spans(ep) else self.link)
+
+    def hop(self, message, crosses: bool):
+        hop_link = self.node_link if crosses else self.link
+        return 0.0 if hop_link is None else self._estimate("p2p", message, 2, hop_link)
+
+
+def _comm_chain(model: Model, layout: ParallelLayout, tokens: ArrayLike, cost: _Floor, b_act: float,
+                b_dispatch: float) -> ArrayLike:
+    """One chip's chain of communication in a pass of ``tokens`` tokens, each collective priced by ``cost``, seconds.
 
     Tensor parallelism's two all-reduces per layer of ``T d b_act`` bytes
     over ``g = tp * cp`` chips (with ``ep > 1`` an MoE layer's second is a
     dispatch and a combine all-to-all of ``T k d b / g`` over ``ep`` chips);
-    one log-sum-exp combine per layer over ``cp`` chips; ``pp - 1``
-    point-to-point sends of ``T d b_act``. All are on one chain, so their
-    latencies add. Chips fill nodes of ``chips_per_node`` in the order tp,
-    cp, dp, pp: a collective whose group fits in a node uses ``link``, one
-    that spans nodes ``node_link`` (expert parallelism's all-to-all across
-    nodes takes the two-tier bound of :func:`kvmath.links._two_tier_all_to_all_s`).
-    0 without a link.
+    one log-sum-exp combine per layer over the ``cp`` chips ``tp`` apart;
+    ``pp - 1`` point-to-point sends of ``T d b_act``, those whose stage
+    boundary falls between nodes over ``node_link``. All are on one chain,
+    so their times add. With :class:`_Floor` it is the lower bound
+    :attr:`Step.comm_s` (a group inside a node on ``link``; a tensor- or
+    context-parallel group across nodes at the hierarchical floor of
+    :func:`kvmath.links._spanning_allreduce_s`; expert parallelism's
+    all-to-all across nodes at the two-tier floor of
+    :func:`kvmath.links._two_tier_all_to_all_s`); with :class:`_Measured`
+    the estimate of :meth:`Deployment.comm_estimate`.
     """
     lay, m = layout, model
     g, L = lay.weight_shards, m.n_layers
-    if link is None or (g == 1 and lay.pp == 1 and lay.ep == 1):
-        return 0.0
-
-    def over(size: int) -> Link | None:
-        return link if size <= chips_per_node else node_link
-
     activation = tokens * (m.d_model * b_act)
     moe_layers = (L - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
     comm = 0.0
     if g > 1:
-        comm = (2 * L - moe_layers) * _allreduce_s(activation, g, over(g))
+        comm = (2 * L - moe_layers) * cost.all_reduce(activation, g)
     if moe_layers:
         per_chip = tokens * (m.top_k * m.d_model) / g
-        if node_link is not link:  # the port may carry copies for the chip's own node too (DeepEP's kernels)
-            hop = sum(_two_tier_all_to_all_s(per_chip * b, lay.ep, chips_per_node, node_link, link)
-                      for b in (b_dispatch, b_act))
-        else:
-            hop = sum(_all_to_all_s(per_chip * b, lay.ep, over(lay.ep)) for b in (b_dispatch, b_act))
-        comm = comm + moe_layers * hop
+        comm = comm + moe_layers * (cost.all_to_all(per_chip * b_dispatch, lay.ep)
+                                    + cost.all_to_all(per_chip * b_act, lay.ep))
     if lay.cp > 1:
         d_v = m.v_head_dim or m.head_dim
         partial = tokens * (m.n_heads / lay.tp * (d_v + 1) * b_act)
-        comm = comm + L * _allreduce_s(partial, lay.cp, over(lay.tp * lay.cp))
+        comm = comm + L * cost.all_reduce(partial, lay.cp, lay.tp)
     if lay.pp > 1:
-        comm = comm + pipeline_hops_s(lay, activation, link=link, node_link=node_link, chips_per_node=chips_per_node)
+        comm = comm + pipeline_hops_s(lay, activation, cost)
     return comm
 
 
-def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, *, link: Link | None, node_link: Link | None,
-                    chips_per_node: int) -> ArrayLike:
-    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline, seconds (0 without a link).
+def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, cost: _Floor) -> ArrayLike:
+    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline, seconds, priced by ``cost``.
 
-    Stages fill nodes in order, ``tp * cp * dp`` chips each: a hop that
-    crosses a node boundary takes ``node_link``, the others ``link``.
+    Stages fill nodes in order, ``tp * cp * dp`` chips each: once a stage
+    fills a node every hop crosses; below that the ``nodes - 1`` hops whose
+    stage boundary is a node boundary take ``node_link``, the others
+    ``link`` (a stage that straddles a boundary makes its hop cross too:
+    counting it on ``link`` stays a lower bound).
     """
-    stage, total = layout.tp * layout.cp * layout.dp, 0.0
-    crossing = layout.pp - 1 if stage >= chips_per_node else max(0, -(-layout.pp * stage // chips_per_node) - 1)
-    for hops, hop_link in ((layout.pp - 1 - crossing, link), (crossing, node_link)):
-        if hops and hop_link is not None:
-            total = total + hops * (message_bytes / hop_link.bandwidth + hop_link.latency_s)
+    stage, per_node = layout.tp * layout.cp * layout.dp, cost.per_node
+    crossing = layout.pp - 1 if stage >= per_node else max(0, -(-layout.pp * stage // per_node) - 1)
+    total = 0.0
+    if crossing:
+        total = total + crossing * cost.hop(message_bytes, True)
+    if layout.pp - 1 - crossing:
+        total = total + (layout.pp - 1 - crossing) * cost.hop(message_bytes, False)
     return total
 
 
@@ -743,6 +879,42 @@ class Step(Result):
         return self.weight_bytes_resident + self.kv_bytes_resident
 
     _derived = ("binds", "tokens_per_s", "memory_bytes")
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class CommEstimate(Result):
+    """An estimate of a pass's communication chain from measured curves (:meth:`Deployment.comm_estimate`).
+
+    Attributes
+    ----------
+    batch, tokens_per_seq : the pass asked about; ``tokens`` the tokens one
+        chip's collectives carry (the pipeline's micro-batch times tokens per sequence).
+    algorithm : the all-reduce curve asked for inside a node.
+    estimate_s : the chain at measured curves, seconds (an estimate: software included).
+    bound_s : the same chain's lower bound, :attr:`Step.comm_s`.
+    flags : collective -> why its figure is not a measurement at its size and link
+        (empty when every curve was measured there).
+    """
+
+    batch: ArrayLike
+    tokens_per_seq: ArrayLike
+    tokens: ArrayLike
+    algorithm: str
+    estimate_s: ArrayLike
+    bound_s: ArrayLike
+    flags: dict
+
+    @property
+    def is_estimate(self) -> bool:
+        """Always True."""
+        return True
+
+    @property
+    def flagged(self) -> bool:
+        """Whether any collective's curve is not a measurement at its size and link."""
+        return bool(self.flags)
+
+    _derived = ("is_estimate", "flagged")
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole

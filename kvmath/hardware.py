@@ -12,8 +12,8 @@ from functools import lru_cache
 from typing import Mapping
 
 from .formats import get_format
-from .presets import PresetTable, lookup, optional_float
-from .validation import as_scalar, choice, positive
+from .presets import PresetTable, lookup, optional_float, optional_int
+from .validation import as_scalar, choice, positive, positive_int
 
 #: Compute dtypes a chip may list, and the CSV column that holds each rate.
 #: fp16 runs at the bf16 rate on every chip here.
@@ -65,6 +65,13 @@ class Chip:
         (``torch.cuda.mem_get_info()[1]``, what vLLM sizes its cache from),
         in bytes, with ``runtime_source``. Smaller than ``device_bytes``: the
         driver keeps part. Sources print it to 0.01 GiB. None where unknown.
+    node_chips : int or None
+        Chips one node of the vendor's standard system joins on the chip's
+        own link (8 on an HGX H100 board, 72 in a GB200 NVL72 rack), with
+        ``node_source``; a :class:`kvmath.Deployment` over more chips puts
+        the rest in further nodes. None where no such system is sourced
+        (PCIe cards, TPU slices, single-device machines): then one node
+        holds any layout.
 
     Examples
     --------
@@ -86,11 +93,13 @@ class Chip:
     runtime_bytes: float | None = None
     runtime_source: str = ""
     link_name: str = ""
+    node_chips: int | None = None
+    node_source: str = ""
 
     def __post_init__(self) -> None:
         # Checked and converted here, so Chip.replace() validates like a preset.
         for attr in ("name", "display_name", "source", "note", "device_report", "device_source", "runtime_source",
-                     "link_name"):
+                     "link_name", "node_source"):
             if not isinstance(getattr(self, attr), str):
                 raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
         if not self.name.strip():
@@ -104,6 +113,8 @@ class Chip:
                 f"runtime_bytes ({self.runtime_bytes:.0f}) of {self.name!r} cannot exceed device_bytes ({self.device_bytes:.0f})"
             )
         object.__setattr__(self, "bandwidth", positive("bandwidth", as_scalar("bandwidth", self.bandwidth)))
+        if self.node_chips is not None:
+            object.__setattr__(self, "node_chips", int(positive_int("node_chips", self.node_chips)))
         if not isinstance(self.flops_by_dtype, Mapping):
             raise ValueError(f"flops_by_dtype must be a mapping of dtype to FLOP/s, got {self.flops_by_dtype!r}")
         rates = {}
@@ -216,6 +227,8 @@ def _chip_from_row(row: dict[str, str]) -> Chip:
         runtime_bytes=optional_float(row["runtime_bytes"]),
         runtime_source=row["runtime_source"],
         link_name=row["link"],
+        node_chips=optional_int(row["node_chips"]),
+        node_source=row["node_source"],
     )
 
 

@@ -141,28 +141,69 @@ class ParallelLayout:
         return self
 
 
+_LAYOUT_TEXT = ("parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep; kv=heads or kv=batch; "
+                "redundant=N extra experts and dispatch=FORMAT with ep)")
+
+
+def parse_parallel(text: str) -> tuple[ParallelLayout, str | None]:
+    """A layout and expert parallelism's dispatch format from text such as ``"dp=144,ep=144,redundant=32,dispatch=fp8"``.
+
+    Fields: ``tp``, ``cp``, ``dp``, ``pp``, ``ep`` (omitted ones are 1),
+    ``kv=heads`` or ``kv=batch`` (:attr:`ParallelLayout.kv_split`),
+    ``redundant=N`` (:attr:`ParallelLayout.redundant_experts`) and
+    ``dispatch=FORMAT``, the format the experts' tokens travel in (a
+    :class:`kvmath.Formats` field, returned beside the layout; None where
+    not given). The command line's ``--parallel`` takes this text.
+
+    Examples
+    --------
+    >>> parse_parallel("dp=144,ep=144,redundant=32,dispatch=fp8")
+    (ParallelLayout(tp=1, cp=1, dp=144, pp=1, ep=144, redundant_experts=32), 'fp8')
+    >>> parse_parallel("tp=8,pp=2")[1] is None
+    True
+    """
+    fields, dispatch = {}, None
+    for part in str(text).replace(" ", "").split(","):
+        key, _, value = part.partition("=")
+        if key == "kv" and value in KV_SHARDINGS and "kv_split" not in fields:
+            fields["kv_split"] = value
+            continue
+        if key == "dispatch" and value and dispatch is None:
+            from .units import dtype_bytes
+
+            try:
+                dtype_bytes(value, argument="dispatch")
+            except ValueError as err:
+                raise ValueError(f"parallel layout {text!r}: {err}") from None
+            dispatch = value.lower()
+            continue
+        name = "redundant_experts" if key == "redundant" else key
+        if name not in ("tp", "cp", "dp", "pp", "ep", "redundant_experts") or name in fields \
+                or not (value.isascii() and value.isdigit()):
+            raise ValueError(f"{_LAYOUT_TEXT}, got {text!r}")
+        fields[name] = int(value)
+    try:
+        layout = ParallelLayout(**fields)
+    except ValueError as err:  # "tp=0": say which text the field came from
+        raise ValueError(f"parallel layout {text!r}: {err}") from None
+    if dispatch is not None and layout.ep == 1:
+        raise ValueError(f"parallel layout {text!r}: dispatch={dispatch} needs expert parallelism (ep > 1)")
+    return layout, dispatch
+
+
 def parse_layout(text: str) -> ParallelLayout:
-    """A layout from ``"tp=2,pp=4"`` (fields tp, cp, dp, pp, ep; omitted ones are 1).
+    """A layout from ``"tp=2,pp=4"`` (:func:`parse_parallel`'s fields; a dispatch format is refused: it is a format).
 
     Examples
     --------
     >>> parse_layout("tp=8")
     ParallelLayout(tp=8, cp=1, dp=1, pp=1, ep=1)
     """
-    fields = {}
-    for part in str(text).replace(" ", "").split(","):
-        key, _, value = part.partition("=")
-        if key == "kv" and value in KV_SHARDINGS and "kv_split" not in fields:
-            fields["kv_split"] = value
-            continue
-        if key not in ("tp", "cp", "dp", "pp", "ep") or not (value.isascii() and value.isdigit()) or key in fields:
-            raise ValueError(f"parallel layout must look like 'tp=2,pp=4' (tp, cp, dp, pp, ep; "
-                             f"kv=heads or kv=batch), got {text!r}")
-        fields[key] = int(value)
-    try:
-        return ParallelLayout(**fields)
-    except ValueError as err:  # "tp=0": say which text the field came from
-        raise ValueError(f"parallel layout {text!r}: {err}") from None
+    layout, dispatch = parse_parallel(text)
+    if dispatch is not None:
+        raise ValueError(f"parallel layout {text!r}: dispatch={dispatch} is a format; give it as "
+                         f"Formats(dispatch={dispatch!r})")
+    return layout
 
 
 def as_layout(layout) -> ParallelLayout:

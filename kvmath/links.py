@@ -23,6 +23,12 @@ systems run (physics: bytes over the link's peak, ``alpha`` per dependent step):
   slice from every peer, then a direct all-gather: vLLM's
   ``cross_device_reduce_2stage``, TensorRT-LLM's ``TWOSHOT``): ring's bytes
   in two steps, ``2 (N - 1) / N * S / W_link + 2 alpha``;
+- ``"tree"`` (NCCL's double binary tree; Sanders, Speck & Traeff, "Two-tree
+  algorithms for full bandwidth broadcast, reduction and scan", Parallel
+  Computing 35 (2009), doi:10.1016/j.parco.2009.09.001): each half of the
+  vector goes up one tree and down the other, so a chip moves a ring's
+  bytes in ``2 log2 N`` dependent steps:
+  ``2 (N - 1) / N * S / W_link + 2 log2(N) alpha``;
 - ``"in_switch"`` (NVLink SHARP, NCCL's NVLS, where the switch reduces):
   each chip sends ``S`` up and receives the reduced ``S`` back:
   ``S / W_link + 2 alpha``.
@@ -37,8 +43,7 @@ the result, ``2 (N - 1) S`` in all, so the busiest chip moves at least
 ``R = 2 (N - 1) / N * S`` (Patarasuk & Yuan's bound); with in-switch
 reduction a chip still needs the ``S`` bytes of its peers' sum, ``R = S``
 (the switch must reduce). So ``best`` is ``<=`` each named algorithm at
-every size, and below every other one a real system runs too: NCCL's
-double binary tree (``2 log2 N`` dependent steps), CollNet, MSCCL++'s
+every size, and below every other one a real system runs too: CollNet, MSCCL++'s
 kernels, and any pipelined or hierarchical variant all pay at least one
 step and the fewest bytes.
 
@@ -48,23 +53,36 @@ Other collectives:
   bytes, one step: ``(N - 1) / N * S / W_link + alpha``;
 - point-to-point (pipeline stages): ``S / W_link + alpha``.
 
-Every collective costs 0 on one chip. :func:`allreduce_estimate` instead
-uses the small-message latency a published nccl-tests run measured: it is
-an **estimate** (software included), never a bound.
+Across nodes (a group wider than a node, each chip with a network port
+beside its node's fabric) a :class:`kvmath.Deployment` takes the
+hierarchical floor of :func:`_spanning_allreduce_s` for an all-reduce and
+the two-tier floor of :func:`_two_tier_all_to_all_s` for an all-to-all.
+
+Every collective costs 0 on one chip. The **estimates** are separate and
+never bounds: :func:`collective_estimate` prices a collective from measured
+latency-bandwidth curves per link, algorithm and GPU count
+(``kvmath/data/collectives.csv``: nccl-tests runs and the engines' custom
+all-reduce benchmarks, each row sourced, stand-ins flagged), and
+:func:`allreduce_estimate` is the older one-number form (a preset's measured
+small-message time plus the floor's bytes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from .presets import PresetTable, lookup, optional_float
-from .validation import ArrayLike, checked, choice, non_negative, plain, positive, positive_int
+from .results import Result
+from .validation import ArrayLike, as_scalar, checked, choice, non_negative, plain, positive, positive_int
 
-ALLREDUCE_ALGORITHMS = ("best", "ring", "one_shot", "two_shot", "in_switch")
+ALLREDUCE_ALGORITHMS = ("best", "ring", "tree", "one_shot", "two_shot", "in_switch")
+#: Where a link runs: a node's own fabric, or the network between nodes.
+LINK_SCOPES = ("inside a node", "between nodes")
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,11 @@ class Link:
     latency_is_assumption : bool
         True where no source states it (then ``latency_source`` says why
         the value is safe for a bound).
+    scope : str
+        ``"inside a node"`` (a node's own fabric: NVLink, Infinity Fabric,
+        PCIe, ICI) or ``"between nodes"`` (a network card per chip:
+        InfiniBand, RoCE). The command line's lone ``--link`` takes the
+        second kind as the network between nodes.
     in_switch_reduction : bool
         Whether the switch can reduce (NVLink SHARP).
     measured_allreduce_latency_s : float or None
@@ -97,6 +120,7 @@ class Link:
     stated_bandwidth: float = 0.0
     stated_as: str = "per direction"
     latency_is_assumption: bool = True
+    scope: str = "inside a node"
     in_switch_reduction: bool = False
     measured_allreduce_latency_s: float | None = None
     display_name: str = ""
@@ -109,6 +133,7 @@ class Link:
         positive("bandwidth", self.bandwidth)
         non_negative("latency_s", self.latency_s)
         choice("stated_as", self.stated_as, ("per direction", "bidirectional"))
+        choice("scope", self.scope, LINK_SCOPES)
 
     @staticmethod
     def preset(name: str) -> "Link":
@@ -141,6 +166,7 @@ def _link_from_row(row: dict[str, str]) -> Link:
         latency_s=float(row["latency_s_min"]),
         latency_is_assumption=row["latency_is_assumption"] == "true",
         latency_source=row["latency_source"],
+        scope=row["scope"],
         in_switch_reduction=row["in_switch_reduction"] == "true",
         measured_allreduce_latency_s=optional_float(row["measured_allreduce_latency_s"]),
         measured_source=row["measured_source"],
@@ -193,7 +219,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
                    algorithm: str = "best") -> ArrayLike:
     """Lower bound on an all-reduce of ``message_bytes`` on each of ``n_chips`` chips, seconds.
 
-    ``algorithm``: ``"ring"``, ``"one_shot"``, ``"two_shot"``, ``"in_switch"``
+    ``algorithm``: ``"ring"``, ``"tree"``, ``"one_shot"``, ``"two_shot"``, ``"in_switch"``
     (needs a link with in-switch reduction) or ``"best"``, the physical floor
     over every algorithm the link allows (the bound; ``<=`` each named one).
     See the module text for each formula and its source. 0 at ``n_chips = 1``.
@@ -225,6 +251,7 @@ def allreduce_time(message_bytes: ArrayLike, n_chips: ArrayLike, link: Link | st
     fewest = 2 * (n - 1) / n * size
     times = {
         "ring": fewest / w + 2 * (n - 1) * alpha,
+        "tree": fewest / w + 2 * np.log2(n) * alpha,
         "one_shot": (n - 1) * size / w + alpha,
         "two_shot": fewest / w + 2 * alpha,
     }
@@ -346,6 +373,38 @@ def _two_tier_all_to_all_s(size, ep, per_node, port: Link | None, node: Link | N
     return np.maximum(np.where(ep > n, away, 0.0), np.where(n > 1, both, 0.0))
 
 
+def _spanning_allreduce_s(size, group, per_node, port: Link, node: Link):
+    """Lower bound on an all-reduce of ``size`` bytes over ``group`` chips in ``group / per_node`` nodes, seconds.
+
+    A group that spans ``a = group / per_node >= 2`` nodes (``per_node`` of
+    its chips in each, on the node's fabric ``node``; one network ``port``
+    per chip) can reduce inside each node for free and must then all-reduce
+    across nodes: treating each node as one participant with its
+    ``per_node`` ports, Patarasuk & Yuan's bound puts at least
+    ``2 (a - 1) / a * S`` bytes through the node's ports (``S`` with
+    in-network reduction on the port's switch), one dependent step on the
+    port; and every chip still receives at least the all-reduce's fewest
+    bytes over both its paths::
+
+        max(2 (a - 1) / a * S / (per_node W_port) + alpha_port,
+            R / (W_port + W_node) + min(alpha))
+
+    with ``R`` the fewest bytes of :func:`_allreduce_s` (``S`` where either
+    switch reduces). A hierarchical all-reduce (NCCL's tree across nodes with
+    NVLink inside) moves about that much; charging the whole group's ring on
+    the port, ``2 (g - 1) / g * S``, would not be a bound. ``per_node = 1``
+    is the flat all-reduce over the port.
+    """
+    a = group / per_node
+    cross = size if port.in_switch_reduction else 2 * (a - 1) / a * size
+    away = cross / (per_node * port.bandwidth) + port.latency_s
+    fewest = 2 * (group - 1) / group * size
+    if port.in_switch_reduction or node.in_switch_reduction:
+        fewest = np.minimum(fewest, size)
+    both = fewest / (port.bandwidth + node.bandwidth) + min(port.latency_s, node.latency_s)
+    return np.maximum(away, both) if isinstance(size, np.ndarray) else max(away, both)
+
+
 @checked
 def p2p_time(message_bytes: ArrayLike, link: Link | str) -> ArrayLike:
     """Lower bound on sending ``message_bytes`` to the next pipeline stage: ``S / W_link + alpha``.
@@ -357,3 +416,279 @@ def p2p_time(message_bytes: ArrayLike, link: Link | str) -> ArrayLike:
     """
     link = as_link(link)
     return plain(non_negative("message_bytes", message_bytes) / link.bandwidth + link.latency_s)
+
+
+# ----- estimates: measured latency-bandwidth curves ------------------------------------------------
+
+#: Collectives :func:`collective_estimate` knows.
+COLLECTIVE_KINDS = ("all_reduce", "all_to_all", "p2p")
+#: All-reduce curves: NCCL's algorithms, the engines' custom kernels, and two choices among them: ``"nccl"`` (the
+#: fastest NCCL curve, as NCCL's tuner picks) and ``"auto"`` (the fastest of all, as vLLM, SGLang and TensorRT-LLM
+#: pick: their custom kernel for small messages inside a node, NCCL above).
+ESTIMATE_ALGORITHMS = ("auto", "nccl", "ring", "tree", "in_switch", "custom")
+_NCCL_ALGORITHMS = ("ring", "tree", "in_switch")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One measured all-reduce curve (a row of ``kvmath/data/collectives.csv``): ``t = latency_s + R / bandwidth``.
+
+    ``R`` is the bytes the algorithm moves per chip (``2 (n - 1) / n * S``
+    for ring, tree and the custom kernels, counted as two-shot's; ``S`` in
+    the switch), so ``bandwidth`` is nccl-tests' bus bandwidth for a ring or
+    tree and its algorithm bandwidth for in-switch reduction. Measured on
+    ``n_gpus`` chips; ``latency_measured`` / ``bandwidth_measured`` are False
+    where the source gives no such figure and the row carries a labelled
+    stand-in (its ``note`` says which).
+    """
+
+    link: str
+    algorithm: str
+    n_gpus: int
+    latency_s: float
+    latency_measured: bool
+    bandwidth: float
+    bandwidth_measured: bool
+    library: str
+    source: str
+    note: str
+
+
+@lru_cache(maxsize=1)
+def _curves() -> dict[tuple[str, str], tuple[Curve, ...]]:
+    from .presets import read_rows
+
+    out: dict[tuple[str, str], list[Curve]] = {}
+    for r in read_rows("collectives.csv"):
+        c = Curve(link=r["link"], algorithm=r["algorithm"], n_gpus=int(r["n_gpus"]), latency_s=float(r["latency_s"]),
+                  latency_measured=r["latency_measured"] == "true", bandwidth=float(r["bandwidth_bytes_per_s"]),
+                  bandwidth_measured=r["bandwidth_measured"] == "true", library=r["library"], source=r["source"],
+                  note=r["note"])
+        out.setdefault((c.link, c.algorithm), []).append(c)
+    return {k: tuple(sorted(v, key=lambda c: c.n_gpus)) for k, v in out.items()}
+
+
+def curves(link: Link | str) -> list[Curve]:
+    """The measured all-reduce curves of ``link`` (a :class:`Link` or preset name), every algorithm and GPU count.
+
+    Examples
+    --------
+    >>> [(c.algorithm, c.n_gpus) for c in curves("nvlink3")]
+    [('ring', 2), ('ring', 8), ('custom', 2), ('custom', 4), ('custom', 8)]
+    """
+    name = as_link(link).name
+    return [c for (lk, _), rows in _curves().items() if lk == name for c in rows]
+
+
+def _steps(algorithm: str, n: float) -> float:
+    """Dependent steps of an all-reduce on ``n`` chips: a ring's ``2 (n - 1)``, a tree's ``2 log2 n``, else one."""
+    if algorithm == "ring":
+        return 2.0 * (n - 1)
+    if algorithm == "tree":
+        return 2.0 * math.log2(n)
+    return 1.0
+
+
+def _curve_at(rows: tuple[Curve, ...], n: int) -> tuple[float, float, bool, bool, tuple[int, ...]]:
+    """``(latency_s, bandwidth, latency_measured, bandwidth_measured, from_gpus)`` of an algorithm's rows at ``n`` chips.
+
+    A row measured at ``n`` is used as it is. Between two rows the latency is
+    interpolated linearly in the algorithm's dependent steps (a fixed launch
+    cost plus a time per step: nccl-tests#123's DGX A100 ring gives 10 us on
+    2 GPUs, 33.7 us on 8 and 16.9 us measured on 4, against 17.9 us
+    interpolated); outside them the nearest row's latency is scaled by the
+    ratio of steps. Either way the latency is then not a measurement at
+    ``n`` and says so; the bandwidth is the nearest row's.
+    """
+    algorithm = rows[0].algorithm
+    for r in rows:
+        if r.n_gpus == n:
+            return r.latency_s, r.bandwidth, r.latency_measured, r.bandwidth_measured, (n,)
+    below = [r for r in rows if r.n_gpus < n]
+    above = [r for r in rows if r.n_gpus > n]
+    near = min(rows, key=lambda r: (abs(math.log(r.n_gpus / n)), -r.n_gpus))
+    if below and above:
+        lo, hi = below[-1], above[0]
+        x0, x1, x = _steps(algorithm, lo.n_gpus), _steps(algorithm, hi.n_gpus), _steps(algorithm, n)
+        latency = lo.latency_s + (hi.latency_s - lo.latency_s) * (x - x0) / (x1 - x0)
+        return latency, near.bandwidth, False, near.bandwidth_measured, (lo.n_gpus, hi.n_gpus)
+    latency = near.latency_s * _steps(algorithm, n) / _steps(algorithm, near.n_gpus)
+    return latency, near.bandwidth, False, near.bandwidth_measured, (near.n_gpus,)
+
+
+def _moved(algorithm: str, size, n):
+    """Bytes per chip a curve's bandwidth divides: ``S`` in the switch, else ``2 (n - 1) / n * S``."""
+    return size if algorithm == "in_switch" else 2 * (n - 1) / n * size
+
+
+@dataclass(frozen=True, eq=False)
+class CollectiveEstimate(Result):
+    """An **estimate** of one collective (:func:`collective_estimate`), beside its lower bound.
+
+    Attributes
+    ----------
+    kind, algorithm : the collective and the curve used (``"floor"``: no
+        curve, the bound's formula with its assumed latency; with
+        ``"auto"`` or ``"nccl"`` the fastest curve, per message).
+    message_bytes, n_chips, link : what was asked.
+    estimate_s : the estimate, seconds (0 on one chip).
+    bound_s : the lower bound on the same collective (:func:`allreduce_time`'s ``"best"``,
+        :func:`all_to_all_time`, :func:`p2p_time`).
+    latency_s, bandwidth : the curve's terms at ``n_chips``.
+    latency_measured, bandwidth_measured : False where the figure is not a
+        measurement at ``n_chips`` on this link (interpolated, scaled, or a
+        labelled stand-in): the estimate is then flagged.
+    from_gpus : the GPU counts of the curves' measurements.
+    source : where the curve comes from.
+    """
+
+    kind: str
+    algorithm: object
+    message_bytes: ArrayLike
+    n_chips: int
+    link: str
+    estimate_s: ArrayLike
+    bound_s: ArrayLike
+    latency_s: ArrayLike
+    bandwidth: ArrayLike
+    latency_measured: object
+    bandwidth_measured: object
+    from_gpus: tuple
+    source: str
+
+    @property
+    def is_estimate(self) -> bool:
+        """Always True: measured curves include software; never a bound."""
+        return True
+
+    @property
+    def flagged(self) -> bool:
+        """True where a latency or bandwidth is not a measurement at this GPU count and link."""
+        return not (bool(np.all(self.latency_measured)) and bool(np.all(self.bandwidth_measured)))
+
+    _derived = ("is_estimate", "flagged")
+
+
+def _candidates(link: Link, algorithm: str) -> list[str]:
+    table = _curves()
+    if algorithm == "auto":
+        names = (*_NCCL_ALGORITHMS, "custom")
+    elif algorithm == "nccl":
+        names = _NCCL_ALGORITHMS
+    else:
+        names = (algorithm,)
+    return [a for a in names if (link.name, a) in table]
+
+
+def _estimate_terms(kind: str, size, n: int, link: Link, algorithm: str):
+    """``(estimate_s, algorithm, latency_s, bandwidth, latency_measured, bandwidth_measured, from_gpus, source)``
+    on checked inputs; the fastest curve per message where several apply."""
+    if n <= 1:
+        zero = 0.0 * size
+        return zero, algorithm, zero, link.bandwidth, True, True, (), ""
+    if kind == "all_reduce":
+        names = _candidates(link, algorithm)
+        if names:
+            best = None
+            for a in names:
+                latency, bw, lat_ok, bw_ok, gpus = _curve_at(_curves()[(link.name, a)], n)
+                t = latency + _moved(a, size, n) / bw
+                src = " | ".join(c.source for c in _curves()[(link.name, a)] if c.n_gpus in gpus)
+                if best is None:
+                    best = [t, a, latency, bw, lat_ok, bw_ok, gpus, src]
+                    continue
+                if np.ndim(t) == 0:
+                    if t < best[0]:
+                        best = [t, a, latency, bw, lat_ok, bw_ok, gpus, src]
+                    continue
+                faster = t < best[0]
+                best[0] = np.where(faster, t, best[0])
+                best[1] = np.where(faster, a, best[1])
+                best[2] = np.where(faster, latency, best[2])
+                best[3] = np.where(faster, bw, best[3])
+                best[4] = np.where(faster, lat_ok, best[4])
+                best[5] = np.where(faster, bw_ok, best[5])
+                best[6] = tuple(sorted(set(best[6]) | set(gpus)))
+                best[7] = best[7] if src in best[7] else f"{best[7]} | {src}"
+            return tuple(best)
+        if algorithm not in ("auto", "nccl"):
+            raise ValueError(f"link {link.name!r} has no measured {algorithm!r} all-reduce curve; "
+                             f"it has {sorted(a for (lk, a) in _curves() if lk == link.name) or 'none'}")
+        floor = _allreduce_s(size, n, link)
+    elif kind == "all_to_all":
+        floor = _all_to_all_s(size, n, link)
+    else:
+        floor = size / link.bandwidth + link.latency_s
+    # no measured curve: the bound's own formula, its latency the link's assumption (flagged)
+    return floor, "floor", link.latency_s, link.bandwidth, False, False, (), link.latency_source
+
+
+@checked
+def collective_estimate(kind: str, message_bytes: ArrayLike, n_chips: int, link: Link | str,
+                        algorithm: str = "auto") -> CollectiveEstimate:
+    """An **estimate** of one collective from measured latency-bandwidth curves, beside its lower bound.
+
+    ``t = latency(n) + R / bandwidth``, each curve a row of
+    ``kvmath/data/collectives.csv`` with its source (nccl-tests runs, the
+    engines' custom all-reduce benchmarks): see :class:`Curve` for ``R``
+    and :func:`_curve_at` for other GPU counts than the measured ones.
+    Where a link has no curve (all-to-all and point-to-point everywhere,
+    links no source measured), the estimate is the bound's formula with
+    the link's assumed latency, and :attr:`CollectiveEstimate.flagged` says
+    so, as it does for every latency or bandwidth that is not a measurement
+    at ``n_chips``. A network's curve (``ib-ndr400``) was measured on a group
+    spanning nodes, each reducing on its own fabric: it prices such a group
+    (:meth:`kvmath.Deployment.comm_estimate` uses it so), and ``bound_s``,
+    the flat bound over that link alone, is not its bound.
+
+    Parameters
+    ----------
+    kind : str
+        ``"all_reduce"``, ``"all_to_all"`` or ``"p2p"``.
+    message_bytes : float or array
+        Bytes on each chip (the all-reduce's vector, each chip's all-to-all
+        share, the point-to-point message).
+    n_chips : int
+        Chips in the group.
+    link : Link or str
+    algorithm : str
+        All-reduce curve: ``"ring"``, ``"tree"``, ``"in_switch"``,
+        ``"custom"`` (the engines' one-shot/two-shot kernels), ``"nccl"``
+        (the fastest NCCL curve) or ``"auto"`` (the fastest of all; default).
+
+    Examples
+    --------
+    Llama 2 70B at batch 1 on 8 H100s (16 KiB, bf16): SGLang's custom kernel, against NCCL and the bound:
+
+    >>> e = collective_estimate("all_reduce", 16384, 8, "nvlink4")
+    >>> e.algorithm, round(e.estimate_s * 1e6, 2), round(e.bound_s * 1e6, 3), e.flagged
+    ('custom', 6.01, 0.536, False)
+    >>> round(collective_estimate("all_reduce", 16384, 8, "nvlink4", "nccl").estimate_s * 1e6, 2)  # NVLS
+    30.06
+    >>> collective_estimate("all_reduce", 16384, 8, "amd-if-mi300x").flagged  # no published figure
+    True
+    """
+    kind = choice("kind", kind, COLLECTIVE_KINDS)
+    algorithm = choice("algorithm", algorithm, ESTIMATE_ALGORITHMS)
+    size = non_negative("message_bytes", message_bytes)
+    n = int(positive_int("n_chips", as_scalar("n_chips", n_chips)))
+    link = as_link(link)
+    if kind != "all_reduce" and algorithm not in ("auto", "nccl"):
+        raise ValueError(f"algorithm {algorithm!r} is an all-reduce curve; {kind} takes 'auto'")
+    t, a, latency, bw, lat_ok, bw_ok, gpus, source = _estimate_terms(kind, size, n, link, algorithm)
+    if kind == "all_reduce":
+        bound = _allreduce_s(size, n, link)
+    elif kind == "all_to_all":
+        bound = _all_to_all_s(size, n, link)
+    else:
+        bound = 0.0 * size if n <= 1 else size / link.bandwidth + link.latency_s
+    return CollectiveEstimate(kind=kind, algorithm=a, message_bytes=size, n_chips=n, link=link.name,
+                              estimate_s=plain(t), bound_s=plain(bound), latency_s=plain(latency),
+                              bandwidth=plain(bw), latency_measured=lat_ok, bandwidth_measured=bw_ok,
+                              from_gpus=gpus, source=source)
+
+
+def collective_estimate_s(kind: str, message_bytes: ArrayLike, n_chips: int, link: Link | str,
+                          algorithm: str = "auto") -> ArrayLike:
+    """:func:`collective_estimate`'s ``estimate_s`` alone, seconds (the same checks)."""
+    return collective_estimate(kind, message_bytes, n_chips, link, algorithm).estimate_s

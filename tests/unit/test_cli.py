@@ -422,7 +422,13 @@ def test_hardware_filter_by_vendor(capsys):
     ("llama-3-8b", "h100-sxm", [], None, {}),
     ("mixtral-8x7b", "a100-80gb", ["--chips", "4", "--weight-dtype", "fp8", "--kv-dtype", "fp8"], "tp=4",
      dict(weights="fp8", kv="fp8")),
-    ("llama-2-70b", "h100-sxm", ["--parallel", "tp=4,pp=2", "--link", "ib-ndr400"], "tp=4,pp=2", dict(link="ib-ndr400")),
+    ("llama-2-70b", "h100-sxm", ["--parallel", "tp=4,pp=2", "--link", "pcie5-x16"], "tp=4,pp=2", dict(link="pcie5-x16")),
+    # a lone network link is the link between nodes; the chip's NVLink stays inside each node of 8
+    ("llama-3.1-405b", "h100-sxm", ["--parallel", "tp=8,pp=2", "--link", "ib-ndr400"], "tp=8,pp=2",
+     dict(node_link="ib-ndr400")),
+    ("deepseek-v3", "h800", ["--parallel", "dp=144,ep=144,redundant=32,dispatch=fp8", "--link", "ib-ndr400",
+                             "--weight-dtype", "fp8"], km.ParallelLayout(dp=144, ep=144, redundant_experts=32),
+     dict(node_link="ib-ndr400", formats=km.Formats(weights="fp8", dispatch="fp8"))),
     ("deepseek-v3", "h200", ["--parallel", "dp=16,ep=16", "--chips-per-node", "8", "--node-link", "ib-ndr400",
                              "--weight-dtype", "fp8"], "dp=16,ep=16",
      dict(weights="fp8", chips_per_node=8, node_link="ib-ndr400")),
@@ -439,7 +445,7 @@ def test_json_is_the_deployments_to_dict(capsys, model, chip, argv, layout, kwar
     one = dep.request(8, 2048, 1).to_dict()
     assert one["time_per_output_token_s"] is None and one["tokens_per_s_per_user"] is None  # NaN: no decode step
     assert p["request"] == one
-    if layout is None or "pp" not in layout and "ep" not in layout:
+    if layout is None or isinstance(layout, str) and "pp" not in layout and "ep" not in layout:
         assert run_json(capsys, "capacity", *common, "--context", "8192") == dep.capacity(8192).to_dict()
 
 
