@@ -23,6 +23,8 @@ import json
 import math
 import pathlib
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -178,7 +180,7 @@ INVALID.update({
     "routing": ["random", "", 3, None, b"floor"],
     "budget": ["devices", "", 3, None],
     "engine": ["v2", "", 1, None, b"v1"],
-    "algorithm": ["tree", "", 3, None],
+    "algorithm": ["butterfly", "", 3, None],
     "linkname": ["nvlink", "", 3, None, b"nvlink4"],
     "layouttext": ["tp=0", "tp=2.5", "tp", "xx=2", "tp=-1", "tp=2,tp=4", 3, None, "", "tp=1e3", ],
     "hfconfig": [3, None, {}, {"model_type": "llama"}, [], "", b"{}"],
@@ -475,6 +477,8 @@ def _function(name):
         return _asked(name.partition(".")[2] or None)
     if "." in name:  # a submodule's function, or a class's (presets)
         owner, _, attr = name.partition(".")
+        if owner[0].islower():   # a submodule: imported by name (kvmath imports its submodules lazily)
+            return getattr(importlib.import_module(f"kvmath.{owner}"), attr)
         return getattr(getattr(km, owner), attr)
     return getattr(km, name)
 
