@@ -201,7 +201,8 @@ class Load(Result):
     utilisation, prefill_utilisation : ``rho`` and ``rho_p`` of one replica (below 1: stable).
     running : mean sequences decoding on a replica (``N``).
     fits : stable, and ``N`` within what the replica's memory holds.
-    queue_wait_s : mean wait before a prompt's prefill starts.
+    queue_wait_s : mean wait before a prompt's prefill starts (NaN, JSON null, where the load is unstable;
+        so are ``running``, ``ttft_s``, ``tpot_s`` and the percentiles there).
     ttft_s, tpot_s : mean time to first token (wait + prefill) and time per output token.
     percentiles : the percentiles of ``ttft_percentiles_s`` (and the simulation's).
     ttft_percentiles_s : the closed form's percentiles of TTFT, one row per percentile.
@@ -307,6 +308,8 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     s_in, s_out = _lengths(input_tokens, output_tokens)
     engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size))
     f = engine.at_rate(rate)
+    f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
+         for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
     ttft = f["wait_s"] + engine.mean_prefill_s
     rows = np.stack([wait_percentile_s(f["wait_s"], f["busy"], p) + engine.mean_prefill_s for p in pct])
     simulated = None
@@ -320,7 +323,7 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     return Load(arrival_rate=rate, input_tokens=float(np.mean(s_in)), output_tokens=float(np.mean(s_out)),
                 n_chips=dep.n_chips, utilisation=plain(f["utilisation"]),
                 prefill_utilisation=plain(f["prefill_utilisation"]), running=plain(f["running"]),
-                fits=plain(f["fits"]), queue_wait_s=plain(f["wait_s"]), ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]),
+                fits=bool(f["fits"]) if np.ndim(f["fits"]) == 0 else f["fits"], queue_wait_s=plain(f["wait_s"]), ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]),
                 percentiles=pct, ttft_percentiles_s=plain(rows), simulated=simulated)
 
 

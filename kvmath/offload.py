@@ -33,7 +33,8 @@ import numpy as np
 from .deployment import Deployment
 from .links import Link, as_link
 from .results import Result
-from .validation import ArrayLike, broadcast, choice, fraction, instance, non_negative, plain, positive, positive_int
+from .prefix import unit_interval
+from .validation import ArrayLike, broadcast, choice, instance, non_negative, plain, positive, positive_int
 
 
 def _flag(x):
@@ -165,7 +166,7 @@ def expert_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, offloa
     if not m.n_experts:
         raise ValueError(f"expert_offload needs a mixture-of-experts model; {m.name} has no routed experts")
     batch, context = positive("batch", batch), positive_int("context", context)
-    f = fraction("offloaded_fraction", offloaded_fraction)
+    f = unit_interval("offloaded_fraction", offloaded_fraction)
     routing = choice("routing", routing, ROUTINGS)
     link = _link(link)
     broadcast(batch=batch, context=context, offloaded_fraction=f)

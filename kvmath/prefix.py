@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import ArrayLike, fraction, non_negative, plain, positive_int
+from .validation import ArrayLike, non_negative, plain, positive_int
 
 
 def reused_tokens(prefix_tokens: ArrayLike, block_size: ArrayLike, input_tokens: ArrayLike | None = None) -> ArrayLike:
@@ -60,6 +60,14 @@ def reused_tokens(prefix_tokens: ArrayLike, block_size: ArrayLike, input_tokens:
     return plain(np.floor(np.asarray(p, dtype=float) / b) * b)
 
 
+def unit_interval(name: str, value) -> ArrayLike:
+    """``value`` as float(s) in the closed interval [0, 1] (a rate or a probability: 0 and 1 are both valid)."""
+    out = non_negative(name, value)
+    if np.any(np.asarray(out) > 1):
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}"[:300])
+    return out
+
+
 def check_prefix(prefix_tokens, prefix_hit_rate, block_size):
     """The three prefix arguments checked at a public boundary: ``(P, h, b)``, or None where there is no prefix."""
     if prefix_tokens is None:
@@ -70,7 +78,7 @@ def check_prefix(prefix_tokens, prefix_hit_rate, block_size):
     from .memory import BLOCK_SIZE
 
     b = BLOCK_SIZE if block_size is None else block_size
-    h = 1.0 if prefix_hit_rate is None else fraction("prefix_hit_rate", prefix_hit_rate)
+    h = 1.0 if prefix_hit_rate is None else unit_interval("prefix_hit_rate", prefix_hit_rate)
     reused_tokens(prefix_tokens, b)  # checks P and b
     return non_negative("prefix_tokens", prefix_tokens), h, positive_int("block_size", b)
 

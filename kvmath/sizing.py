@@ -244,7 +244,8 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
     layout = texts[np.where(feasible, best, len(engines))].reshape(shape)
     return Sizing(model=model.name, chip=chip.name, arrival_rate=plain(out["rate"].reshape(shape)),
                   ttft_target_s=plain(ttft_t.reshape(shape)), tpot_target_s=plain(tpot_t.reshape(shape)),
-                  percentile=p, feasible=plain(feasible.reshape(shape)), n_chips=plain(n_chips.reshape(shape)),
+                  percentile=p, feasible=feasible.reshape(shape) if shape else bool(feasible[0]),
+                  n_chips=n_chips.reshape(shape) if shape else int(n_chips[0]),
                   layout=layout.tolist() if shape else str(layout[()]), ttft_s=plain(out["ttft"].reshape(shape)),
                   tpot_s=plain(out["tpot"].reshape(shape)), utilisation=plain(out["util"].reshape(shape)),
                   goodput_rps=plain(out["goodput"].reshape(shape)),
