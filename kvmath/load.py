@@ -221,7 +221,7 @@ class Load(Result):
     queue_wait_s: ArrayLike
     ttft_s: ArrayLike
     tpot_s: ArrayLike
-    percentiles: tuple
+    percentiles: list
     ttft_percentiles_s: ArrayLike
     simulated: object = None
     is_lower_bound: bool = False
@@ -251,7 +251,7 @@ class SimulatedLoad(Result):
     n_requests: int
     replicas: int
     seed: int
-    percentiles: tuple
+    percentiles: list
     queue_wait_s: float
     ttft_s: float
     tpot_s: float
@@ -304,7 +304,7 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     """
     instance("dep", dep, Deployment, "a kvmath.Deployment")
     rate = positive("arrival_rate", arrival_rate)
-    pct = tuple(float(p) for p in np.atleast_1d(_percentile(percentiles)))
+    pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
     engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size))
     f = engine.at_rate(rate)
@@ -357,7 +357,7 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
     rate = float(positive("arrival_rate", arrival_rate))
     n = int(positive_int("n_requests", n_requests))
     r = int(positive_int("replicas", replicas))
-    pct = tuple(float(p) for p in np.atleast_1d(_percentile(percentiles)))
+    pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
     engine = _Engine(dep, s_in, s_out) if _engine is None else _engine
     rng = np.random.default_rng(int(seed))

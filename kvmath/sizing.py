@@ -74,7 +74,7 @@ class Sizing(Result):
     utilisation: ArrayLike
     goodput_rps: ArrayLike
     goodput_tokens_per_s_per_chip: ArrayLike
-    layouts_tried: tuple
+    layouts_tried: list
     is_lower_bound: bool = False
 
 
@@ -250,7 +250,7 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
                   tpot_s=plain(out["tpot"].reshape(shape)), utilisation=plain(out["util"].reshape(shape)),
                   goodput_rps=plain(out["goodput"].reshape(shape)),
                   goodput_tokens_per_s_per_chip=plain(tokens.reshape(shape)),
-                  layouts_tried=tuple(layout_text(lay) for lay, _ in engines))
+                  layouts_tried=[layout_text(lay) for lay, _ in engines])
 
 
 def _goodput(engine, ttft_target, tpot_target, p) -> np.ndarray:
