@@ -277,6 +277,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
+        from .cli_serving import add_prefix_options
+        add_prefix_options(capacity)
 
     if only in (None, "critical-batch"):
         crit = sub.add_parser("critical-batch", help="B_crit = C * b_w / (2 W), and a model's own with --model")
@@ -301,6 +303,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--batch", type=_number, default=1, help="requests served together, B (default: 1)", action=_Once)
         p.add_argument("--input", type=_number, required=True, help="prompt tokens per request (required)", action=_Once)
         p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk (default: the whole prompt at once)", action=_Once)
+        from .cli_serving import add_prefix_options
+        add_prefix_options(p)
         if name == "run":
             from .memory import BUDGETS
             p.add_argument("--output", type=_number, required=True, help="output tokens per request (required)", action=_Once)
@@ -323,6 +327,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if only in (None, "links"):
         links = sub.add_parser("links", help="list link presets")
         links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
+    _add_serving_parsers(sub, only)
     return parser
 
 
@@ -619,7 +624,10 @@ def _print_notes_decode(args, n: int, t, b_crit: float) -> None:
 
 def _capacity(args) -> _Answer:
     context = positive_int("--context", args.context)
-    engine_options = ("gpu_memory_utilization", "block_size", "max_model_len", "vllm_version")
+    from .cli_serving import _prefix_kwargs
+    prefix = _prefix_kwargs(args)
+    # --block-size sizes vLLM's pool, or the blocks a cached prefix reuses
+    engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version") + (() if prefix else ("block_size",))
     if args.engine is None:
         given = [_option(args, o) for o in engine_options if getattr(args, o) is not None]
         if given:
@@ -661,7 +669,7 @@ def _capacity(args) -> _Answer:
                 raise ValueError(f"--context {context:,.0f} exceeds --max-model-len {engine['max_model_len']:,}: "
                                  "vLLM refuses longer requests")
     try:
-        cap = dep.capacity(context, budget=args.budget, hbm_bytes=hbm, **engine)
+        cap = dep.capacity(context, budget=args.budget, hbm_bytes=hbm, **{**engine, **prefix})
     except ValueError as err:
         if "do not fit" in str(err):
             given = f"--chips {args.chips:g}" if args.parallel is None else f"--parallel {args.parallel}"
@@ -781,8 +789,9 @@ def _prefill(args) -> _Answer:
     dep = _request_deployment(args)
     batch = int(positive_int("--batch", args.batch))
     s_in = int(positive_int("--input", args.input))
+    from .cli_serving import _prefix_kwargs
     one_pass = dep.prefill(batch, s_in)
-    req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args))
+    req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args), **_prefix_kwargs(args))
     data = {"prefill": one_pass.to_dict(), "request": req.to_dict()}
     return _Answer(data, lambda: _print_prefill(args, dep, one_pass, req))
 
@@ -805,7 +814,8 @@ def _run(args) -> _Answer:
     s_in = int(positive_int("--input", args.input))
     s_out = int(positive_int("--output", args.output))
     price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
-    r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price)
+    from .cli_serving import _prefix_kwargs
+    r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price, **_prefix_kwargs(args))
     return _Answer(r.to_dict(), lambda: _print_run(args, dep, r))
 
 
@@ -907,6 +917,8 @@ def _print_links(rows: list[dict]) -> None:
     print("* assumed: no vendor publishes a per-hop latency (see each preset's latency_source)")
 
 
+from .cli_serving import _SERVING_COMMANDS, _add_serving_parsers  # noqa: E402  (the serving commands use the helpers above)
+
 #: command: (compute(args) -> an _Answer or JSON-ready rows, show(rows) for the listings)
 _COMMANDS = {
     "decode": (_decode, None),
@@ -917,6 +929,7 @@ _COMMANDS = {
     "models": (_models, _print_models),
     "hardware": (_hardware, _print_hardware),
     "links": (_links, _print_links),
+    **{name: (compute, None) for name, compute in _SERVING_COMMANDS.items()},
 }
 
 

@@ -419,20 +419,24 @@ class Deployment:
     def request(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
                 efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0,
-                last_mlp_logits_only: bool = False) -> "Request":
+                last_mlp_logits_only: bool = False, prefix_tokens: ArrayLike | None = None,
+                prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None) -> "Request":
         """A batch of whole requests: prefill, then ``output_tokens - 1`` decode steps (:class:`Request`).
 
         ``chunk_tokens`` runs the prompt in chunks (each re-reads the
         weights); a price per chip-hour adds the cost per million tokens.
         ``last_mlp_logits_only``: an engine that runs the last layer's MLP on
         the rows that need logits only, as llama.cpp does (dense models).
+        ``prefix_tokens``, ``prefix_hit_rate``, ``block_size``: a shared
+        prompt prefix found cached (prefix caching, :mod:`kvmath.prefix`).
         Lower bounds unless an efficiency or overhead is given.
         """
         from .requests import request_times
 
         return request_times(self, batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens,
                              price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s,
-                             last_mlp_logits_only=last_mlp_logits_only)
+                             last_mlp_logits_only=last_mlp_logits_only, prefix_tokens=prefix_tokens,
+                             prefix_hit_rate=prefix_hit_rate, block_size=block_size)
 
     def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
                    chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
@@ -483,7 +487,9 @@ class Deployment:
                                   verify_tokens=verify_tokens, tokens_per_step=tokens_per_step)
 
     def capacity(self, context: ArrayLike, *, budget: str = "device", hbm_bytes: float | None = None,
-                 engine: str | None = None, **engine_options) -> "Capacity":
+                 engine: str | None = None, prefix_tokens: ArrayLike | None = None,
+                 prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None,
+                 **engine_options) -> "Capacity":
         """What fits: the busiest chip's weights and, beside them, the tokens and sequences of ``context`` tokens.
 
         Parameters
@@ -499,15 +505,24 @@ class Deployment:
         engine : str, optional
             ``"vllm"`` adds vLLM's own KV sizing (:func:`kvmath.memory.vllm_engine`,
             an estimate; ``engine_options`` go to it: ``gpu_memory_utilization``,
-            ``block_size``, ``max_model_len``, ``vllm_version``).
+            ``max_model_len``, ``vllm_version``; and ``block_size``).
+        prefix_tokens, prefix_hit_rate, block_size : optional
+            A shared prompt prefix (prefix caching, :mod:`kvmath.prefix`): the
+            fraction ``prefix_hit_rate`` (default 1) of the sequences that hit
+            it hold no copy of its :func:`kvmath.prefix.reused_tokens` (whole
+            blocks of ``block_size``, default vLLM's 16), which every chip that
+            holds such a sequence stores once. ``max_tokens`` stays the token
+            slots the memory holds.
 
         Returns
         -------
         Capacity
         """
         from .memory import memory_budget
+        from .prefix import check_prefix, reused_tokens, shared_kv_bytes
 
         context = positive_int("context", context)  # whole tokens, as the command line asks
+        prefix = check_prefix(prefix_tokens, prefix_hit_rate, block_size)
         budget = choice("budget", budget, ("device", "reported", "reserve", "engine"))
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         plan, lay = self._plan, self.layout
@@ -522,16 +537,27 @@ class Deployment:
         else:
             per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
-        max_batch = np.floor(free / per_seq_chip) * groups
+        held_once = 0.0
+        if prefix is not None:
+            p, h, b = prefix
+            shared = shared_kv_bytes(plan, np.ceil(context), reused_tokens(p, b, context))
+            if lay.kv_split != "batch":  # split by heads as the rest of the cache (it holds no linear state)
+                shared = plan._chip_share(shared + plan.state_bytes) - plan._chip_share(plan.state_bytes)
+            shared = shared / lay.cp * plan.stage
+            per_seq_chip = per_seq_chip - h * shared
+            held_once = np.where(np.asarray(h) > 0, shared, 0.0)
+        max_batch = np.floor(np.maximum(free - held_once, 0.0) / per_seq_chip) * groups
         per_token = kv_seq / context  # averaged over the sequence: windows and linear states included
         per_token_chip = per_seq_chip / context
         result = dict(context=context, budget=budget, memory_per_chip_bytes=memory,
                       weight_bytes_per_chip=weights, kv_budget_bytes_per_chip=free,
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
                       max_tokens=np.floor(free / per_token_chip) * groups, max_batch=max_batch,
-                      n_chips=self.n_chips, engine=None)
+                      n_chips=self.n_chips, engine=None, prefix_kv_bytes_per_chip=held_once)
         if engine is not None:
             choice("engine", engine, ("vllm",))
+            if block_size is not None:
+                engine_options["block_size"] = block_size
             result["engine"] = self._vllm(context, hbm_bytes=hbm_bytes, **engine_options)
         return Capacity(**{k: float(v) if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 else v
                            for k, v in result.items()})
@@ -938,6 +964,8 @@ class Capacity(Result):
     n_chips : chips of the deployment.
     engine : vLLM's own sizing (:class:`kvmath.memory.EngineBudget`, an
         estimate) where asked for, else None.
+    prefix_kv_bytes_per_chip : a shared prefix's cache, held once on each chip
+        (0 without one; ``max_batch`` counts it).
     """
 
     context: ArrayLike
@@ -951,6 +979,7 @@ class Capacity(Result):
     max_batch: ArrayLike
     n_chips: int
     engine: object = None
+    prefix_kv_bytes_per_chip: ArrayLike = 0.0
 
 
 class _Plan:

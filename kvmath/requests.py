@@ -44,6 +44,7 @@ from .layers import cache_terms
 from .formulas import _cost_of_chip_time, kv_budget_bytes, step_times
 from .memory import BUDGETS, memory_budget
 from .models import Model
+from .prefix import check_prefix, reused_tokens, shared_kv_bytes
 from .results import Result
 from .validation import (
     ArrayLike,
@@ -202,6 +203,8 @@ class Request(Result):
     is_lower_bound : False where an efficiency below 1 or an overhead made
         the times estimates.
     price_per_chip_hour : the price given (None for no cost; broadcasts).
+    reused_tokens, prefix_hit_rate : prompt tokens a request that hits a
+        cached prefix reuses, and the fraction that hit (0 without a prefix).
     """
 
     batch: ArrayLike
@@ -213,6 +216,8 @@ class Request(Result):
     decode_no_overlap_s: ArrayLike
     is_lower_bound: bool
     price_per_chip_hour: ArrayLike | None = None
+    reused_tokens: ArrayLike = 0.0
+    prefix_hit_rate: ArrayLike = 0.0
 
     _derived = ("total_s", "time_per_output_token_s", "tokens_per_s_per_user", "output_tokens_per_s",
                 "output_tokens_per_s_per_chip", "cost_per_million_tokens")
@@ -262,12 +267,14 @@ _MAX_CHUNK_CELLS = 2**22
 
 
 def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0, efficiency=1.0, prefill=False,
-          last_mlp_logits_only=False, lm_head_tokens=None, attention=None) -> Step:
+          last_mlp_logits_only=False, lm_head_tokens=None, attention=None, kv_seq=None) -> Step:
     """A pass of the deployment's one step model, with the model's own cache and attention FLOPs.
 
     A prefill pass attends causally (:func:`prefill_attention_flops`) and
     needs logits for one token per prompt (``lm_head_tokens``, default 1);
     ``last_mlp_logits_only`` runs the last layer's MLP on that token alone.
+    ``attention`` and ``kv_seq`` (default the model's own for ``context``):
+    each sequence's attention FLOPs and cache bytes, where a cached prefix changes them.
     """
     plan = dep._plan
     if attention is None:
@@ -276,7 +283,10 @@ def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0
     if prefill and lm_head_tokens is None:
         lm_head_tokens = 1.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return plan.pass_(batch, context, tokens_per_seq, plan.kv_per_seq(context), plan.kv_read_per_seq(context),
+        held, read = plan.kv_per_seq(context), plan.kv_read_per_seq(context)
+        if kv_seq is not None:   # a shared prefix: what it leaves out of the cache is left out of the reads too
+            held, read = kv_seq, np.maximum(read - (held - kv_seq), 0.0)
+        return plan.pass_(batch, context, tokens_per_seq, held, read,
                           attention,
                           bandwidth=dep.chip.bandwidth * efficiency, flops=dep.flops, comm=dep._comm,
                           overhead_s=overhead_s, lm_head_tokens=lm_head_tokens,
@@ -354,6 +364,9 @@ def prefill_bound(
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
     last_mlp_logits_only: bool = False,
+    prefix_tokens: ArrayLike | None = None,
+    prefix_hit_rate: ArrayLike | None = None,
+    block_size: int | None = None,
 ) -> ArrayLike:
     """Strict lower bound on the prefill of ``batch`` prompts of ``input_tokens`` (TTFT), seconds.
 
@@ -368,6 +381,16 @@ def prefill_bound(
     llama.cpp does (``build_inp_out_ids``), so that MLP multiplies one row
     per prompt and a chunk without logits does not read its weights (a dense
     model only).
+
+    ``prefix_tokens``, ``prefix_hit_rate``, ``block_size`` (default
+    vLLM's 16): the prompts open with a shared prefix of that many tokens,
+    found cached by that fraction of them (default 1 once a prefix is given);
+    a hit reuses :func:`kvmath.prefix.reused_tokens` of them (whole blocks,
+    never the last prompt token) and prefills only the rest. The pass carries
+    the mean over the prompts, ``S_in - h R`` tokens each, their attention and
+    the cache they write (the hits' reads of the prefix's cache are left out,
+    which keeps the bound); the step time is convex in those, so this bounds
+    the mean over any pattern of hits with that rate. Not with ``chunk_tokens``.
 
     Under pipeline parallelism (``pp > 1``) the chunks flow through the
     stages, each stage's chip doing its share (``1 / pp``: the most even
@@ -403,10 +426,22 @@ def prefill_bound(
     0.275
     """
     with overflow_named("prefill_bound", batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens):
-        return _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only)
+        return _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only,
+                              check_prefix(prefix_tokens, prefix_hit_rate, block_size))
 
 
-def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only) -> ArrayLike:
+def _prefix_prompt(dep: Deployment, s_in, prefix) -> dict:
+    """A prompt's mean prefill with a cached prefix: ``_pass``'s tokens per sequence, attention and cache written."""
+    p, h, b = prefix
+    reused = reused_tokens(p, b, s_in)
+    model, plan = dep.model, dep._plan
+    saved = np.where(reused > 0, prefill_attention_flops(model, np.maximum(reused, 1)), 0.0)
+    return dict(tokens_per_seq=plain(s_in - h * reused), attention=plain(prefill_attention_flops(model, s_in) - h * saved),
+                kv_seq=plain(plan.kv_per_seq(s_in) - h * shared_kv_bytes(plan, s_in, reused)))
+
+
+def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only,
+                   prefix=None) -> ArrayLike:
     """:func:`prefill_bound`'s body."""
     model, layout = dep.model, dep.layout
     opts = dict(overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
@@ -419,8 +454,12 @@ def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficienc
     if last_mlp_logits_only and model.n_experts:
         raise ValueError(f"last_mlp_logits_only is modelled for dense models only; {model.name} has experts")
     last_mlp = bool(last_mlp_logits_only)
+    if prefix is not None and chunk_tokens is not None:
+        raise ValueError(f"chunk_tokens ({chunk_tokens!r}) with prefix_tokens is not modelled: a cached prefix is "
+                         "bounded for a prompt prefilled in one pass; leave chunk_tokens out")
     if chunk_tokens is None:
-        share = _stage_share(dep, batch, s_in, tokens_per_seq=s_in, last_mlp_logits_only=last_mlp, **opts)
+        prompt = dict(tokens_per_seq=s_in) if prefix is None else _prefix_prompt(dep, s_in, prefix)
+        share = _stage_share(dep, batch, s_in, last_mlp_logits_only=last_mlp, **prompt, **opts)
         ttft = share.strict_s
         if fills:  # each earlier stage reads its weights and sends one token on
             ttft = ttft + fills * share.weight_bytes_read / share.bandwidth + dep._pipeline_s(model.d_model * dep.b_act)
@@ -459,14 +498,18 @@ def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficienc
     return plain(ttft)
 
 
-def _decode_sums(dep: Deployment, batch, lo, hi, opts) -> tuple[np.ndarray, np.ndarray]:
-    """Strict and no-overlap bounds summed over decode steps with caches of ``lo .. hi`` tokens."""
+def _decode_sums(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Strict and no-overlap bounds summed over decode steps with caches of ``lo .. hi`` tokens.
+
+    ``shared_per_seq``: cache bytes per sequence left out of each step's reads (a shared prefix's, read once).
+    """
     w = dep.model.sliding_window
     # Stretches of context where every term is affine: before a window fills, and after.
     stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
     strict = no_overlap = 0.0
     for s1, s2, first, last in stretches:
-        t1, t2 = (_pass(dep, batch, float(s), **opts) for s in (s1, s2))
+        t1, t2 = (_pass(dep, batch, float(s), kv_seq=dep._plan.kv_per_seq(float(s)) - shared_per_seq, **opts)
+                  for s in (s1, s2))
 
         def line(f):
             slope = f(t2) - f(t1)
@@ -496,6 +539,9 @@ def request_times(
     overhead_s: ArrayLike = 0.0,
     efficiency: ArrayLike = 1.0,
     last_mlp_logits_only: bool = False,
+    prefix_tokens: ArrayLike | None = None,
+    prefix_hit_rate: ArrayLike | None = None,
+    block_size: int | None = None,
 ) -> Request:
     """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
 
@@ -516,6 +562,13 @@ def request_times(
     overhead_s, efficiency :
         Per-step overhead and fraction of peak bandwidth (estimates; the
         defaults keep the times lower bounds).
+    prefix_tokens, prefix_hit_rate, block_size : optional
+        A shared prompt prefix found cached by a fraction of the requests
+        (prefix caching; see :func:`prefill_bound` and :mod:`kvmath.prefix`).
+        The prefill does only the rest; each decode step reads the shared
+        part's cache once for the hits on a chip (``h (1 - 1 / b)`` of it per
+        sequence left out, ``b`` the chip's sequences; with sliding windows the
+        most of it a window can hold), which keeps the bound.
 
     Returns
     -------
@@ -534,11 +587,12 @@ def request_times(
     """
     with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
         return _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour,
-                              overhead_s, efficiency, last_mlp_logits_only)
+                              overhead_s, efficiency, last_mlp_logits_only,
+                              check_prefix(prefix_tokens, prefix_hit_rate, block_size))
 
 
 def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour, overhead_s,
-                   efficiency, last_mlp_logits_only) -> Request:
+                   efficiency, last_mlp_logits_only, prefix=None) -> Request:
     """:func:`request_times`'s body."""
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
@@ -551,18 +605,25 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
     overhead_s = non_negative("overhead_s", overhead_s)
     opts = dict(overhead_s=overhead_s, efficiency=efficiency)
     prompts, back = s_in, None
-    if np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
+    if prefix is None and np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
         prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
-    ttft = prefill_bound(dep, batch, prompts, chunk_tokens=chunk_tokens, overhead_s=overhead_s, efficiency=efficiency,
-                         last_mlp_logits_only=last_mlp_logits_only)
+    ttft = _prefill_bound(dep, batch, prompts, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only, prefix)
     if back is not None:
         ttft = np.asarray(ttft)[..., back]
-    decode, decode_no_overlap = _decode_sums(dep, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0, opts)
+    shared, reused, hit = 0.0, 0.0, 0.0
+    if prefix is not None:
+        p, hit, b = prefix
+        reused = reused_tokens(p, b, s_in)
+        plan = dep._plan
+        # at most what a window can hold of the prefix, read once by a chip's sequences that hit it
+        shared = hit * (plan.kv_per_seq(reused) - plan.state_bytes) * (1 - 1 / np.maximum(plan.micro(batch), 1.0))
+    decode, decode_no_overlap = _decode_sums(dep, batch, np.asarray(s_in) + 1.0, np.asarray(s_in) + s_out - 1.0, opts,
+                                             shared)
     times = Request(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=dep.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
         is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
-        price_per_chip_hour=price_per_chip_hour,
+        price_per_chip_hour=price_per_chip_hour, reused_tokens=plain(reused), prefix_hit_rate=plain(hit),
     )
     refuse_overflow("request_times", {"total": times.total_s, "rate": times.output_tokens_per_s,
                                       "cost": 0.0 if times.cost_per_million_tokens is None else times.cost_per_million_tokens},

@@ -1,0 +1,340 @@
+"""The serving commands of the command line: ``load``, ``size``, ``energy``, ``offload``, ``speculate``, ``disaggregate``.
+
+Each is one parser block and one function from options to a result whose
+``to_dict()`` is ``--json``, on the helpers of :mod:`kvmath.cli` (the same
+model, chip, layout and link options; bad input exits 2 with one line).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cli import (
+    _Answer,
+    _add_chip_options,
+    _add_layout_options,
+    _add_model_options,
+    _model,
+    _number,
+    _Once,
+    _OnceFlag,
+    _request_deployment,
+)
+from .formatting import fmt_bytes, fmt_seconds
+from .prefix import unit_interval
+from .validation import positive, positive_int
+
+
+def _numbers(text: str) -> np.ndarray | float:
+    """'1,2,4' as an array (one number as a float): several (rate, target) pairs in one call."""
+    parts = [_number(t) for t in text.split(",")]
+    return parts[0] if len(parts) == 1 else np.array(parts)
+
+
+def _percentiles(option: str, value) -> np.ndarray:
+    p = np.atleast_1d(np.asarray(value, dtype=float))
+    if np.any(~np.isfinite(p)) or np.any((p <= 0) | (p >= 100)):
+        raise ValueError(f"{option} must be strictly between 0 and 100, got {value!r}")
+    return p
+
+
+def _prefix_kwargs(args) -> dict:
+    """--prefix-tokens, --prefix-hit-rate and --block-size as the library's prefix arguments (checked, named)."""
+    if args.prefix_tokens is None:
+        for dest, option in (("prefix_hit_rate", "--prefix-hit-rate"), ("block_size", "--block-size")):
+            if getattr(args, dest, None) is not None and args.command != "capacity":
+                raise ValueError(f"{option} needs --prefix-tokens (the shared prefix's length)")
+        return {}
+    out = {"prefix_tokens": float(positive_int("--prefix-tokens", args.prefix_tokens))}
+    if args.prefix_hit_rate is not None:
+        out["prefix_hit_rate"] = float(unit_interval("--prefix-hit-rate", args.prefix_hit_rate))
+    if args.block_size is not None:
+        out["block_size"] = int(positive_int("--block-size", args.block_size))
+    return out
+
+
+def add_prefix_options(p) -> None:
+    """--prefix-tokens and --prefix-hit-rate (and --block-size where the command has none yet)."""
+    from .memory import BLOCK_SIZE
+
+    p.add_argument("--prefix-tokens", type=_number, action=_Once,
+                   help="a shared prompt prefix of this many tokens, cached (prefix caching; default: none)")
+    p.add_argument("--prefix-hit-rate", type=_number, action=_Once,
+                   help="fraction of requests that find the prefix cached, in [0, 1] (default: 1 with --prefix-tokens)")
+    if not any("--block-size" in a.option_strings for a in p._actions):
+        p.add_argument("--block-size", type=_number, action=_Once,
+                       help=f"tokens per cache block: only whole blocks are reused (default: vLLM's {BLOCK_SIZE})")
+
+
+def _add_serving_parsers(sub, only: str | None) -> None:
+    """The serving commands' parsers (each only when asked for, as the others)."""
+    def common(name, text, request=True):
+        p = sub.add_parser(name, help=text)
+        _add_model_options(p, notes=False)
+        _add_chip_options(p)
+        if name != "size":
+            _add_layout_options(p)
+        if request:
+            p.add_argument("--input", type=_number, required=True, help="prompt tokens per request (required)",
+                           action=_Once)
+            p.add_argument("--output", type=_number, required=True, help="output tokens per request (required)",
+                           action=_Once)
+        return p
+
+    if only in (None, "load"):
+        p = common("load", "utilisation, queueing, TTFT and TPOT percentiles at an arrival rate (kvmath.load)")
+        p.add_argument("--rate", type=_numbers, required=True, action=_Once,
+                       help="requests/s, or several comma-separated (required)")
+        p.add_argument("--percentiles", type=_numbers, default=np.array([50.0, 90.0, 99.0]), action=_Once,
+                       help="comma-separated, each in (0, 100) (default: 50,90,99)")
+        p.add_argument("--simulate", type=_number, action=_Once,
+                       help="also simulate the scheduler with this many requests per replica (default: none)")
+        p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed (default: 0)")
+        add_prefix_options(p)
+    if only in (None, "size"):
+        p = common("size", "fewest chips and layout meeting TTFT and TPOT targets at a load (kvmath.sizing)")
+        p.add_argument("--max-chips", type=_number, required=True, action=_Once, help="most chips a layout may use (required)")
+        p.add_argument("--rate", type=_numbers, action=_Once, help="requests/s, or several comma-separated")
+        p.add_argument("--users", type=_numbers, action=_Once, help="concurrent users (a closed loop), instead of --rate")
+        p.add_argument("--think-s", type=_numbers, default=0.0, action=_Once,
+                       help="with --users: seconds each user waits between requests (default: 0)")
+        p.add_argument("--ttft-s", type=_numbers, required=True, action=_Once,
+                       help="target on the time to first token at --percentile, seconds (required; comma-separated for several)")
+        p.add_argument("--tpot-s", type=_numbers, required=True, action=_Once,
+                       help="target on the mean time per output token, seconds (required; comma-separated for several)")
+        p.add_argument("--percentile", type=_number, default=90.0, action=_Once,
+                       help="the TTFT percentile the target applies to, in (0, 100) (default: 90)")
+    if only in (None, "energy"):
+        p = common("energy", "joules per output token: the floor from bytes and FLOPs, and board power's estimate",
+                   request=False)
+        p.add_argument("--batch", type=_number, default=1, action=_Once, help="sequences per step (default: 1)")
+        p.add_argument("--context", type=_number, required=True, action=_Once, help="tokens in each cache (required)")
+        p.add_argument("--power-cap", type=_number, action=_Once,
+                       help="watts per chip the chip is capped at: the step cannot spend its energy faster (default: none)")
+        p.add_argument("--pj-per-flop", type=_number, default=0.0, action=_Once,
+                       help="picojoules per FLOP counted in the floor (default: 0, no sourced figure)")
+    if only in (None, "offload"):
+        p = common("offload", "KV caches or experts in host memory or on NVMe, moved over a link (kvmath.offload)",
+                   request=False)
+        p.add_argument("--what", type=str.lower, choices=("kv", "experts"), default="kv", action=_Once,
+                       help="what is offloaded (default: kv)")
+        p.add_argument("--batch", type=_number, required=True, action=_Once, help="sequences per step (required)")
+        p.add_argument("--context", type=_number, required=True, action=_Once, help="tokens in each cache (required)")
+        p.add_argument("--offload-link", default="pcie5-x16", action=_Once,
+                       help="the link to host memory or the drive (see `kvmath links`; default: pcie5-x16)")
+        p.add_argument("--fraction", type=_number, action=_Once,
+                       help="with --what experts: fraction of the routed experts off the chip, in [0, 1] (required there)")
+    if only in (None, "speculate"):
+        p = common("speculate", "speculative or multi-token decoding: speed-up and break-even batch", request=False)
+        p.add_argument("--batch", type=_number, default=1, action=_Once, help="sequences per step (default: 1)")
+        p.add_argument("--context", type=_number, required=True, action=_Once, help="tokens in each cache (required)")
+        p.add_argument("--gamma", type=_number, required=True, action=_Once, help="draft tokens per step (required)")
+        p.add_argument("--acceptance", type=_number, action=_Once,
+                       help="each draft token's acceptance rate, in [0, 1] (required unless --tokens-per-step)")
+        p.add_argument("--draft", action=_Once, help="draft model preset (default: none, a free draft or MTP heads)")
+        p.add_argument("--tokens-per-step", type=_number, action=_Once,
+                       help="measured tokens per verify step instead of --acceptance (tree drafts, MTP heads)")
+        p.add_argument("--verify-tokens", type=_number, action=_Once,
+                       help="tokens verified per sequence (default: gamma + 1; a tree of n candidates: n + 1)")
+    if only in (None, "disaggregate"):
+        p = common("disaggregate", "prefill chips per decode chip for a request shape and latency targets")
+        p.add_argument("--decode-batch", type=_number, action=_Once,
+                       help="sequences a decode instance runs together (default: the most that fit, or meet --tpot-s)")
+        p.add_argument("--ttft-s", type=_number, action=_Once, help="TTFT target at --percentile, seconds (default: none)")
+        p.add_argument("--tpot-s", type=_number, action=_Once, help="TPOT target, seconds (default: none)")
+        p.add_argument("--percentile", type=_number, default=90.0, action=_Once,
+                       help="the TTFT percentile the target applies to, in (0, 100) (default: 90)")
+        p.add_argument("--transfer-link", default="nvlink4", action=_Once,
+                       help="the link the cache crosses between the pools (see `kvmath links`; default: nvlink4)")
+
+
+# ----- one function per command ---------------------------------------------------------------
+
+def _load(args) -> _Answer:
+    from .load import serving_load
+
+    dep = _request_deployment(args)
+    rate = positive("--rate", args.rate)
+    pct = _percentiles("--percentiles", args.percentiles)
+    sim = None if args.simulate is None else int(positive_int("--simulate", args.simulate))
+    load = serving_load(dep, rate, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
+                        percentiles=pct, simulate_requests=sim, seed=int(args.seed), **_prefix_kwargs(args))
+    return _Answer(load.to_dict(), lambda: _print_load(load))
+
+
+def _print_load(load) -> None:
+    rates = np.atleast_1d(load.arrival_rate)
+    print(f"load: {load.input_tokens:,.0f} in, {load.output_tokens:,.0f} out, {load.n_chips} chip(s) (an estimate)")
+    for i, rate in enumerate(rates):
+        pick = (lambda x: np.atleast_1d(x)[i]) if np.ndim(load.arrival_rate) else (lambda x: x)
+        if not pick(load.fits):
+            print(f"  {rate:g} req/s: utilisation {pick(load.utilisation):.2f}, not served (unstable or out of memory)")
+            continue
+        pcts = "  ".join(f"p{p:g} {fmt_seconds(np.asarray(load.ttft_percentiles_s)[k].reshape(-1)[i if rates.size > 1 else 0])}"
+                         for k, p in enumerate(load.percentiles))
+        print(f"  {rate:g} req/s: utilisation {pick(load.utilisation):.2f}, TTFT {fmt_seconds(pick(load.ttft_s))} "
+              f"({pcts}), TPOT {fmt_seconds(pick(load.tpot_s))}")
+
+
+def _size(args) -> _Answer:
+    from .sizing import size
+
+    if not args.model and not args.config:
+        raise ValueError("kvmath size needs --model or --config")
+    if not args.hardware:
+        raise ValueError("kvmath size needs --hardware (the chip to count)")
+    if (args.rate is None) == (args.users is None):
+        raise ValueError("give one of --rate and --users")
+    demand = dict(arrival_rate=positive("--rate", args.rate)) if args.users is None else dict(
+        users=positive("--users", args.users), think_s=args.think_s)
+    pct = float(_percentiles("--percentile", args.percentile)[0])
+    from .cli import _chip
+
+    s = size(_model(args), _chip(args), int(positive_int("--max-chips", args.max_chips)),
+             positive("--ttft-s", args.ttft_s), positive("--tpot-s", args.tpot_s),
+             int(positive_int("--input", args.input)), int(positive_int("--output", args.output)), percentile=pct,
+             weights=args.weight_dtype, kv=args.kv_dtype, **demand)
+    return _Answer(s.to_dict(), lambda: _print_size(s))
+
+
+def _print_size(s) -> None:
+    print(f"size: {s.model} on {s.chip}, TTFT p{s.percentile:g} and mean TPOT targets (an estimate)")
+    rows = zip(*(np.atleast_1d(x) for x in (s.arrival_rate, s.ttft_target_s, s.tpot_target_s, s.feasible, s.n_chips,
+                                           s.goodput_rps)))
+    layouts = s.layout if isinstance(s.layout, list) else [s.layout]
+    for (rate, ttft, tpot, ok, chips, goodput), layout in zip(rows, layouts):
+        where = (f"{int(chips)} chip(s), {layout}, goodput {goodput:,.2f} req/s" if ok
+                 else "no layout meets it (feasible: false)")
+        print(f"  {rate:g} req/s, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
+
+
+def _energy(args) -> _Answer:
+    from .energy import energy_per_token
+
+    dep = _request_deployment(args)
+    cap = None if args.power_cap is None else positive("--power-cap", args.power_cap)
+    from .validation import non_negative
+
+    e = energy_per_token(dep, positive("--batch", args.batch), positive_int("--context", args.context),
+                         power_cap_w=cap, pj_per_flop=non_negative("--pj-per-flop", args.pj_per_flop))
+    return _Answer(e.to_dict(), lambda: _print_energy(e))
+
+
+def _print_energy(e) -> None:
+    print(f"energy, B = {e.batch:g}, S = {e.context:g}, {e.n_chips} chip(s)")
+    print(f"  bytes read per chip      {fmt_bytes(e.bytes_read_per_chip)}  (at {e.pj_per_bit} pJ/bit)")
+    print(f"  floor per output token   {e.joules_per_token_floor:.4g} J  ({e.tokens_per_mwh_ceiling:.3g} tokens/MWh at most)")
+    if e.power_cap_w is not None:
+        print(f"  step under the cap       {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
+    if e.joules_per_token_estimate is not None:
+        print(f"  board power x step bound {e.joules_per_token_estimate:.4g} J per token  (estimate, "
+              f"{e.board_power_w:g} W per chip)")
+
+
+def _offload(args) -> _Answer:
+    from .offload import expert_offload, kv_offload
+
+    dep = _request_deployment(args)
+    batch, context = positive("--batch", args.batch), positive_int("--context", args.context)
+    try:
+        from .links import Link
+
+        link = Link.preset(args.offload_link)
+    except ValueError as err:
+        raise ValueError(f"--offload-link: {err}") from None
+    if args.what == "kv":
+        if args.fraction is not None:
+            raise ValueError("--fraction is for --what experts; the cache offloads what does not fit")
+        o = kv_offload(dep, batch, context, link=link)
+    else:
+        if args.fraction is None:
+            raise ValueError("--what experts needs --fraction (the share of routed experts off the chip)")
+        o = expert_offload(dep, batch, context, unit_interval("--fraction", args.fraction), link=link)
+    return _Answer(o.to_dict(), lambda: _print_offload(o))
+
+
+def _print_offload(o) -> None:
+    print(f"offload of {o.kind} over {o.link}, B = {o.batch:g}, S = {o.context:g}")
+    print(f"  moved per step           {fmt_bytes(o.offloaded_bytes_per_step)} in {fmt_seconds(o.link_s)}")
+    print(f"  step, lower bound        {fmt_seconds(o.step_s)}  (the chip alone: {fmt_seconds(o.chip_step_s)})")
+    print(f"  sequences that fit       {o.max_batch_chip:,.0f} on the chip, {o.max_batch:,.0f} with offload")
+    print(f"  tokens/s                 {o.tokens_per_s:,.0f} against {o.tokens_per_s_chip_only:,.0f} without: "
+          f"{'pays' if o.pays else 'does not pay'}")
+
+
+def _speculate(args) -> _Answer:
+    from .speculative import speculation_break_even_batch, speculative_decode
+
+    dep = _request_deployment(args)
+    gamma = int(positive_int("--gamma", args.gamma))
+    if (args.acceptance is None) == (args.tokens_per_step is None):
+        raise ValueError("give one of --acceptance and --tokens-per-step")
+    acceptance = None if args.acceptance is None else float(unit_interval("--acceptance", args.acceptance))
+    options = {}
+    if args.tokens_per_step is not None:
+        options["tokens_per_step"] = float(positive("--tokens-per-step", args.tokens_per_step))
+    if args.verify_tokens is not None:
+        options["verify_tokens"] = int(positive_int("--verify-tokens", args.verify_tokens))
+    batch, context = positive("--batch", args.batch), positive_int("--context", args.context)
+    try:
+        s = speculative_decode(dep, batch, context, gamma, acceptance, args.draft, **options)
+        even = speculation_break_even_batch(dep, context, gamma, acceptance, args.draft, none_if_always_pays=True,
+                                            **options)
+    except ValueError as err:
+        text = str(err)
+        for word, option in (("tokens_per_step", "--tokens-per-step"), ("verify_tokens", "--verify-tokens"),
+                             ("acceptance", "--acceptance"), ("draft", "--draft"), ("gamma", "--gamma")):
+            text = text.replace(word, option) if option not in text else text
+        if "does not pay at any batch" in text:
+            even = 0.0
+            s = speculative_decode(dep, batch, context, gamma, acceptance, args.draft, **options)
+        else:
+            raise ValueError(text) from None
+    data = {**s.to_dict(), "break_even_batch": even}
+    return _Answer(data, lambda: _print_speculate(s, even))
+
+
+def _print_speculate(s, even) -> None:
+    print(f"speculative decoding: {float(s.expected_tokens):.3g} tokens per verify step")
+    print(f"  plain step               {fmt_seconds(s.plain_step_s)}")
+    print(f"  verify step + draft      {fmt_seconds(s.verify_step_s)} + {fmt_seconds(s.draft_s)}")
+    print(f"  speed-up                 {float(s.speedup):.2f}x  (an estimate: the acceptance is an assumption)")
+    where = ("pays at every batch up to 1e7" if even is None else "never pays" if even == 0
+             else f"stops paying above batch {even:,.0f}")
+    print(f"  break-even               {where}")
+
+
+def _disaggregate(args) -> _Answer:
+    from .disaggregation import disaggregate
+
+    dep = _request_deployment(args)
+    opts = {}
+    for dest, option in (("decode_batch", "--decode-batch"), ("ttft_s", "--ttft-s"), ("tpot_s", "--tpot-s")):
+        if getattr(args, dest) is not None:
+            opts[dest] = float(positive(option, getattr(args, dest)))
+    pct = float(_percentiles("--percentile", args.percentile)[0])
+    try:
+        from .links import Link
+
+        link = Link.preset(args.transfer_link)
+    except ValueError as err:
+        raise ValueError(f"--transfer-link: {err}") from None
+    d = disaggregate(dep, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
+                     decode_batch=opts.get("decode_batch"), ttft_target_s=opts.get("ttft_s"),
+                     tpot_target_s=opts.get("tpot_s"), percentile=pct, link=link)
+    return _Answer(d.to_dict(), lambda: _print_disaggregate(d))
+
+
+def _print_disaggregate(d) -> None:
+    print(f"disaggregated: {d.input_tokens:,.0f} in, {d.output_tokens:,.0f} out (an estimate from the step bounds)")
+    print(f"  prefill per request      {fmt_seconds(d.prefill_s)} on {d.prefill_chips} chip(s), "
+          f"utilisation {d.prefill_utilisation:.2f}")
+    print(f"  decode                   batch {d.decode_batch:g}, step {fmt_seconds(d.decode_step_s)}")
+    ratio = "none meets the targets" if d.prefill_chips_per_decode_chip is None else f"{d.prefill_chips_per_decode_chip:.2f}"
+    print(f"  prefill chips per decode chip  {ratio}{'' if d.feasible else '  (feasible: false)'}")
+    print(f"  cache per request        {fmt_bytes(d.kv_bytes_per_request)} over {d.link} in {fmt_seconds(d.transfer_s)}")
+
+
+#: The serving commands, for :data:`kvmath.cli._COMMANDS`.
+_SERVING_COMMANDS = {"load": _load, "size": _size, "energy": _energy, "offload": _offload, "speculate": _speculate,
+                     "disaggregate": _disaggregate}

@@ -1,0 +1,455 @@
+"""Serving under load: requests arriving at a rate, a queue for the prefill, and continuous batching.
+
+The engine modelled is a prefill-priority continuous-batching scheduler
+(vLLM V0's default and SGLang's without chunking): at each step boundary a
+waiting prompt, if any, is prefilled whole (first come, first served);
+otherwise every running sequence takes one decode step. Requests arrive as a
+Poisson process of rate ``lambda`` per data-parallel replica ``lambda / dp``
+(each replica an engine of its own). With the step model's bounds as service
+times:
+
+- **prefill**: a prompt of ``S_in`` tokens takes ``t_p`` (:func:`kvmath.requests.prefill_bound`
+  for one prompt), so the prefill load is ``rho_p = lambda E[t_p]``;
+- **decode**: ``N`` running sequences take a step of ``t_d(N)``, the strict
+  bound of :meth:`kvmath.Deployment.step` at the mean context
+  ``E[S_in] + E[S_out] / 2``, a maximum of lines in ``N`` (memory, compute,
+  communication): ``t_d(N) = max_i (a_i + b_i N)``. Decode gets the time the
+  prefills leave, so a request's ``S_out - 1`` steps last ``(S_out - 1) t_d / (1 - rho_p)``
+  and, by Little's law, ``N = lambda (S_out - 1) t_d(N) / (1 - rho_p)``. With
+  ``k = lambda (S_out - 1) / (1 - rho_p)`` its least root is
+  ``N = max_i k a_i / (1 - k b_i)`` (each line's own root; the largest is the
+  max's), finite while the **utilisation**
+  ``rho = rho_p + lambda (S_out - 1) max_i b_i`` is below 1. The time per
+  output token is ``t_d(N) / (1 - rho_p)`` (for one line, ``a / (1 - rho)``:
+  the empty step stretched by the load);
+- **queueing**: a prompt waits for the prompts ahead of it and for the decode
+  step in progress. As an M/G/1 queue with a second, lower-priority class of
+  work (Cobham's non-preemptive priority formula), the mean wait is
+  ``W = (lambda E[t_p^2] + f_d t_d) / (2 (1 - rho_p))``, ``f_d`` the fraction of
+  time spent decoding. Without decode steps it is the Pollaczek-Khinchine
+  formula, exact for M/M/1 (``W = rho / (mu - lambda)``) and M/D/1
+  (``W = rho / (2 mu (1 - rho))``).
+- **percentiles** of the wait: ``P(W > t) = pi exp(-pi t / W)``, ``pi`` the
+  chance an arrival finds the engine busy: the M/M/1 law exactly
+  (``pi = rho``, ``W / pi = 1 / (mu - lambda)``), an approximation otherwise
+  that :func:`simulate` checks.
+
+:func:`simulate` runs the same scheduler request by request (vectorised over
+independent replicas, seeded) for what the closed forms leave out: lengths
+that vary, the steps' granularity, percentiles of the time per output token.
+Every time here is built from lower bounds on the steps, but the queueing
+model is an **estimate** (``is_lower_bound`` False): no bound on a queue's
+wait follows from bounds on its service times alone being exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .deployment import Deployment
+from .results import Result
+from .validation import ArrayLike, as_number, instance, plain, positive, positive_int
+
+#: The percentiles reported by default.
+PERCENTILES = (50.0, 90.0, 99.0)
+
+
+# ----- closed forms ----------------------------------------------------------------------------
+
+def mm1_wait_s(arrival_rate: ArrayLike, service_rate: ArrayLike, percentile: ArrayLike | None = None) -> ArrayLike:
+    """M/M/1 waiting time in the queue (before service), seconds: the mean, or a percentile.
+
+    Mean ``rho / (mu - lambda)``; ``P(W > t) = rho exp(-(mu - lambda) t)``, so the
+    ``p``-th percentile is ``ln(rho / (1 - p)) / (mu - lambda)`` where ``1 - p < rho``, else 0.
+
+    Examples
+    --------
+    >>> round(mm1_wait_s(8.0, 10.0), 3), round(mm1_wait_s(8.0, 10.0, 90), 3)   # rho 0.8: 0.8 / 2; ln(8) / 2
+    (0.4, 1.04)
+    """
+    lam, mu = _rates(arrival_rate, service_rate)
+    rho = lam / mu
+    if percentile is None:
+        return plain(rho / (mu - lam))
+    p = _percentile(percentile) / 100
+    with np.errstate(divide="ignore"):
+        return plain(np.where(1 - p < rho, np.log(rho / (1 - p)) / (mu - lam), 0.0))
+
+
+def md1_wait_s(arrival_rate: ArrayLike, service_s: ArrayLike) -> ArrayLike:
+    """M/D/1 mean waiting time in the queue, seconds: ``rho / (2 mu (1 - rho))`` for a fixed service time ``1 / mu``.
+
+    Examples
+    --------
+    >>> round(md1_wait_s(8.0, 0.1), 3)   # half the M/M/1 wait
+    0.2
+    """
+    lam, mu = _rates(arrival_rate, 1.0 / positive("service_s", service_s))
+    rho = lam / mu
+    return plain(rho / (2 * mu * (1 - rho)))
+
+
+def _rates(arrival_rate, service_rate):
+    lam, mu = positive("arrival_rate", arrival_rate), positive("service_rate", service_rate)
+    if np.any(np.asarray(lam) >= np.asarray(mu)):
+        raise ValueError(f"arrival_rate must be below the service rate (a stable queue), got arrival_rate="
+                         f"{arrival_rate!r} and a service rate of {service_rate!r}")
+    return lam, mu
+
+
+def _percentile(percentile) -> ArrayLike:
+    p = as_number("percentile", percentile)
+    if np.any((np.asarray(p) <= 0) | (np.asarray(p) >= 100)):
+        raise ValueError(f"percentile must be strictly between 0 and 100, got {percentile!r}")
+    return p
+
+
+def wait_percentile_s(mean_wait_s: ArrayLike, busy: ArrayLike, percentile: ArrayLike) -> ArrayLike:
+    """The ``percentile`` of a queue's wait from its mean and the chance an arrival waits at all, seconds.
+
+    ``P(W > t) = pi exp(-pi t / W)`` (M/M/1's law; ``pi = busy``).
+    """
+    p = np.asarray(percentile, dtype=float) / 100
+    pi = np.clip(busy, 1e-300, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(1 - p < pi, mean_wait_s / pi * np.log(pi / (1 - p)), 0.0)
+
+
+# ----- the engine model -------------------------------------------------------------------------
+
+class _Engine:
+    """One replica's service times for a request shape: what the closed forms and the simulation share.
+
+    ``prefill_s`` for each prompt length given, the decode step's lines
+    ``(a_i, b_i)`` in the replica's running sequences at the mean context,
+    and the sequences its memory holds.
+    """
+
+    def __init__(self, dep: Deployment, input_tokens, output_tokens, prefix=None):
+        from .requests import _prefill_bound
+
+        self.dep = dep
+        self.s_in = np.atleast_1d(np.asarray(input_tokens, dtype=float))
+        self.s_out = np.atleast_1d(np.asarray(output_tokens, dtype=float))
+        lengths, back = np.unique(self.s_in, return_inverse=True)
+        t_p = np.atleast_1d(_prefill_bound(dep, 1.0, lengths, None, 0.0, 1.0, False, prefix))
+        self.prefill_s = t_p[back]
+        self.mean_prefill_s = float(np.mean(self.prefill_s))
+        self.prefill_s2 = float(np.mean(self.prefill_s ** 2))
+        self.steps = float(np.mean(self.s_out - 1))                      # decode steps per request
+        self.context = float(np.mean(self.s_in) + np.mean(self.s_out) / 2)
+        lay = dep.layout
+        self.dp = lay.dp
+        n1 = float(lay.pp)                                               # a full micro-batch per stage: affine above
+        s1, s2 = (dep.step(n * lay.dp, self.context) for n in (n1, 2 * n1))
+        self.lines = []
+        for name in ("memory_s", "compute_s", "comm_s"):
+            slope = (getattr(s2, name) - getattr(s1, name)) / n1
+            self.lines.append((getattr(s1, name) - slope * n1, slope))
+        cap = dep.capacity(max(1, math.ceil(self.context)), **({} if prefix is None else dict(
+            prefix_tokens=prefix[0], prefix_hit_rate=prefix[1], block_size=prefix[2])))
+        self.max_running = float(cap.max_batch) / lay.dp
+
+    def step_s(self, running):
+        """``t_d(N)``: the decode step of ``running`` sequences on the replica, seconds (the max of the lines)."""
+        out = 0.0
+        for a, b in self.lines:
+            out = np.maximum(out, a + b * running)
+        return out
+
+    def at_rate(self, rate):
+        """The closed forms at ``rate`` requests/s (the whole deployment's): a dict of arrays."""
+        with np.errstate(all="ignore"):  # an unstable rate's infinities are masked by ``stable``
+            return self._at_rate(np.asarray(rate, dtype=float) / self.dp)
+
+    def _at_rate(self, lam):
+        rho_p = lam * self.mean_prefill_s
+        slope = max(b for _, b in self.lines)
+        rho = rho_p + lam * self.steps * slope
+        stable = rho < 1
+        free = np.where(stable, 1 - rho_p, 1.0)
+        k = lam * self.steps / free
+        running = np.zeros_like(lam)
+        for a, b in self.lines:
+            running = np.maximum(running, np.where(stable, k * a / np.maximum(1 - k * b, 1e-300), np.inf))
+        step = np.where(stable, self.step_s(np.where(stable, running, 0.0)), np.inf)
+        tpot = step / free
+        # the fraction of time in decode steps: all that prefills leave once a step has a sequence or more
+        decoding = np.where(stable, np.minimum(lam * self.steps * step / np.maximum(running, 1.0), 1 - rho_p), 1.0)
+        wait = np.where(stable, (lam * self.prefill_s2 + decoding * step) / (2 * free), np.inf)
+        fits = stable & (running <= self.max_running)
+        return dict(utilisation=rho, prefill_utilisation=rho_p, running=running, step_s=step, tpot_s=tpot,
+                    wait_s=wait, busy=np.minimum(rho_p + decoding, 1.0), stable=stable, fits=fits)
+
+
+# ----- the result -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class Load(Result):
+    """Serving at an arrival rate (:func:`serving_load`): seconds, requests/s; arrays over the rates.
+
+    An **estimate** built from the step model's bounds (see the module text).
+
+    Attributes
+    ----------
+    arrival_rate : requests/s offered to the whole deployment.
+    input_tokens, output_tokens : the mean request shape.
+    n_chips : chips of the deployment.
+    utilisation, prefill_utilisation : ``rho`` and ``rho_p`` of one replica (below 1: stable).
+    running : mean sequences decoding on a replica (``N``).
+    fits : stable, and ``N`` within what the replica's memory holds.
+    queue_wait_s : mean wait before a prompt's prefill starts (NaN, JSON null, where the load is unstable;
+        so are ``running``, ``ttft_s``, ``tpot_s`` and the percentiles there).
+    ttft_s, tpot_s : mean time to first token (wait + prefill) and time per output token.
+    percentiles : the percentiles of ``ttft_percentiles_s`` (and the simulation's).
+    ttft_percentiles_s : the closed form's percentiles of TTFT, one row per percentile.
+    simulated : :class:`SimulatedLoad` where asked for, else None.
+    is_lower_bound : always False (an estimate).
+    """
+
+    arrival_rate: ArrayLike
+    input_tokens: float
+    output_tokens: float
+    n_chips: int
+    utilisation: ArrayLike
+    prefill_utilisation: ArrayLike
+    running: ArrayLike
+    fits: ArrayLike
+    queue_wait_s: ArrayLike
+    ttft_s: ArrayLike
+    tpot_s: ArrayLike
+    percentiles: list
+    ttft_percentiles_s: ArrayLike
+    simulated: object = None
+    is_lower_bound: bool = False
+
+    _derived = ("goodput_tokens_per_s_per_chip",)
+
+    @property
+    def goodput_tokens_per_s_per_chip(self) -> ArrayLike:
+        """Output tokens/s per chip where the load is served (``fits``), else 0."""
+        return plain(np.where(self.fits, self.arrival_rate * self.output_tokens / self.n_chips, 0.0))
+
+
+@dataclass(frozen=True, eq=False)
+class SimulatedLoad(Result):
+    """The scheduler simulated request by request (:func:`simulate`): percentiles over the requests served.
+
+    Attributes
+    ----------
+    arrival_rate : requests/s offered to the whole deployment.
+    n_requests, replicas, seed : requests per simulated replica, replicas, and the seed.
+    percentiles : as in :class:`Load`.
+    queue_wait_s, ttft_s, tpot_s : means over the requests (the first tenth of each replica left out: warm-up).
+    queue_wait_percentiles_s, ttft_percentiles_s, tpot_percentiles_s : one row per percentile.
+    """
+
+    arrival_rate: float
+    n_requests: int
+    replicas: int
+    seed: int
+    percentiles: list
+    queue_wait_s: float
+    ttft_s: float
+    tpot_s: float
+    queue_wait_percentiles_s: ArrayLike
+    ttft_percentiles_s: ArrayLike
+    tpot_percentiles_s: ArrayLike
+
+
+def _prefix_args(prefix_tokens, prefix_hit_rate, block_size):
+    from .prefix import check_prefix
+
+    return check_prefix(prefix_tokens, prefix_hit_rate, block_size)
+
+
+def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                 percentiles: ArrayLike = PERCENTILES, simulate_requests: int | None = None, seed: int = 0,
+                 prefix_tokens: ArrayLike | None = None, prefix_hit_rate: ArrayLike | None = None,
+                 block_size: int | None = None) -> Load:
+    """Utilisation, queueing and latency percentiles of ``dep`` serving requests that arrive at ``arrival_rate``.
+
+    Parameters
+    ----------
+    dep : Deployment
+    arrival_rate : float or array
+        Requests/s offered to the whole deployment (split evenly over its data-parallel replicas).
+    input_tokens, output_tokens : int or 1-D array
+        The request lengths: one shape, or samples of a length distribution
+        (drawn uniformly; the two paired where both are arrays).
+    percentiles : sequence
+        In (0, 100) (default 50, 90, 99).
+    simulate_requests : int, optional
+        Also run :func:`simulate` with that many requests per replica at each rate (a 1-D rate of a few values).
+    seed : int
+        The simulation's seed.
+    prefix_tokens, prefix_hit_rate, block_size : optional
+        A cached shared prefix (:mod:`kvmath.prefix`).
+
+    Returns
+    -------
+    Load
+
+    Examples
+    --------
+    Llama 3 8B on one H100, 2,000 tokens in and 200 out, 4 requests a second:
+
+    >>> from kvmath import Deployment
+    >>> load = serving_load(Deployment("llama-3-8b", "h100-sxm"), 4.0, 2000, 200)
+    >>> round(float(load.utilisation), 3), round(float(load.ttft_s) * 1e3, 1), round(float(load.tpot_s) * 1e3, 2)
+    (0.183, 33.6, 5.48)
+    """
+    instance("dep", dep, Deployment, "a kvmath.Deployment")
+    rate = positive("arrival_rate", arrival_rate)
+    pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
+    s_in, s_out = _lengths(input_tokens, output_tokens)
+    engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size))
+    f = engine.at_rate(rate)
+    f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
+         for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
+    ttft = f["wait_s"] + engine.mean_prefill_s
+    rows = np.stack([wait_percentile_s(f["wait_s"], f["busy"], p) + engine.mean_prefill_s for p in pct])
+    simulated = None
+    if simulate_requests is not None:
+        if np.ndim(rate) > 1 or np.size(rate) > 16:
+            raise ValueError(f"simulate_requests runs one simulation per rate: give at most 16 rates, got "
+                             f"arrival_rate of shape {np.shape(rate)}")
+        simulated = [simulate(dep, r, s_in, s_out, n_requests=simulate_requests, seed=seed, percentiles=pct,
+                              _engine=engine) for r in np.atleast_1d(rate)]
+        simulated = simulated[0] if np.ndim(rate) == 0 else simulated
+    return Load(arrival_rate=rate, input_tokens=float(np.mean(s_in)), output_tokens=float(np.mean(s_out)),
+                n_chips=dep.n_chips, utilisation=plain(f["utilisation"]),
+                prefill_utilisation=plain(f["prefill_utilisation"]), running=plain(f["running"]),
+                fits=bool(f["fits"]) if np.ndim(f["fits"]) == 0 else f["fits"], queue_wait_s=plain(f["wait_s"]), ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]),
+                percentiles=pct, ttft_percentiles_s=plain(rows), simulated=simulated)
+
+
+def _lengths(input_tokens, output_tokens):
+    s_in = np.asarray(positive_int("input_tokens", input_tokens), dtype=float)
+    s_out = np.asarray(positive_int("output_tokens", output_tokens), dtype=float)
+    for name, x in (("input_tokens", s_in), ("output_tokens", s_out)):
+        if x.ndim > 1:
+            raise ValueError(f"{name} must be a number or a 1-D array of samples, got shape {x.shape}")
+    if s_in.ndim and s_out.ndim and s_in.size != s_out.size:
+        raise ValueError(f"input_tokens and output_tokens must pair up: {s_in.size} and {s_out.size} samples")
+    return s_in, s_out
+
+
+# ----- the simulation ---------------------------------------------------------------------------
+
+def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+             n_requests: int = 2000, replicas: int = 8, seed: int = 0, percentiles: ArrayLike = PERCENTILES,
+             _engine: _Engine | None = None) -> SimulatedLoad:
+    """The prefill-priority scheduler of the module text, run request by request on ``replicas`` seeded replicas.
+
+    Each replica draws ``n_requests`` Poisson arrivals at ``arrival_rate / dp``
+    and request lengths uniformly from ``input_tokens`` / ``output_tokens``;
+    prefills take :func:`kvmath.requests.prefill_bound`'s time for their
+    prompt, decode steps the replica's ``t_d(N)`` at its running sequences'
+    mean context. The replicas advance together (numpy over the replica axis),
+    event by event: a prefill, or as many decode steps as pass before the next
+    arrival or completion. Deterministic for a seed.
+    """
+    instance("dep", dep, Deployment, "a kvmath.Deployment")
+    rate = float(positive("arrival_rate", arrival_rate))
+    n = int(positive_int("n_requests", n_requests))
+    r = int(positive_int("replicas", replicas))
+    pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
+    s_in, s_out = _lengths(input_tokens, output_tokens)
+    engine = _Engine(dep, s_in, s_out) if _engine is None else _engine
+    rng = np.random.default_rng(int(seed))
+    arrivals = np.cumsum(rng.exponential(dep.layout.dp / rate, size=(r, n)), axis=1)
+    pick = rng.integers(0, max(engine.prefill_s.size, engine.s_out.size), size=(r, n))
+    prefill = engine.prefill_s[pick % engine.prefill_s.size]
+    steps = (engine.s_out - 1)[pick % engine.s_out.size]
+    contexts = engine.s_in[pick % engine.s_in.size]
+
+    def step_s(running, context):
+        return engine.dep.strict_s(np.maximum(running, 1.0) * engine.dp, context)
+
+    wait, ttft, tpot = run_scheduler(arrivals, prefill, steps, contexts, step_s)
+    keep = slice(n // 10, None)
+    w, t, d = (x[:, keep].ravel() for x in (wait, ttft, tpot))
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        d = np.array([np.nan])
+    return SimulatedLoad(arrival_rate=rate, n_requests=n, replicas=r, seed=int(seed), percentiles=pct,
+                         queue_wait_s=float(w.mean()), ttft_s=float(t.mean()), tpot_s=float(np.mean(d)),
+                         queue_wait_percentiles_s=np.percentile(w, pct), ttft_percentiles_s=np.percentile(t, pct),
+                         tpot_percentiles_s=np.percentile(d, pct))
+
+
+def run_scheduler(arrival_s, prefill_s, decode_steps, input_tokens, step_s):
+    """Prefill-priority continuous batching on replicas (rows) of requests (columns), event by event.
+
+    ``arrival_s`` (sorted along each row), ``prefill_s`` and ``decode_steps``
+    (each request's steps after its first token) and ``input_tokens`` are
+    ``(replicas, requests)`` arrays; ``step_s(running, mean_context)`` gives the
+    decode step for arrays over the replicas. Returns ``(wait, ttft, tpot)``
+    per request: the wait before its prefill, its time to first token, and its
+    mean time per output token (NaN without a decode step).
+    """
+    arrival_s = np.asarray(arrival_s, dtype=float)
+    r, n = arrival_s.shape
+    rows = np.arange(r)
+    clock = np.zeros(r)
+    nxt = np.zeros(r, dtype=int)             # the next prompt to prefill (first come, first served)
+    done = np.zeros(r)                       # decode steps run so far
+    running = np.zeros(r)
+    base = np.zeros(r)                       # sum over running sequences of (prompt - steps done at admission)
+    finish_step = np.full((r, n), np.inf)
+    start = np.full((r, n), np.nan)
+    first = np.full((r, n), np.nan)
+    last = np.full((r, n), np.nan)
+    steps = np.asarray(decode_steps, dtype=float)
+    prompt = np.asarray(input_tokens, dtype=float)
+    while True:
+        pending = nxt < n
+        head = np.minimum(nxt, n - 1)
+        next_arrival = np.where(pending, arrival_s[rows, head], np.inf)
+        if not (pending.any() or running.any()):
+            break
+        prefill = pending & (next_arrival <= clock)
+        decode = ~prefill & (running > 0)
+        idle = ~prefill & ~decode & pending
+        # a prefill: the head of the queue, whole
+        if prefill.any():
+            i, j = rows[prefill], head[prefill]
+            start[i, j] = clock[i]
+            clock[i] += prefill_s[i, j]
+            first[i, j] = clock[i]
+            has = steps[i, j] > 0
+            finish_step[i[has], j[has]] = done[i[has]] + steps[i[has], j[has]]
+            last[i[~has], j[~has]] = clock[i[~has]]
+            running[i] += has
+            base[i] += np.where(has, prompt[i, j] - done[i], 0.0)
+            nxt[i] += 1
+        # decode steps: up to the next completion, or to the step in which the next prompt arrives
+        if decode.any():
+            i = rows[decode]
+            context = base[i] / running[i] + done[i]
+            t = step_s(running[i], context)
+            to_finish = np.min(finish_step[i], axis=1) - done[i]
+            to_arrival = np.where(np.isfinite(next_arrival[i]), np.ceil((next_arrival[i] - clock[i]) / t), np.inf)
+            k = np.maximum(np.minimum(to_finish, to_arrival), 1.0)
+            t = step_s(running[i], context + (k - 1) / 2)   # the cache grows a token a step: its mean over them
+            clock[i] += k * t
+            done[i] += k
+            ended = finish_step[i] <= done[i][:, None]
+            if ended.any():
+                ii, jj = np.nonzero(ended)
+                rr = i[ii]
+                last[rr, jj] = clock[rr]
+                np.add.at(running, rr, -1.0)
+                np.add.at(base, rr, -(prompt[rr, jj] - (finish_step[rr, jj] - steps[rr, jj])))
+                finish_step[rr, jj] = np.inf
+        if idle.any():
+            clock[idle] = next_arrival[idle]
+    wait = start - arrival_s
+    ttft = first - arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(steps > 0, (last - first) / np.maximum(steps, 1), np.nan)
+    return wait, ttft, tpot

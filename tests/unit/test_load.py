@@ -1,0 +1,298 @@
+"""Serving questions of issue 25: prefix caching, load and queueing, sizing, offload, energy, disaggregation.
+
+Every number below is a hand computation written out here, a queueing
+textbook's closed form, or a published measurement (named where used).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import kvmath as km
+from kvmath import Deployment
+from kvmath.cli import main
+from kvmath.disaggregation import disaggregate
+from kvmath.energy import DRAM_PJ_PER_BIT, energy_per_token
+from kvmath.load import md1_wait_s, mm1_wait_s, run_scheduler, serving_load, simulate
+from kvmath.offload import kv_offload, reload_or_recompute
+from kvmath.prefix import reused_tokens
+from kvmath.sizing import size
+
+# Llama 3 8B's shapes (config.json of meta-llama/Meta-Llama-3-8B): 32 layers, d 4096, 32 heads, 8 KV heads of 128,
+# d_ff 14336, vocab 128256; an H100 SXM's 3.35e12 B/s and 989.4e12 bf16 FLOP/s (hardware.csv's datasheet row)
+L, D, H, KV, HD, FF, V = 32, 4096, 32, 8, 128, 14336, 128256
+DENSE = L * (2 * D * D + 2 * D * KV * HD + 3 * D * FF)   # matmul weights but the LM head: 6.979e9
+KV_TOKEN = 2 * L * KV * HD * 2                           # bf16 keys and values: 131,072 B a token
+W, C = 3.35e12, 989.4e12
+H100 = Deployment("llama-3-8b", "h100-sxm")
+
+
+def _attention(s):
+    """Causal attention FLOPs of an s-token prompt: 4 L h d_h per query-key pair, s (s + 1) / 2 pairs."""
+    return 4 * L * H * HD * s * (s + 1) / 2
+
+
+# ----- prefix caching -------------------------------------------------------------------------
+
+def test_a_240_token_prefix_reuses_whole_blocks_only():
+    """A 240-token shared system prompt: 15 whole 16-token blocks, all reused; with 784-token blocks, none.
+
+    vllm-project/vllm issue #54607: a 240-token system prompt on a model whose KV block resolved to 784 tokens
+    gave prefix_cache_hits_total of exactly 0, while an engine with small blocks reported 49.3% on the same
+    traffic ("a shared prefix shorter than one block can't be reused").
+    """
+    assert reused_tokens(240, 16, 1000) == 240
+    assert reused_tokens(240, 784, 1000) == 0
+    assert reused_tokens(250, 16, 1000) == 240           # the partial 16th block is computed again
+    assert reused_tokens(256, 16, 256) == 240            # the last prompt token is always computed (vLLM V1)
+    r16 = H100.request(1, 1000, 2, prefix_tokens=240, block_size=16)
+    r784 = H100.request(1, 1000, 2, prefix_tokens=240, block_size=784)
+    assert r16.reused_tokens == 240 and r784.reused_tokens == 0
+    assert r784.ttft_s == H100.request(1, 1000, 2).ttft_s
+
+
+def test_prefill_with_a_cached_prefix_by_hand():
+    """1,000-token prompt, 240 cached: 760 tokens through the weights, the LM head once, attention over all."""
+    def compute_s(new, cached):
+        flops = 2 * DENSE * new + 2 * V * D + _attention(cached + new) - _attention(cached)
+        return flops / C
+
+    hit = H100.request(1, 1000, 2, prefix_tokens=240).ttft_s
+    miss = H100.request(1, 1000, 2).ttft_s
+    assert hit == pytest.approx(compute_s(760, 240), rel=1e-3)     # compute-bound: 15 GB of reads take 4.5 ms
+    assert miss == pytest.approx(compute_s(1000, 0), rel=1e-3)
+    half = H100.request(1, 1000, 2, prefix_tokens=240, prefix_hit_rate=0.5).ttft_s
+    assert half == pytest.approx((compute_s(760, 240) + compute_s(1000, 0)) / 2, rel=1e-3)  # affine in h
+
+
+def test_capacity_holds_a_shared_prefix_once():
+    """80 GB less 16.06 GB of weights: 243 sequences of 2,000 tokens; with 1,488 of them shared, 949."""
+    free = 80e9 - 16.06e9
+    assert H100.capacity(2000).max_batch == np.floor(free / (2000 * KV_TOKEN)) == 243
+    shared = 1488 * KV_TOKEN                               # reused_tokens(1500, 16, 2000)
+    c = H100.capacity(2000, prefix_tokens=1500)
+    assert c.prefix_kv_bytes_per_chip == shared
+    assert c.max_batch == np.floor((free - shared) / (512 * KV_TOKEN)) == 949
+    assert H100.capacity(2000, prefix_tokens=1500, prefix_hit_rate=0.0).max_batch == 243
+
+
+def test_prefix_bad_input_is_named():
+    for kwargs, word in ((dict(prefix_tokens=240, prefix_hit_rate=1.5), "prefix_hit_rate"),
+                         (dict(prefix_tokens=-1), "prefix_tokens"), (dict(prefix_tokens=240, block_size=0), "block_size"),
+                         (dict(prefix_hit_rate=0.5), "prefix_tokens"),
+                         (dict(prefix_tokens=240, chunk_tokens=128), "chunk_tokens")):
+        with pytest.raises(ValueError, match=word):
+            H100.request(1, 1000, 2, **kwargs)
+
+
+# ----- queueing: closed forms and the simulation ------------------------------------------------
+
+def test_mm1_and_md1_closed_forms_by_hand():
+    """lambda 8, mu 10: rho 0.8; M/M/1 Wq = rho / (mu - lambda) = 0.4 s, p90 = ln(0.8 / 0.1) / 2; M/D/1 half."""
+    assert mm1_wait_s(8.0, 10.0) == pytest.approx(0.4)
+    assert mm1_wait_s(8.0, 10.0, 90) == pytest.approx(np.log(8) / 2)
+    assert mm1_wait_s(8.0, 10.0, 10) == 0.0                      # 80% wait at all: the 10th percentile is 0
+    assert md1_wait_s(8.0, 0.1) == pytest.approx(0.8 / (2 * 10 * 0.2))
+    with pytest.raises(ValueError, match="arrival_rate"):
+        mm1_wait_s(10.0, 10.0)
+    with pytest.raises(ValueError, match="percentile"):
+        mm1_wait_s(1.0, 10.0, 100)
+
+
+def test_the_scheduler_simulation_matches_mm1_and_md1():
+    """Prompts alone (no decode step): the scheduler is a FIFO queue. 16 x 5,000 requests at rho 0.7, seed 1:
+    the M/M/1 mean wait within 3% and its p50/p90/p99 within 5%; the M/D/1 mean within 5% (the stated error)."""
+    rng = np.random.default_rng(1)
+    lam, mu, r, n = 7.0, 10.0, 16, 5000
+    arrivals = np.cumsum(rng.exponential(1 / lam, (r, n)), axis=1)
+    none = np.zeros((r, n))
+    wait, _, _ = run_scheduler(arrivals, rng.exponential(1 / mu, (r, n)), none, none + 1, None)
+    wait = wait[:, n // 10:].ravel()
+    assert wait.mean() == pytest.approx(mm1_wait_s(lam, mu), rel=0.03)
+    for p in (50, 90, 99):
+        assert np.percentile(wait, p) == pytest.approx(mm1_wait_s(lam, mu, p), rel=0.05)
+    wait, _, _ = run_scheduler(arrivals, np.full((r, n), 1 / mu), none, none + 1, None)
+    assert wait[:, n // 10:].mean() == pytest.approx(md1_wait_s(lam, 1 / mu), rel=0.05)
+
+
+def test_the_load_model_against_the_simulation_with_decode_steps():
+    """Llama 3 8B on an H100, 2,000 in and 200 out, 8 requests/s: the closed forms' mean TTFT and TPOT within 5% of
+    the simulated scheduler's (8 replicas of 2,000 requests, seed 0)."""
+    load = serving_load(H100, 8.0, 2000, 200, simulate_requests=2000)
+    sim = load.simulated
+    assert float(load.ttft_s) == pytest.approx(sim.ttft_s, rel=0.05)
+    assert float(load.tpot_s) == pytest.approx(sim.tpot_s, rel=0.05)
+    assert load.to_dict()["simulated"]["ttft_s"] == sim.ttft_s
+    again = simulate(H100, 8.0, 2000, 200, n_requests=2000)
+    assert again.ttft_s == sim.ttft_s                                  # seeded: deterministic
+
+
+def test_utilisation_by_hand_and_instability():
+    """rho = lambda (t_p + (S_out - 1) b): a 2,000-token prefill is compute-bound (29.3 ms) and each running
+    sequence adds its cache at the mean context 2,100 to every step (131,072 x 2,100 B at 3.35 TB/s)."""
+    t_p = (2 * DENSE * 2000 + 2 * V * D + _attention(2000)) / C
+    b = KV_TOKEN * 2100 / W
+    load = serving_load(H100, [20.0, 30.0], 2000, 200)
+    assert load.utilisation[0] == pytest.approx(20 * (t_p + 199 * b), rel=2e-3)
+    assert list(load.fits) == [True, False]
+    assert np.isnan(load.ttft_s[1]) and load.to_dict()["ttft_s"][1] is None
+
+
+# ----- sizing ---------------------------------------------------------------------------------
+
+def test_size_picks_the_chips_computed_by_hand():
+    """Loose targets (TTFT p90 10 s, TPOT 1 s): the fewest chips are those whose replicas stay stable. One H100's
+    utilisation at 20 requests/s is 20 (29.3 ms + 199 x 82.2 us) = 0.91 (stable), at 30 it is 1.37: two chips."""
+    s = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 200, arrival_rate=[20.0, 30.0])
+    assert s.n_chips.tolist() == [1, 2] and s.feasible.tolist() == [True, True]
+    t_p = (2 * DENSE * 2000 + 2 * V * D + _attention(2000)) / C
+    b = KV_TOKEN * 2100 / W
+    assert s.utilisation[0] == pytest.approx(20 * (t_p + 199 * b), rel=2e-3)
+    # goodput: below where rho reaches 1, the running caches outgrow the memory first: floor(63.94e9 / (2,100 x
+    # 131,072)) = 232 of them fit
+    g = s.goodput_rps[0]
+    assert g < 1 / (t_p + 199 * b)
+    edge = serving_load(H100, [g * (1 - 1e-6), g * (1 + 1e-6)], 2000, 200)
+    cap = np.floor((80e9 - 16.06e9) / (2100 * KV_TOKEN))
+    assert cap == 232 and edge.fits.tolist() == [True, False]
+    assert edge.running[0] == pytest.approx(cap, rel=1e-4) and edge.running[1] > cap
+
+
+def test_size_says_infeasible_and_vectorises():
+    s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, arrival_rate=1000.0)
+    assert s.feasible is False and s.n_chips == 0 and s.layout == ""
+    rates = np.linspace(1, 60, 50)
+    many = size("llama-3-8b", "h100-sxm", 8, 0.5, 0.02, 2000, 200, arrival_rate=rates)
+    one = [size("llama-3-8b", "h100-sxm", 8, 0.5, 0.02, 2000, 200, arrival_rate=r) for r in rates]
+    assert many.n_chips.tolist() == [x.n_chips for x in one]
+    assert many.layout == [x.layout for x in one]
+    assert np.all(np.diff(many.n_chips[many.feasible]) >= 0)          # more load never needs fewer chips
+
+
+# ----- offload ---------------------------------------------------------------------------------
+
+def test_kv_offload_step_over_pcie_by_hand():
+    """200 sequences of 4,096 tokens; the H100 holds floor(63.94e9 / (4,096 x 131,072)) = 119 caches; the other
+    81 cross PCIe 5.0 x16 (63.0e9 B/s one way) every step: 81 x 4,096 x 131,072 / 63e9 + 0.5 us = 690.3 ms."""
+    o = kv_offload(H100, 200, 4096, link="pcie5-x16")
+    assert o.max_batch_chip == 119
+    assert o.offloaded_bytes_per_step == 81 * 4096 * KV_TOKEN
+    assert o.link_s == pytest.approx(81 * 4096 * KV_TOKEN / 63e9 + 0.5e-6, rel=1e-12)
+    assert o.step_s == o.link_s and o.pays is False
+    c2c = kv_offload(H100, 130, 4096, link="nvlink-c2c")               # 11 caches over 450 GB/s: it pays
+    assert c2c.pays is True and c2c.link_s == pytest.approx(11 * 4096 * KV_TOKEN / 450e9 + 0.5e-6)
+
+
+def test_reload_or_recompute():
+    r = reload_or_recompute(H100, 4096)
+    assert r.reload_s == pytest.approx(4096 * KV_TOKEN / 63e9 + 0.5e-6)
+    assert r.pays is True
+    assert reload_or_recompute(H100, 4096, link="nvme-pcie4-x4").pays is False   # 7.88 GB/s: 68 ms > 62 ms
+
+
+# ----- energy ----------------------------------------------------------------------------------
+
+def test_energy_per_token_at_batch_1_by_hand():
+    """Llama 3 8B on an H100, batch 1: the step reads the matmul weights and the LM head (2 x (6.979e9 + 128,256 x
+    4,096) bytes), one embedding row, the norms (65 x 4,096 bf16) and one token's cache; at 3.97 pJ/bit (HBM2,
+    O'Connor et al. MICRO 2017), 8 bits a byte."""
+    read = 2 * (DENSE + V * D) + 2 * D + 2 * 65 * D + KV_TOKEN
+    e = energy_per_token(H100, 1, 1)
+    assert e.bytes_read_per_chip == pytest.approx(read, rel=1e-9)
+    assert e.joules_per_token_floor == pytest.approx(read * 8 * 3.97e-12, rel=1e-9)
+    assert e.tokens_per_mwh_ceiling == pytest.approx(3.6e9 / (read * 8 * 3.97e-12), rel=1e-9)
+    assert e.joules_per_token_estimate == pytest.approx(700 * e.step_s)   # board power x the bound's step
+    capped = energy_per_token(H100, 1, 1, power_cap_w=50)
+    assert capped.step_s == pytest.approx(read * 8 * 3.97e-12 / 50)    # 0.48 J at 50 W: 9.5 ms, not 4.5 ms
+
+
+def test_the_energy_floor_stays_below_published_measurements():
+    """ML.ENERGY Leaderboard v3.0 (https://ml.energy/blog/measurement/energy/llm-inference-energy-a-longitudinal-
+    analysis): Llama 3.1 8B on H100 at batch 64, 0.12 J per token (vLLM 0.11.1; 0.20 J with vLLM 0.5.4). The floor
+    at batch 64 stays below it at every context up to 8,192 tokens, so it may be called a floor."""
+    floor = energy_per_token(Deployment("llama-3.1-8b", "h100-sxm"), 64, np.array([1, 1024, 4096, 8192]))
+    assert np.all(floor.joules_per_token_floor < 0.12)
+    assert DRAM_PJ_PER_BIT == 3.97
+
+
+# ----- disaggregation --------------------------------------------------------------------------
+
+def test_disaggregation_is_the_ratio_of_chip_seconds():
+    d = disaggregate(H100, 4000, 250, decode_batch=96)
+    prefill = H100.request(1, 4000, 1).ttft_s
+    decode = H100.mixed_step(96, 4125).strict_s * 249 / 96
+    assert d.prefill_chips_per_decode_chip == pytest.approx(prefill / decode, rel=1e-12)
+    assert d.kv_bytes_per_request == 4000 * KV_TOKEN
+    t = disaggregate(H100, 4000, 250, ttft_target_s=0.3, tpot_target_s=0.02)
+    assert t.ttft_s == pytest.approx(0.3, rel=1e-6) and 0 < t.prefill_utilisation < 1
+    assert t.prefill_chips_per_decode_chip > d.prefill_chips_per_decode_chip * 0.99
+    assert disaggregate(H100, 4000, 250, ttft_target_s=0.05).feasible is False   # the prefill alone takes 61 ms
+
+
+# ----- the command line ------------------------------------------------------------------------
+
+BASE = ["--model", "llama-3-8b", "--hardware", "h100-sxm"]
+
+
+def _json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_commands_json_is_the_results_to_dict(capsys):
+    assert _json(capsys, "size", *BASE, "--input", "2000", "--output", "200", "--rate", "20,30", "--ttft-s", "10",
+                 "--tpot-s", "1", "--max-chips", "8") == size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 200,
+                                                              arrival_rate=[20.0, 30.0]).to_dict()
+    assert _json(capsys, "disaggregate", *BASE, "--input", "4000", "--output", "250", "--decode-batch", "96") == \
+        disaggregate(H100, 4000, 250, decode_batch=96).to_dict()
+    spec = _json(capsys, "speculate", *BASE, "--context", "128", "--gamma", "4", "--acceptance", "0.8")
+    assert spec["speedup"] == H100.speculate(1, 128, 4, 0.8).speedup and round(spec["break_even_batch"]) == 254
+    assert _json(capsys, "load", *BASE, "--input", "2000", "--output", "200", "--rate", "4") == \
+        serving_load(H100, 4.0, 2000, 200).to_dict()
+    assert _json(capsys, "energy", *BASE, "--context", "1", "--power-cap", "50") == \
+        energy_per_token(H100, 1, 1, power_cap_w=50).to_dict()
+    assert _json(capsys, "offload", *BASE, "--batch", "200", "--context", "4096") == kv_offload(H100, 200, 4096).to_dict()
+    run = _json(capsys, "run", *BASE, "--input", "1000", "--output", "2", "--prefix-tokens", "240", "--block-size", "784")
+    assert run == H100.request(1, 1000, 2, prefix_tokens=240, block_size=784).to_dict() and run["reused_tokens"] == 0
+    cap = _json(capsys, "capacity", *BASE, "--context", "2000", "--prefix-tokens", "1500")
+    assert cap["max_batch"] == 949
+
+
+def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
+    r = _json(capsys, "size", *BASE, "--input", "2000", "--output", "200", "--rate", "1000", "--ttft-s", "0.5",
+              "--tpot-s", "0.02", "--max-chips", "2")
+    assert r["feasible"] is False and r["n_chips"] == 0
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "0"], "--rate"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1,-2"], "--rate"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--percentiles", "50,100"], "--percentiles"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--prefix-tokens", "8",
+      "--prefix-hit-rate", "-0.1"], "--prefix-hit-rate"),
+    (["run", *BASE, "--input", "20", "--output", "2", "--prefix-tokens", "8", "--prefix-hit-rate", "1.5"],
+     "--prefix-hit-rate"),
+    (["run", *BASE, "--input", "20", "--output", "2", "--prefix-hit-rate", "0.5"], "--prefix-tokens"),
+    (["capacity", *BASE, "--context", "20", "--prefix-tokens", "8", "--prefix-hit-rate", "2"], "--prefix-hit-rate"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "-1", "--ttft-s", "1", "--tpot-s", "1",
+      "--max-chips", "2"], "--rate"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--users", "0", "--ttft-s", "1", "--tpot-s", "1",
+      "--max-chips", "2"], "--users"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "1", "--tpot-s", "1",
+      "--max-chips", "2", "--percentile", "0"], "--percentile"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "0", "--tpot-s", "1",
+      "--max-chips", "2"], "--ttft-s"),
+    (["speculate", *BASE, "--context", "128", "--gamma", "4", "--acceptance", "1.2"], "--acceptance"),
+    (["speculate", *BASE, "--context", "128", "--gamma", "0", "--acceptance", "0.5"], "--gamma"),
+    (["disaggregate", *BASE, "--input", "20", "--output", "2", "--percentile", "100"], "--percentile"),
+    (["disaggregate", *BASE, "--input", "20", "--output", "2", "--ttft-s", "-1"], "--ttft-s"),
+    (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
+    (["offload", *BASE, "--batch", "1", "--context", "8", "--what", "experts", "--fraction", "0.5"], "experts"),
+    (["offload", "--model", "mixtral-8x7b", "--hardware", "h200", "--batch", "1", "--context", "8", "--what",
+      "experts", "--fraction", "1.5"], "--fraction"),
+])
+def test_new_commands_exit_2_with_one_line_naming_the_option(capsys, argv, option):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert option in err and err.count("\n") == 1 and "Traceback" not in err
