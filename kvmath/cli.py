@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -657,6 +658,11 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row("activation peak", fmt_bytes(e.activation_peak_bytes), 4)
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
+        kinds = Counter(e.group_kinds)
+        _row("KV-cache groups", f"{e.num_groups} of {e.group_size} layers ("
+             + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")", 4)
+        if e.state_bytes is not None:  # vLLM's "Setting attention block size" and "Padding mamba page size" lines
+            _row("linear-layer state", f"{e.state_bytes:,} B, padded {e.state_padding:.2%} to one page", 4)
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)
         print("  engine (all ranks)")
         _row("KV cache size", f"{e.tokens:,} tokens", 4)
