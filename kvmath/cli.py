@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import warnings
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -314,6 +315,12 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                            help="text only: the memory per chip the last step's memory is compared with "
                                 "(kvmath.memory.memory_budget; default: device, the marketed size)")
 
+    if only in (None, "check"):
+        check = sub.add_parser("check", help="compare another tool's figure with kvmath's (check config FILE)")
+        checks = check.add_subparsers(dest="check_command", required=True, parser_class=_Parser, metavar="CHECK",
+                                      prog="kvmath check", help="what to check (required): config")
+        _add_check_config(checks)
+
     if only in (None, "models"):
         models = sub.add_parser("models", help="list model presets")
         models.add_argument("--family", help="only this family (llama, qwen, gemma, ...; default: all)", action=_Once)
@@ -329,6 +336,95 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         links.add_argument("--json", action=_OnceFlag, help="print JSON instead of text (default: text)")
     _add_serving_parsers(sub, only)
     return parser
+
+
+def _add_check_config(checks) -> None:
+    """``kvmath check config FILE --<figure> N``: :func:`kvmath.config_check.check_config` from the command line."""
+    p = checks.add_parser("config", help="a calculator's or engine's figure for a config.json, against kvmath's",
+                          description="Compare a figure another calculator or an engine gives for a config.json "
+                                      "with kvmath's, and name the misreading of the config that gives it "
+                                      "(linear layers as full attention, windows ignored, MLA as full "
+                                      "attention, shared-KV layers counted, stored precision ignored).")
+    p.add_argument("file", metavar="FILE", help="the config.json (or its directory; required)")
+    figure = p.add_mutually_exclusive_group(required=True)
+    figure.add_argument("--kv-bytes-per-token", type=_number, action=_Once,
+                        help="their KV bytes an engine reserves per token, every attention layer (one figure is required)")
+    figure.add_argument("--seq-bytes", type=_number, action=_Once,
+                        help="their bytes of cache for one sequence of --tokens tokens (one figure is required)")
+    figure.add_argument("--vllm-tokens", type=_number, action=_Once,
+                        help="vLLM's 'GPU KV cache size: N tokens' for --available-gib of KV memory "
+                             "(one figure is required)")
+    figure.add_argument("--weight-bytes", type=_number, action=_Once,
+                        help="their bytes of weights in memory (one figure is required)")
+    p.add_argument("--tokens", type=_number, action=_Once,
+                   help="with --seq-bytes: the sequence's length (required there; default: none)")
+    p.add_argument("--available-gib", type=_number, action=_Once,
+                   help="with --vllm-tokens: vLLM's 'Available KV cache memory' per rank, GiB (required there; "
+                        "default: none)")
+    for opt, default, text in (("--max-model-len", 8192, "vLLM's --max-model-len"),
+                               ("--block-size", 16, "tokens per vLLM block asked for"),
+                               ("--tensor-parallel", 1, "vLLM's --tensor-parallel-size"),
+                               ("--max-num-batched-tokens", None, "vLLM's --max-num-batched-tokens (default: "
+                                                                  "vLLM's for the engine)")):
+        p.add_argument(opt, type=_number, action=_Once,
+                       help=f"with --vllm-tokens: {text}" + (f" (default: {default})" if default else ""))
+    p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
+                   help="cached keys and values (default: bf16)")
+    p.add_argument("--json", action=_OnceFlag, help="print the result's to_dict() as JSON (default: text)")
+
+
+#: ``kvmath check`` subcommands: name -> compute(args) returning an _Answer (other checks add theirs here).
+_CHECKS = {}
+
+
+def _check(args) -> "_Answer":
+    return _CHECKS[args.check_command](args)
+
+
+def _check_config(args) -> "_Answer":
+    from .config_check import check_config
+
+    figures = {"kv_bytes_per_token": "--kv-bytes-per-token", "seq_bytes": "--seq-bytes",
+               "vllm_tokens": "--vllm-tokens", "weight_bytes": "--weight-bytes"}
+    quantity = next(q for q in figures if getattr(args, q) is not None)
+    needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",)}
+    applies = {"tokens": "seq_bytes", "available_gib": "vllm_tokens", "max_model_len": "vllm_tokens",
+               "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens"}
+    for dest, owner in applies.items():
+        if getattr(args, dest) is not None and owner != quantity:
+            raise ValueError(f"{_option(args, dest)} applies to {figures[owner]} only")
+    for dest in needs.get(quantity, ()):
+        if getattr(args, dest) is None:
+            raise ValueError(f"{figures[quantity]} needs --{dest.replace('_', '-')}")
+    if _given(args, "kv_dtype") and quantity == "weight_bytes":
+        raise ValueError("--kv-dtype has no effect on --weight-bytes; drop it")
+    figure = positive(figures[quantity], getattr(args, quantity))
+    kw = {}
+    if quantity == "seq_bytes":
+        kw["tokens"] = int(positive_int("--tokens", args.tokens))
+    if quantity == "vllm_tokens":
+        kw["available_kv_bytes"] = float(positive("--available-gib", args.available_gib)) * 2**30
+        for dest in ("max_model_len", "block_size", "tensor_parallel", "max_num_batched_tokens"):
+            if getattr(args, dest) is not None:
+                kw[dest] = int(positive_int(_option(args, dest), getattr(args, dest)))
+    r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype, **kw)
+    return _Answer(r.to_dict(), lambda: _print_check_config(r))
+
+
+_CHECKS["config"] = _check_config
+
+
+def _print_check_config(r) -> None:
+    unit = "tokens" if r.quantity == "vllm_tokens" else "B"
+    _row(f"{r.quantity}: yours", f"{r.figure:,.0f} {unit}")
+    _row(f"{r.quantity}: kvmath", f"{r.kvmath:,.0f} {unit}")
+    for kind, value in r.terms.items():
+        _row(f"{kind} layers", f"{value:,.0f} B", 2)
+    print(r.explanation)
+    if r.readings and not r.matches:
+        print("readings of the config (the figure each gives):")
+        for name, value in r.readings.items():
+            print(f"  {value:>20,.0f} {unit}  {name}")
 
 
 def _layout_text(layout: ParallelLayout) -> str:
@@ -740,6 +836,11 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row("activation peak", fmt_bytes(e.activation_peak_bytes), 4)
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
+        kinds = Counter(e.group_kinds)
+        _row("KV-cache groups", f"{e.num_groups} of {e.group_size} layers ("
+             + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")", 4)
+        if e.state_bytes is not None:  # vLLM's "Setting attention block size" and "Padding mamba page size" lines
+            _row("linear-layer state", f"{e.state_bytes:,} B, padded {e.state_padding:.2%} to one page", 4)
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)
         print("  engine (all ranks)")
         _row("KV cache size", f"{e.tokens:,} tokens", 4)
@@ -930,6 +1031,7 @@ _COMMANDS = {
     "hardware": (_hardware, _print_hardware),
     "links": (_links, _print_links),
     **{name: (compute, None) for name, compute in _SERVING_COMMANDS.items()},
+    "check": (_check, None),
 }
 
 

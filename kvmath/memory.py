@@ -83,12 +83,27 @@ VLLM_ENGINES = ("v1", "v0")
 #: 256 is newer, earlier releases stop at 128).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
-#: Layer kinds whose vLLM sizing kvmath reproduces. Linear-attention (Mamba, Gated DeltaNet) layers get a
-#: per-sequence ``MambaSpec``, and vLLM then enlarges the attention block size until an attention page
-#: covers a Mamba state and pads the Mamba page to match (``HybridAttentionMambaModelConfig
-#: .verify_and_update_config``, ``vllm/model_executor/models/config.py``); chunked layers get a
-#: ``ChunkedLocalAttentionSpec``. kvmath models neither yet, so it refuses them rather than size them as full.
-VLLM_LAYER_KINDS = ("full", "sliding", "mla")
+#: Layer kinds whose vLLM sizing kvmath reproduces, and the KV-cache spec vLLM's V1 engine gives each
+#: (``vllm/v1/kv_cache_interface.py``): ``full`` a ``FullAttentionSpec``, ``mla`` an ``MLAAttentionSpec``,
+#: ``sliding`` a ``SlidingWindowSpec``, ``chunked`` (Llama 4's local layers) a ``ChunkedLocalAttentionSpec``
+#: and ``linear`` (Gated DeltaNet, Mamba) a ``MambaSpec``: one page per sequence holding its conv and
+#: recurrent state. Other kinds are refused by name rather than sized as something they are not.
+VLLM_LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla")
+
+#: Where the hybrid rules of :func:`vllm_kv_cache` were read: ``vllm-project/vllm`` v0.10.2 and v0.11
+#: ``vllm/model_executor/models/config.py`` (``HybridAttentionMambaModelConfig.verify_and_update_config``),
+#: and ``vllm/v1/core/kv_cache_utils.py`` / ``vllm/v1/kv_cache_interface.py`` at commit 001cabc1 (the
+#: grouping, page unification, block count, "GPU KV cache size" and concurrency code, unchanged in
+#: substance since v0.10.2). Newer releases moved the block-size alignment to
+#: ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``) with the same arithmetic.
+VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py; v1/core/kv_cache_utils.py and "
+                      "v1/kv_cache_interface.py @ 001cabc1")
+
+#: Tokens vLLM rounds the attention block size up to a multiple of when it enlarges it to hold a linear
+#: layer's state (``kernel_block_alignment_size`` in ``verify_and_update_config``): 16 for softmax
+#: attention (FlashAttention's block sizes; 32 on Blackwell with FlashInfer and head size 256, which
+#: ``block_alignment=32`` reproduces), 64 for MLA (128 with the CUTLASS MLA backend).
+VLLM_BLOCK_ALIGNMENT = {"attention": 16, "mla": 64}
 
 
 def _known(chip: Chip, attr: str, needed_by: str) -> float:
@@ -248,11 +263,14 @@ def _check_bool(name: str, value) -> None:
 
 
 def _check_tensor_parallel(model, tp: int) -> None:
-    """vLLM's refusals: heads not divisible by TP, KV heads neither divisible by TP nor dividing it.
+    """vLLM's refusals: heads not divisible by TP, KV heads neither divisible by TP nor dividing it,
+    linear-attention value heads not divisible by TP.
 
     ``ModelConfig.verify_with_parallel_config`` ("Total number of attention heads ... must be divisible by
     tensor parallel size"); ``QKVParallelLinear`` (``vllm/model_executor/layers/linear.py``) splits
-    ``n_kv_heads`` by TP, or replicates them ``tp / n_kv_heads`` times, with ``divide``, which asserts.
+    ``n_kv_heads`` by TP, or replicates them ``tp / n_kv_heads`` times, with ``divide``, which asserts; so
+    does ``MambaStateShapeCalculator.gated_delta_net_state_shape`` (``divide(num_v_heads, tp)``,
+    ``vllm/model_executor/layers/mamba/mamba_utils.py``).
     """
     if model.n_heads % tp:
         raise ValueError(f"tensor_parallel {tp} does not divide the {model.n_heads} attention heads; vLLM refuses it")
@@ -260,6 +278,11 @@ def _check_tensor_parallel(model, tp: int) -> None:
     if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
         raise ValueError(f"tensor_parallel {tp} neither divides the {kv} KV heads nor is a multiple of them; "
                          "vLLM refuses it")
+    if model.layers is not None:
+        for heads in {s.n_heads for s in model.layers if s.kind == "linear" and s.n_heads}:
+            if heads % tp:
+                raise ValueError(f"tensor_parallel {tp} does not divide the {heads} heads of the linear-attention "
+                                 "state; vLLM refuses it")
 
 
 @checked
@@ -303,43 +326,135 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     return _whole(block_size * elems * b)
 
 
-@checked
-def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, int, int]:
-    """How vLLM V1 groups the layers: ``(group_size, full_groups, sliding_groups)``.
+def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool) -> dict:
+    """vLLM's KV-cache spec of each layer on one rank, identical layers counted, in the order the layers first
+    show them (vLLM's ``same_type_layers`` keeps that order).
 
-    One attention type: one group of all its layers. Full plus sliding-window
-    layers (the hybrid KV-cache manager): ``group_size`` is the smaller layer
-    count, or the larger where it is under 1.5 times the smaller; each type
-    fills ``cdiv(layers, group_size)`` groups, the last padded
-    (``_get_kv_cache_groups_uniform_page_size``,
-    ``vllm/v1/core/kv_cache_utils.py``). Every group draws from one pool of
-    blocks, ``group_size`` layers' pages per block. ``hybrid=False``
-    (``--disable-hybrid-kv-cache-manager``, V0, V1 before the hybrid
-    manager) sizes every layer as full attention.
+    Keys are ``(kind, window, bytes)``: bytes of one token in one layer for attention kinds
+    (``2 x max(1, kv_heads // tp) x head_dim x kv_bytes``; MLA's latent, unsplit), of one sequence's state
+    for ``linear`` (``state_bytes / tp``: ``gated_delta_net_state_shape`` splits the conv channels and the
+    value heads by TP). Without the hybrid manager, sliding and chunked layers become full attention
+    (``unify_hybrid_kv_cache_specs``, ``vllm/v1/core/kv_cache_utils.py``) and linear layers cannot be
+    unified: vLLM raises "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one
+    unified type", and so does this.
+    """
+    types: dict = {}
+    for spec in model.layer_specs():
+        kind = spec.kind
+        if kind not in VLLM_LAYER_KINDS:
+            raise ValueError(f"{model.name} has {kind!r} layers, which kvmath does not size as vLLM does "
+                             f"(it sizes {', '.join(VLLM_LAYER_KINDS)})")
+        if kind == "linear":
+            if not hybrid:
+                raise ValueError(f"{model.name} has linear-attention layers: vLLM keeps their state in its own "
+                                 "pages and refuses to start with the hybrid KV-cache manager disabled")
+            key = ("linear", None, spec.state_bytes / tp)
+        elif kind == "mla":
+            key = ("mla", None, spec.latent_dim * kv_bytes)
+        else:
+            per_token = 2 * max(1, spec.n_kv_heads // tp) * spec.head_dim * kv_bytes
+            key = (kind, spec.window, per_token) if hybrid and kind != "full" else ("full", None, per_token)
+        types[key] = types.get(key, 0) + 1
+    return types
+
+
+def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool, alignment: int | None):
+    """vLLM V1's KV-cache groups for one rank: ``(groups, group_size, page_bytes, block_sizes, state_bytes)``.
+
+    ``groups`` lists one ``(kind, window, bytes)`` key per KV-cache group, ``block_sizes`` each group's
+    tokens per block (None for a linear group: vLLM gives a ``MambaSpec`` ``block_size = max_model_len``),
+    ``state_bytes`` a linear layer's state before padding (None without linear layers). The steps:
+
+    1. Linear layers present: the attention block size becomes ``align x cdiv(state, align x attention bytes
+       per token)`` where the block size asked for is smaller, and the state page is padded to that
+       attention page (``HybridAttentionMambaModelConfig.verify_and_update_config``, vLLM v0.10.2-v0.11).
+    2. One spec for every layer: one group of all layers. Otherwise pages are unified to the largest by
+       multiplying the block size of smaller ones (``unify_kv_cache_spec_page_size``; a page that does
+       not divide the largest is refused, as vLLM raises NotImplementedError), and each spec's layers fill
+       ``cdiv(layers, group_size)`` groups, ``group_size`` the fewest layers of any spec, or the most where
+       that is under 1.5 times the fewest (``_get_kv_cache_groups_uniform_page_size``).
+    """
+    types = _layer_types(model, tp, kv_bytes, hybrid)
+    attention = [k for k in types if k[0] != "linear"]
+    linear = [k for k in types if k[0] == "linear"]
+    state = max(k[2] for k in linear) if linear else None
+    state_page = state
+    if linear and attention:
+        per_token = attention[0][2]  # vLLM sizes it from the model-wide heads (get_num_kv_heads, get_head_size)
+        align = alignment or VLLM_BLOCK_ALIGNMENT["mla" if attention[0][0] == "mla" else "attention"]
+        block_size = max(block_size, int(align * _cdiv(state, align * per_token)))
+        state_page = block_size * per_token
+    pages = {k: (state_page if k[0] == "linear" else block_size * k[2]) for k in types}
+    blocks = {k: (None if k[0] == "linear" else block_size) for k in types}
+    if len(types) == 1:
+        (key, count), = types.items()
+        return [key], count, _whole(pages[key], "page_bytes"), blocks, state
+    largest = max(pages.values())
+    for k, page in pages.items():
+        if largest % page:
+            raise ValueError(f"{model.name}: a {k[0]} page of {page:,.0f} B does not divide the largest page "
+                             f"({largest:,.0f} B); vLLM cannot unify the page sizes and refuses to start")
+        if blocks[k] is not None:
+            blocks[k] *= int(largest // page)
+    fewest, most = min(types.values()), max(types.values())
+    size = most if most < 1.5 * fewest else fewest
+    groups = [k for k, count in types.items() for _ in range(int(_cdiv(count, size)))]
+    return groups, size, _whole(largest, "page_bytes"), blocks, state
+
+
+@checked
+def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, tuple[str, ...]]:
+    """How vLLM V1 groups the layers: ``(group_size, kinds)``, one kind per KV-cache group.
+
+    One kind of layer: one group of all of them. Mixed kinds (the hybrid KV-cache manager): each kind
+    fills ``cdiv(layers, group_size)`` groups of ``group_size`` layers, the last padded, where
+    ``group_size`` is the fewest layers of any kind, or the most where that is under 1.5 times the
+    fewest (``_get_kv_cache_groups_uniform_page_size``, ``vllm/v1/core/kv_cache_utils.py``). Every group
+    draws from one pool of blocks, ``group_size`` layers' pages per block. ``hybrid=False``
+    (``--disable-hybrid-kv-cache-manager``, V0, V1 before the hybrid manager) sizes sliding and chunked
+    layers as full attention. Groups are listed in the order their kind first appears.
 
     Examples
     --------
     >>> from kvmath import Model
-    >>> vllm_kv_groups(Model.preset("gemma-2-9b"))        # 21 global + 21 local layers
-    (21, 1, 1)
+    >>> vllm_kv_groups(Model.preset("gemma-2-9b"))        # 21 local + 21 global layers, local first
+    (21, ('sliding', 'full'))
     >>> vllm_kv_groups(Model.preset("gemma-2-9b"), hybrid=False)
-    (42, 1, 0)
+    (42, ('full',))
 
-    Linear-attention and chunked layers raise ``ValueError`` (:data:`VLLM_LAYER_KINDS`).
+    Qwen3-Next's layout: three Gated DeltaNet layers (a 1,097,728-byte state over 32 value heads) to every
+    full-attention one, 48 layers: three linear groups of 12 and one full group:
+
+    >>> from kvmath.layers import LayerSpec
+    >>> gdn, full = LayerSpec("linear", n_heads=32, state_bytes=1_097_728), LayerSpec("full", 16, 2, 256)
+    >>> next80 = Model("qwen3-next-layout", 48, 2048, 16, 2, 256, 5120, 151936, attention="gqa",
+    ...                layers=((gdn,) * 3 + (full,)) * 12)
+    >>> vllm_kv_groups(next80)
+    (12, ('linear', 'linear', 'linear', 'full'))
     """
     _model(model)
     _check_bool("hybrid", hybrid)
-    specs = model.layer_specs()
-    other = sorted({s.kind for s in specs} - set(VLLM_LAYER_KINDS))
-    if other:
-        raise ValueError(f"{model.name} has {'/'.join(other)} layers: vLLM sizes those with their own specs "
-                         "(MambaSpec, ChunkedLocalAttentionSpec), which kvmath does not model yet")
-    sliding = sum(s.kind == "sliding" for s in specs) if hybrid else 0
-    full = model.n_layers - sliding
-    counts = [c for c in (full, sliding) if c]
-    small, large = min(counts), max(counts)
-    size = large if large < 1.5 * small else small
-    return size, int(_cdiv(full, size)), int(_cdiv(sliding, size))
+    groups, size, _, _, _ = _vllm_layout(model, BLOCK_SIZE, 2, 1, hybrid, None)
+    return size, tuple(k[0] for k in groups)
+
+
+def _blocks_per_request(key, block: int | None, mml: ArrayLike, mnbt: ArrayLike) -> ArrayLike:
+    """Blocks one request of ``max_model_len`` tokens takes in one group (``max_memory_usage_bytes`` / page).
+
+    Full and MLA: ``cdiv(max_model_len, block)`` (``FullAttentionSpec``); sliding: ``cdiv(min(window - 1 +
+    max_num_batched_tokens, max_model_len), block) + 1`` (``SlidingWindowSpec``); chunked: ``cdiv(min(chunk
+    + max_num_batched_tokens, max_model_len), block)`` (``ChunkedLocalAttentionSpec``); linear: one page,
+    its state (``MambaSpec`` with ``mamba_cache_mode`` "none", no speculative blocks;
+    ``vllm/v1/kv_cache_interface.py``).
+    """
+    kind, window, _ = key
+    if kind == "linear":
+        return np.ones_like(np.asarray(mml))
+    if kind == "sliding":
+        return _cdiv(np.minimum(window - 1 + np.asarray(mnbt), mml), block) + 1
+    if kind == "chunked":
+        return _cdiv(np.minimum(window + np.asarray(mnbt), mml), block)
+    return _cdiv(mml, block)
 
 
 def _large_gpu(chip: Chip | ArrayLike, total: ArrayLike) -> bool:
@@ -455,24 +570,32 @@ class EngineBudget(Result):
     available_kv_bytes : float or array
         KV cache memory of the rank ("Available KV cache memory").
     page_bytes : int
-        One block of one layer (:func:`vllm_page_bytes`).
+        One block of one layer, the same in every group (vLLM unifies them; a linear layer's state is
+        padded to it).
     group_size, num_groups : int
         Layers per KV-cache group, and the groups (:func:`vllm_kv_groups`).
     num_blocks : int or array
         Blocks in the shared pool ("# GPU blocks").
     tokens : int or array
-        "GPU KV cache size": ``num_blocks // num_groups x block_size`` tokens
+        "GPU KV cache size": ``num_blocks // num_groups x`` the smallest block size of any group, tokens
         for the whole engine (a TP group holds one copy, not N).
     blocks_per_request : int or array
-        Blocks one request of ``max_model_len`` tokens takes.
+        Blocks one request of ``max_model_len`` tokens takes, summed over the groups.
     max_concurrency : float or array
-        "Maximum concurrency for max_model_len tokens per request".
+        "Maximum concurrency for max_model_len tokens per request": ``num_blocks / blocks_per_request``.
     max_model_len, block_size, max_num_batched_tokens : int
-        The engine settings the figures are for.
+        The engine settings the figures are for; ``block_size`` is the attention block size vLLM uses,
+        larger than the one asked for where it holds a linear layer's state ("Setting attention block size
+        to N tokens").
     total_bytes, requested_bytes, weight_bytes, activation_peak_bytes, non_torch_bytes : float or None
         The memory profile :func:`vllm_engine` used (None from
         :func:`vllm_kv_cache`): runtime total, utilization x total, and the
         three costs taken from it. Defaults are estimates.
+    group_kinds : tuple of str
+        The kind of layer of each group (``"linear"`` groups hold one state page per request).
+    state_bytes : int or None
+        A linear layer's state per sequence on this rank before vLLM pads it to ``page_bytes`` (None
+        without linear layers).
     """
 
     available_kv_bytes: ArrayLike
@@ -491,6 +614,15 @@ class EngineBudget(Result):
     weight_bytes: ArrayLike | None = None
     activation_peak_bytes: ArrayLike | None = None
     non_torch_bytes: ArrayLike | None = None
+    group_kinds: tuple[str, ...] = ()
+    state_bytes: int | None = None
+
+    @property
+    def state_padding(self) -> float | None:
+        """Fraction by which vLLM pads a linear layer's state page ("Padding mamba page size by X%"), or None."""
+        return None if self.state_bytes is None else self.page_bytes / self.state_bytes - 1
+
+    _derived = ("state_padding",)
 
 
 @checked
@@ -506,50 +638,60 @@ def vllm_kv_cache(
     max_num_batched_tokens: ArrayLike | None = None,
     hybrid: bool = True,
     engine: str = "v1",
+    block_alignment: int | None = None,
 ) -> EngineBudget:
     """Blocks, tokens and maximum concurrency vLLM gets from one rank's KV memory.
 
-    ``num_blocks = available // page_bytes // group_size``
-    (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``; V0's
-    ``available // (page x layers)`` is the same integer); ``tokens =
-    num_blocks // num_groups x block_size`` (``_report_kv_cache_config``).
-    A request of ``max_model_len`` tokens takes ``cdiv(max_model_len,
-    block_size)`` blocks in each full-attention group and
-    ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
-    block_size) + 1`` in each sliding-window group
-    (``SlidingWindowSpec.max_memory_usage_bytes``); V1's maximum concurrency
-    is ``num_blocks`` over that sum (``get_max_concurrency_for_kv_cache_config``),
-    V0's ``num_blocks x block_size / max_model_len``. Under tensor
-    parallelism vLLM keeps the fewest blocks over the ranks (``get_kv_cache_configs``):
-    pass each rank's memory and take the minimum.
+    The layers are grouped as :func:`vllm_kv_groups` says, every group's page the same size (with
+    linear-attention layers, the attention block size grows until a page holds a layer's state, and the
+    state is padded to it: ``HybridAttentionMambaModelConfig.verify_and_update_config``,
+    ``vllm/model_executor/models/config.py``, v0.10.2-v0.11). Then ``num_blocks = available // page_bytes
+    // group_size`` (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``; V0's ``available // (page x
+    layers)`` is the same integer) and ``tokens = num_blocks // num_groups x`` the smallest block size of
+    any group, a linear group's being ``max_model_len`` (``_report_kv_cache_config``). A request of
+    ``max_model_len`` tokens takes, in each group, the blocks :func:`_blocks_per_request` gives (a linear
+    group: one); V1's maximum concurrency is ``num_blocks`` over their sum
+    (``get_max_concurrency_for_kv_cache_config``), V0's ``num_blocks x block_size / max_model_len``. Under
+    tensor parallelism vLLM keeps the fewest blocks over the ranks (``get_kv_cache_configs``): pass each
+    rank's memory and take the minimum. The rules were read from :data:`VLLM_HYBRID_SOURCE`.
+
+    "GPU KV cache size" is therefore not the tokens one could cache: for a hybrid model it counts
+    ``num_blocks`` shared by all the groups, a full group's share of them, in attention blocks; the
+    concurrency line is the figure that says how many ``max_model_len`` requests fit.
 
     Where vLLM refuses to start, this raises ``ValueError`` saying why: no
     whole block fits, one request of ``max_model_len`` tokens does not fit
     (concurrency below 1), a block size or tensor-parallel size vLLM does
-    not accept, or layer kinds kvmath does not size as vLLM does
-    (:data:`VLLM_LAYER_KINDS`).
+    not accept, page sizes vLLM cannot unify, or layer kinds kvmath does not
+    size as vLLM does (:data:`VLLM_LAYER_KINDS`).
 
     Parameters
     ----------
     model : Model
-        The architecture (KV heads, head size, layers, windows, MLA widths).
+        The architecture (KV heads, head size, layers, windows, MLA widths, linear states).
     available_kv_bytes : float or array
         The rank's KV memory, bytes (as logged, or from
         :func:`vllm_available_kv_bytes`).
     max_model_len : int or array
         vLLM's ``--max-model-len``, tokens.
     block_size, kv_dtype, tensor_parallel :
-        Tokens per block, cached element format, TP ranks.
+        Tokens per block asked for, cached element format, TP ranks. A linear layer's state keeps the
+        model's dtype (vLLM's ``mamba_cache_dtype`` "auto"), whatever ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
-        without sliding-window layers only). Default: all.
+        whose layers vLLM keeps in one group only). Default: all.
     max_num_batched_tokens : int, optional
         Default :func:`vllm_max_num_batched_tokens`.
     hybrid : bool
         V1's hybrid KV-cache manager (default on since v0.10; False for
-        ``--disable-hybrid-kv-cache-manager``).
+        ``--disable-hybrid-kv-cache-manager``). vLLM v0.10-v0.11 turns it off by default for models with
+        chunked local attention (Llama 4) unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``
+        (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``): pass False to reproduce those logs.
     engine : str
-        ``"v1"`` or ``"v0"`` (:data:`VLLM_ENGINES`).
+        ``"v1"`` or ``"v0"`` (:data:`VLLM_ENGINES`; V0 sizes every attention layer as full and has no
+        linear-layer pages kvmath reproduces).
+    block_alignment : int, optional
+        Tokens the enlarged attention block size is a multiple of (:data:`VLLM_BLOCK_ALIGNMENT`).
 
     Examples
     --------
@@ -563,6 +705,18 @@ def vllm_kv_cache(
     >>> kv = vllm_kv_cache(qwen3_14b, 6.51 * GiB, 32768)
     >>> kv.num_blocks, kv.tokens, round(kv.max_concurrency, 2)
     (2666, 42656, 1.3)
+
+    Qwen3-Next-80B-A3B at TP=2 under vLLM 0.10.2 logged "Setting attention block size to 544 tokens",
+    "Padding mamba page size by 1.49%", "Available KV cache memory: 44.59 GiB", "GPU KV cache size:
+    973,760 tokens" and "Maximum concurrency for 262,144 tokens per request: 14.77x":
+
+    >>> from kvmath.layers import LayerSpec
+    >>> gdn, full = LayerSpec("linear", n_heads=32, state_bytes=1_097_728), LayerSpec("full", 16, 2, 256)
+    >>> next80 = Model("qwen3-next-layout", 48, 2048, 16, 2, 256, 5120, 151936, attention="gqa",
+    ...                layers=((gdn,) * 3 + (full,)) * 12)
+    >>> kv = vllm_kv_cache(next80, 44.59 * GiB, 262144, tensor_parallel=2, max_num_batched_tokens=8192)
+    >>> kv.block_size, f"{kv.state_padding:.2%}", kv.tokens, round(kv.max_concurrency, 2)
+    (544, '1.49%', 973760, 14.77)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
     hybrid = flag("hybrid", hybrid)
@@ -572,29 +726,35 @@ def vllm_kv_cache(
     block_size = one_int("block_size", block_size)
     if block_size not in VLLM_BLOCK_SIZES:
         raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    if block_alignment is not None:
+        block_alignment = one_int("block_alignment", block_alignment)
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    page = vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)
-    _check_bool("hybrid", hybrid)
-    group_size, full_groups, sliding_groups = vllm_kv_groups(model, hybrid=hybrid and engine == "v1")
+    vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
+    tp = int(tensor_parallel)
+    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
+    if engine == "v0" and any(s.kind == "linear" for s in model.layer_specs()):
+        raise ValueError(f"engine 'v0': {model.name} has linear-attention layers, whose state V0 kept outside "
+                         "the paged KV cache; kvmath sizes them for V1 only")
+    groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid and engine == "v1",
+                                                           block_alignment)
     if layers is not None:
-        if sliding_groups:
-            raise ValueError("layers (a pipeline stage's share) is supported for models without sliding-window groups")
+        if len(set(groups)) > 1:
+            raise ValueError("layers (a pipeline stage's share) is supported for models whose layers vLLM keeps "
+                             "in one group")
         group_size = one_int("layers", layers)
         if group_size > model.n_layers:
             raise ValueError(f"layers ({group_size}) exceeds the model's {model.n_layers} layers")
-    num_groups = full_groups + sliding_groups
+    attention_block = min((bs for bs in blocks.values() if bs is not None), default=block_size)
+    num_groups = len(groups)
     num_blocks = np.maximum(np.floor(np.floor(np.asarray(avail) / page) / group_size), 0)
     if np.any(num_blocks == 0):
         raise ValueError("available_kv_bytes holds no block of block_size tokens on every layer: vLLM refuses "
                          "to start (\"No available memory for the cache blocks\")")
-    tokens = num_blocks // num_groups * block_size
-    full_blocks = _cdiv(mml, block_size)
-    if sliding_groups:
-        window_blocks = _cdiv(np.minimum(model.sliding_window - 1 + np.asarray(mnbt), mml), block_size) + 1
-    else:
-        window_blocks = 0
-    per_request = full_groups * full_blocks + sliding_groups * window_blocks
+    smallest = attention_block if all(blocks[k] is not None for k in groups) else \
+        np.minimum(np.asarray(mml), attention_block) if len(blocks) > 1 else np.asarray(mml)  # a linear group's is mml
+    tokens = num_blocks // num_groups * smallest
+    per_request = sum(_blocks_per_request(k, blocks[k], mml, mnbt) for k in groups)
     concurrency = num_blocks / per_request if engine == "v1" else num_blocks * block_size / np.asarray(mml)
     refused = np.asarray(concurrency < 1)
     if refused.any():
@@ -613,8 +773,9 @@ def vllm_kv_cache(
         available_kv_bytes=plain(avail), page_bytes=page, group_size=group_size, num_groups=num_groups,
         num_blocks=_whole(num_blocks, "num_blocks"), tokens=_whole(tokens, "tokens"),
         blocks_per_request=_whole(per_request, "blocks_per_request"),
-        max_concurrency=plain(concurrency), max_model_len=_whole(mml, "max_model_len"), block_size=block_size,
-        max_num_batched_tokens=_whole(mnbt, "max_num_batched_tokens"),
+        max_concurrency=plain(concurrency), max_model_len=_whole(mml, "max_model_len"),
+        block_size=int(attention_block), max_num_batched_tokens=_whole(mnbt, "max_num_batched_tokens"),
+        group_kinds=tuple(k[0] for k in groups), state_bytes=None if state is None else _whole(state, "state_bytes"),
     )
 
 

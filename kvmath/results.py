@@ -2,7 +2,7 @@
 
 The command line's ``--json`` is ``to_dict()`` of the same object, so Python
 and JSON cannot disagree: each key is an attribute (a field, or one of the
-derived quantities the class lists in ``_derived``), arrays become lists and
+derived quantities the class lists in ``_derived``), arrays and tuples become lists and
 numpy scalars plain numbers, and NaN (an undefined figure, such as the time
 per output token of a one-token request) None, which JSON can hold.
 """
@@ -33,6 +33,8 @@ def plain_value(value):
         return {f.name: plain_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {k: plain_value(v) for k, v in value.items()}
+    if isinstance(value, tuple):  # JSON has lists only: a tuple field reads back as what --json prints
+        return [plain_value(v) for v in value]
     return value
 
 

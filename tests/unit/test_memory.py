@@ -234,7 +234,7 @@ def test_deepseek_v2_lite_needed_memory_issue15871():
 def test_gpt_oss_120b_hybrid_groups_hfmem60():
     """alvarobartt/hf-mem issue #60 quoting vLLM V1: 'Available KV cache memory: 5.38 GiB', 'GPU KV cache size:
     78,384 tokens'. 18 sliding (128) + 18 full layers: group size 18, two groups sharing one pool of blocks."""
-    assert vllm_kv_groups(GPT_OSS_120B) == (18, 1, 1)
+    assert vllm_kv_groups(GPT_OSS_120B) == (18, ("sliding", "full"))
     page = vllm_page_bytes(GPT_OSS_120B)
     assert page == 32768
     lo, hi = (vllm_kv_cache(GPT_OSS_120B, x, 8192).tokens for x in (5.38 * GiB - HALF, 5.38 * GiB + HALF))
@@ -277,7 +277,7 @@ def test_sliding_window_groups_by_hand():
     1 + cdiv(52, 10) = 7 groups; a 4096-token request takes 256 + 6 x (cdiv(1023 + 2048, 16) + 1) = 1,414 blocks."""
     gemma3 = Model("gemma-3-27b-layout", 62, 5376, 32, 16, 128, 21504, 262144, attention="gqa",
                    sliding_window=1024, n_sliding_layers=52)
-    assert vllm_kv_groups(gemma3) == (10, 1, 6)
+    assert vllm_kv_groups(gemma3) == (10, ("sliding",) * 6 + ("full",))
     avail = 1e10
     kv = vllm_kv_cache(gemma3, avail, 4096)
     page = 2 * 16 * 16 * 128 * 2
@@ -444,25 +444,27 @@ LLAMA_3_8B = get_model("llama-3-8b")
 # ----- linear-attention layers in the vLLM budget --------------------
 
 
-def test_vllm_budget_refuses_linear_attention_layers():
-    # Qwen3-Next: 12 full + 36 Gated DeltaNet layers, which vLLM sizes with a MambaSpec; was (48, 1, 0)
+def test_vllm_budget_sizes_linear_and_chunked_layers_refuses_them_without_the_hybrid_manager():
+    # Qwen3-Next: 12 full + 36 Gated DeltaNet layers, which vLLM sizes with a MambaSpec (was refused; the
+    # hybrid rules and the logs are in tests/unit/test_vllm_hybrid.py). Without the hybrid manager vLLM
+    # cannot unify a MambaSpec with attention specs and refuses to start.
     m = km.Model.from_hf_config(NEXT)
-    with pytest.raises(ValueError, match="linear layers.*MambaSpec.*not model"):
-        vllm_kv_groups(m)
-    with pytest.raises(ValueError, match="linear layers"):
-        vllm_kv_cache(m, 10 * GiB, 8192)
-    with pytest.raises(ValueError, match="linear layers"):
-        vllm_engine(m, get_chip("b200"), 131072, tensor_parallel=8)
+    assert vllm_kv_groups(m) == (12, ("linear",) * 3 + ("full",))
+    with pytest.raises(ValueError, match="linear-attention layers.*hybrid KV-cache manager disabled"):
+        vllm_kv_cache(m, 10 * GiB, 8192, hybrid=False)
+    with pytest.raises(ValueError, match="engine 'v0'.*linear-attention"):
+        vllm_kv_cache(m, 10 * GiB, 8192, engine="v0")
+    # 16 chunked + 16 full layers of the Llama config: two groups of 16; without the manager, one of 32
     chunked = km.Model.from_hf_config(edited(layer_types=["chunked_attention", "full_attention"] * 16,
                                              attention_chunk_size=8192))
-    with pytest.raises(ValueError, match="chunked layers"):
-        vllm_kv_groups(chunked)
+    assert vllm_kv_groups(chunked) == (16, ("chunked", "full"))
+    assert vllm_kv_groups(chunked, hybrid=False) == (32, ("full",))
 
 
 def test_vllm_groups_count_sliding_layers_from_the_layer_list():
     # gpt-oss-20b from its config.json: 12 sliding + 12 full layers, as the review computed by hand
     m = km.Model.from_hf_config(GPT_OSS)
-    assert vllm_kv_groups(m) == (12, 1, 1)
+    assert vllm_kv_groups(m) == (12, ("sliding", "full"))
 
 
 # ----- tensor parallelism splits linear states by their own heads ----

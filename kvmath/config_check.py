@@ -1,0 +1,293 @@
+"""A calculator's or an engine's figure for a ``config.json``, against kvmath's, and which term differs.
+
+The same errors recur from calculator to calculator (issue threads of LMCache, ollama, gguf-parser, vLLM
+and AIConfigurator): hybrid linear-attention layers counted as full attention, shared-KV layers counted
+twice, sliding windows ignored, MLA read as full attention, the stored precision ignored. Each is a
+*reading* of the config here: the model rebuilt as that calculator reads it, and the same quantity computed
+from it. :func:`check_config` computes kvmath's figure and every reading's, and names the readings that
+give the figure it was handed.
+
+Quantities (base units, as the command line's options name them):
+
+``kv_bytes_per_token``
+    What an engine reserves per token: one token's K and V (or latent) in every attention layer
+    (:meth:`kvmath.Model.kv_bytes_per_token`).
+``seq_bytes``
+    What one sequence of ``tokens`` tokens needs: windows applied, linear states added
+    (:meth:`kvmath.Model.kv_bytes_per_seq`).
+``vllm_tokens``
+    vLLM's "GPU KV cache size: N tokens" for ``available_kv_bytes`` of KV memory
+    (:func:`kvmath.memory.vllm_kv_cache`).
+``weight_bytes``
+    The weights in memory, in the formats the config stores them in
+    (:func:`kvmath.hf_config.weights_from_hf_config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layers import LayerSpec
+from .results import Result
+from .validation import positive, positive_int
+
+#: The quantities :func:`check_config` compares.
+QUANTITIES = ("kv_bytes_per_token", "seq_bytes", "vllm_tokens", "weight_bytes")
+
+#: Relative difference under which two figures are taken as equal: bytes (calculators print rounded
+#: figures: "13.7 GB" is 0.4% wide), and vLLM's token counts (exact integers from a memory figure printed to
+#: 0.01 GiB: 0.011% of 44.59 GiB).
+RTOL = {"bytes": 0.005, "tokens": 1e-4}
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures
+class ConfigCheck(Result):
+    """A figure for a config, kvmath's, and the readings of the config that give it.
+
+    Attributes
+    ----------
+    quantity : str
+        One of :data:`QUANTITIES`.
+    figure, kvmath : float
+        The figure handed in, and kvmath's (bytes, or tokens for ``vllm_tokens``).
+    matches : bool
+        Whether they agree within :data:`RTOL`.
+    readings : dict
+        ``{reading: figure}``: the quantity under each way of misreading the config that applies to it.
+    explained_by : list of str
+        The readings whose figure agrees with the one handed in (empty where kvmath's does, or none does).
+    explanation : str
+        One sentence: equal, equal under which reading, or by how much it differs from kvmath's.
+    terms : dict
+        kvmath's figure split by layer kind (bytes; ``seq_bytes`` and ``kv_bytes_per_token`` only).
+    """
+
+    quantity: str
+    figure: float
+    kvmath: float
+    matches: bool
+    readings: dict
+    explained_by: list
+    explanation: str
+    terms: dict
+
+
+# ----- readings: the config as a calculator reads it -------------------------------------------
+
+def _as_full(spec: LayerSpec, n_kv_heads: int, head_dim: int) -> LayerSpec:
+    return LayerSpec("full", n_heads=spec.n_heads or n_kv_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                     params=spec.params)
+
+
+def _linear_as_full(model, spec):
+    """A linear-attention (or Mamba) layer given the K and V of the model's attention layers."""
+    if spec.kind != "linear":
+        return spec
+    return LayerSpec("full", n_heads=model.n_heads, n_kv_heads=model.n_kv_heads, head_dim=model.head_dim)
+
+
+def _windows_ignored(model, spec):
+    """A sliding-window or chunked layer holding every token."""
+    if spec.kind not in ("sliding", "chunked"):
+        return spec
+    return _as_full(spec, spec.n_kv_heads, spec.head_dim)
+
+
+def _mla_as_full(model, spec):
+    """An MLA layer caching every head's K (``qk_nope + qk_rope``) and V (``v_head_dim``), as multi-head
+    attention: what an engine without MLA support keeps, ``h x (d_nope + d_rope + d_v)`` per token."""
+    if spec.kind != "mla":
+        return spec
+    width = model.head_dim + model.qk_rope_dim + model.v_head_dim
+    if width % 2:
+        return None
+    return LayerSpec("full", n_heads=spec.n_heads, n_kv_heads=spec.n_heads, head_dim=width // 2)
+
+
+def _shared_counted(model, spec):
+    """A layer that reads an earlier layer's cache (kind ``shared``) counted with a cache of its own."""
+    if spec.kind != "shared":
+        return spec
+    return _as_full(spec, spec.n_kv_heads, spec.head_dim)
+
+
+#: Readings of a config's layers, by the sentence that names them: each maps one layer to the layer as
+#: that reading counts it (None: the reading does not apply to this model).
+LAYER_READINGS = {
+    "linear-attention layers are counted as full attention": _linear_as_full,
+    "shared-KV layers are counted with a cache of their own": _shared_counted,
+    "sliding windows and chunks are ignored (every layer holds every token)": _windows_ignored,
+    "MLA is read as full multi-head attention": _mla_as_full,
+}
+
+
+def _read_layers(model, reading):
+    """The model's layers under ``reading``, or None where it changes nothing or does not apply."""
+    specs = model.layer_specs()
+    read = tuple(reading(model, s) for s in specs)
+    if any(s is None for s in read) or read == specs:
+        return None
+    return read
+
+
+def _model_with(model, layers):
+    return model.replace(layers=layers, sliding_window=None, n_sliding_layers=None) if layers is not None else None
+
+
+# ----- the check -------------------------------------------------------------------------------
+
+def _kv_terms(model, layers, quantity, tokens, kv_bytes):
+    from .layers import kv_bytes_by_kind, kv_bytes_per_token
+
+    if quantity == "kv_bytes_per_token":
+        kinds: dict = {}
+        for s in layers:
+            kinds.setdefault(s.kind, []).append(s)
+        return {k: float(kv_bytes_per_token(tuple(v), kv_bytes)) for k, v in kinds.items()
+                if kv_bytes_per_token(tuple(v), kv_bytes)}
+    return {k: float(v) for k, v in kv_bytes_by_kind(layers, tokens, kv_bytes).items()}
+
+
+def check_config(config, quantity: str, figure: float, *, tokens: int | None = None,
+                 available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int = 16,
+                 tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str = "bf16",
+                 rtol: float | None = None) -> ConfigCheck:
+    """Compare a figure for ``config`` with kvmath's and name the readings of the config that give it.
+
+    Parameters
+    ----------
+    config : str, path or mapping
+        A ``config.json``, its directory, or the dict loaded from it.
+    quantity : str
+        One of :data:`QUANTITIES`.
+    figure : float
+        The other calculator's or engine's figure (bytes; tokens for ``vllm_tokens``).
+    tokens : int
+        ``seq_bytes`` only: the sequence's length.
+    available_kv_bytes, max_model_len, block_size, tensor_parallel, max_num_batched_tokens :
+        ``vllm_tokens`` only: the engine's KV memory per rank ("Available KV cache memory") and settings.
+    kv_dtype : str
+        The cached element format (default bf16).
+    rtol : float, optional
+        Relative difference taken as equal (default :data:`RTOL` for the quantity).
+
+    Examples
+    --------
+    gpt-oss-20b's layers (12 sliding of 128 tokens + 12 full, 8 KV heads of 64, 2,048 B per token and
+    layer): a 131,072-token sequence needs 12 x 2,048 x (128 + 131,072) B, and a calculator that says
+    24 x 2,048 x 131,072 has ignored the windows:
+
+    >>> cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...        "head_dim": 64, "num_hidden_layers": 24, "intermediate_size": 2880, "vocab_size": 201088,
+    ...        "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+    ...        "layer_types": ["sliding_attention", "full_attention"] * 12}
+    >>> r = check_config(cfg, "seq_bytes", 24 * 2048 * 131072, tokens=131072)
+    >>> r.kvmath == 12 * 2048 * (128 + 131072), r.explained_by[0]
+    (True, 'sliding windows and chunks are ignored (every layer holds every token)')
+    """
+    from .hf_config import _load, model_from_hf_config, weights_from_hf_config
+    from .units import dtype_bytes
+    from .validation import choice
+
+    quantity = choice("quantity", quantity, QUANTITIES)
+    figure = float(positive("figure", figure))
+    rtol = RTOL["tokens" if quantity == "vllm_tokens" else "bytes"] if rtol is None else float(positive("rtol", rtol))
+    data, _, _ = _load(config)
+    model = model_from_hf_config(data)
+    kv_bytes = dtype_bytes(kv_dtype, argument="kv_dtype")
+    readings: dict = {}
+    terms: dict = {}
+    if quantity in ("kv_bytes_per_token", "seq_bytes"):
+        if quantity == "seq_bytes":
+            if tokens is None:
+                raise ValueError("tokens (the sequence's length) is needed for seq_bytes")
+            tokens = int(positive_int("tokens", tokens))
+        def value(m, b=kv_bytes):
+            return float(m.kv_bytes_per_token(b) if quantity == "kv_bytes_per_token" else m.kv_bytes_per_seq(tokens, b))
+        ours = value(model)
+        terms = _kv_terms(model, model.layer_specs(), quantity, tokens, kv_bytes)
+        for name, reading in LAYER_READINGS.items():
+            read = _model_with(model, _read_layers(model, reading))
+            if read is not None:
+                readings[name] = value(read)
+        everything = _every_layer_full(model)
+        if everything is not None:
+            readings["every layer is full attention (2 x layers x KV heads x head_dim x bytes)"] = value(everything)
+        for other in (1, 4):
+            if other != kv_bytes:
+                readings[f"the cache is stored in {other} byte(s) per element instead of {kv_bytes:g}"] = \
+                    value(model, other)
+    elif quantity == "vllm_tokens":
+        from .memory import vllm_kv_cache
+
+        if available_kv_bytes is None:
+            raise ValueError("available_kv_bytes (vLLM's 'Available KV cache memory') is needed for vllm_tokens")
+        avail = float(positive("available_kv_bytes", available_kv_bytes))
+        kw = dict(block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel,
+                  max_num_batched_tokens=max_num_batched_tokens)
+
+        def value(m, **more):
+            return float(vllm_kv_cache(m, avail, max_model_len, **{**kw, **more}).tokens)
+        ours = value(model)
+        for name, reading in LAYER_READINGS.items():
+            read = _model_with(model, _read_layers(model, reading))
+            if read is not None:
+                readings[name] = _or_refused(value, read)
+        readings["the hybrid KV-cache manager is off (--disable-hybrid-kv-cache-manager)"] = \
+            _or_refused(value, model, hybrid=False)
+        per_token = model.kv_bytes_per_token(kv_bytes) / tensor_parallel
+        readings["tokens are the memory over the bytes per token (no pages, no groups)"] = float(
+            np.floor(avail / per_token)) if per_token else None
+        readings = {k: v for k, v in readings.items() if v is not None}
+    else:
+        stored = weights_from_hf_config(data)
+        ours = float(model.weight_bytes_resident(stored))
+        base = stored if isinstance(stored, str) else stored["default"]
+        if stored != base:
+            readings[f"every weight is sized in the config's torch_dtype ({base}), not as stored"] = \
+                float(model.weight_bytes_resident(base))
+        for fmt in ("fp32", "bf16"):
+            if fmt not in (base, stored):
+                readings[f"every weight is sized in {fmt}"] = float(model.weight_bytes_resident(fmt))
+    matches = _close(figure, ours, rtol)
+    explained = [] if matches else [name for name, v in readings.items() if _close(figure, v, rtol)]
+    return ConfigCheck(quantity=quantity, figure=figure, kvmath=ours, matches=matches, readings=readings,
+                       explained_by=explained, explanation=_explain(quantity, figure, ours, matches, explained),
+                       terms=terms)
+
+
+def _every_layer_full(model):
+    """The textbook formula's model: every layer a full-attention layer with the model-wide KV heads."""
+    full = LayerSpec("full", n_heads=model.n_heads, n_kv_heads=model.n_kv_heads, head_dim=model.head_dim)
+    if model.attention == "mla" or all(s.kind == "full" for s in model.layer_specs()):
+        return None
+    return _model_with(model, (full,) * model.n_layers)
+
+
+def _or_refused(value, model, **more):
+    """The reading's vLLM figure, or None where vLLM would refuse to start under it."""
+    try:
+        return value(model, **more)
+    except ValueError:
+        return None
+
+
+def _close(a: float, b: float | None, rtol: float) -> bool:
+    return b is not None and abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def _explain(quantity, figure, ours, matches, explained) -> str:
+    unit = "tokens" if quantity == "vllm_tokens" else "B"
+    if matches:
+        return f"your figure equals kvmath's ({ours:,.0f} {unit})"
+    if explained:
+        return f"your figure equals kvmath's ({ours:,.0f} {unit}) if " + "; or if ".join(explained)
+    return (f"kvmath gives {ours:,.0f} {unit}; yours is {100 * (figure / ours - 1):+.1f}%, which no single "
+            "reading explains: compare the terms by layer kind")
+
+
+def readings_for(model) -> list[str]:
+    """The layer readings that change ``model``'s figures (what a conformance file lists for it)."""
+    return [name for name, reading in LAYER_READINGS.items() if _read_layers(model, reading) is not None]

@@ -1,0 +1,121 @@
+"""kvmath.config_check and `kvmath check config`: one test per error calculators make, each failing if kvmath
+made it (its own figure is the hand value and differs from the error's), and the command line's contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvmath.cli import main
+from kvmath.config_check import check_config
+from kvmath.layers import LAYER_KINDS
+from tests.unit.test_hf_config import GPT_OSS, NEXT, path
+
+NEXT_PATH = str(path("Qwen--Qwen3-Next-80B-A3B-Instruct"))
+V3_PATH = str(path("deepseek-ai--DeepSeek-V3"))
+
+
+def test_hybrid_linear_layers_counted_as_full():
+    # Qwen3-Next: 48 layers x 2 x 2 x 256 x 2 B = 98,304 B per token if every layer were attention;
+    # kvmath: the 12 full layers only, 24,576 B
+    r = check_config(NEXT, "kv_bytes_per_token", 98_304)
+    assert r.kvmath == 24_576 and not r.matches
+    assert "linear-attention layers are counted as full attention" in r.explained_by
+    assert r.explanation.startswith("your figure equals kvmath's (24,576 B) if linear-attention layers")
+
+
+def test_sliding_windows_ignored():
+    # gpt-oss-20b at 131,072 tokens: 24 x 2,048 x 131,072 = 6,442,450,944 B with windows ignored;
+    # kvmath 12 x 2,048 x (128 + 131,072) = 3,224,371,200 B
+    r = check_config(GPT_OSS, "seq_bytes", 6_442_450_944, tokens=131_072)
+    assert r.kvmath == 3_224_371_200
+    assert "sliding windows and chunks are ignored (every layer holds every token)" in r.explained_by
+    assert r.terms == {"sliding": 12 * 2048 * 128, "full": 12 * 2048 * 131072}
+
+
+def test_mla_read_as_full_attention():
+    # DeepSeek-V3: 61 x 128 heads x (128 + 64 + 128) x 2 B = 4,997,120 B per token as MHA; kvmath 61 x 576 x 2
+    r = check_config(V3_PATH, "kv_bytes_per_token", 4_997_120)
+    assert r.kvmath == 70_272 and r.explained_by == ["MLA is read as full multi-head attention"]
+
+
+def test_stored_precision_ignored():
+    # gpt-oss-20b as published: experts in mxfp4 (the mirror's quantization_config put back as upstream's);
+    # issue 23: 41.8 GB in bf16 where it is 13.7 GB as stored
+    cfg = {**GPT_OSS, "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    bf16 = check_config(cfg, "weight_bytes", 1e9).readings[
+        "every weight is sized in the config's torch_dtype (bf16), not as stored"]
+    r = check_config(cfg, "weight_bytes", bf16)
+    assert round(r.kvmath / 1e9, 1) == 13.7 and round(r.figure / 1e9, 1) == 41.8
+    assert r.explained_by == ["every weight is sized in the config's torch_dtype (bf16), not as stored"]
+
+
+def test_cache_precision_misread():
+    # the Qwen3-Next cache in fp32: 12 x 2 x 2 x 256 x 4 = 49,152 B per token
+    r = check_config(NEXT, "kv_bytes_per_token", 49_152)
+    assert r.explained_by == ["the cache is stored in 4 byte(s) per element instead of 2"]
+
+
+@pytest.mark.skipif("shared" not in LAYER_KINDS, reason="the shared-KV layer kind comes with the configs branch")
+def test_shared_kv_layers_counted_twice():
+    # a layer reading an earlier layer's cache holds none: 4 full layers and 4 sharing theirs, 2 x 8 x 128 x 2 =
+    # 4,096 B per layer and token; counted with caches of their own, 8 x 4,096 = 32,768 B
+    from kvmath import Model
+    from kvmath.layers import LayerSpec
+
+    full, shared = LayerSpec("full", 32, 8, 128), LayerSpec("shared", 32, 8, 128)
+    m = Model("shared-kv", 8, 4096, 32, 8, 128, 14336, 128256, attention="gqa", layers=(full,) * 4 + (shared,) * 4)
+    from kvmath.config_check import LAYER_READINGS, _model_with, _read_layers
+
+    read = _model_with(m, _read_layers(m, LAYER_READINGS["shared-KV layers are counted with a cache of their own"]))
+    assert m.kv_bytes_per_token() == 16_384 and read.kv_bytes_per_token() == 32_768
+
+
+def test_vllm_tokens_of_the_published_log_and_as_full_attention():
+    # the vLLM 0.10.2 log (tests/data/vllm_logs.json): 973,760 tokens from 44.59 GiB at TP=2; a calculator
+    # counting all 48 layers as full attention: blocks of 16 x 1,024 B x 48 layers, 60,880 -> 974,080 tokens
+    kw = dict(available_kv_bytes=44.59 * 2**30, max_model_len=262_144, tensor_parallel=2,
+              max_num_batched_tokens=8192)
+    assert check_config(NEXT, "vllm_tokens", 973_760, **kw).matches
+    r = check_config(NEXT, "vllm_tokens", 974_080, **kw)
+    assert not r.matches and r.explained_by == ["linear-attention layers are counted as full attention"]
+
+
+# ----- the command line -------------------------------------------------------------------------
+
+def test_cli_text_json_and_exit_codes(capsys):
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "98304"]) == 0
+    out = capsys.readouterr().out
+    assert "if linear-attention layers are counted as full attention" in out and "24,576 B" in out
+    assert main(["check", "config", NEXT_PATH, "--seq-bytes", "64684032", "--tokens", "1024", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data == check_config(NEXT_PATH, "seq_bytes", 64_684_032, tokens=1024).to_dict() and data["matches"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--seq-bytes", "5"], "--seq-bytes needs --tokens"),
+    (["--vllm-tokens", "5"], "--vllm-tokens needs --available-gib"),
+    (["--kv-bytes-per-token", "5", "--tokens", "9"], "--tokens applies to --seq-bytes only"),
+    (["--kv-bytes-per-token", "-5"], "--kv-bytes-per-token"),
+    (["--seq-bytes", "5", "--tokens", "0.5"], "--tokens"),
+    (["--weight-bytes", "5", "--kv-dtype", "fp8"], "--kv-dtype"),
+])
+def test_cli_bad_input_is_one_line_naming_the_option(capsys, argv, named):
+    assert main(["check", "config", NEXT_PATH, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_cli_needs_one_figure(capsys):
+    # argparse's own usage error: exit 2, one line, naming the options
+    with pytest.raises(SystemExit) as e:
+        main(["check", "config", NEXT_PATH])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--kv-bytes-per-token" in err
+
+
+def test_cli_bad_config_names_the_file(capsys):
+    assert main(["check", "config", "no/such/config.json", "--kv-bytes-per-token", "5"]) == 2
+    assert "cannot read config file" in capsys.readouterr().err
