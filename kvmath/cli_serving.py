@@ -94,8 +94,8 @@ def _add_serving_parsers(sub, only: str | None) -> None:
     if only in (None, "size"):
         p = common("size", "fewest chips and layout meeting TTFT and TPOT targets at a load (kvmath.sizing)")
         p.add_argument("--max-chips", type=_number, required=True, action=_Once, help="most chips a layout may use (required)")
-        p.add_argument("--rate", type=_numbers, action=_Once, help="requests/s, or several comma-separated")
-        p.add_argument("--users", type=_numbers, action=_Once, help="concurrent users (a closed loop), instead of --rate")
+        p.add_argument("--rate", type=_numbers, action=_Once, help="requests/s, or several comma-separated (required unless --users is given)")
+        p.add_argument("--users", type=_numbers, action=_Once, help="concurrent users (a closed loop), instead of --rate (no default: one of the two is required)")
         p.add_argument("--think-s", type=_numbers, default=0.0, action=_Once,
                        help="with --users: seconds each user waits between requests (default: 0)")
         p.add_argument("--ttft-s", type=_numbers, required=True, action=_Once,
@@ -133,7 +133,7 @@ def _add_serving_parsers(sub, only: str | None) -> None:
                        help="each draft token's acceptance rate, in [0, 1] (required unless --tokens-per-step)")
         p.add_argument("--draft", action=_Once, help="draft model preset (default: none, a free draft or MTP heads)")
         p.add_argument("--tokens-per-step", type=_number, action=_Once,
-                       help="measured tokens per verify step instead of --acceptance (tree drafts, MTP heads)")
+                       help="measured tokens per verify step instead of --acceptance (tree drafts, MTP heads; default: from --acceptance)")
         p.add_argument("--verify-tokens", type=_number, action=_Once,
                        help="tokens verified per sequence (default: gamma + 1; a tree of n candidates: n + 1)")
     if only in (None, "disaggregate"):
