@@ -358,6 +358,16 @@ def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, toke
     return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime_of(dep, batch))
 
 
+def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float = 0.0) -> Estimate:
+    """An estimate of a pass the deployment already bounded (a :meth:`~kvmath.Deployment.step` or
+    :meth:`~kvmath.Deployment.prefill` of ``dep``, beside its ``strict_s``); ``prompt_tokens_per_pass``
+    picks the regime (:func:`regime_of`)."""
+    instance("dep", dep, Deployment, "a Deployment")
+    instance("step", step, Step, "a Step of the deployment")
+    regime = regime_of(dep, step.batch, prompt_tokens_per_pass)
+    return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime)
+
+
 def estimate_prefill(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike, *,
                      chunk_tokens: int | None = None) -> Estimate:
     """An estimate of the time to the first token (beside :func:`kvmath.requests.prefill_bound`)."""
@@ -667,5 +677,5 @@ def parameter_table() -> list[dict]:
 
 
 __all__ = ["PARAMETERS", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
-           "collective_estimate_s", "cross_validate", "estimate_for", "estimate_prefill", "estimate_request",
+           "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
            "estimate_step", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]
