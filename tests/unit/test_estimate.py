@@ -188,8 +188,10 @@ def test_tensor_parallel_collectives_by_hand():
     one_chip_part = PARAMS["step_overhead_s"] + 32 * PARAMS["layer_overhead_s"] + (
         float(step.weight_bytes_read + step.kv_bytes_read) / (2.039e12 * PARAMS["memory_efficiency"]))
     assert without.estimate_s == pytest.approx(one_chip_part + 64 * PARAMS["collective_call_s"], rel=1e-9)
-    assert E.collective_estimate_s(0.0, 64, E.EstimateParameters.fitted()) == pytest.approx(
-        64 * PARAMS["collective_call_s"], rel=1e-12)
+    assert E.collective_estimate_s(dep, 0.0) == pytest.approx(64 * PARAMS["collective_call_s"], rel=1e-12)
+    # DeepSeek-V3 over 128 chips by experts: 58 MoE layers, a dispatch and a combine each; no all-reduce
+    ds = km.Deployment("deepseek-v3", "h800", "dp=128,ep=128", link=None)
+    assert E.collective_estimate_s(ds, 0.0) == pytest.approx(2 * 58 * PARAMS["collective_call_s"], rel=1e-12)
 
 
 def test_the_moe_factor_multiplies_the_weight_term():
