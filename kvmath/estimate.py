@@ -440,6 +440,106 @@ def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
         time_per_output_token=_estimate(req.time_per_output_token_s, decode / steps, decode_regime))
 
 
+def _mixed_step_s(dep: Deployment, step, p: EstimateParameters):
+    """The estimate of a continuous-batching step (:class:`kvmath.batching.MixedStep`).
+
+    A mixed step keeps only its totals (bytes, FLOPs), so its bytes and its
+    arithmetic are priced as one kernel each, the larger of the two (the
+    pass's form with the attention folded into the weights' term).
+    """
+    c = _constants(dep)
+    w_s = step.weight_bytes_read / step.bandwidth
+    read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
+        + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
+    work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
+    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _collectives_s(step.comm_s, c.calls, p)
+
+
+def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
+                          output_tokens: ArrayLike) -> Estimate:
+    """An estimate of a continuous-batching steady state's step, its time per output token (beside
+    :func:`kvmath.batching.steady_state`'s ``time_per_output_token_s``).
+
+    Examples
+    --------
+    >>> e = estimate_steady_state(Deployment("llama-3-8b", "h100-sxm"), 64, 1000, 200)
+    >>> e.regime, e.bound_s < e.estimate_s
+    ('large_batch', True)
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    state = dep.steady_state(batch, input_tokens, output_tokens)
+    return _estimate(state.time_per_output_token_s, _mixed_step_s(dep, state.step, EstimateParameters.fitted()),
+                     regime_of(dep, batch))
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class FrontierEstimate(Result):
+    """The serving frontier's best operating point, estimated: per request shape (arrays over the shapes).
+
+    The memory cap is the bound's (:class:`kvmath.Frontier`'s ``fits``); the
+    batch is the one of highest estimated throughput per chip among those that
+    fit and whose estimated time per output token meets the limit.
+
+    Attributes
+    ----------
+    best_batch : the batch (0 where none fits or meets the limit).
+    throughput_per_chip_estimate, throughput_per_chip_estimate_low, throughput_per_chip_estimate_high :
+        output tokens/s per chip at it, and the ends of the 80% interval (the total time's).
+    time_per_output_token : :class:`Estimate` of the time per output token at it.
+    regime : the decode steps' regime.
+    """
+
+    best_batch: np.ndarray
+    throughput_per_chip_estimate: np.ndarray
+    throughput_per_chip_estimate_low: np.ndarray
+    throughput_per_chip_estimate_high: np.ndarray
+    time_per_output_token: Estimate
+    regime: str
+
+
+def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                      batch: ArrayLike | None = None, tpot_limit_s: float | None = None,
+                      budget: str = "device") -> FrontierEstimate:
+    """The frontier's best batch and throughput per chip as estimated (beside :func:`kvmath.requests.serving_frontier`).
+
+    Examples
+    --------
+    >>> dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4")
+    >>> f = dep.frontier(1000, 1000, tpot_limit_s=0.015)
+    >>> e = estimate_frontier(dep, 1000, 1000, tpot_limit_s=0.015)
+    >>> bool(e.throughput_per_chip_estimate[0] < f.best_throughput_per_chip[0]), e.regime
+    (True, 'multi_chip')
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    f = dep.frontier(input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s, budget=budget)
+    r = f.requests
+    b = np.asarray(r.batch, dtype=float)
+    s_in, s_out = np.asarray(r.input_tokens, dtype=float), np.asarray(r.output_tokens, dtype=float)
+    p = EstimateParameters.fitted()
+    ttft = _prefill_pricer(dep, b, r.input_tokens)(p)
+    decode = _decode_pricer(dep, b, s_in + 1.0, s_in + s_out - 1.0)(p)
+    regime = regime_of(dep, 2.0 if np.max(b) > 1 else 1.0)
+    total = _estimate(r.total_s, ttft + decode, regime)
+    tpot = _estimate(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1), regime)
+    tokens = b * s_out / dep.n_chips
+    allowed = f.fits if tpot_limit_s is None else f.fits & ((s_out == 1) | (tpot.estimate_s <= tpot_limit_s))
+    score = np.where(allowed, tokens / total.estimate_s, -np.inf)
+    pick = np.argmax(score, axis=0)
+    found = np.any(allowed, axis=0)
+
+    def at(x):
+        return np.where(found, np.take_along_axis(np.broadcast_to(x, score.shape), pick[None, :], 0)[0], 0.0)
+
+    cols = np.arange(score.shape[1])
+    picked = Estimate(**{k: (np.broadcast_to(v, score.shape)[pick, cols] if isinstance(v, np.ndarray) else v)
+                         for k, v in vars(tpot).items()})
+    return FrontierEstimate(best_batch=np.where(found, np.broadcast_to(b, score.shape)[pick, cols], 0),
+                            throughput_per_chip_estimate=at(tokens / total.estimate_s),
+                            throughput_per_chip_estimate_low=at(tokens / total.estimate_high_s),
+                            throughput_per_chip_estimate_high=at(tokens / total.estimate_low_s),
+                            time_per_output_token=picked, regime=regime)
+
+
 # ----- the calibration rows, priced as bound_for bounds them --------------------------------------------
 
 def _row_pricer(m):
@@ -704,4 +804,4 @@ def parameter_table() -> list[dict]:
 
 __all__ = ["PARAMETERS", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
            "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
-           "estimate_step", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]
+           "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]

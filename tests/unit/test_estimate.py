@@ -326,3 +326,22 @@ def test_cli_check_measurement_is_checks_to_dict():
     assert "BEATS THE BOUND" in beaten and "weight precision" in beaten
     assert _cli("check", "--help").stdout.count("measurement") >= 1
     assert _cli("check").returncode == 2
+
+
+def test_the_frontier_and_the_steady_state_are_estimated_below_their_bounds_rates():
+    """An estimated time is never below its bound, so the estimated best throughput (among the batches the
+    bound's memory cap admits, the estimated time per output token within the limit) is never above the bound's."""
+    for dep in (km.Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4"),
+                km.Deployment("llama-3-8b", "a100-80gb", weights="fp8", compute="bf16")):
+        for limit in (None, 0.03):
+            f = dep.frontier(np.array([500, 2000]), np.array([200, 1000]), tpot_limit_s=limit)
+            e = E.estimate_frontier(dep, np.array([500, 2000]), np.array([200, 1000]), tpot_limit_s=limit)
+            assert np.all(e.throughput_per_chip_estimate <= f.best_throughput_per_chip * (1 + 1e-12))
+            assert np.all(e.throughput_per_chip_estimate_low <= e.throughput_per_chip_estimate)
+            assert np.all(e.throughput_per_chip_estimate <= e.throughput_per_chip_estimate_high)
+            assert np.all(e.best_batch <= f.max_batch) and np.all(e.best_batch >= 1)
+            if limit is not None:
+                assert np.all(e.time_per_output_token.estimate_s <= limit)
+        s = dep.steady_state(64, 1000, 200)
+        est = E.estimate_steady_state(dep, 64, 1000, 200)
+        assert s.time_per_output_token_s == est.bound_s <= est.estimate_low_s <= est.estimate_s <= est.estimate_high_s
