@@ -430,7 +430,8 @@ NOT_IN_TABLE = {
     "formatting.group_digits",
     # functions of the rows of measurements.csv, not of numbers (tests/unit/test_calibration.py checks them)
     "calibration.Calibration", "calibration.Measurement", "calibration.bound_for", "calibration.calibrate",
-    "calibration.get_measurement", "calibration.load_measurements",
+    "calibration.get_measurement", "calibration.load_measurements", "calibration.Check", "calibration.check",
+    "calibration.user_measurement",
     # timing this machine: seconds of work per call (tests/unit/test_measure.py checks them)
     *(f"measure.{name}" for name in km.measure.__all__),
 }
