@@ -672,13 +672,23 @@ class Deployment:
         algorithm = choice("algorithm", algorithm, ESTIMATE_ALGORITHMS)
         batch, _, tokens_per_seq = _shape_args(batch, 1.0, tokens_per_seq)
         tokens = self._plan.micro(batch) * tokens_per_seq
-        cost = _Measured(self.link, self.node_link, self.chips_per_node, algorithm)
-        estimate = 0.0
-        if self._floor is not None:
-            estimate = _comm_chain(self.model, self.layout, tokens, cost, self.b_act, self.b_dispatch)
+        estimate, flags = self._comm_measured(tokens, algorithm)
         return CommEstimate(batch=batch, tokens_per_seq=tokens_per_seq, tokens=tokens, algorithm=algorithm,
-                            estimate_s=estimate + 0 * tokens, bound_s=self._comm(tokens) + 0 * tokens,
-                            flags=dict(cost.flags))
+                            estimate_s=estimate + 0 * tokens, bound_s=self._comm(tokens) + 0 * tokens, flags=flags)
+
+    def _comm_measured(self, tokens: ArrayLike, algorithm: str, *, hops: ArrayLike | None = None
+                       ) -> tuple[ArrayLike, dict]:
+        """``(seconds, flags)``: the chain of :meth:`_comm` at ``tokens`` priced by measured curves (checked
+        ``algorithm``), or, with ``hops``, the pipeline's sends of ``hops`` bytes alone: the one pricing of
+        collectives that :meth:`comm_estimate` and :mod:`kvmath.estimate` share."""
+        if self._floor is None:
+            return 0.0, {}
+        cost = _Measured(self.link, self.node_link, self.chips_per_node, algorithm)
+        if hops is not None:
+            seconds = pipeline_hops_s(self.layout, hops, cost) if self.layout.pp > 1 else 0.0
+        else:
+            seconds = _comm_chain(self.model, self.layout, tokens, cost, self.b_act, self.b_dispatch)
+        return seconds, dict(cost.flags)
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""

@@ -73,14 +73,15 @@ PARAMETERS = (
     ("dequant_flops_per_weight", "FLOP", ("quantized",),
      "work to unpack one weight stored in fewer bytes than the format it multiplies at, counted at the chip's "
      "matmul rate (block scales, bit unpacking)"),
-    ("collective_call_s", "s", ("multi_chip",),
-     "seconds per collective on a pass's chain (all-reduce, all-to-all, pipeline send): launch, synchronisation, "
-     "the protocol's small-message latency"),
     ("moe_weight_factor", "x", ("moe",),
      "a mixture of experts' weight work against a dense pass of the same bytes: the chosen experts' scattered "
      "small matrices and the busiest expert group's extra tokens (load imbalance)"),
     ("matmul_efficiency", "fraction", ("prefill",),
      "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
+    ("activation_vectors", "count", ("prefill", "large_batch"),
+     "hidden-size activation vectors each token writes and reads per layer between kernels (norms, residual adds, "
+     "rotary embedding, the MLP's gate, quantising activations), read at the pass's bandwidth: what a pass of many "
+     "tokens moves besides its weights and cache"),
 )
 #: Rows per fitted parameter a regime must hold (the issue's "at most one parameter per 5 rows").
 ROWS_PER_PARAMETER = 5
@@ -97,9 +98,9 @@ class EstimateParameters:
     layer_overhead_s: ArrayLike
     step_overhead_s: ArrayLike
     dequant_flops_per_weight: ArrayLike
-    collective_call_s: ArrayLike
     moe_weight_factor: ArrayLike
     matmul_efficiency: ArrayLike
+    activation_vectors: ArrayLike
 
     @staticmethod
     def fitted() -> "EstimateParameters":
@@ -196,67 +197,111 @@ def regime_of(dep: Deployment, batch: float, prompt_tokens_per_pass: float = 0.0
 
 # ----- pricing the bound's terms ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Constants:
-    """What the estimate of a deployment's passes needs besides their terms."""
-
-    layers: int
-    calls: int  # collectives on one pass's chain
-    dequant: float  # s of unpacking per s of weight read, per FLOP of work per weight: W / (C b_w), or 0
-    moe: bool
-
-
-def _collective_calls(dep: Deployment) -> int:
-    """Collectives on one pass's chain, as :func:`kvmath.deployment.comm_s` charges them (whatever the link)."""
-    m, lay = dep.model, dep.layout
-    layers = m.n_layers
-    moe_layers = (layers - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
-    calls = 0
-    if lay.weight_shards > 1:
-        calls += 2 * layers - moe_layers  # two all-reduces a layer; an MoE layer's second is the all-to-alls
-    calls += 2 * moe_layers  # dispatch and combine
-    if lay.cp > 1:
-        calls += layers
-    return calls + lay.pp - 1
+#: The all-reduce each engine runs inside a node: the curve of ``kvmath/data/collectives.csv`` its collectives
+#: are priced by (:func:`kvmath.links.collective_estimate`'s ``algorithm``), with why. ``"nccl"``: NCCL's own
+#: choice among its algorithms; ``"auto"``: the fastest curve, an engine's custom one-shot/two-shot kernel for
+#: small messages and NCCL above. An engine not listed (or none named) takes ``"auto"``.
+ENGINE_ALGORITHMS = {
+    "gpt-fast": ("nccl", "tp.py: torch.distributed's functional all_reduce on the NCCL backend "
+                         "(https://github.com/pytorch-labs/gpt-fast/blob/main/tp.py)"),
+    "PyTorch": ("nccl", "Meta's reference code: fairscale's model-parallel layers over torch.distributed (NCCL)"),
+    "TensorRT-LLM": ("auto", "its AllReduce op: one-shot and two-shot custom kernels for small messages, NCCL above "
+                             "(cpp/tensorrt_llm/kernels/customAllReduceKernels.cu, thop/allreduceOp.cpp)"),
+    "vLLM": ("auto", "vllm/distributed/device_communicators/custom_all_reduce.py for small messages inside a node, "
+                     "NCCL (pynccl) above"),
+    "SGLang": ("auto", "TensorRT-LLM's kernels in sgl-kernel (sgl-project/sglang#2904), NCCL above"),
+    "llama.cpp": ("nccl", "layers split over GPUs: the only collectives are the pipeline's copies"),
+    "DeepSeek": ("auto", "expert parallelism's all-to-all (DeepEP): no all-reduce curve applies"),
+    "JAX": ("auto", "a TPU slice: no link preset, no collective priced"),
+    "MLC LLM": ("auto", "one chip in the table"),
+    "ExLlama": ("auto", "one chip in the table"),
+}
 
 
-def _constants(dep: Deployment) -> _Constants:
-    b_w = _bulk_weight_bytes(dep)
-    # weights multiply at the compute format given; without one, 8- and 16-bit weights at their own rate,
-    # sub-byte weights unpacked to a wider format first
-    b_compute = dtype_bytes(dep.formats.compute) if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
-    dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
-    return _Constants(dep.model.n_layers, _collective_calls(dep), dequant, bool(dep.model.n_experts))
-
-
-def collective_estimate_s(dep: Deployment, comm_s: ArrayLike, params: EstimateParameters | None = None) -> ArrayLike:
-    """An estimate of one pass's collectives on ``dep``: the bound's ``comm_s`` plus a fitted latency per call, seconds.
-
-    The calls are those :func:`kvmath.deployment.comm_s` charges (two
-    all-reduces a layer under tensor parallelism, an MoE layer's dispatch and
-    combine, context parallelism's combines, the pipeline's sends), counted
-    whether or not a link is. The one place collectives are estimated:
-    measured latency-bandwidth curves per link and algorithm replace it
-    where a link has them. The bytes stay at the link's peak: on no
-    calibration row are they a material part of the time (a fitted link
-    efficiency went to a few percent, standing in for latency, and was
-    dropped). ``params``: the committed fit by default.
+def engine_algorithm(engine: str | None) -> str:
+    """The all-reduce curve an engine's collectives are estimated with (:data:`ENGINE_ALGORITHMS`; ``"auto"``
+    for an engine not listed or none).
 
     Examples
     --------
-    Llama 2 7B over eight A100s at batch 1: 64 all-reduces a step.
-
-    >>> dep = Deployment("llama-2-7b", "a100-80gb", "tp=8")
-    >>> p = EstimateParameters.fitted()
-    >>> round((collective_estimate_s(dep, 0.0, p) / p.collective_call_s))
-    64
+    >>> engine_algorithm("gpt-fast"), engine_algorithm("vLLM"), engine_algorithm(None)
+    ('nccl', 'auto', 'auto')
     """
-    return _collectives_s(comm_s, _collective_calls(dep), EstimateParameters.fitted() if params is None else params)
+    return ENGINE_ALGORITHMS[engine][0] if engine in ENGINE_ALGORITHMS else "auto"
 
 
-def _collectives_s(comm_s, calls: int, p: EstimateParameters):
-    """:func:`collective_estimate_s` on counted calls (the pricing of every pass goes through here)."""
-    return comm_s + calls * p.collective_call_s
+class _Constants:
+    """What the estimate of a deployment's passes needs besides their terms; ``flags`` collects, as passes are
+    priced, each collective whose curve is a stand-in (:attr:`Estimate.flags`)."""
+
+    __slots__ = ("dep", "layers", "dequant", "moe", "algorithm", "flags")
+
+    def __init__(self, dep: Deployment, engine: str | None):
+        b_w = _bulk_weight_bytes(dep)
+        # weights multiply at the compute format given; without one, 8- and 16-bit weights at their own rate,
+        # sub-byte weights unpacked to a wider format first
+        b_compute = _COMPUTE_BYTES[dep.formats.compute] if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
+        self.dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
+        self.layers, self.moe = dep.model.n_layers, bool(dep.model.n_experts)
+        self.algorithm, self.flags = engine_algorithm(engine), {}
+        self.dep = dep
+        if dep.link is None and dep.chip.link is not None and dep.n_chips > 1:
+            # the bound may count no link; the chips still talk, over their own interconnect
+            self.dep = dep.replace(link=dep.chip.link)
+            self.flags["link"] = f"none given: collectives estimated on the {dep.chip.name}'s own {dep.chip.link.name}"
+
+
+#: Bytes of an element each compute format multiplies (a weight stored in fewer is unpacked first).
+_COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
+
+
+def _constants(dep: Deployment, engine: str | None = None) -> _Constants:
+    return _Constants(dep, engine)
+
+
+def _collectives(c: _Constants, step, *, stage: bool = False):
+    """``(seconds, activation_s)`` of a pass: its collectives at measured curves
+    (:meth:`kvmath.Deployment.comm_estimate`'s chain at the pass's tokens; ``stage``: a prefill pass of one
+    pipeline stage, its group's chain over ``pp``, as the bound splits it), and one hidden-size activation vector
+    per token and layer of the chip at its bandwidth. The one pricing of collectives."""
+    from .requests import _without_pipeline
+
+    dep = c.dep
+    tokens = step.micro_batch * step.tokens_per_seq
+    return _chain(c, tokens, _without_pipeline(dep) if stage and dep.layout.pp > 1 else dep)
+
+
+def _chain(c: _Constants, tokens, group: Deployment):
+    """:func:`_collectives` of a pass of ``tokens`` tokens on a chip, the collectives those of ``group`` (the
+    deployment, or a prefill's stage group, whose chain a stage's chip does ``1 / pp`` of)."""
+    pp = c.dep.layout.pp
+    share = 1.0 / pp if group.layout.pp != pp else 1.0
+    seconds, flags = group._comm_measured(tokens, c.algorithm)
+    c.flags.update(flags)
+    activation_s = tokens * (c.layers / pp) * c.dep.model.d_model * c.dep.b_act / c.dep.chip.bandwidth
+    return seconds * share, activation_s
+
+
+def collective_estimate_s(dep: Deployment, step: Step, *, engine: str | None = None) -> ArrayLike:
+    """The estimate's collectives in one decode pass ``step`` of ``dep``, seconds: the chain of
+    :meth:`kvmath.Deployment.comm_estimate` at the step's tokens, with the all-reduce ``engine`` runs
+    (:data:`ENGINE_ALGORITHMS`), on the chip's own interconnect where ``dep`` counts no link.
+
+    Examples
+    --------
+    Llama 2 70B over eight H100s at batch 1: 160 all-reduces of 16 KiB, on the custom kernel in TensorRT-LLM,
+    on NCCL's in-switch reduction in gpt-fast:
+
+    >>> dep = Deployment("llama-2-70b", "h100-sxm", "tp=8")
+    >>> trt = collective_estimate_s(dep, dep.step(1, 100), engine="TensorRT-LLM")
+    >>> trt == dep.comm_estimate(1).estimate_s, round(trt * 1e3, 3)
+    (True, 0.961)
+    >>> round(collective_estimate_s(dep, dep.step(1, 100), engine="gpt-fast") * 1e3, 2)
+    4.81
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    instance("step", step, Step, "a Step of the deployment")
+    return plain(_collectives(_constants(dep, engine), step)[0])
 
 
 def _fixed_s(c: _Constants, p: EstimateParameters):
@@ -269,31 +314,48 @@ def _weights_s(t: Step, c: _Constants, p: EstimateParameters):
     return term * p.moe_weight_factor if c.moe else term
 
 
-def _pass_s(t: Step, c: _Constants, p: EstimateParameters):
-    """The estimate of one pass (the module text's equation), from its bound's terms."""
+def _pass_s(t: Step, c: _Constants, p: EstimateParameters, comm):
+    """The estimate of one pass (the module text's equation), from its bound's terms and its collectives."""
     attention = np.maximum(t.kv_read_s / p.memory_efficiency, t.attention_compute_s / p.matmul_efficiency)
-    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _collectives_s(t.comm_s, c.calls, p)
+    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _comm_s(comm, p)
+
+
+def _comm_s(comm, p: EstimateParameters):
+    """A pass's collectives at measured curves and its tokens' activation traffic between kernels at the fitted
+    bandwidth (:func:`_collectives`'s two figures, priced)."""
+    return comm[0] + comm[1] * p.activation_vectors / p.memory_efficiency
 
 
 # ----- what each bound runs, priced: closures of the parameters ----------------------------------------
 
-def _step_pricer(dep: Deployment, step: Step):
-    c = _constants(dep)
-    return lambda p: _pass_s(step, c, p)
+#: The experts a pass of a mixture of experts is estimated to read: those a uniform router touches on average
+#: (:func:`kvmath.moe.experts_touched`), where the bounds take the floor (every token on the same ``k``).
+ROUTING = "uniform"
 
 
-def _decode_pricer(dep: Deployment, batch, lo, hi):
+def _routed(dep: Deployment, step: Step) -> Step:
+    """A decode step of ``dep`` with the experts :data:`ROUTING` touches (the step itself for a dense model)."""
+    if not dep.model.n_experts:
+        return step
+    return dep.step(step.batch, step.context, tokens_per_seq=step.tokens_per_seq, routing=ROUTING)
+
+
+def _step_pricer(dep: Deployment, step: Step, c: _Constants):
+    comm = _collectives(c, step)
+    return lambda p: _pass_s(step, c, p, comm)
+
+
+def _decode_pricer(dep: Deployment, batch, lo, hi, c: _Constants):
     """Decode steps over caches of ``lo .. hi`` tokens, summed in closed form (the bound's stretches and lines)."""
     from .requests import _decode_stretches, _sum_max2
 
-    c = _constants(dep)
-    pieces = [(line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s), t1, first, last, steps)
-              for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, {})]
+    pieces = [(line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s), t1, first, last, steps,
+               _collectives(c, t1)) for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, {"routing": ROUTING})]
 
     def price(p):
         total = 0.0
-        for kv, att, t1, first, last, steps in pieces:
-            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _collectives_s(t1.comm_s, c.calls, p)
+        for kv, att, t1, first, last, steps, comm in pieces:
+            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _comm_s(comm, p)
             total = total + steps * per_step + _sum_max2((kv[0] / p.memory_efficiency, kv[1] / p.memory_efficiency),
                                                          (att[0] / p.matmul_efficiency, att[1] / p.matmul_efficiency),
                                                          first, last)
@@ -301,25 +363,28 @@ def _decode_pricer(dep: Deployment, batch, lo, hi):
     return price
 
 
-def _prefill_pricer(dep: Deployment, batch, input_tokens, chunk_tokens=None, last_mlp_logits_only=False):
+def _prefill_pricer(dep: Deployment, batch, input_tokens, c: _Constants, chunk_tokens=None,
+                    last_mlp_logits_only=False):
     """The prefill's passes (:func:`kvmath.requests._prefill_passes`), each priced, plus the pipeline's fill."""
     from .requests import _prefill_passes
 
-    c = _constants(dep)
     step, live, hop_bytes = _prefill_passes(dep, batch, input_tokens, chunk_tokens, bool(last_mlp_logits_only),
-                                            {"overhead_s": 0.0, "efficiency": 1.0})
+                                            {"overhead_s": 0.0, "efficiency": 1.0, "routing": ROUTING})
+    comm = _collectives(c, step, stage=True)
     fills = dep.layout.pp - 1
-    hop_s = dep._pipeline_s(hop_bytes) if fills else 0.0
+    hop_s = 0.0
+    if fills:  # the fill's sends, priced as every collective is
+        hop_s, flags = c.dep._comm_measured(None, c.algorithm, hops=hop_bytes)
+        c.flags.update(flags)
 
     def price(p):
-        per = _pass_s(step, c, p)
+        per = _pass_s(step, c, p, comm)
         if live is None:
             total, first_read = per, step.weight_read_s
         else:
             total, first_read = np.sum(np.where(live, per, 0.0), axis=-1), step.weight_read_s[..., 0]
         if fills:  # each earlier stage reads its weights, then sends on
-            total = total + fills * first_read / p.memory_efficiency + hop_s \
-                + fills * p.collective_call_s
+            total = total + fills * first_read / p.memory_efficiency + hop_s
         return total
     return price
 
@@ -338,6 +403,9 @@ class Estimate(Result):
     regime : the calibration regime whose errors set the interval.
     regime_rows : measurements of that regime the errors come from.
     pooled : True where the regime has too few rows for its own interval, so the pooled, wider one is used.
+    flags : collective -> why its curve is a stand-in (no curve measured at its size and link: NVLink 5's and
+        MI300X's small messages, every all-to-all), and ``"link"`` where the deployment counts none and the
+        chip's own interconnect is assumed; empty where every collective is priced by a measured curve.
     is_lower_bound : always False: an estimate.
     """
 
@@ -348,20 +416,25 @@ class Estimate(Result):
     regime: str
     regime_rows: int
     pooled: bool
+    flags: dict
     is_lower_bound: bool = False
 
 
-def _estimate(bound_s, estimate_s, regime: str) -> Estimate:
+def _estimate(bound_s, estimate_s, regime: str, c: _Constants) -> Estimate:
     e = regime_errors()[regime]
     estimate_s = np.maximum(estimate_s, bound_s)
     low = np.maximum(bound_s, estimate_s * math.exp(e.log_low))
     return Estimate(bound_s=plain(bound_s), estimate_s=plain(estimate_s), estimate_low_s=plain(low),
                     estimate_high_s=plain(np.maximum(low, estimate_s * math.exp(e.log_high))), regime=regime,
-                    regime_rows=e.rows, pooled=e.pooled)
+                    regime_rows=e.rows, pooled=e.pooled, flags=dict(c.flags))
 
 
-def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1) -> Estimate:
+def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
+                  engine: str | None = None) -> Estimate:
     """An estimate of one decode step of ``batch`` sequences of ``context`` cached tokens (beside ``strict_s``).
+
+    ``engine`` (every estimate function takes it): the serving engine, which sets the all-reduce its
+    collectives are priced by (:data:`ENGINE_ALGORITHMS`); default the fastest measured curve.
 
     Examples
     --------
@@ -373,29 +446,39 @@ def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, toke
     """
     instance("dep", dep, Deployment, "a Deployment")
     step = dep.step(batch, context, tokens_per_seq=tokens_per_seq)
-    return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime_of(dep, batch))
+    c = _constants(dep, engine)
+    price = _step_pricer(dep, _routed(dep, step), c)
+    return _estimate(step.strict_s, price(EstimateParameters.fitted()), regime_of(dep, batch), c)
 
 
-def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float = 0.0) -> Estimate:
+def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float = 0.0,
+                  engine: str | None = None) -> Estimate:
     """An estimate of a pass the deployment already bounded (a :meth:`~kvmath.Deployment.step` or
     :meth:`~kvmath.Deployment.prefill` of ``dep``, beside its ``strict_s``); ``prompt_tokens_per_pass``
     picks the regime (:func:`regime_of`)."""
     instance("dep", dep, Deployment, "a Deployment")
     instance("step", step, Step, "a Step of the deployment")
     regime = regime_of(dep, step.batch, prompt_tokens_per_pass)
-    return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime)
+    c = _constants(dep, engine)
+    if prompt_tokens_per_pass > 1 and dep.layout.pp > 1:  # a prefill pass: one stage's share of its group's chain
+        comm = _collectives(c, step, stage=True)
+        return _estimate(step.strict_s, _pass_s(step, c, EstimateParameters.fitted(), comm), regime, c)
+    priced = _routed(dep, step) if prompt_tokens_per_pass <= 1 else step
+    return _estimate(step.strict_s, _step_pricer(dep, priced, c)(EstimateParameters.fitted()), regime, c)
 
 
 def estimate_prefill(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike, *,
-                     chunk_tokens: int | None = None) -> Estimate:
+                     chunk_tokens: int | None = None, engine: str | None = None) -> Estimate:
     """An estimate of the time to the first token (beside :func:`kvmath.requests.prefill_bound`)."""
     from .requests import prefill_bound
 
     instance("dep", dep, Deployment, "a Deployment")
     bound = prefill_bound(dep, batch, input_tokens, chunk_tokens=chunk_tokens)
-    price = _prefill_pricer(dep, positive("batch", batch), positive_int("input_tokens", input_tokens), chunk_tokens)
+    c = _constants(dep, engine)
+    price = _prefill_pricer(dep, positive("batch", batch), positive_int("input_tokens", input_tokens), c,
+                            chunk_tokens)
     per_pass = np.minimum(input_tokens, chunk_tokens) if chunk_tokens else input_tokens
-    return _estimate(bound, price(EstimateParameters.fitted()), regime_of(dep, batch, float(np.min(per_pass))))
+    return _estimate(bound, price(EstimateParameters.fitted()), regime_of(dep, batch, float(np.min(per_pass))), c)
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
@@ -415,7 +498,7 @@ class RequestEstimate(Result):
 
 
 def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
-                     chunk_tokens: int | None = None) -> RequestEstimate:
+                     chunk_tokens: int | None = None, engine: str | None = None) -> RequestEstimate:
     """Estimates of a batch of whole requests: the prefill, then ``output_tokens - 1`` decode steps.
 
     Examples
@@ -428,35 +511,38 @@ def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
     req = dep.request(batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens)
     p = EstimateParameters.fitted()
     s_in, s_out = np.asarray(req.input_tokens, dtype=float), np.asarray(req.output_tokens, dtype=float)
-    ttft = _prefill_pricer(dep, req.batch, req.input_tokens, chunk_tokens)(p)
-    decode = _decode_pricer(dep, req.batch, s_in + 1.0, s_in + s_out - 1.0)(p)
+    c = _constants(dep, engine)
+    ttft = _prefill_pricer(dep, req.batch, req.input_tokens, c, chunk_tokens)(p)
+    decode = _decode_pricer(dep, req.batch, s_in + 1.0, s_in + s_out - 1.0, c)(p)
     per_pass = np.minimum(s_in, chunk_tokens) if chunk_tokens else s_in
     decode_regime = regime_of(dep, batch)
     steps = np.maximum(s_out - 1, 1)
     return RequestEstimate(
-        ttft=_estimate(req.ttft_s, ttft, regime_of(dep, batch, float(np.min(per_pass)))),
-        decode=_estimate(req.decode_s, decode, decode_regime),
-        total=_estimate(req.total_s, ttft + decode, decode_regime),
-        time_per_output_token=_estimate(req.time_per_output_token_s, decode / steps, decode_regime))
+        ttft=_estimate(req.ttft_s, ttft, regime_of(dep, batch, float(np.min(per_pass))), c),
+        decode=_estimate(req.decode_s, decode, decode_regime, c),
+        total=_estimate(req.total_s, ttft + decode, decode_regime, c),
+        time_per_output_token=_estimate(req.time_per_output_token_s, decode / steps, decode_regime, c))
 
 
-def _mixed_step_s(dep: Deployment, step, p: EstimateParameters):
+def _mixed_step_s(dep: Deployment, step, p: EstimateParameters, c: _Constants):
     """The estimate of a continuous-batching step (:class:`kvmath.batching.MixedStep`).
 
     A mixed step keeps only its totals (bytes, FLOPs), so its bytes and its
     arithmetic are priced as one kernel each, the larger of the two (the
-    pass's form with the attention folded into the weights' term).
+    pass's form with the attention folded into the weights' term). Its
+    collectives carry the step's decode and prompt tokens, a pipeline's
+    ``1 / pp`` of them at a time.
     """
-    c = _constants(dep)
+    comm = _chain(c, (step.batch + step.prefill_tokens) / dep.layout.pp, c.dep)
     w_s = step.weight_bytes_read / step.bandwidth
     read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
         + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
     work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
-    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _collectives_s(step.comm_s, c.calls, p)
+    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _comm_s(comm, p)
 
 
 def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
-                          output_tokens: ArrayLike) -> Estimate:
+                          output_tokens: ArrayLike, *, engine: str | None = None) -> Estimate:
     """An estimate of a continuous-batching steady state's step, its time per output token (beside
     :func:`kvmath.batching.steady_state`'s ``time_per_output_token_s``).
 
@@ -468,8 +554,9 @@ def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: Array
     """
     instance("dep", dep, Deployment, "a Deployment")
     state = dep.steady_state(batch, input_tokens, output_tokens)
-    return _estimate(state.time_per_output_token_s, _mixed_step_s(dep, state.step, EstimateParameters.fitted()),
-                     regime_of(dep, batch))
+    c = _constants(dep, engine)
+    return _estimate(state.time_per_output_token_s, _mixed_step_s(dep, state.step, EstimateParameters.fitted(), c),
+                     regime_of(dep, batch), c)
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
@@ -499,7 +586,7 @@ class FrontierEstimate(Result):
 
 def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                       batch: ArrayLike | None = None, tpot_limit_s: float | None = None,
-                      budget: str = "device") -> FrontierEstimate:
+                      budget: str = "device", engine: str | None = None) -> FrontierEstimate:
     """The frontier's best batch and throughput per chip as estimated (beside :func:`kvmath.requests.serving_frontier`).
 
     Examples
@@ -516,11 +603,12 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
     b = np.asarray(r.batch, dtype=float)
     s_in, s_out = np.asarray(r.input_tokens, dtype=float), np.asarray(r.output_tokens, dtype=float)
     p = EstimateParameters.fitted()
-    ttft = _prefill_pricer(dep, b, r.input_tokens)(p)
-    decode = _decode_pricer(dep, b, s_in + 1.0, s_in + s_out - 1.0)(p)
+    c = _constants(dep, engine)
+    ttft = _prefill_pricer(dep, b, r.input_tokens, c)(p)
+    decode = _decode_pricer(dep, b, s_in + 1.0, s_in + s_out - 1.0, c)(p)
     regime = regime_of(dep, 2.0 if np.max(b) > 1 else 1.0)
-    total = _estimate(r.total_s, ttft + decode, regime)
-    tpot = _estimate(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1), regime)
+    total = _estimate(r.total_s, ttft + decode, regime, c)
+    tpot = _estimate(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1), regime, c)
     tokens = b * s_out / dep.n_chips
     allowed = f.fits if tpot_limit_s is None else f.fits & ((s_out == 1) | (tpot.estimate_s <= tpot_limit_s))
     score = np.where(allowed, tokens / total.estimate_s, -np.inf)
@@ -543,25 +631,27 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
 # ----- the calibration rows, priced as bound_for bounds them --------------------------------------------
 
 def _row_pricer(m):
-    """``price(params)``: the estimate of one measurement in seconds per unit (``bound_for``'s ``unit_s``)."""
+    """``(price, constants)``: ``price(params)`` the estimate of one measurement in seconds per unit
+    (``bound_for``'s ``unit_s``), its collectives priced with the row's engine's all-reduce."""
     from .calibration import _deployment
 
     dep = _deployment(m)
+    c = _constants(dep, m.engine)
     if m.metric in ("ttft_s", "prefill_tok_s"):
-        price = _prefill_pricer(dep, float(m.batch), m.input_tokens, m.chunk_tokens, m.last_mlp_logits_only)
+        price = _prefill_pricer(dep, float(m.batch), m.input_tokens, c, m.chunk_tokens, m.last_mlp_logits_only)
         per_unit = 1.0 if m.metric == "ttft_s" else m.batch * m.input_tokens
-        return lambda p: price(p) / per_unit
+        return (lambda p: price(p) / per_unit), c
     if m.metric in ("s_per_token", "user_tok_s"):
-        step = dep.step(m.batch, float(m.input_tokens), tokens_per_seq=m.tokens_per_step)
-        price = _step_pricer(dep, step)
+        step = dep.step(m.batch, float(m.input_tokens), tokens_per_seq=m.tokens_per_step, routing=ROUTING)
+        price = _step_pricer(dep, step, c)
         per_unit = 1.0 if m.metric == "s_per_token" else m.tokens_per_step
-        return lambda p: price(p) / per_unit
+        return (lambda p: price(p) / per_unit), c
     if m.metric == "seq_tok_s" and m.input_tokens == 0:  # llama-bench tg N: steps at contexts 1 .. N
-        price = _decode_pricer(dep, float(m.batch), 1.0, float(m.output_tokens))
-        return lambda p: price(p) / m.output_tokens
-    prefill = _prefill_pricer(dep, float(m.batch), m.input_tokens)
-    decode = _decode_pricer(dep, float(m.batch), m.input_tokens + 1.0, m.input_tokens + m.output_tokens - 1.0)
-    return lambda p: (prefill(p) + decode(p)) / m.output_tokens
+        price = _decode_pricer(dep, float(m.batch), 1.0, float(m.output_tokens), c)
+        return (lambda p: price(p) / m.output_tokens), c
+    prefill = _prefill_pricer(dep, float(m.batch), m.input_tokens, c)
+    decode = _decode_pricer(dep, float(m.batch), m.input_tokens + 1.0, m.input_tokens + m.output_tokens - 1.0, c)
+    return (lambda p: (prefill(p) + decode(p)) / m.output_tokens), c
 
 
 def estimate_for(measurement) -> Estimate:
@@ -575,9 +665,10 @@ def estimate_for(measurement) -> Estimate:
     """
     from .calibration import bound_for
 
-    c = bound_for(measurement)
-    m = c.measurement
-    return _estimate(c.unit_s, _row_pricer(m)(EstimateParameters.fitted()), m.regime)
+    b = bound_for(measurement)
+    m = b.measurement
+    price, c = _row_pricer(m)
+    return _estimate(b.unit_s, price(EstimateParameters.fitted()), m.regime, c)
 
 
 # ----- the fit -----------------------------------------------------------------------------------------
@@ -606,8 +697,8 @@ def _to_coordinates(p: EstimateParameters) -> np.ndarray:
 
 #: Where the fit starts: round physical values (datasheet-level efficiencies, microseconds of overhead).
 _START = EstimateParameters(memory_efficiency=0.85, layer_overhead_s=30e-6, step_overhead_s=300e-6,
-                            dequant_flops_per_weight=10.0, collective_call_s=10e-6,
-                            moe_weight_factor=1.3, matmul_efficiency=0.6)
+                            dequant_flops_per_weight=10.0,
+                            moe_weight_factor=1.3, matmul_efficiency=0.6, activation_vectors=8.0)
 
 
 #: Where Huber's loss turns linear, in log units: a row more than about 20% off counts by its distance.
@@ -621,7 +712,12 @@ def _table():
     """Every calibration row with its pricer and measured seconds per unit (``unit_s / ratio``)."""
     from .calibration import calibrate
 
-    return tuple((c.measurement, _row_pricer(c.measurement), c.unit_s / c.ratio) for c in calibrate())
+    return tuple((c.measurement, _row_pricer(c.measurement)[0], c.unit_s / c.ratio) for c in calibrate())
+
+
+def _fitted():
+    """The rows of :func:`_table` the fit sees: all but those :data:`kvmath.calibration.HELD_OUT` names."""
+    return tuple(row for row in _table() if not row[0].held_out)
 
 
 def _log_residuals(pricers, measured_s, x: np.ndarray) -> np.ndarray:
@@ -683,7 +779,7 @@ def _fit(pricers, measured_s, iterations: int = 100) -> np.ndarray:
 
 def fit(exclude_sources: frozenset = frozenset()) -> EstimateParameters:
     """Fit :data:`PARAMETERS` on the calibration table, leaving out the rows of ``exclude_sources``."""
-    rows = [(m, price, t) for m, price, t in _table() if m.source not in exclude_sources]
+    rows = [(m, price, t) for m, price, t in _fitted() if m.source not in exclude_sources]
     return _plain_params(_fit([price for _, price, _ in rows], np.array([t for *_, t in rows])))
 
 
@@ -703,6 +799,8 @@ class CrossValidation:
     by_regime : :class:`RegimeErrors` of each regime and of ``"all"`` rows.
     folds : the parameters fitted without each source, by source (their spread is each parameter's
         uncertainty under a change of sources).
+    held_out : the rows held out of every fit (:data:`kvmath.calibration.HELD_OUT`): id -> ``log(measured /
+        estimate)`` under the fit on all the other rows, which never saw them.
     """
 
     ids: tuple
@@ -713,6 +811,7 @@ class CrossValidation:
     high: np.ndarray
     by_regime: dict
     folds: dict
+    held_out: dict
 
 
 def _interval(residuals: np.ndarray, pooled: np.ndarray, n_rows: int) -> tuple[float, float, bool]:
@@ -734,7 +833,7 @@ def cross_validate() -> CrossValidation:
     the rows of *other* sources (the same rule as the stated interval,
     without its own source), so coverage is measured out of sample too.
     """
-    table = _table()
+    table = _fitted()
     ids = tuple(m.id for m, *_ in table)
     regimes = np.array([m.regime for m, *_ in table])
     sources = np.array([m.source for m, *_ in table])
@@ -764,8 +863,12 @@ def cross_validate() -> CrossValidation:
             median_abs_error=float(np.median(err)), p90_abs_error=float(np.quantile(err, 0.9)),
             log_low=lo, log_high=hi, pooled=pooled, coverage=float(np.mean(inside)),
             median_half_width=float(np.median((np.exp(high[sel]) - np.exp(low[sel])) / 2)))
+    x = _fit([price for _m, price, _t in table], measured)
+    out = [(m, price, t) for m, price, t in _table() if m.held_out]
+    held_out = dict(zip((m.id for m, *_ in out), _log_residuals([price for _m, price, _t in out],
+                                                                np.array([t for *_, t in out]), x)[0].tolist()))
     return CrossValidation(ids=ids, regimes=tuple(regimes), sources=tuple(sources), log_residuals=resid,
-                           low=low, high=high, by_regime=by_regime, folds=folds)
+                           low=low, high=high, by_regime=by_regime, folds=folds, held_out=held_out)
 
 
 def _rows_moved_by(name: str, params: EstimateParameters, table) -> list[str]:
@@ -786,13 +889,13 @@ def parameter_rows(name: str) -> list[str]:
 
     Examples
     --------
-    >>> "gf-7b-tp8" in parameter_rows("collective_call_s"), "gf-7b-bf16" in parameter_rows("collective_call_s")
+    >>> "gf-7b-tp8" in parameter_rows("engine_call_s"), "gf-7b-bf16" in parameter_rows("engine_call_s")
     (True, False)
     """
     names = [n for n, *_ in PARAMETERS]
     if name not in names:
         raise ValueError(f"name must be one of {names}, got {name!r}")
-    return _rows_moved_by(name, EstimateParameters.fitted(), _table())
+    return _rows_moved_by(name, EstimateParameters.fitted(), _fitted())
 
 
 def parameter_table() -> list[dict]:
@@ -802,6 +905,6 @@ def parameter_table() -> list[dict]:
              "rows": parameter_rows(name)} for name, unit, home, meaning in PARAMETERS]
 
 
-__all__ = ["PARAMETERS", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
+__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
            "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
            "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]

@@ -267,14 +267,15 @@ _MAX_CHUNK_CELLS = 2**22
 
 
 def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0, efficiency=1.0, prefill=False,
-          last_mlp_logits_only=False, lm_head_tokens=None, attention=None, kv_seq=None) -> Step:
+          last_mlp_logits_only=False, lm_head_tokens=None, attention=None, kv_seq=None, routing="floor") -> Step:
     """A pass of the deployment's one step model, with the model's own cache and attention FLOPs.
 
     A prefill pass attends causally (:func:`prefill_attention_flops`) and
     needs logits for one token per prompt (``lm_head_tokens``, default 1);
     ``last_mlp_logits_only`` runs the last layer's MLP on that token alone.
     ``attention`` and ``kv_seq`` (default the model's own for ``context``):
-    each sequence's attention FLOPs and cache bytes, where a cached prefix changes them.
+    each sequence's attention FLOPs and cache bytes, where a cached prefix changes them. ``routing``: the experts
+    a pass reads (:meth:`kvmath.Deployment.step`'s; the bounds take ``"floor"``, :mod:`kvmath.estimate` ``"uniform"``).
     """
     plan = dep._plan
     if attention is None:
@@ -289,7 +290,7 @@ def _pass(dep: Deployment, batch, context, *, tokens_per_seq=1.0, overhead_s=0.0
         return plan.pass_(batch, context, tokens_per_seq, held, read,
                           attention,
                           bandwidth=dep.chip.bandwidth * efficiency, flops=dep.flops, comm=dep._comm,
-                          overhead_s=overhead_s, lm_head_tokens=lm_head_tokens,
+                          overhead_s=overhead_s, lm_head_tokens=lm_head_tokens, routing=routing,
                           last_mlp_tokens=lm_head_tokens if prefill and last_mlp_logits_only else None)
 
 
@@ -507,6 +508,7 @@ def _prefill_passes(dep: Deployment, batch, s_in, chunk_tokens, last_mlp: bool, 
                                      for x in (batch, opts["efficiency"], opts["overhead_s"]))
     step = _pass(_without_pipeline(dep), batch, end, tokens_per_seq=np.maximum(size, 1), overhead_s=overhead_s,
                  efficiency=efficiency, prefill=True, last_mlp_logits_only=last_mlp, attention=attention,
+                 routing=opts.get("routing", "floor"),
                  lm_head_tokens=np.where(done + size >= s, 1.0, 0.0))
     if layout.pp > 1:
         step = _stage_of(step, layout.pp, dep._plan.weight_resident)
