@@ -11,30 +11,42 @@ calibration table (``kvmath/data/measurements.csv``):
       + \\max\\Big(\\frac{t_\\text{kv}}{\\eta_\\text{mem}}, \\frac{t_\\text{attn}}{\\eta_\\text{mm}}\\Big)
       + f_\\text{moe} \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
         \\frac{t_\\text{wc}}{\\eta_\\text{mm}}\\Big)
+      + n_\\text{act} \\frac{T L d\\, b_\\text{act}}{W \\eta_\\text{mem}}
       + t_\\text{coll}
 
 per pass (a decode step, a prefill or one of its chunks), with ``t_kv``,
 ``t_attn``, ``t_w``, ``t_wc`` the pass's ``kv_read_s``,
 ``attention_compute_s``, ``weight_read_s`` and ``weight_compute_s``, ``L``
-its layers, ``W`` and ``C`` the chip's bandwidth and FLOP rate and ``b_w``
-the bytes of a stored weight. Why a sum where the bound takes a max: a
-pass is a chain of kernels (the attention over the caches, the weight
-matmuls, the collectives between layers), each limited by its own resource
-and each waiting for the one before, so their times add (the bound's
-no-overlap form, :attr:`kvmath.Step.no_overlap_s`); inside one kernel the
-bytes and the arithmetic overlap, so each kernel is the larger of its two.
-With every efficiency at most 1 and every cost at least 0 the estimate is
-never below the bound; the bounds themselves do not change.
+its layers, ``W`` and ``C`` the chip's bandwidth and FLOP rate, ``b_w``
+the bytes of a stored weight, ``T`` the pass's tokens on the chip and
+``d b_act`` the bytes of one token's hidden vector. Why a sum where the
+bound takes a max: a pass is a chain of kernels (the attention over the
+caches, the weight matmuls, the elementwise kernels between them, the
+collectives between layers), each limited by its own resource and each
+waiting for the one before, so their times add (the bound's no-overlap
+form, :attr:`kvmath.Step.no_overlap_s`); inside one kernel the bytes and
+the arithmetic overlap, so each kernel is the larger of its two. With every
+efficiency at most 1 and every cost at least 0 the estimate is never below
+the bound; the bounds themselves do not change. A mixture of experts is
+priced reading the experts a uniform router touches (:data:`ROUTING`), not
+the bound's floor.
 
-The collectives are priced by one function, :func:`collective_estimate_s`:
-the bound's communication plus a fitted latency per call (a stand-in for
-measured latency-bandwidth curves per link, which replace it where they
-exist).
+The collectives ``t_coll`` are priced the one way kvmath estimates
+collectives anywhere: the chain of :meth:`kvmath.Deployment.comm_estimate`,
+each collective at its measured latency-bandwidth curve
+(:func:`kvmath.links.collective_estimate`), with the all-reduce the
+serving engine runs (:data:`ENGINE_ALGORITHMS`). Where a curve is a
+stand-in (no published small-message time for NVLink 5 or MI300X's
+Infinity Fabric, no all-to-all curve at all) the estimate's ``flags`` say
+so. No fitted cost per collective is added: fitted on the table it went to
+a tenth of a microsecond, so the rows do not ask for one.
 
 Each parameter has a home: the regime whose rows identify it
 (:data:`PARAMETERS`); a regime holds at most one parameter per five of its
-rows. The fit (:func:`fit`) minimises the squared log error over the rows,
-deterministically (Levenberg-Marquardt on ``np.linalg.lstsq``). The fitted
+rows. Rows whose unknowns leave the estimate nothing to price
+(:data:`kvmath.calibration.HELD_OUT`) are held out of the fit and still
+checked against the bound. The fit (:func:`fit`) minimises a robust (Huber)
+loss of the log error over the rows, deterministically (Levenberg-Marquardt on ``np.linalg.lstsq``). The fitted
 values and each regime's leave-one-source-out errors are committed as data
 (``kvmath/data/estimate_parameters.csv``, ``estimate_errors.csv``;
 ``scripts/fit_estimate.py`` rewrites them, a test checks that a refit
@@ -170,9 +182,10 @@ def _bulk_weight_bytes(dep: Deployment) -> float:
 def regime_of(dep: Deployment, batch: float, prompt_tokens_per_pass: float = 0.0) -> str:
     """The calibration regime a pass of ``dep`` falls in (:data:`kvmath.calibration.REGIMES`).
 
-    In order: ``"moe"`` (a model with experts), ``"multi_chip"`` (more than
-    one chip), ``"prefill"`` (a pass of more than one prompt token:
-    ``batch * prompt_tokens_per_pass > 1``), ``"large_batch"`` (more than one
+    In order: ``"moe"`` (a model with experts), ``"prefill"`` (a pass of
+    more than one prompt token: ``batch * prompt_tokens_per_pass > 1``, on
+    any number of chips: its matmuls, not its collectives, set it),
+    ``"multi_chip"`` (more than one chip), ``"large_batch"`` (more than one
     sequence), ``"quantized"`` (weights stored in fewer than two bytes),
     else ``"batch1"``. The calibration table's own ``regime`` column follows
     the same rule (a test checks it).
@@ -186,10 +199,10 @@ def regime_of(dep: Deployment, batch: float, prompt_tokens_per_pass: float = 0.0
     """
     if dep.model.n_experts:
         return "moe"
-    if dep.n_chips > 1:
-        return "multi_chip"
     if np.all(np.asarray(batch) * prompt_tokens_per_pass > 1):
         return "prefill"
+    if dep.n_chips > 1:
+        return "multi_chip"
     if np.all(np.asarray(batch) > 1):
         return "large_batch"
     return "quantized" if _bulk_weight_bytes(dep) < 2 else "batch1"

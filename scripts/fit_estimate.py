@@ -3,7 +3,8 @@
 Writes ``kvmath/data/estimate_parameters.csv`` (each fitted parameter: its
 value, unit, home regimes, meaning and how many rows it was fitted on) and
 ``kvmath/data/estimate_errors.csv`` (each regime's leave-one-source-out
-errors and interval), from ``kvmath/data/measurements.csv``. Run it after
+errors and interval), from the rows of ``kvmath/data/measurements.csv`` that
+are not held out (``kvmath.calibration.HELD_OUT``). Run it after
 adding rows there; no code changes. ``tests/unit/test_estimate.py`` checks
 that a refit reproduces the committed files.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import sys
 from pathlib import Path
 
@@ -26,7 +28,7 @@ SOURCE = "fitted by scripts/fit_estimate.py on kvmath/data/measurements.csv (kvm
 
 
 def parameter_rows(params) -> list[dict]:
-    table = estimate._table()
+    table = estimate._fitted()
     return [{"name": name, "value": repr(float(getattr(params, name))), "unit": unit, "home": " ".join(home),
              "rows": len(estimate._rows_moved_by(name, params, table)), "meaning": meaning, "source": SOURCE}
             for name, unit, home, meaning in estimate.PARAMETERS]
@@ -60,6 +62,8 @@ def main() -> None:
     for regime, e in cv.by_regime.items():
         print(f"{regime:<12} rows {e.rows:3d}  median {e.median_abs_error:6.1%}  p90 {e.p90_abs_error:6.1%}  "
               f"coverage {e.coverage:4.0%}  half-width {e.median_half_width:6.1%}{'  (pooled)' if e.pooled else ''}")
+    for row_id, residual in cv.held_out.items():  # estimated by the fit on every other row
+        print(f"held out     {row_id:<24} measured / estimate {math.exp(residual):5.2f}")
 
 
 if __name__ == "__main__":
