@@ -1,6 +1,7 @@
 """The estimate beside the bounds: its fit reproduces, its terms by hand, its errors against the issue's targets."""
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 import kvmath as km
 from kvmath import estimate as E
-from kvmath.calibration import REGIMES, bound_for, check, load_measurements, user_measurement
+from kvmath.calibration import REGIMES, bound_for, check, get_measurement, load_measurements, user_measurement
 
 DATA = Path(E.__file__).parent / "data"
 ROWS = load_measurements()
@@ -33,6 +34,23 @@ def test_a_refit_reproduces_the_committed_parameters():
         assert getattr(fitted, name) == pytest.approx(PARAMS[name], rel=1e-6), name
     rows = {r["name"]: int(r["rows"]) for r in _committed("estimate_parameters.csv")}
     assert rows == {name: len(E.parameter_rows(name)) for name, *_ in E.PARAMETERS}
+    assert not any(get_measurement(i).held_out for name, *_ in E.PARAMETERS for i in E.parameter_rows(name))
+
+
+def test_the_rows_held_out_are_the_classes_named_and_still_bounded():
+    """MLPerf's offline rows (no prompt lengths: a 1-token prompt charged) and DeepSeek-R1's batch-1 rows (4 tokens
+    a step of MTP charged, acceptance unknown) are held out of the fit; every other row is fitted on."""
+    held = {m.id: m.held_out for m in ROWS if m.held_out}
+    assert {i for i, k in held.items() if k == "unknown_prompt"} == {
+        m.id for m in ROWS if m.source.startswith("mlperf_inference")}
+    assert {i for i, k in held.items() if k == "unknown_acceptance"} == {"dsr1-b200-minlat", "dsr1-h200-minlat"}
+    assert all(m.tokens_per_step == 4 for m in ROWS if m.held_out == "unknown_acceptance")
+    assert all(m.input_tokens == 1 for m in ROWS if m.held_out == "unknown_prompt")
+    assert all(bound_for(m).ratio <= 1 for m in ROWS if m.held_out)
+    assert sum(int(r["rows"]) for k, r in ERRORS.items() if k != "all") == int(ERRORS["all"]["rows"]) == \
+        len(ROWS) - len(held)
+    with pytest.raises(ValueError, match="held_out"):
+        dataclasses.replace(ROWS[0], held_out="unlucky")
 
 
 @pytest.mark.slow
@@ -46,28 +64,33 @@ def test_a_rerun_of_the_cross_validation_reproduces_the_committed_errors():
             assert getattr(e, key) == pytest.approx(float(row[key]), rel=1e-6, abs=1e-9), (regime, key)
 
 
+def _fitted(regime=None):
+    return [m for m in load_measurements(regime) if not m.held_out]
+
+
 def test_every_parameter_is_named_placed_and_within_the_budget():
-    """At most one fitted parameter per five rows of its home regime (a parameter homed in two counts half in each)."""
+    """At most one fitted parameter per five fitted rows of its home regime (a parameter homed in two counts half in
+    each)."""
     share = {r: 0.0 for r in REGIMES}
     for name, unit, home, meaning in E.PARAMETERS:
-        assert unit in ("fraction", "s", "FLOP", "x") and meaning and set(home) <= set(REGIMES), name
+        assert unit in ("fraction", "s", "FLOP", "x", "count") and meaning and set(home) <= set(REGIMES), name
         for r in home:
             share[r] += 1 / len(home)
         assert len(E.parameter_rows(name)) >= E.ROWS_PER_PARAMETER, name
     for regime, used in share.items():
-        n = len(load_measurements(regime))
+        n = len(_fitted(regime))
         assert used <= n / E.ROWS_PER_PARAMETER, (regime, used, n)
-    assert len(E.PARAMETERS) <= len(ROWS) / E.ROWS_PER_PARAMETER
+    assert len(E.PARAMETERS) <= len(_fitted()) / E.ROWS_PER_PARAMETER
     # a regime with too few rows homes no parameter and says its interval is pooled
     for regime in REGIMES:
-        few = len(load_measurements(regime)) < E.ROWS_PER_PARAMETER
+        few = len(_fitted(regime)) < E.ROWS_PER_PARAMETER
         assert (ERRORS[regime]["pooled"] == "true") == few, regime
         if few:
             assert share[regime] == 0, regime
     # physical ranges: efficiencies in (0, 1], costs >= 0, the MoE factor >= 1
     p = E.EstimateParameters.fitted()
     assert 0 < p.memory_efficiency <= 1 and 0 < p.matmul_efficiency <= 1 and p.moe_weight_factor >= 1
-    assert min(p.layer_overhead_s, p.step_overhead_s, p.collective_call_s, p.dequant_flops_per_weight) >= 0
+    assert min(p.layer_overhead_s, p.step_overhead_s, p.activation_vectors, p.dequant_flops_per_weight) >= 0
 
 
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
@@ -79,14 +102,15 @@ def test_the_regime_rule_gives_each_rows_regime(m):
 
 # ----- the issue's targets, on the committed cross-validation ----------------------------------------
 
-#: Targets the 53 rows of the table do not reach (kept honest: each fails today, and must be
-#: removed from here when the rows added later reach it).
+#: Targets the 102 fitted rows of the table do not reach (kept honest: each fails today, and must be
+#: removed from here when a better model or more rows reach it).
 MISSED = {
-    ("median", "all"),                     # 15.8% against 15%
-    ("median", "multi_chip"),              # 72%: gpt-fast's rows (15 of 53) hold most multi-chip rows; left out,
-    ("median", "moe"),                     # the others (eager PyTorch, a TPU, a production day) set the latency
-    ("coverage", "multi_chip"), ("coverage", "moe"), ("coverage", "prefill"), ("coverage", "all"),
-    ("half_width", "batch1"), ("half_width", "multi_chip"), ("half_width", "moe"), ("half_width", "prefill"),
+    ("median", "all"),          # 18%: the mixtures of experts and several chips pull it above 15%
+    ("median", "moe"),          # 43%: batch-1 Mixtral and gpt-oss estimated slow, expert-parallel DeepSeek and
+                                # Qwen3-30B at thousands of sequences fast (load imbalance, all-to-all, NVFP4 experts)
+    ("coverage", "prefill"),    # 57%: TensorRT-LLM's prefill rows are one source; left out, llama.cpp's set the fit
+    ("half_width", "large_batch"), ("half_width", "multi_chip"), ("half_width", "moe"), ("half_width", "prefill"),
+    ("half_width", "all"),      # intervals wider than twice the median error: the residuals have heavy tails
 }
 OWN = [r for r in REGIMES if int(ERRORS[r]["rows"]) >= E.ROWS_PER_PARAMETER]
 
@@ -138,21 +162,28 @@ def test_a_grid_of_deployments_is_estimated_above_the_bound():
 
 # ----- the terms by hand ----------------------------------------------------------------------------------
 
+def _activations(tokens, layers, d_model, bandwidth):
+    """The fitted activation vectors of ``d_model`` bf16 values per token and layer, at the fitted bandwidth."""
+    return PARAMS["activation_vectors"] * tokens * layers * d_model * 2 / (bandwidth * PARAMS["memory_efficiency"])
+
+
 def test_a_batch_one_step_by_hand():
     """Llama 2 7B in bf16 on an A100, B = 1, S = 105: both kernels memory-bound.
 
     Weights read: 32 layers of Q, K, V, O (4096 x 4096) and the MLP (3 x 4096 x 11008), the 32000 x 4096 head,
     one embedding row, 2 bytes each; the cache 2 x 32 x 4096 x 2 bytes a token. Estimate: the per-pass costs,
-    plus each read at the fitted fraction of 2.039 TB/s (the matmuls, 2 x 6.6e9 FLOPs at 312 TFLOP/s x 0.46,
-    are shorter).
+    each read at the fitted fraction of 2.039 TB/s, and one token's fitted activation vectors of 4096 bf16 values
+    per layer (the matmuls, 2 x 6.6e9 FLOPs at 312 TFLOP/s x 0.63, are shorter).
     """
     w = 2 * (32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096 + 4096)
     kv = 2 * 32 * 4096 * 2 * 105
     p = PARAMS
-    expected = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (w + kv) / (2.039e12 * p["memory_efficiency"])
+    expected = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (w + kv) / (2.039e12 * p["memory_efficiency"]) \
+        + _activations(1, 32, 4096, 2.039e12)
     e = E.estimate_step(km.Deployment("llama-2-7b", "a100-80gb"), 1, 105)
     assert e.estimate_s == pytest.approx(expected, rel=1e-4)  # norms left out by hand: 0.002%
     assert e.bound_s == pytest.approx((w + kv) / 2.039e12, rel=1e-4)
+    assert e.flags == {}  # one chip: no collective, nothing stood in for
 
 
 def test_a_q4_0_steps_dequantization_term_by_hand():
@@ -166,32 +197,59 @@ def test_a_q4_0_steps_dequantization_term_by_hand():
     dep = km.Deployment("llama-2-7b", "rtx-3090", weights="q4_0", kv="fp16", compute="fp16")
     dequant = n * p["dequant_flops_per_weight"] / 71e12
     kv = 2 * 32 * 4096 * 2 * 64
-    expected = (p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (n * b + kv) / (936e9 * p["memory_efficiency"])
-                + dequant)
+    fixed = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + _activations(1, 32, 4096, 936e9)
+    expected = fixed + (n * b + kv) / (936e9 * p["memory_efficiency"]) + dequant
     assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-4)
     # in fp16 no weight is unpacked: the same step without that term, the bytes four times as many
     fp16 = km.Deployment("llama-2-7b", "rtx-3090", weights="fp16", kv="fp16", compute="fp16")
     assert E.estimate_step(fp16, 1, 64).estimate_s == pytest.approx(
-        p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (2 * n + kv) / (936e9 * p["memory_efficiency"]), rel=1e-4)
+        fixed + (2 * n + kv) / (936e9 * p["memory_efficiency"]), rel=1e-4)
+    # fp4 math (a B200's NVFP4 weights) multiplies 4.5-bit weights as they are: nothing unpacked
+    assert E._constants(km.Deployment("llama-3-8b", "b200-hgx", weights="nvfp4", compute="fp4")).dequant == 0
 
 
 def test_tensor_parallel_collectives_by_hand():
-    """Llama 2 7B over 8 A100s (tp = 8, NVLink 3): two all-reduces per layer, 64 calls on each step's chain.
-
-    The estimate adds the bound's communication and the fitted latency of each call; with no link counted
-    (``link=None``) the calls remain and only the bound's communication goes.
-    """
+    """Llama 2 7B over 8 A100s (tp = 8, NVLink 3) at batch 1: 64 all-reduces of one token's 4096 bf16 values
+    (8,192 B) on each step's chain, each at its measured curve (kvmath/data/collectives.csv), t = latency +
+    2 (n - 1) / n S / bandwidth: gpt-fast's NCCL ring, 33.7 us and 231.58 GB/s on 8 GPUs (nccl-tests#123, Azure's
+    ND A100 v4); vLLM's custom kernel, 13.7 us and 187 GB/s (sglang#2688). The estimate adds exactly that chain."""
     dep = km.Deployment("llama-2-7b", "a100-80gb", "tp=8")
+    moved = 2 * 7 / 8 * 8192
+    ring, custom = 64 * (33.7e-6 + moved / 231.58e9), 64 * (13.7e-6 + moved / 187e9)
     step = dep.step(1, 105)
-    with_link, without = E.estimate_step(dep, 1, 105), E.estimate_step(dep.replace(link=None), 1, 105)
-    assert with_link.estimate_s - without.estimate_s == pytest.approx(float(step.comm_s), rel=1e-9)
-    one_chip_part = PARAMS["step_overhead_s"] + 32 * PARAMS["layer_overhead_s"] + (
-        float(step.weight_bytes_read + step.kv_bytes_read) / (2.039e12 * PARAMS["memory_efficiency"]))
-    assert without.estimate_s == pytest.approx(one_chip_part + 64 * PARAMS["collective_call_s"], rel=1e-9)
-    assert E.collective_estimate_s(dep, 0.0) == pytest.approx(64 * PARAMS["collective_call_s"], rel=1e-12)
-    # DeepSeek-V3 over 128 chips by experts: 58 MoE layers, a dispatch and a combine each; no all-reduce
-    ds = km.Deployment("deepseek-v3", "h800", "dp=128,ep=128", link=None)
-    assert E.collective_estimate_s(ds, 0.0) == pytest.approx(2 * 58 * PARAMS["collective_call_s"], rel=1e-12)
+    assert E.collective_estimate_s(dep, step, engine="gpt-fast") == pytest.approx(ring, rel=1e-9)
+    assert E.collective_estimate_s(dep, step, engine="vLLM") == pytest.approx(custom, rel=1e-9)
+    # the same figures as the topology's estimate of the chain: one path
+    assert E.collective_estimate_s(dep, step, engine="vLLM") == dep.comm_estimate(1).estimate_s
+    assert E.collective_estimate_s(dep, step, engine="gpt-fast") == dep.comm_estimate(1, algorithm="nccl").estimate_s
+    gpt_fast, vllm = (E.estimate_step(dep, 1, 105, engine=e) for e in ("gpt-fast", "vLLM"))
+    assert gpt_fast.estimate_s - vllm.estimate_s == pytest.approx(ring - custom, rel=1e-9)
+    # a layout without a link still talks: over the chip's own NVLink 3, and the estimate says it assumed so
+    none = E.estimate_step(dep.replace(link=None), 1, 105, engine="vLLM")
+    assert none.estimate_s == pytest.approx(vllm.estimate_s, rel=1e-12) and "nvlink3" in none.flags["link"]
+    # the custom kernel's 8-GPU bandwidth is its 4-GPU row's (the source's table shows no large message on 8)
+    assert vllm.flags == {"all_reduce over 8 chips on nvlink3": "curve measured on 8 GPUs, bandwidth not measured there"}
+
+
+def test_every_engine_has_its_all_reduce_and_stand_in_curves_are_flagged():
+    """Engines that call NCCL (gpt-fast, Meta's PyTorch reference) take NCCL's curve; TensorRT-LLM, vLLM and SGLang
+    their custom kernels where faster. NVLink 5 (its latency read off a 1 KB point of a table without a GPU count)
+    and MI300X's Infinity Fabric (no published figure) are stand-ins the estimate flags."""
+    from kvmath.calibration import ENGINES
+
+    assert set(E.ENGINE_ALGORITHMS) == set(ENGINES)
+    assert {e for e in ENGINES if E.engine_algorithm(e) == "nccl"} == {"gpt-fast", "PyTorch", "llama.cpp"}
+    assert E.engine_algorithm("") == E.engine_algorithm(None) == "auto"
+    for model, chip, link in (("llama-3.1-405b", "b200-hgx", "nvlink5"), ("llama-3.1-405b", "mi300x", "amd-if-mi300x")):
+        e = E.estimate_step(km.Deployment(model, chip, "tp=8", weights="fp8"), 16, 1000, engine="vLLM")
+        assert any(link in k for k in e.flags), e.flags
+    h100 = E.estimate_step(km.Deployment("llama-3.1-405b", "h100-sxm", "tp=8", weights="fp8"), 16, 1000)
+    assert h100.flags == {}
+    # expert parallelism's all-to-all has no measured curve anywhere: the bound's formula, flagged
+    ds = E.estimate_step(km.Deployment("deepseek-v3", "h800", "dp=8,ep=8", weights="fp8"), 64, 1000)
+    assert any("all_to_all" in k for k in ds.flags), ds.flags
+    check = get_measurement("orcl-405b-b16")
+    assert any("amd-if-mi300x" in k for k in E.estimate_for(check).flags)
 
 
 def test_the_moe_factor_multiplies_the_weight_term():
@@ -202,10 +260,25 @@ def test_the_moe_factor_multiplies_the_weight_term():
     p = E.EstimateParameters.fitted()
     c = E._constants(dep)
     weights = float(step.weight_read_s) * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
-    fixed = p.step_overhead_s + dep.model.n_layers * p.layer_overhead_s
+    fixed = p.step_overhead_s + dep.model.n_layers * p.layer_overhead_s + _activations(
+        1, dep.model.n_layers, dep.model.d_model, dep.chip.bandwidth)
     expected = fixed + float(step.kv_read_s) / p.memory_efficiency + p.moe_weight_factor * weights
     assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-9)
     assert c.dequant == pytest.approx(1.008e12 / (dep.flops * 4.25 / 8), rel=1e-9)  # MXFP4: 4.25 bits a weight
+
+
+def test_a_large_moe_batch_reads_the_experts_a_uniform_router_touches():
+    """Mixtral 8x7B (8 experts, 2 a token) at 64 sequences: the bound reads the floor, 2 experts a layer; the
+    estimate the 8 (1 - (1 - 2/8)^64) = 8.0 a uniform router touches, so 4x the expert bytes."""
+    dep = km.Deployment("mixtral-8x7b", "h100-sxm", "tp=2")
+    floor, uniform = dep.step(64, 500), dep.step(64, 500, routing="uniform")
+    expert = dep.model.weight_bytes_read_by_group(64, "bf16", "floor")["experts"]
+    assert dep.model.weight_bytes_read_by_group(64, "bf16", "uniform")["experts"] == pytest.approx(
+        expert * 8 * (1 - 0.75**64) / 2, rel=1e-12)
+    c = E._constants(dep)
+    priced = E._step_pricer(dep, E._routed(dep, floor), c)(E.EstimateParameters.fitted())
+    assert E.estimate_step(dep, 64, 500).estimate_s == pytest.approx(priced, rel=1e-12)
+    assert float(uniform.weight_read_s) > 2 * float(floor.weight_read_s)
 
 
 def test_a_requests_decode_is_the_sum_of_its_steps():
@@ -238,7 +311,7 @@ def test_estimates_are_results_named_as_estimates():
     e = E.estimate_step(km.Deployment("llama-3-8b", "h100-sxm"), 1, 100)
     d = e.to_dict()
     assert set(d) == {"bound_s", "estimate_s", "estimate_low_s", "estimate_high_s", "regime", "regime_rows",
-                      "pooled", "is_lower_bound"}
+                      "pooled", "flags", "is_lower_bound"}
     assert all(d[k] == getattr(e, k) for k in d)
     r = E.estimate_request(km.Deployment("llama-3-8b", "h100-sxm"), 1, 100, 1).to_dict()
     assert set(r) == {"ttft", "decode", "total", "time_per_output_token"}
@@ -278,18 +351,32 @@ def test_cli_estimate_is_the_results_to_dict():
 # ----- check: the calibration table, and figures that beat their bound -----------------------------------
 
 def test_every_row_of_the_table_is_checked():
-    """No row beats its bound; each falls inside its regime's interval except the two the estimate misses most
-    (Meta's eager reference code for LLaMA 65B; llama.cpp's fp16 Llama 3 8B on an M2 Ultra)."""
-    slower = []
+    """No row beats its bound; each falls inside its regime's interval except those listed: 18 of 113 (16%; an 80%
+    interval leaves out a fifth of the rows it was built from, and the held-out rows were built from none).
+
+    Slower than the interval: gpt-fast's int8 and int4 (its own unpacking kernels), TensorRT-LLM's Llama 70B over two
+    H100s in v0.6.1, PaLM on 64 TPU v4 chips, Meta's eager reference code for LLaMA 65B, llama.cpp on an M2 Ultra
+    (fp16 and Q4_K) and its Q4_0 on an RTX 3090 and int8 prompt on an RTX 4090, Llama 70B in NVFP4 on a B200 and
+    Qwen3-30B on a GB200 (thousands of sequences), and the held-out rows whose unknowns make the bound loosest
+    (DeepSeek-R1 at batch 1 with four tokens a step charged; MLPerf on one MI300X or B200 without its prompts).
+    Faster: gpt-fast's Llama 2 7B on eight A100s (its CUDA graph replays the all-reduces faster than the NCCL curve,
+    measured with a launch from the host) and MLPerf's 8-GPU Llama 70B offline runs (held out: their batch of all
+    the samples at once is priced, while the run held far fewer).
+    """
+    slower, faster = [], []
     for m in ROWS:
         c = check(m)
         assert not c.beats_bound and c.likely_causes == () and c.ratio == bound_for(m).ratio
         inside = c.estimate.estimate_low_s <= c.measured_s <= c.estimate.estimate_high_s
         assert (c.against_estimate == "inside the interval") == inside, m.id
         if not inside:
-            assert c.measured_s > c.estimate.estimate_high_s
-            slower.append(m.id)
-    assert sorted(slower) == ["meta-65b-tp8", "xd-m2u-8b-f16"]
+            (slower if c.measured_s > c.estimate.estimate_high_s else faster).append(m.id)
+            assert c.against_estimate == ("slower" if m.id in slower else "faster") + " than the interval"
+    assert sorted(slower) == ["dsr1-h200-minlat", "gf-7b-int4", "gf-7b-int8", "meta-65b-tp8", "mlp41-b200-70b",
+                              "mlp41-mi300x1-70b", "pope-palm-64", "pov-70b-b200-128-2048",
+                              "pov-qwen30-gb200-128-2048", "pr4766-3090-7b-q4_0", "trt-70b-h100-tp2",
+                              "xd-4090-8b-q4km-pp512", "xd-m2u-8b-f16", "xd-m2u-8b-q4km"]
+    assert sorted(faster) == ["gf-7b-tp8", "mlp41-h100x8-70b", "mlp41-h200x8-70b", "mlp50-b200x8-70b"]
 
 
 @pytest.mark.parametrize("kwargs, cause", [
