@@ -902,7 +902,7 @@ def parameter_rows(name: str) -> list[str]:
 
     Examples
     --------
-    >>> "gf-7b-tp8" in parameter_rows("engine_call_s"), "gf-7b-bf16" in parameter_rows("engine_call_s")
+    >>> "gf-7b-int4" in parameter_rows("dequant_flops_per_weight"), "gf-7b-bf16" in parameter_rows("dequant_flops_per_weight")
     (True, False)
     """
     names = [n for n, *_ in PARAMETERS]

@@ -300,6 +300,40 @@ def test_frontier_memory_cap_and_best_batch_by_hand():
     assert np.isnan(f.throughput_per_chip[int(f.max_batch[0]), 0])  # one past the cap does not fit
 
 
+def test_frontier_gives_the_chip_with_more_hbm_the_higher_throughput_where_capacity_limits_the_batch():
+    """Llama 3 8B in bf16, 100 tokens in and 2,000 out, on an H100 (80 GB, 3.35 TB/s, 989.4 TFLOP/s) and on the same
+    chip with 141 GB (an H200's memory, the H100's rates). By hand: 16.06 GB of weights resident; the cache of the
+    last step, 2,099 tokens of 131,072 B (32 layers x 8 KV heads x 128 x 2 x 2 B), fits 232 and 454 sequences. Every
+    decode step reads the 15.01 GB of weights a step needs (the layers' 6.979e9 parameters and the 128,256 x 4,096
+    head, 2 B each) plus each sequence's cache at contexts 101 .. 2,099 (mean 1,100), memory-bound, so throughput
+    grows with the batch up to the cap; the prefill is the 100 prompt tokens' matmuls at the FLOP rate. Throughput
+    per chip B x 2000 / (prefill + decode): 15,867 and 18,661 tokens/s, both at the cap (1%: norms and attention
+    FLOPs left out by hand)."""
+    layers = 32 * (4096 * (4096 + 1024 + 1024) + 4096 * 4096 + 3 * 4096 * 14336)
+    head = 128256 * 4096
+    W, C = 3.35e12, 989.4e12
+    small = Deployment("llama-3-8b", H100)
+    large = Deployment("llama-3-8b", H100.replace(hbm_bytes=141e9))
+    expected = {}
+    for dep, cap in ((small, 232), (large, 454)):
+        decode = 1999 * 2 * (layers + head) / W + cap * 131072 * 1999 * 1100 / W
+        prefill = 2 * cap * (100 * layers + head) / C
+        expected[dep.chip.hbm_bytes] = cap * 2000 / (decode + prefill)
+        f = dep.frontier(100, 2000)
+        assert int(f.max_batch[0]) == cap == math.floor((dep.chip.hbm_bytes - 2 * 8.03e9) / (131072 * 2099))
+        assert int(f.best_batch[0]) == cap  # the batch the KV capacity allows is the best one
+        assert float(f.best_throughput_per_chip[0]) == pytest.approx(expected[dep.chip.hbm_bytes], rel=1e-2)
+    assert expected[141e9] > 1.15 * expected[80e9]
+    # the same through hbm_bytes, and in the estimate, which takes the bound's memory cap
+    assert float(small.frontier(100, 2000, hbm_bytes=141e9).best_throughput_per_chip[0]) == pytest.approx(
+        expected[141e9], rel=1e-2)
+    from kvmath.estimate import estimate_frontier
+
+    e_small, e_large = (estimate_frontier(d, 100, 2000) for d in (small, large))
+    assert int(e_large.best_batch[0]) > int(e_small.best_batch[0])
+    assert float(e_large.throughput_per_chip_estimate[0]) > float(e_small.throughput_per_chip_estimate[0])
+
+
 # ----- the command line -----------------------------------------------------------------------
 
 
