@@ -444,7 +444,9 @@ def user_measurement(model: Model | str, chip: Chip | str, *, metric: str, measu
     """A measurement of one's own, as a row of the table (its regime by :func:`kvmath.estimate.regime_of`).
 
     The arguments are the table's columns (see :class:`Measurement`); ``measured`` is in the metric's unit
-    (tokens/s, or seconds for ``s_per_token`` and ``ttft_s``). ``engine`` is recorded, not modelled.
+    (tokens/s, or seconds for ``s_per_token`` and ``ttft_s``). ``engine``: one of :data:`ENGINES` sets the
+    all-reduce the estimate prices the collectives with (:data:`kvmath.estimate.ENGINE_ALGORITHMS`); another
+    name is recorded in the title only.
 
     Examples
     --------
@@ -458,7 +460,7 @@ def user_measurement(model: Model | str, chip: Chip | str, *, metric: str, measu
                     url="", model=model, chip=chip, layout=layout, link=link, batch=batch, input_tokens=input_tokens,
                     output_tokens=output_tokens, chunk_tokens=chunk_tokens, tokens_per_step=tokens_per_step,
                     weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, metric=metric, measured=measured,
-                    per_chip=per_chip, unknowns="", quote="")
+                    per_chip=per_chip, unknowns="", quote="", engine=engine if engine in ENGINES else "")
     prompt = m.input_tokens if metric in ("ttft_s", "prefill_tok_s") else 0
     per_pass = min(prompt, chunk_tokens) if chunk_tokens else prompt
     return dataclasses.replace(m, regime=regime_of(_deployment(m), m.batch, per_pass))

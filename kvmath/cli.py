@@ -735,6 +735,8 @@ def _print_estimate(e, indent: int = 2) -> None:
     pooled = ", too few rows: pooled interval" if e.pooled else ""
     print(f"{' ' * indent}  estimate               {fmt_seconds(e.estimate_s)}  (80%: {fmt_seconds(e.estimate_low_s)} "
           f"to {fmt_seconds(e.estimate_high_s)}; regime {e.regime}, {e.regime_rows} rows{pooled})")
+    for what, why in e.flags.items():  # a collective priced by a stand-in curve, or a link assumed
+        print(f"{' ' * indent}    stand-in: {what}: {why}")
 
 
 def _print_decode(args, dep: Deployment, s, est=None) -> None:
