@@ -69,7 +69,7 @@ _NOT_NUMBERS = [
     "32", b"32", True, np.bool_(False), None, float("nan"), float("inf"), -math.inf, 1 + 0j, np.complex64(1),
     np.datetime64("2024-01-01"), datetime.timedelta(seconds=1), datetime.date(2024, 1, 1), np.timedelta64(1, "s"),
     np.ma.masked_array([1.0], mask=[True]), np.array([1, None], dtype=object), ["32"], [1.0, "2"], [1.0, None],
-    np.array(["1"]), np.array([True]), [[1.0], [2.0, 3.0]], {"a": 1}, 10**400, [1.0, math.nan],
+    np.array(["1"]), np.array([True]), [[1.0], [2.0, 3.0]], {"a": 1}, 10**400, [1.0, math.nan], [1.0, True],
 ]
 INVALID = {
     "pos": _NOT_NUMBERS + [0, 0.0, -1, -1e-300, np.int32(-5), np.array([1.0, -1.0])],
@@ -314,11 +314,14 @@ FUNCTIONS = {
     "layout.parse_layout": dict(text="layouttext"),
     "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips", kv_split="shard"),
     "ParallelLayout.check@tp2": dict(model="modelobj"),
-    "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
+    "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg", stated_bandwidth="nonneg",
+                                 measured_allreduce_latency_s="optpos", in_switch_reduction="flag",
+                                 latency_is_assumption="flag"),
     # whole requests
     "requests.prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
     # layers
     "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
+    "LayerSpec@SLIDING": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
     "LayerSpec@linear": dict(state_bytes="nonneg", state_flops="nonneg", params="nonneg"),
     "LayerSpec.tokens_held@sliding": dict(context="nonneg"),
     # preset methods of the step model and config loading
@@ -343,11 +346,12 @@ DOMAIN_ERRORS = {
     "Model.with_kv_heads@llama": ("divisible by n_kv_heads",),
     "Chip.flops@h100": ("compute_dtype",),  # fp32, int4 are storage formats, not compute rates
     "LayerSpec@sliding": ("must be divisible by",),
+    "LayerSpec@SLIDING": ("must be divisible by",),
     "formulas.allreduce_estimate": ("has no measured all-reduce latency",),
     "formulas.allreduce_time": ("has no in-switch reduction",),
     "memory.runtime_total_bytes": ("has no device_bytes",),
     "memory.memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory",
-                             "must be below the runtime total"),
+                             "must be below the runtime total", "leaves nothing for the weights"),
     "memory.vllm_available_kv_bytes": ("no memory left for the KV cache",),
     "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",),
     # the gpt-oss config in tests/data is a mirror relabelled GPTQ without its bits, refused by design
@@ -401,6 +405,7 @@ _BOUND = {
     "ParallelLayout.check@tp2": lambda: km.ParallelLayout(tp=2).check,
     "Link.replace@nvlink4": lambda: km.Link.preset("nvlink4").replace,
     "LayerSpec@sliding": lambda: functools.partial(LayerSpec, "sliding"),
+    "LayerSpec@SLIDING": lambda: functools.partial(LayerSpec, "SLIDING"),  # stored as "sliding"
     "LayerSpec@linear": lambda: functools.partial(LayerSpec, "linear"),
     "LayerSpec.tokens_held@sliding": lambda: LayerSpec("sliding", 16, 8, 256, window=4096).tokens_held,
     "Model.from_hf_config": lambda: km.Model.from_hf_config,
@@ -569,7 +574,7 @@ def _variants(kind, value):
 #: Functions whose numeric arguments are scalars, or whose result is not element by element (a frontier's best
 #: batch, the fewest chips, a deployment), or that take one number per call (a fit's whole counts).
 _SCALAR_ONLY = {"units.dtype_bytes", "Chip.preset", "Model.preset", "Link.preset", "Deployment.frontier",
-                "ParallelLayout", "Deployment", "Deployment.fewest_chips", "formulas.fit"}
+                "ParallelLayout", "Deployment", "Deployment.fewest_chips", "formulas.fit", "Link.replace@nvlink4"}
 
 
 @st.composite
