@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import importlib
 import io
 import json
 import math
@@ -348,8 +349,9 @@ DOMAIN_ERRORS = {
                              "must be below the runtime total"),
     "memory.vllm_available_kv_bytes": ("no memory left for the KV cache",),
     "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",),
-    # the gpt-oss config in tests/data is a GPTQ mirror, refused by design (test_hf_config_weights.py)
-    "hf_config.weights_from_hf_config": ("is not one kvmath reads",),
+    # the gpt-oss config in tests/data is a GPTQ mirror with no bits, refused by design (test_hf_config_weights.py);
+    # a quant_method kvmath does not read is refused too
+    "hf_config.weights_from_hf_config": ("is not one kvmath reads", "'quantization_config.bits' must be"),
     "memory.vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left",
                            "must divide", "layers (a pipeline stage's share)"),
     "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
@@ -475,7 +477,9 @@ def _function(name):
         return _asked(name.partition(".")[2] or None)
     if "." in name:  # a submodule's function, or a class's (presets)
         owner, _, attr = name.partition(".")
-        return getattr(getattr(km, owner), attr)
+        # a submodule kvmath does not load on first use (requests, layers) is an attribute only once imported
+        holder = getattr(km, owner) if hasattr(km, owner) else importlib.import_module(f"kvmath.{owner}")
+        return getattr(holder, attr)
     return getattr(km, name)
 
 
