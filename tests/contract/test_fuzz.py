@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import importlib
 import io
 import json
 import math
