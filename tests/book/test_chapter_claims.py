@@ -101,3 +101,28 @@ def test_routed_experts_cross_later_than_the_aggregate(model, chip, rate, b_w, e
     groups = group_critical_batches(Model.preset(model), Chip.preset(chip), weights)
     assert groups["experts"] == pytest.approx(by_hand, rel=1e-6)
     assert model_critical_batch(Model.preset(model), Chip.preset(chip), weights) < by_hand
+
+
+# ---- chapter 1, exercise 3: "fits" on the bare device is not "loads in an engine" ----
+
+def param_count(m: dict) -> int:
+    """A dense GQA model's parameters from its row: attention, MLP, norms, embedding and (untied) LM head."""
+    d, h, kv, dh, ff, L, V = (int(m[k]) for k in ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "vocab"))
+    per_layer = 2 * d * h * dh + 2 * d * kv * dh + int(m["mlp_matrices"]) * d * ff + 2 * d
+    tables = V * d * (1 if m["tied_embeddings"] == "true" else 2)
+    return L * per_layer + tables + d
+
+
+def test_chapter1_llama2_70b_does_not_load_on_one_h200_at_vllms_defaults():
+    gib = 2 ** 30
+    weights = 2 * param_count(MODELS["llama-2-70b"])
+    assert weights == pytest.approx(137.956e9, rel=1e-5)  # the chapter's 137.95 GB (128.48 GiB)
+    marketed = num(CHIPS["h200"], "hbm_bytes")
+    # vLLM: 0.9 of the runtime total (the reported total less a 0.5 GiB driver reserve, an estimate) less 0.35 GiB
+    engine = 0.9 * (marketed - 0.5 * gib) - 0.35 * gib
+    assert engine == pytest.approx(126.04e9, rel=1e-4) and engine < weights
+    # even at the 143,771 MiB that public nvidia-smi tables show for an H200, the weights do not fit
+    assert 0.9 * (143_771 * 2 ** 20 - 0.5 * gib) - 0.35 * gib < weights
+    assert (weights + 0.35 * gib) / (marketed - 0.5 * gib) == pytest.approx(0.985, abs=5e-4)
+    from kvmath.memory import memory_budget
+    assert memory_budget(marketed, "engine") == pytest.approx(engine, rel=1e-12)
