@@ -116,7 +116,7 @@ def param_count(m: dict) -> int:
 def test_chapter1_llama2_70b_does_not_load_on_one_h200_at_vllms_defaults():
     gib = 2 ** 30
     weights = 2 * param_count(MODELS["llama-2-70b"])
-    assert weights == pytest.approx(137.956e9, rel=1e-5)  # the chapter's 137.95 GB (128.48 GiB)
+    assert weights == pytest.approx(137.95e9, abs=5e6)  # the chapter's 137.95 GB (128.48 GiB)
     marketed = num(CHIPS["h200"], "hbm_bytes")
     # vLLM: 0.9 of the runtime total (the reported total less a 0.5 GiB driver reserve, an estimate) less 0.35 GiB
     engine = 0.9 * (marketed - 0.5 * gib) - 0.35 * gib
