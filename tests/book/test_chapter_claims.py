@@ -126,3 +126,31 @@ def test_chapter1_llama2_70b_does_not_load_on_one_h200_at_vllms_defaults():
     assert (weights + 0.35 * gib) / (marketed - 0.5 * gib) == pytest.approx(0.985, abs=5e-4)
     from kvmath.memory import memory_budget
     assert memory_budget(marketed, "engine") == pytest.approx(engine, rel=1e-12)
+
+
+# ---- chapters 1, 4, 5: "memory-bound" and "compute-bound" near a ridge ----
+
+def test_mla_decode_attention_is_near_the_ridge_on_the_hopper_chips_and_the_rule_over_every_chip():
+    from kvmath.formulas import NEAR_RIDGE, roofline_regime
+
+    m = MODELS["deepseek-v3"]
+    h, r, rope = int(m["n_heads"]), int(m["kv_lora_rank"]), int(m["qk_rope_dim"])
+    # absorbed MLA: 2 h (r + rope) + 2 h r FLOPs per cached token per layer over (r + rope) bf16 values
+    intensity = (2 * h * (r + rope) + 2 * h * r) / ((r + rope) * 2)
+    assert intensity == pytest.approx(241.78, abs=0.01)
+    verdicts = {name: roofline_regime(intensity, bf16(name) / bandwidth(name)) for name in CHIPS if bf16(name)}
+    # the datasheet ridges put the H100/H800 (295) above it and the H200 (206) below: both within a quarter
+    for chip in ("h100-sxm", "h800", "h200"):
+        assert verdicts[chip] == "near the ridge"
+    # FlashMLA's practical H800 ridge, 865e12 / 3.35e12 = 258.2, is within 7% of the intensity
+    assert abs(intensity / (865e12 / 3.35e12) - 1) < 0.07
+    # the rule itself, by hand, over every chip
+    for name, v in verdicts.items():
+        ridge = bf16(name) / bandwidth(name)
+        by_hand = ("memory" if intensity < ridge * (1 - NEAR_RIDGE) else
+                   "compute" if intensity > ridge * (1 + NEAR_RIDGE) else "near the ridge")
+        assert v == by_hand, name
+    # with two query tokens (MTP, s_q = 2) it doubles, past every chip's bf16 ridge but the highest
+    assert roofline_regime(2 * intensity, bf16("h100-sxm") / bandwidth("h100-sxm")) == "compute"
+    with pytest.raises(ValueError, match="margin"):
+        roofline_regime(1.0, 2.0, 1.0)
