@@ -37,7 +37,7 @@ from .validation import (ArrayLike, ResultOverflow, as_count, as_scalar, checked
 
 #: Every formula the module defines or re-exports (the links' collectives, the MoE forms), and their result types.
 __all__ = [
-    "RESOURCES", "binds", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
+    "RESOURCES", "binds", "NEAR_RIDGE", "REGIMES", "roofline_regime", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
     "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
     "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
     "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
