@@ -224,7 +224,9 @@ def _constants(dep: Deployment) -> _Constants:
     b_w = _bulk_weight_bytes(dep)
     # weights multiply at the compute format given; without one, 8- and 16-bit weights at their own rate,
     # sub-byte weights unpacked to a wider format first
-    b_compute = dtype_bytes(dep.formats.compute) if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
+    compute = dep.formats.compute
+    # "fp4" names a tensor-core rate (Chip.flops), not a storage format: 4 bits an operand
+    b_compute = (0.5 if compute == "fp4" else dtype_bytes(compute)) if compute else (b_w if b_w >= 1 else 2.0)
     dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
     return _Constants(dep.model.n_layers, _collective_calls(dep), dequant, bool(dep.model.n_experts))
 
