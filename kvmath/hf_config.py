@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import numbers
 import os
 import stat
