@@ -43,8 +43,7 @@ FONT = 11.0
 #: The widest a diagram is drawn, inches (CSS px / 100).
 WIDTH = 5.6
 #: Fill colours: light tints of the book's colours (kvbook.plots.COLORS), one per kind of thing.
-WEIGHTS, KV, COMPUTE, LINK, FREE, DRAFT, REJECT = ("#cfe3f3", "#f6d3bf", "#c6eadf", "#f1e2ef", "#f2f2f2",
-                                                     "#fbe7bf", "#e9c9c9")
+WEIGHTS, KV, COMPUTE, FREE, DRAFT, REJECT = "#cfe3f3", "#f6d3bf", "#c6eadf", "#f2f2f2", "#fbe7bf", "#e9c9c9"
 
 
 @dataclass(frozen=True)
@@ -77,13 +76,13 @@ class Diagram:
                 if t.get_text().strip()]
 
 
-def _canvas(height: float, xmax: float = 100.0, ymax: float | None = None):
-    """A figure of the diagrams' width with one axes of plain coordinates (x 0..xmax, y 0..ymax), no frame."""
+def _canvas(height: float, ymax: float):
+    """A figure of the diagrams' width with one axes of plain coordinates (x 0..100, y 0..ymax), no frame."""
     import kvbook.plots as kp
 
     fig, ax = kp.new_figure(figsize=(WIDTH, height))
-    ax.set_xlim(0, xmax)
-    ax.set_ylim(0, ymax if ymax is not None else height * xmax / WIDTH)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, ymax)
     ax.set_axis_off()
     return fig, ax
 
@@ -99,13 +98,14 @@ def _done(fig, alt: str) -> Diagram:
     return Diagram(fig, " ".join(alt.split()))
 
 
-def _box(ax, x, y, w, h, text="", color=FREE, edge="0.35", size=FONT, **text_kw):
+def _box(ax, x, y, w, h, text="", color=FREE):
+    """A rounded box at (x, y), w by h, with ``text`` centred in it."""
     from matplotlib.patches import FancyBboxPatch
 
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0,rounding_size=0.8", facecolor=color,
-                                edgecolor=edge, linewidth=1.0))
+                                edgecolor="0.35", linewidth=1.0))
     if text:
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, **text_kw)
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=FONT)
 
 
 def _arrow(ax, start, end, color="0.25", style="-|>", width=1.4):
