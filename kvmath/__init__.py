@@ -26,6 +26,7 @@ The public names:
   chapters cite (``min_step``, ``critical_batch``, ``kv_bytes_per_token``);
 - :mod:`kvmath.memory` (memory budgets and vLLM's KV sizing),
   :mod:`kvmath.calibration` (published measurements against the bound),
+  :mod:`kvmath.estimate` (estimates beside the bounds, fitted on those measurements),
   :mod:`kvmath.hf_config` (``config.json`` files), :mod:`kvmath.units`
   (GB, GiB, bytes per element), :mod:`kvmath.formatting` (strings at the
   edges) and :mod:`kvmath.measure` (timing this machine);

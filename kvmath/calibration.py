@@ -55,6 +55,7 @@ from .layout import parse_layout
 from .presets import read_rows
 from .requests import prefill_bound, request_times
 from .deployment import Deployment
+from .results import Result
 from .validation import as_scalar, choice, flag, instance, positive, whole
 
 #: What each measurement measured (see the module text).
@@ -92,8 +93,8 @@ class Measurement:
     source: str  # bibliography key (book/references.bib)
     title: str
     url: str
-    model: str
-    chip: str
+    model: str | Model  # a preset name (or one of EXTRA_MODELS), or a Model (a user's config.json)
+    chip: str | Chip  # a preset name, or a Chip
     layout: str  # "" for one chip
     link: str  # "" for none counted
     batch: int
@@ -131,8 +132,10 @@ class Measurement:
         # checked here so that a row edited with dataclasses.replace is checked too
         where = f"measurement {self.id!r}: "
         try:
-            for name in ("id", "source", "model", "chip", "layout", "link", "kv_dtype", "metric", "regime"):
+            for name in ("id", "source", "layout", "link", "kv_dtype", "metric", "regime"):
                 instance(name, getattr(self, name), str, "a string")
+            instance("model", self.model, (str, Model), "a model preset name or a Model")
+            instance("chip", self.chip, (str, Chip), "a chip preset name or a Chip")
             choice("metric", self.metric, METRICS)
             choice("regime", self.regime, REGIMES)
             whole("batch", self.batch)
@@ -172,12 +175,14 @@ class Measurement:
     @property
     def model_preset(self) -> Model:
         """The :class:`kvmath.Model` the row names (a preset, or one of :data:`EXTRA_MODELS`)."""
+        if isinstance(self.model, Model):
+            return self.model
         return EXTRA_MODELS[self.model] if self.model in EXTRA_MODELS else get_model(self.model)
 
     @property
     def chip_preset(self) -> Chip:
         """The :class:`kvmath.Chip` the row names, at ``compute_flops_per_s`` where the row gives one."""
-        chip = get_chip(self.chip)
+        chip = self.chip if isinstance(self.chip, Chip) else get_chip(self.chip)
         if self.compute_flops_per_s is None:
             return chip
         rate = positive("compute_flops_per_s", self.compute_flops_per_s)
@@ -198,12 +203,14 @@ class Measurement:
     @property
     def configuration(self) -> str:
         """A short description: chips, layout, batch, lengths, formats."""
-        chips = f"{self.n_chips}x {self.chip}" + (f" ({self.layout})" if self.layout else "")
+        chip = self.chip if isinstance(self.chip, str) else self.chip.name
+        chips = f"{self.n_chips}x {chip}" + (f" ({self.layout})" if self.layout else "")
         w = self.weights if isinstance(self.weights, str) else (
             f"{self.weights:g} B/weight" if isinstance(self.weights, float)
             else "+".join(f"{v}" for v in dict.fromkeys(self.weights.values())))
         lengths = f"{self.input_tokens}/{self.output_tokens}"
-        return f"{self.model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
+        model = self.model if isinstance(self.model, str) else self.model.name
+        return f"{model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
 
     def deployment(self) -> Deployment:
         """The row's :class:`kvmath.Deployment`: model, chip, layout, link and formats, as :func:`bound_for` uses them.
@@ -407,3 +414,161 @@ def calibrate(regime: str | None = None) -> list[Calibration]:
     True
     """
     return [bound_for(m) for m in load_measurements(regime)]
+
+
+# ----- a measured figure against its bound and the estimate -------------------------------------------
+
+def user_measurement(model: Model | str, chip: Chip | str, *, metric: str, measured: float, batch: int = 1,
+                     input_tokens: int = 0, output_tokens: int = 1, layout: str = "", link: str = "",
+                     weights="bf16", kv_dtype: str = "bf16", compute_dtype: str | None = None,
+                     chunk_tokens: int | None = None, tokens_per_step: int = 1, per_chip: bool = False,
+                     engine: str = "") -> Measurement:
+    """A measurement of one's own, as a row of the table (its regime by :func:`kvmath.estimate.regime_of`).
+
+    The arguments are the table's columns (see :class:`Measurement`); ``measured`` is in the metric's unit
+    (tokens/s, or seconds for ``s_per_token`` and ``ttft_s``). ``engine`` is recorded, not modelled.
+
+    Examples
+    --------
+    >>> m = user_measurement("llama-2-7b", "a100-80gb", metric="s_per_token", measured=0.0095, input_tokens=100)
+    >>> m.regime, round(bound_for(m).ratio, 3)
+    ('batch1', 0.685)
+    """
+    from .estimate import regime_of
+
+    m = Measurement(id="yours", regime="batch1", source="", title=f"your measurement{f' ({engine})' if engine else ''}",
+                    url="", model=model, chip=chip, layout=layout, link=link, batch=batch, input_tokens=input_tokens,
+                    output_tokens=output_tokens, chunk_tokens=chunk_tokens, tokens_per_step=tokens_per_step,
+                    weights=weights, kv_dtype=kv_dtype, compute_dtype=compute_dtype, metric=metric, measured=measured,
+                    per_chip=per_chip, unknowns="", quote="")
+    prompt = m.input_tokens if metric in ("ttft_s", "prefill_tok_s") else 0
+    per_pass = min(prompt, chunk_tokens) if chunk_tokens else prompt
+    return dataclasses.replace(m, regime=regime_of(_deployment(m), m.batch, per_pass))
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class Check(Result):
+    """A measured figure against kvmath's bound and the estimate's interval (:func:`check`).
+
+    Attributes
+    ----------
+    measurement : Measurement
+        The figure and its setup.
+    bound, ratio : float
+        The bound in the figure's unit and the fraction of it reached (:func:`bound_for`).
+    beats_bound : bool
+        Whether the figure is faster than the bound: almost always a setup or unit mistake.
+    likely_causes : tuple of str
+        Where ``beats_bound``, the changes of setup under which the bound would hold (a wrong precision, a
+        batch or a chip count misread, tokens per step, units), each as a sentence; else empty.
+    measured_s : float
+        Seconds per unit of the figure (a token per sequence, a step, a prefill).
+    estimate : kvmath.estimate.Estimate
+        The estimate in seconds per unit, its 80% interval and regime.
+    against_estimate : str
+        ``"inside the interval"``, ``"slower than the interval"`` or ``"faster than the interval"``.
+    """
+
+    measurement: Measurement
+    bound: float
+    ratio: float
+    beats_bound: bool
+    likely_causes: tuple
+    measured_s: float
+    estimate: object
+    against_estimate: str
+
+
+#: Weight formats of fewer bytes a mistaken precision could be (tried in order, fewest bytes last).
+_FEWER_BYTES = ("fp8", "int8", "int4-g128", "q4_0")
+
+
+def _causes(m: Measurement) -> tuple[str, ...]:
+    """Changes of ``m``'s setup under which its figure no longer beats the bound, as sentences."""
+    def holds(**change) -> bool:
+        try:
+            return bound_for(dataclasses.replace(m, **change)).ratio <= 1
+        except ValueError:
+            return False
+
+    out = []
+    if isinstance(m.weights, str):
+        from .units import dtype_bytes
+
+        given = dtype_bytes(m.weights)
+        for fmt in _FEWER_BYTES:
+            if dtype_bytes(fmt) < given and holds(weights=fmt):
+                out.append(f"the bound at {fmt} weights is below your figure; at {m.weights} it is above: "
+                           "check the weight precision")
+                break
+    if m.kv_dtype in ("bf16", "fp16") and holds(kv_dtype="fp8"):
+        out.append("with an fp8 cache the bound holds: check the cache's format")
+    rate = m.metric not in TIME_METRICS
+    if rate and m.metric in ("seq_tok_s", "user_tok_s") and m.batch > 1 and holds(measured=m.measured / m.batch):
+        out.append(f"divided by the batch ({m.batch}) the figure holds: it looks like the whole batch's tokens/s, "
+                   "not one sequence's")
+    if rate and m.metric == "out_tok_s" and m.per_chip and holds(measured=m.measured / m.n_chips):
+        out.append(f"as the whole deployment's throughput (over {m.n_chips} chips) it holds: check per chip "
+                   "against per node")
+    if rate and m.metric == "out_tok_s" and m.n_chips == 1 and holds(measured=m.measured / 8):
+        out.append("divided by 8 it holds: it may be a node's throughput, not one chip's")
+    if m.tokens_per_step == 1 and m.metric in ("seq_tok_s", "user_tok_s", "s_per_token"):
+        for k in range(2, 9):
+            if holds(tokens_per_step=k):
+                if m.metric == "seq_tok_s":  # a run's tokens per step show in its rate, not in its step
+                    break
+                out.append(f"at {k} tokens per step it holds: speculative decoding or multi-token prediction "
+                           "yields several tokens a step")
+                break
+    if m.metric == "out_tok_s":  # a batch's throughput: more sequences than stated would explain it
+        for b in (2, 4, 8, 16, 32, 64):
+            if holds(batch=m.batch * b):
+                out.append(f"at a batch of {m.batch * b} it holds: check the batch")
+                break
+    elif m.metric in ("seq_tok_s", "user_tok_s") and m.batch > 1:  # a sequence's rate: fewer sequences would
+        for b in (2, 4, 8, 16, 32, 64):
+            if holds(batch=max(1, m.batch // b)):
+                out.append(f"at a batch of {max(1, m.batch // b)} it holds: check the batch")
+                break
+    factor = 1e3 if m.metric in TIME_METRICS else 1e-3
+    if bound_for(m).ratio >= 100 and holds(measured=m.measured * factor):  # a unit slip is off by orders
+        out.append("a thousand times " + ("longer" if factor > 1 else "lower") + " it holds: check the unit "
+                   "(seconds and tokens/s expected)")
+    return tuple(out) or ("no single change of precision, batch, chips, tokens per step or unit explains it: "
+                          "an assumption of the bound may be wrong (please report it)",)
+
+
+def check(measurement: Measurement | str) -> Check:
+    """Whether a measured figure beats kvmath's bound (and the likely cause), and where it falls against the estimate.
+
+    Parameters
+    ----------
+    measurement : Measurement or str
+        A row of the table (or its id), or one's own figure (:func:`user_measurement`).
+
+    Examples
+    --------
+    >>> c = check("gf-7b-bf16")
+    >>> c.beats_bound, c.against_estimate, c.estimate.regime
+    (False, 'inside the interval', 'batch1')
+
+    A figure faster than its bound names the change that would explain it:
+
+    >>> c = check(user_measurement("llama-2-7b", "a100-80gb", metric="s_per_token", measured=0.004,
+    ...                            input_tokens=100))
+    >>> c.beats_bound, c.likely_causes[0][:26]
+    (True, 'the bound at fp8 weights i')
+    """
+    from .estimate import estimate_for
+
+    instance("measurement", measurement, (Measurement, str), "a Measurement (user_measurement(...)) or a row id")
+    m = get_measurement(measurement) if isinstance(measurement, str) else measurement
+    c = bound_for(m)
+    e = estimate_for(m)
+    measured_s = c.unit_s / c.ratio
+    beats = c.ratio > 1
+    where = ("faster than the interval" if measured_s < e.estimate_low_s else
+             "slower than the interval" if measured_s > e.estimate_high_s else "inside the interval")
+    return Check(measurement=m, bound=c.bound, ratio=c.ratio, beats_bound=beats,
+                 likely_causes=_causes(m) if beats else (), measured_s=float(measured_s), estimate=e,
+                 against_estimate=where)

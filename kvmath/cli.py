@@ -229,6 +229,48 @@ def _add_layout_options(p: argparse.ArgumentParser, capacity: bool = False) -> N
                    help="nodes the layout's chips fill evenly, instead of --chips-per-node (default: as --chips-per-node)")
 
 
+def _add_estimate_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--estimate", action=_OnceFlag,
+                   help="beside every time, an estimate fitted on published measurements, its 80%% interval and "
+                        "its regime (kvmath.estimate; default: bounds only)")
+
+
+def _add_check_commands(sub) -> None:
+    """``kvmath check WHAT``: one subcommand per kind of thing checked (each its own parser and function)."""
+    check = sub.add_parser("check", help="check a measured figure against the bound and the estimate, or another "
+                                         "tool's figure for a config.json against kvmath's")
+    kinds = check.add_subparsers(dest="check_command", required=True, parser_class=_Parser, metavar="WHAT",
+                                 prog="kvmath check", help="what to check (required): measurement, config")
+    m = kinds.add_parser("measurement", help="does a measured figure beat the bound (and why), and where does it "
+                                             "fall against the estimate (kvmath.calibration.check)")
+    _add_model_options(m, notes=False)
+    _add_chip_options(m)
+    m.add_argument("--chips", type=_number, help="number of chips N, as tensor parallelism tp=N (default: 1)",
+                   action=_Once)
+    m.add_argument("--parallel", action=_Once, help="layout over the chips instead of --chips, e.g. 'tp=4,pp=2' "
+                                                    "(default: tp = --chips)")
+    m.add_argument("--link", action=_Once, help="link between the chips (see `kvmath links`), or 'none' "
+                                                "(default: the chip preset's own interconnect)")
+    m.add_argument("--metric", required=True, type=str.lower, action=_Once,  # checked by the Measurement it builds
+                   help="what was measured: tokens/s per sequence over a run (seq_tok_s), output tokens/s of the "
+                        "batch (out_tok_s), tokens/s per user while decoding (user_tok_s), seconds per decode step "
+                        "(s_per_token), seconds to the first token (ttft_s), prompt tokens/s (prefill_tok_s) (required)")
+    m.add_argument("--measured", type=_number, required=True, action=_Once,
+                   help="the figure, in the metric's unit: tokens/s, or seconds for s_per_token and ttft_s (required)")
+    m.add_argument("--batch", type=_number, default=1, help="sequences served together, B (default: 1)", action=_Once)
+    m.add_argument("--input", type=_number, default=0, action=_Once,
+                   help="prompt tokens per sequence; the context of a step metric (default: 0)")
+    m.add_argument("--output", type=_number, default=1, help="output tokens per sequence (default: 1)", action=_Once)
+    m.add_argument("--chunk-tokens", type=_number, action=_Once,
+                   help="prefill metrics: tokens per chunk (default: the whole prompt at once)")
+    m.add_argument("--tokens-per-step", type=_number, default=1, action=_Once,
+                   help="tokens each sequence gains per step (speculative decoding, MTP; default: 1)")
+    m.add_argument("--per-chip", action=_OnceFlag, help="out_tok_s: the figure is per chip (default: all chips)")
+    m.add_argument("--engine", action=_Once, help="the serving engine, recorded in the answer (default: none)")
+    m.set_defaults(kv_shard=None)  # the layout's reader (_layout) asks for it; --parallel holds kv=batch here
+    _add_check_config(kinds)
+
+
 def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``only``, that command's alone (half the start-up of building them all)."""
     # wide enough that every command and its help share one line
@@ -243,6 +285,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "decode", help="bounds on one decode step and tokens/s (Deployment.step)",
             formatter_class=_RawHelp,
             epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
+                   f"  {'estimate':<27} with --estimate: kvmath.estimate.Estimate of strict_s (estimate_s, "
+                   "estimate_low_s, estimate_high_s, regime, ...)\n"
                    "with --params alone: the keys of kvmath.formulas.step_breakdown",
         )
         _add_model_options(decode, notes=True)
@@ -254,6 +298,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                             help="achieved fraction of peak bandwidth (default: 1; below 1 the times are estimates)", action=_Once)
         decode.add_argument("--overhead-s", type=_number, default=0.0,
                             help="fixed seconds per step, e.g. kernel launches (default: 0; above 0 the times are estimates)", action=_Once)
+        _add_estimate_option(decode)
 
     if only in (None, "capacity"):
         from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, VLLM_ENGINES
@@ -306,6 +351,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--chunk-tokens", type=_number, help="chunked prefill: tokens per chunk (default: the whole prompt at once)", action=_Once)
         from .cli_serving import add_prefix_options
         add_prefix_options(p)
+        _add_estimate_option(p)
         if name == "run":
             from .memory import BUDGETS
             p.add_argument("--output", type=_number, required=True, help="output tokens per request (required)", action=_Once)
@@ -316,10 +362,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                 "(kvmath.memory.memory_budget; default: device, the marketed size)")
 
     if only in (None, "check"):
-        check = sub.add_parser("check", help="compare another tool's figure with kvmath's (check config FILE)")
-        checks = check.add_subparsers(dest="check_command", required=True, parser_class=_Parser, metavar="CHECK",
-                                      prog="kvmath check", help="what to check (required): config")
-        _add_check_config(checks)
+        _add_check_commands(sub)
 
     if only in (None, "models"):
         models = sub.add_parser("models", help="list model presets")
@@ -373,7 +416,7 @@ def _add_check_config(checks) -> None:
     p.add_argument("--json", action=_OnceFlag, help="print the result's to_dict() as JSON (default: text)")
 
 
-#: ``kvmath check`` subcommands: name -> compute(args) returning an _Answer (other checks add theirs here).
+#: ``kvmath check`` subcommands: name -> compute(args) returning an _Answer (each check adds its own).
 _CHECKS = {}
 
 
@@ -653,11 +696,22 @@ def _decode(args) -> _Answer:
     overhead_s = non_negative("--overhead-s", args.overhead_s)
     model = _model(args)
     if model is None:
+        if args.estimate:
+            raise ValueError("--estimate needs --model or --config (it prices a deployment's terms)")
         return _notes_decode(args, batch, context, efficiency, overhead_s)
     dep = _deployment(args, model)
     step = dep.step(batch, context, efficiency=efficiency, overhead_s=overhead_s)
     _warn_past_supported_context(args, model, context)
-    return _Answer(step.to_dict(), lambda: _print_decode(args, dep, step))
+    data = step.to_dict()
+    est = None
+    if args.estimate:
+        from .estimate import estimate_step
+
+        if not step.is_lower_bound:
+            raise ValueError("--estimate prices the bound itself: drop --efficiency and --overhead-s")
+        est = estimate_step(dep, batch, context)
+        data["estimate"] = est.to_dict()
+    return _Answer(data, lambda: _print_decode(args, dep, step, est))
 
 
 def _notes_decode(args, batch, context, efficiency, overhead_s) -> _Answer:
@@ -676,7 +730,14 @@ def _notes_decode(args, batch, context, efficiency, overhead_s) -> _Answer:
     return _Answer(t.to_dict(), lambda: _print_notes_decode(args, n, t, formulas.critical_batch(flops, bandwidth, b_w)))
 
 
-def _print_decode(args, dep: Deployment, s) -> None:
+def _print_estimate(e, indent: int = 2) -> None:
+    """One line: an estimate, its 80% interval and regime (a pooled interval said so)."""
+    pooled = ", too few rows: pooled interval" if e.pooled else ""
+    print(f"{' ' * indent}  estimate               {fmt_seconds(e.estimate_s)}  (80%: {fmt_seconds(e.estimate_low_s)} "
+          f"to {fmt_seconds(e.estimate_high_s)}; regime {e.regime}, {e.regime_rows} rows{pooled})")
+
+
+def _print_decode(args, dep: Deployment, s, est=None) -> None:
     print(f"decode step, B = {s.batch:g}, S = {s.context:g}, {_describe(dep)}")
     print(f"  KV cache per chip        {fmt_bytes(s.kv_bytes_read)} read, {fmt_bytes(s.kv_bytes_resident)} held")
     print(f"  weights per chip         {fmt_bytes(s.weight_bytes_read)} read of {fmt_bytes(s.weight_bytes_resident)} resident")
@@ -688,6 +749,8 @@ def _print_decode(args, dep: Deployment, s) -> None:
         print(f"  communication            {fmt_seconds(s.comm_s)}")
     kind = "lower bound" if s.is_lower_bound else "estimate"
     print(f"  step, strict {kind:<11} {fmt_seconds(s.strict_s)}  ({s.binds}-bound)")
+    if est is not None:
+        _print_estimate(est, 0)
     print(f"  step, no overlap         {fmt_seconds(s.no_overlap_s)}  (attention "
           f"{binds(s.kv_read_s, s.attention_compute_s)}-bound, weights {binds(s.weight_read_s, s.weight_compute_s)}-bound)")
     print(f"  tokens/s per sequence    {formulas.tokens_per_s_per_seq(s.strict_s):.2f}")
@@ -886,6 +949,12 @@ def _chunk(args):
     return None if args.chunk_tokens is None else int(positive_int("--chunk-tokens", args.chunk_tokens))
 
 
+def _refuse_estimate_with_prefix(args) -> None:
+    """The estimate is fitted on runs without a cached prefix: it prices no prefix, so the two are not combined."""
+    if getattr(args, "prefix_tokens", None) is not None:
+        raise ValueError("--estimate does not model a cached prefix: drop --prefix-tokens or --estimate")
+
+
 def _prefill(args) -> _Answer:
     dep = _request_deployment(args)
     batch = int(positive_int("--batch", args.batch))
@@ -894,10 +963,18 @@ def _prefill(args) -> _Answer:
     one_pass = dep.prefill(batch, s_in)
     req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args), **_prefix_kwargs(args))
     data = {"prefill": one_pass.to_dict(), "request": req.to_dict()}
-    return _Answer(data, lambda: _print_prefill(args, dep, one_pass, req))
+    est = None
+    if args.estimate:
+        from .estimate import estimate_pass, estimate_request
+
+        _refuse_estimate_with_prefix(args)
+        est = {"prefill": estimate_pass(dep, one_pass, prompt_tokens_per_pass=s_in),
+               "request": estimate_request(dep, batch, s_in, 1, chunk_tokens=_chunk(args))}
+        data["estimate"] = {k: v.to_dict() for k, v in est.items()}
+    return _Answer(data, lambda: _print_prefill(args, dep, one_pass, req, est))
 
 
-def _print_prefill(args, dep, p, req) -> None:
+def _print_prefill(args, dep, p, req, est=None) -> None:
     chunk = f", chunks of {_chunk(args):,}" if args.chunk_tokens is not None else ""
     print(f"prefill, B = {req.batch:g}, {req.input_tokens:,} tokens each{chunk}, {_describe(dep)}")
     print(f"  weights read per chip    {fmt_bytes(p.weight_bytes_read)}")
@@ -905,7 +982,11 @@ def _print_prefill(args, dep, p, req) -> None:
     print(f"  FLOPs per chip           {fmt_flops(p.weight_flops + p.attention_flops)}")
     print(f"  communication            {fmt_seconds(p.comm_s)}")
     print(f"  one pass, lower bound    {fmt_seconds(p.strict_s)}  ({p.binds}-bound)")
+    if est is not None:
+        _print_estimate(est["prefill"])
     print(f"  TTFT, lower bound        {fmt_seconds(req.ttft_s)}")
+    if est is not None:
+        _print_estimate(est["request"].ttft)
     print(f"  prompt tokens/s          {formulas.tokens_per_s(req.ttft_s, req.batch * req.input_tokens):,.0f}")
 
 
@@ -916,11 +997,19 @@ def _run(args) -> _Answer:
     s_out = int(positive_int("--output", args.output))
     price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
     from .cli_serving import _prefix_kwargs
-    r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price, **_prefix_kwargs(args))
-    return _Answer(r.to_dict(), lambda: _print_run(args, dep, r))
+    prefix = _prefix_kwargs(args)
+    r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price, **prefix)
+    data, est = r.to_dict(), None
+    if args.estimate:
+        from .estimate import estimate_request
+
+        _refuse_estimate_with_prefix(args)
+        est = estimate_request(dep, batch, s_in, s_out, chunk_tokens=_chunk(args))
+        data["estimate"] = est.to_dict()
+    return _Answer(data, lambda: _print_run(args, dep, r, est))
 
 
-def _print_run(args, dep, r) -> None:
+def _print_run(args, dep, r, est=None) -> None:
     from .memory import memory_budget
     try:
         room = memory_budget(dep.chip, args.budget)
@@ -929,10 +1018,18 @@ def _print_run(args, dep, r) -> None:
     last = dep.step(r.batch, r.input_tokens + r.output_tokens - 1)  # the largest cache the batch holds
     print(f"{r.batch} request(s) of {r.input_tokens:,} in, {r.output_tokens:,} out, on {_describe(dep)}")
     print(f"  time to first token      {fmt_seconds(r.ttft_s)}")
+    if est is not None:
+        _print_estimate(est.ttft)
     print(f"  decode                   {fmt_seconds(r.decode_s)}  (no overlap: {fmt_seconds(r.decode_no_overlap_s)})")
+    if est is not None and r.output_tokens > 1:
+        _print_estimate(est.decode)
     print(f"  total                    {fmt_seconds(r.total_s)}")
+    if est is not None:
+        _print_estimate(est.total)
     tpot = "n/a (one output token: no decode step)" if r.output_tokens == 1 else fmt_seconds(r.time_per_output_token_s)
     print(f"  time per output token    {tpot}")
+    if est is not None and r.output_tokens > 1:
+        _print_estimate(est.time_per_output_token)
     print(f"  output tokens/s          {r.output_tokens_per_s:,.1f}  ({r.output_tokens_per_s_per_chip:,.1f} per chip)")
     fits = last.memory_bytes <= room
     print(f"  memory per chip          {fmt_bytes(last.memory_bytes)}  ({'fits' if fits else 'does NOT fit'} in "
@@ -941,6 +1038,59 @@ def _print_run(args, dep, r) -> None:
         print(f"  cost per 1M output tokens {r.cost_per_million_tokens:.4f} (at {r.price_per_chip_hour:g} per chip-hour)")
     if not fits:
         print("  warning: the batch's caches do not fit beside the weights", file=sys.stderr)
+
+
+# ----- check -------------------------------------------------------------------------------------
+
+def _check_measurement(args) -> _Answer:
+    from .calibration import check, user_measurement
+
+    model = _model(args)
+    if model is None:
+        raise ValueError("kvmath check measurement needs --model or --config")
+    if not args.hardware and (args.bandwidth is None or args.flops is None):
+        raise ValueError("give --hardware (--bandwidth and --flops may override its rates)")
+    chip = _chip(args)
+    layout = _layout(args, model)
+    link = args.link if args.link is not None else (chip.link_name or "none")
+    if link.strip().lower() != "none":
+        try:
+            link = Link.preset(link).name
+        except ValueError as err:
+            raise ValueError(f"--link: {err}") from None
+    preset_chip = args.hardware and args.bandwidth is None and args.flops is None
+    m = user_measurement(
+        Model.preset(args.model).name if args.model else model, chip.name if preset_chip else chip,
+        metric=args.metric, measured=positive("--measured", args.measured),
+        batch=int(positive_int("--batch", args.batch)), input_tokens=int(non_negative("--input", args.input)),
+        output_tokens=int(positive_int("--output", args.output)), layout=_layout_text(layout) if layout.n_chips > 1
+        else "", link="" if link.strip().lower() == "none" else link, weights=_formats(args).weights,
+        kv_dtype=args.kv_dtype, compute_dtype=args.compute_dtype, chunk_tokens=_chunk(args),
+        tokens_per_step=int(positive_int("--tokens-per-step", args.tokens_per_step)), per_chip=args.per_chip,
+        engine=args.engine or "")
+    c = check(m)
+    return _Answer(c.to_dict(), lambda: _print_check(c))
+
+
+def _print_check(c) -> None:
+    from .calibration import TIME_METRICS
+
+    m, e = c.measurement, c.estimate
+    unit = "s" if m.metric in TIME_METRICS else "tokens/s"
+    print(f"{m.metric} {m.measured:g} {unit}: {m.configuration}")
+    print(f"  bound                    {c.bound:.4g} {unit}  (fraction reached: {c.ratio:.2f})")
+    if c.beats_bound:
+        print("  BEATS THE BOUND: almost always a setup or unit mistake. Likely causes:")
+        for cause in c.likely_causes:
+            print(f"    - {cause}")
+    else:
+        print("  does not beat the bound")
+    print(f"  per unit                 measured {fmt_seconds(c.measured_s)}, bound {fmt_seconds(e.bound_s)}")
+    _print_estimate(e)
+    print(f"  against the estimate     {c.against_estimate}")
+
+
+_CHECKS["measurement"] = _check_measurement
 
 
 # ----- the listings ---------------------------------------------------------------------------
@@ -1027,11 +1177,11 @@ _COMMANDS = {
     "critical-batch": (_critical, None),
     "prefill": (_prefill, None),
     "run": (_run, None),
+    "check": (_check, None),
     "models": (_models, _print_models),
     "hardware": (_hardware, _print_hardware),
     "links": (_links, _print_links),
     **{name: (compute, None) for name, compute in _SERVING_COMMANDS.items()},
-    "check": (_check, None),
 }
 
 

@@ -38,7 +38,6 @@ Rules:
 from __future__ import annotations
 
 import json
-import math
 import numbers
 import os
 import warnings
@@ -492,33 +491,6 @@ def _granite_moe(c: _Config, d_ff: int) -> dict:
                 n_dense_layers=0)
 
 
-#: DeepSeek-V3.2's indexer keys: fp8 (one byte each) with one fp32 scale per block of this many
-#: (DeepSeek-V3.2-Exp inference/model.py, ``Indexer``: ``k_cache`` float8_e4m3fn, ``k_scale_cache``
-#: float32 of ``head_dim // block_size``, ``block_size = 128``).
-DSA_SCALE_BLOCK = 128
-
-
-def _dsa(c: _Config, base) -> LayerSpec:
-    """A DeepSeek-V3.2 layer: MLA plus the DSA lightning indexer (DeepSeek-V3.2-Exp inference/model.py).
-
-    The indexer's weights: ``wq_b`` (``q_lora_rank -> index_n_heads x
-    index_head_dim``), ``wk`` (``d -> index_head_dim``) and ``weights_proj``
-    (``d -> index_n_heads``); its norm left out. Its cache: ``index_head_dim``
-    fp8 bytes and 4 bytes of fp32 scale per 128 per token. Its FLOPs per
-    cached token: ``2 H_I d_I`` for the scores and ``2 H_I`` for their
-    weighted sum. Attention then reads ``index_topk`` tokens' latents.
-    """
-    heads, width, topk = c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk")
-    if base.q_lora_rank is None:
-        raise ValueError(f"config.json has no {c.name('q_lora_rank')!r}: DeepSeek-V3.2's indexer queries come from it")
-    indexer = base.q_lora_rank * heads * width + base.d_model * width + base.d_model * heads
-    return LayerSpec("dsa", n_heads=base.n_heads, latent_dim=base.kv_lora_rank + base.qk_rope_dim,
-                     score_dim=base.kv_lora_rank, topk=topk,
-                     index_bytes=float(width + 4 * math.ceil(width / DSA_SCALE_BLOCK)),
-                     index_flops=float(2 * heads * width + 2 * heads),
-                     params=base._attention_params_per_layer() + indexer)
-
-
 def model_from_hf_config(config: PathOrDict):
     """A :class:`kvmath.Model` from a Hugging Face ``config.json`` (a path, its directory, or a dict).
 
@@ -599,7 +571,9 @@ def model_from_hf_config(config: PathOrDict):
     if mla and set(kinds) != {"full"}:
         raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
     if model_type == "deepseek_v32":
-        return base.replace(layers=(_dsa(c, base),) * n_layers)
+        if base.q_lora_rank is None:
+            raise ValueError(f"config.json has no {c.name('q_lora_rank')!r}: DeepSeek-V3.2's indexer queries come from it")
+        return base.with_indexer(c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk"))
     if set(kinds) == {"full"}:
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:

@@ -457,14 +457,34 @@ def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficienc
     if prefix is not None and chunk_tokens is not None:
         raise ValueError(f"chunk_tokens ({chunk_tokens!r}) with prefix_tokens is not modelled: a cached prefix is "
                          "bounded for a prompt prefilled in one pass; leave chunk_tokens out")
+    step, live, hop_bytes = _prefill_passes(dep, batch, s_in, chunk_tokens, last_mlp, opts, prefix)
+    if live is None:
+        ttft = step.strict_s
+        if fills:  # each earlier stage reads its weights and sends one token on
+            ttft = ttft + fills * step.weight_bytes_read / step.bandwidth + dep._pipeline_s(hop_bytes)
+        refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens)
+        return plain(ttft)
+    per_chunk = np.where(live, step.strict_s, 0.0)
+    ttft = np.cumsum(per_chunk, axis=-1)[..., -1]  # in order: a longer prompt beside it (zero chunks) changes no bit
+    if fills:
+        ttft = ttft + fills * per_chunk[..., 0] + dep._pipeline_s(hop_bytes)
+    refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens)
+    return plain(ttft)
+
+
+def _prefill_passes(dep: Deployment, batch, s_in, chunk_tokens, last_mlp: bool, opts, prefix=None):
+    """The passes a prefill runs on one chip of the first stage, as :func:`prefill_bound` charges them.
+
+    Returns ``(step, live, hop_bytes)``: without ``chunk_tokens`` the whole prompt's pass (``live`` None); with it
+    every chunk's pass on a last axis of chunks, ``live`` marking those inside the prompt. ``hop_bytes``: the first
+    send down a pipeline (one token's activations, or the first chunk's). :mod:`kvmath.estimate` prices the same
+    passes. ``prefix`` (whole prompts only): a cached prefix's share of the prompt skipped (:func:`_prefix_prompt`).
+    """
+    model, layout = dep.model, dep.layout
     if chunk_tokens is None:
         prompt = dict(tokens_per_seq=s_in) if prefix is None else _prefix_prompt(dep, s_in, prefix)
         share = _stage_share(dep, batch, s_in, last_mlp_logits_only=last_mlp, **prompt, **opts)
-        ttft = share.strict_s
-        if fills:  # each earlier stage reads its weights and sends one token on
-            ttft = ttft + fills * share.weight_bytes_read / share.bandwidth + dep._pipeline_s(model.d_model * dep.b_act)
-        refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens)
-        return plain(ttft)
+        return share, None, model.d_model * dep.b_act
     c = one_int("chunk_tokens", chunk_tokens)
     c = int(min(c, np.max(s_in)))  # a chunk longer than every prompt is the whole prompt
     n_chunks = float(np.ceil(np.max(s_in) / c))
@@ -488,14 +508,28 @@ def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficienc
     step = _pass(_without_pipeline(dep), batch, end, tokens_per_seq=np.maximum(size, 1), overhead_s=overhead_s,
                  efficiency=efficiency, prefill=True, last_mlp_logits_only=last_mlp, attention=attention,
                  lm_head_tokens=np.where(done + size >= s, 1.0, 0.0))
-    if fills:
+    if layout.pp > 1:
         step = _stage_of(step, layout.pp, dep._plan.weight_resident)
-    per_chunk = np.where(live, step.strict_s, 0.0)
-    ttft = np.cumsum(per_chunk, axis=-1)[..., -1]  # in order: a longer prompt beside it (zero chunks) changes no bit
-    if fills:
-        ttft = ttft + fills * per_chunk[..., 0] + dep._pipeline_s(batch[..., 0] * size[..., 0] * model.d_model * dep.b_act)
-    refuse_overflow("prefill_bound", {"ttft": ttft}, batch=batch, input_tokens=input_tokens, chunk_tokens=chunk_tokens)
-    return plain(ttft)
+    return step, live, batch[..., 0] * size[..., 0] * model.d_model * dep.b_act
+
+
+def _decode_stretches(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0):
+    """Stretches of context ``lo .. hi`` where every term of a decode step is affine: before a sliding window fills,
+    and after. Yields ``(line, t1, first, last, steps)``: ``line(f)`` is ``(p, q)`` with ``f(step at S) = p + q S``
+    on the stretch, ``t1`` a step on it, ``first .. last`` its contexts, ``steps`` how many."""
+    w = dep.model.sliding_window
+    stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
+    for s1, s2, first, last in stretches:
+        t1, t2 = (_pass(dep, batch, float(s), **opts) if np.all(shared_per_seq == 0) else
+                  _pass(dep, batch, float(s), kv_seq=dep._plan.kv_per_seq(float(s)) - shared_per_seq, **opts)
+                  for s in (s1, s2))
+
+        def line(f, t1=t1, t2=t2, s1=s1):
+            slope = f(t2) - f(t1)
+            return f(t1) - slope * s1, slope
+
+        first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+        yield line, t1, first, last, np.maximum(last - first + 1, 0)
 
 
 def _decode_sums(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -503,23 +537,11 @@ def _decode_sums(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0) -> tu
 
     ``shared_per_seq``: cache bytes per sequence left out of each step's reads (a shared prefix's, read once).
     """
-    w = dep.model.sliding_window
-    # Stretches of context where every term is affine: before a window fills, and after.
-    stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
     strict = no_overlap = 0.0
-    for s1, s2, first, last in stretches:
-        t1, t2 = (_pass(dep, batch, float(s), kv_seq=dep._plan.kv_per_seq(float(s)) - shared_per_seq, **opts)
-                  for s in (s1, s2))
-
-        def line(f):
-            slope = f(t2) - f(t1)
-            return f(t1) - slope * s1, slope
-
+    for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, opts, shared_per_seq):
         mem = line(lambda t: t.memory_s)
         comp = line(lambda t: t.compute_s)
         kv, att = line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s)
-        first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
-        steps = np.maximum(last - first + 1, 0)
         fixed = t1.overhead_s
         strict = strict + _sum_max2_and_constant(mem, comp, t1.comm_s, first, last) + fixed * steps
         weights_s = np.maximum(t1.weight_read_s, t1.weight_compute_s)

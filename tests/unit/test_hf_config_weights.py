@@ -39,10 +39,13 @@ def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
     assert "'mxfp4'" in m.note
 
 
-def test_the_gptq_mirror_is_refused_naming_the_key():
+def test_the_test_copy_carries_upstreams_quantization_and_a_gptq_block_without_bits_is_refused():
+    assert json.loads(path("openai--gpt-oss-20b").read_text())["quantization_config"] == GPT_OSS_UPSTREAM_QUANT
+    assert km.hf_config.weights_from_hf_config(path("openai--gpt-oss-20b")) == {"default": "bf16", "experts": "mxfp4"}
+    relabelled = {**GPT_OSS, "quantization_config": {**GPT_OSS_UPSTREAM_QUANT, "quant_method": "gptq"}}
     with pytest.raises(ValueError, match=r"quantization_config\.bits' must be"):  # a gptq block without its bits
-        km.hf_config.weights_from_hf_config(path("openai--gpt-oss-20b"))
-    assert "'gptq'" in km.Model.from_hf_config(path("openai--gpt-oss-20b")).note  # recorded, not silently bf16
+        km.hf_config.weights_from_hf_config(relabelled)
+    assert "'gptq'" in km.Model.from_hf_config(relabelled).note  # recorded, not silently bf16
 
 
 def test_deepseek_v3_fp8_block_scales_are_negligible():

@@ -1,4 +1,4 @@
-"""Chapter 13's figures: calibration (phi by regime, the cost per step at batch 1, the two-cost model live)."""
+"""Chapter 13's figures: calibration (phi by regime; the estimate's out-of-sample errors by regime)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ REGIME_LABELS = {
     "prefill": "prefill",
 }
 
-#: The NVIDIA chips of the batch-1 rows (the others are Apple's).
-NV_CHIPS = ("a100-80gb", "rtx-3090", "rtx-4090")
 #: The chapter's pairs of batch-1 rows: the same model, chip and software, 16-bit then quantized weights.
 PAIRS = (
     ("gf-7b-bf16", "gf-7b-int8"),
@@ -30,40 +28,6 @@ PAIRS = (
     ("xd-m2u-70b-f16", "xd-m2u-70b-q4km"),
     ("xd-m3max-8b-f16", "xd-m3max-8b-q4km"),
 )
-
-
-def two_costs(a, b):
-    """Equation cal-two-costs through two Calibration rows of one chip: (eta, t0 in seconds per step).
-
-    The measured time per token is the bound's ``unit_s`` / eta + t0; two
-    rows with different bounds fix both.
-    """
-    ta, tb = 1 / a.measurement.measured, 1 / b.measurement.measured
-    slope = (ta - tb) / (a.unit_s - b.unit_s)
-    return 1 / slope, ta - slope * a.unit_s
-
-
-def pair_fits(cal):
-    """:func:`two_costs` of each of :data:`PAIRS` in ``cal`` (``calibrate()``), by the pair's first id."""
-    by_id = {c.measurement.id: c for c in cal}
-    return {a: two_costs(by_id[a], by_id[b]) for a, b in PAIRS}
-
-
-def nvidia_t0_median(cal) -> float:
-    """The median t0 (seconds per step) of the pairs of :data:`PAIRS` on NVIDIA chips."""
-    chip = {c.measurement.id: c.measurement.chip for c in cal}
-    return float(np.median([t0 for a, (_, t0) in pair_fits(cal).items() if chip[a] in NV_CHIPS]))
-
-
-def _phi(unit_s, t0_s, eta=1.0):
-    # equation cal-two-costs as a fraction of the bound: unit_s over (unit_s / eta + t0)
-    return unit_s / (unit_s / eta + t0_s)
-
-
-def _batch1(cal):
-    """The batch-1 decode rows of one chip (16-bit and quantized weights), rates per sequence."""
-    return [c for c in cal if c.measurement.regime in ("batch1", "quantized") and c.measurement.n_chips == 1
-            and c.measurement.metric == "seq_tok_s"]
 
 
 @figure
@@ -96,97 +60,35 @@ def regimes():
 
 
 @figure
-def overhead(t0_s: float | None = None):
-    """Batch-1 decode on one chip: phi against the bound's time per token, with a fixed cost ``t0_s`` per step alone.
+def estimates(rows):
+    """Each row's measured time over its estimate, out of sample, by regime, with the 80% interval it was given.
 
-    The dashed curve is equation cal-two-costs with eta = 1 (seconds per
-    step); without ``t0_s``, the median t0 of the NVIDIA pairs
-    (:func:`nvidia_t0_median` of ``calibrate()``), as the chapter draws it.
+    ``rows``: ``[id, regime, log residual, interval low, interval high]`` per calibration row, the residuals
+    ``log(measured / estimate)`` of :func:`kvmath.estimate.cross_validate` (each row estimated by a fit that had
+    not seen its source) and the ends of the interval stated for it, as the chapter computes them.
     """
-    from matplotlib.ticker import PercentFormatter
+    from matplotlib.ticker import FuncFormatter
 
     import kvbook.plots as kp
 
-    cal = calibrate()
-    if t0_s is None:
-        t0_s = nvidia_t0_median(cal)
-    fig, ax = kp.new_figure((7.2, 4.2))
-    for c in _batch1(cal):
-        colour = kp.COLORS[0] if c.measurement.regime == "batch1" else kp.COLORS[1]
-        ax.plot([c.unit_s], [c.ratio], "o", color=colour, ms=6, label=REGIMES[c.measurement.regime])
-    grid = np.geomspace(1e-3, 0.3, 100)
-    ax.plot(grid, _phi(grid, t0_s), color="0.3", lw=1.5, ls="--",
-            label=f"\u03b7 = 1, t\u2080 = {t0_s * 1e3:.1f} ms per step")
+    order = list(REGIMES)
+    fig, ax = kp.new_figure((7.4, 4.4))
+    rng = np.random.default_rng(0)  # a fixed jitter, so the figure does not change between builds
+    for i, regime in enumerate(order):
+        mine = [r for r in rows if r[1] == regime]
+        y = i + rng.uniform(-0.2, 0.2, len(mine))
+        for (_, _, resid, low, high), yy in zip(mine, y):
+            inside = low <= resid <= high
+            ax.plot([np.exp(low), np.exp(high)], [yy, yy], color="0.75", lw=1.2, zorder=1)
+            ax.plot([np.exp(resid)], [yy], "o" if inside else "X", color=kp.COLORS[i % len(kp.COLORS)], ms=6,
+                    zorder=2)
     ax.set_xscale("log")
-    ax.set_xlim(1e-3, 0.3)
-    ax.set_ylim(0, 1.05)
-    kp.seconds_axis(ax, "x", "ms", "bound's time per token")
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylabel("fraction of the bound reached, \u03c6")
-    handles, names = ax.get_legend_handles_labels()
-    keep = dict(zip(names, handles))
-    ax.legend(keep.values(), keep.keys(), loc="lower right", fontsize=8)
+    ax.set_xlim(0.1, 10)
+    ax.axvline(1.0, color="0.4", lw=1, ls="--")
+    ax.set_yticks(range(len(order)), [REGIME_LABELS[r] for r in order])
+    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}\u00d7"))
+    ax.set_xlabel("measured time \u00f7 estimate (out of sample); grey: the 80% interval stated")
+    ax.grid(axis="y", visible=False)
     kp.close(fig)  # shown once, as the cell's result
     return fig
-
-
-T0_MS = [round(x, 1) for x in np.arange(0.0, 11.51, 0.5)]
-
-
-@figure
-def two_costs_live(t0_ms: float = 3.5, eta: float = 1.0):
-    """Equation cal-two-costs as a fraction of the bound (fixed cost ``t0_ms`` per step, bandwidth fraction ``eta``).
-
-    Against the batch-1 rows of one chip; the title gives the median miss
-    over the NVIDIA rows and over the Apple rows.
-    """
-    from matplotlib.ticker import PercentFormatter
-
-    import kvbook.plots as kp
-    from kvbook.interactive import Choice, Slider, interactive_figure
-
-    batch1 = _batch1(calibrate())
-
-    def setup_two_costs(fig):
-        ax = fig.subplots()
-        for c in batch1:
-            colour = kp.COLORS[0] if c.measurement.chip in NV_CHIPS else kp.COLORS[2]
-            ax.plot([c.unit_s], [c.ratio], "o", color=colour, ms=6)
-        (curve,) = ax.plot([], [], color="0.2", lw=1.8, ls="--")
-        grid = np.geomspace(1e-3, 0.3, 100)
-        ax.set_xscale("log")
-        ax.set_xlim(1e-3, 0.3)
-        ax.set_ylim(0, 1.05)
-        kp.seconds_axis(ax, "x", "ms", "bound's time per token")
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.set_ylabel("\u03c6")
-        title = ax.set_title("", fontsize=8.5, loc="left")
-
-        def update(t0_ms, eta):
-            t0 = t0_ms * 1e-3
-            curve.set_data(grid, _phi(grid, t0, eta))
-            miss = {}
-            for name, chips in (("NVIDIA", NV_CHIPS), ("Apple", ("m2-ultra", "m3-max"))):
-                rows = [c for c in batch1 if (c.measurement.chip in chips)]
-                miss[name] = float(np.median([abs(_phi(c.unit_s, t0, eta) - c.ratio) for c in rows]))
-            title.set_text(
-                f"t\u2080 = {t0_ms:.1f} ms, \u03b7 = {eta:.0%}: median miss "
-                f"{miss['NVIDIA']:.2f} (NVIDIA, blue), {miss['Apple']:.2f} (Apple, green)"
-            )
-
-        fig.set_layout_engine("none")
-        fig.subplots_adjust(left=0.1, right=0.97, bottom=0.17, top=0.88)
-        return update
-
-    return interactive_figure(
-        setup_two_costs,
-        controls={
-            "t0_ms": Slider(T0_MS, default=t0_ms, label="fixed cost t\u2080 (ms)", fmt=lambda v: f"{v:.1f} ms"),
-            "eta": Choice([("100%", 1.0), ("90%", 0.9), ("80%", 0.8)], default=eta, label="\u03b7"),
-        },
-        main="t0_ms",
-        figsize=(6.6, 3.5),
-        caption="The two-cost model of a decode step (equation cal-two-costs) against the batch-1 rows of one chip: "
-        "a fixed cost per step and a fraction of the bandwidth",
-        fixed_limits=True,
-    )

@@ -1,0 +1,809 @@
+"""Estimates beside the bounds: what a real system reaches, fitted on published measurements, with an interval.
+
+Every time kvmath reports is a lower bound (:mod:`kvmath.deployment`,
+:mod:`kvmath.requests`). An **estimate** prices the same terms the way
+real systems run them, with a handful of parameters fitted on the
+calibration table (``kvmath/data/measurements.csv``):
+
+.. math::
+
+    t_\\text{est} = t_\\text{step} + L\\,t_\\text{layer}
+      + \\max\\Big(\\frac{t_\\text{kv}}{\\eta_\\text{mem}}, \\frac{t_\\text{attn}}{\\eta_\\text{mm}}\\Big)
+      + f_\\text{moe} \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
+        \\frac{t_\\text{wc}}{\\eta_\\text{mm}}\\Big)
+      + t_\\text{coll}
+
+per pass (a decode step, a prefill or one of its chunks), with ``t_kv``,
+``t_attn``, ``t_w``, ``t_wc`` the pass's ``kv_read_s``,
+``attention_compute_s``, ``weight_read_s`` and ``weight_compute_s``, ``L``
+its layers, ``W`` and ``C`` the chip's bandwidth and FLOP rate and ``b_w``
+the bytes of a stored weight. Why a sum where the bound takes a max: a
+pass is a chain of kernels (the attention over the caches, the weight
+matmuls, the collectives between layers), each limited by its own resource
+and each waiting for the one before, so their times add (the bound's
+no-overlap form, :attr:`kvmath.Step.no_overlap_s`); inside one kernel the
+bytes and the arithmetic overlap, so each kernel is the larger of its two.
+With every efficiency at most 1 and every cost at least 0 the estimate is
+never below the bound; the bounds themselves do not change.
+
+The collectives are priced by one function, :func:`collective_estimate_s`:
+the bound's communication plus a fitted latency per call (a stand-in for
+measured latency-bandwidth curves per link, which replace it where they
+exist).
+
+Each parameter has a home: the regime whose rows identify it
+(:data:`PARAMETERS`); a regime holds at most one parameter per five of its
+rows. The fit (:func:`fit`) minimises the squared log error over the rows,
+deterministically (Levenberg-Marquardt on ``np.linalg.lstsq``). The fitted
+values and each regime's leave-one-source-out errors are committed as data
+(``kvmath/data/estimate_parameters.csv``, ``estimate_errors.csv``;
+``scripts/fit_estimate.py`` rewrites them, a test checks that a refit
+reproduces them), so nothing is fitted at import or on a question.
+
+Every estimate carries an 80% interval from its regime's cross-validated
+errors: the 10th and 90th percentiles of ``log(measured / estimate)`` over
+the rows of the regime, each predicted by a fit that had not seen its
+source. A regime with fewer than five rows states no interval of its own:
+it takes the pooled residuals of every row at the 5th and 95th percentiles,
+a wider interval, and says so (``pooled``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .deployment import Deployment, Step
+from .results import Result
+from .units import dtype_bytes
+from .validation import ArrayLike, instance, plain, positive, positive_int
+
+#: The fitted parameters, in the fit's order: (name, unit, home regimes, physical meaning).
+PARAMETERS = (
+    ("memory_efficiency", "fraction", ("batch1",),
+     "fraction of the datasheet bandwidth a pass's reads reach (weights streamed; the cache's reads share it: "
+     "the large-batch regime, where they dominate, has too few rows for its own)"),
+    ("layer_overhead_s", "s", ("batch1", "quantized"),
+     "seconds per layer of every pass that no byte or FLOP explains: kernel launches, norms, synchronisation"),
+    ("step_overhead_s", "s", ("quantized",),
+     "seconds per pass besides the layers: sampling, the host's loop, the engine's scheduling"),
+    ("dequant_flops_per_weight", "FLOP", ("quantized",),
+     "work to unpack one weight stored in fewer bytes than the format it multiplies at, counted at the chip's "
+     "matmul rate (block scales, bit unpacking)"),
+    ("collective_call_s", "s", ("multi_chip",),
+     "seconds per collective on a pass's chain (all-reduce, all-to-all, pipeline send): launch, synchronisation, "
+     "the protocol's small-message latency"),
+    ("moe_weight_factor", "x", ("moe",),
+     "a mixture of experts' weight work against a dense pass of the same bytes: the chosen experts' scattered "
+     "small matrices and the busiest expert group's extra tokens (load imbalance)"),
+    ("matmul_efficiency", "fraction", ("prefill",),
+     "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
+)
+#: Rows per fitted parameter a regime must hold (the issue's "at most one parameter per 5 rows").
+ROWS_PER_PARAMETER = 5
+#: The coverage the stated intervals aim at, and the pooled fallback's quantiles.
+INTERVAL = 0.8
+POOLED_QUANTILES = (0.05, 0.95)
+
+
+@dataclass(frozen=True)
+class EstimateParameters:
+    """Values of :data:`PARAMETERS` (floats; arrays broadcast, as the fit evaluates many at once)."""
+
+    memory_efficiency: ArrayLike
+    layer_overhead_s: ArrayLike
+    step_overhead_s: ArrayLike
+    dequant_flops_per_weight: ArrayLike
+    collective_call_s: ArrayLike
+    moe_weight_factor: ArrayLike
+    matmul_efficiency: ArrayLike
+
+    @staticmethod
+    def fitted() -> "EstimateParameters":
+        """The committed fit (``kvmath/data/estimate_parameters.csv``)."""
+        return _committed()[0]
+
+
+@dataclass(frozen=True)
+class RegimeErrors:
+    """A regime's leave-one-source-out errors (one row of ``kvmath/data/estimate_errors.csv``).
+
+    Attributes
+    ----------
+    regime : str
+    rows, sources : rows of the regime and the sources they come from.
+    median_abs_error, p90_abs_error : median and 90th percentile of ``|measured / estimate - 1|`` over the rows,
+        each estimated by a fit that did not see its source.
+    log_low, log_high : the interval's ends as ``log(measured / estimate)`` (the 10th and 90th percentiles of
+        the regime's residuals; the pooled 5th and 95th where ``pooled``).
+    pooled : True where the regime has fewer than five rows and takes the pooled residuals.
+    coverage : share of the regime's rows inside the interval computed without their own source's residuals.
+    median_half_width : median over the regime's estimates of the interval's half-width relative to the estimate.
+    """
+
+    regime: str
+    rows: int
+    sources: int
+    median_abs_error: float
+    p90_abs_error: float
+    log_low: float
+    log_high: float
+    pooled: bool
+    coverage: float
+    median_half_width: float
+
+
+@lru_cache(maxsize=1)
+def _committed() -> tuple[EstimateParameters, dict[str, RegimeErrors]]:
+    from .presets import read_rows
+
+    values = {r["name"]: float(r["value"]) for r in read_rows("estimate_parameters.csv")}
+    params = EstimateParameters(**{name: values[name] for name, *_ in PARAMETERS})
+    errors = {}
+    for r in read_rows("estimate_errors.csv"):
+        errors[r["regime"]] = RegimeErrors(
+            regime=r["regime"], rows=int(r["rows"]), sources=int(r["sources"]),
+            **{k: float(r[k]) for k in ("median_abs_error", "p90_abs_error", "log_low", "log_high", "coverage",
+                                        "median_half_width")}, pooled=r["pooled"] == "true")
+    return params, errors
+
+
+def regime_errors() -> dict[str, RegimeErrors]:
+    """Each regime's committed cross-validated errors (and ``"all"``: every row), by regime."""
+    return dict(_committed()[1])
+
+
+# ----- the regime a question falls in ---------------------------------------------------------------
+
+def _bulk_weight_bytes(dep: Deployment) -> float:
+    """Bytes of one weight of the group a pass reads most of: the routed experts of an MoE model, else the MLP."""
+    from .models import _group_bytes
+
+    per = _group_bytes(dep.formats.weights, dep.model.tied_embeddings)
+    return per["experts"] if dep.model.n_experts else per["mlp"]
+
+
+def regime_of(dep: Deployment, batch: float, prompt_tokens_per_pass: float = 0.0) -> str:
+    """The calibration regime a pass of ``dep`` falls in (:data:`kvmath.calibration.REGIMES`).
+
+    In order: ``"moe"`` (a model with experts), ``"multi_chip"`` (more than
+    one chip), ``"prefill"`` (a pass of more than one prompt token:
+    ``batch * prompt_tokens_per_pass > 1``), ``"large_batch"`` (more than one
+    sequence), ``"quantized"`` (weights stored in fewer than two bytes),
+    else ``"batch1"``. The calibration table's own ``regime`` column follows
+    the same rule (a test checks it).
+
+    Examples
+    --------
+    >>> regime_of(Deployment("llama-3-8b", "rtx-4090", weights="q4_0"), 1)
+    'quantized'
+    >>> regime_of(Deployment("llama-3-8b", "h100-sxm"), 1, prompt_tokens_per_pass=2048)
+    'prefill'
+    """
+    if dep.model.n_experts:
+        return "moe"
+    if dep.n_chips > 1:
+        return "multi_chip"
+    if np.all(np.asarray(batch) * prompt_tokens_per_pass > 1):
+        return "prefill"
+    if np.all(np.asarray(batch) > 1):
+        return "large_batch"
+    return "quantized" if _bulk_weight_bytes(dep) < 2 else "batch1"
+
+
+# ----- pricing the bound's terms ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Constants:
+    """What the estimate of a deployment's passes needs besides their terms."""
+
+    layers: int
+    calls: int  # collectives on one pass's chain
+    dequant: float  # s of unpacking per s of weight read, per FLOP of work per weight: W / (C b_w), or 0
+    moe: bool
+
+
+def _collective_calls(dep: Deployment) -> int:
+    """Collectives on one pass's chain, as :func:`kvmath.deployment.comm_s` charges them (whatever the link)."""
+    m, lay = dep.model, dep.layout
+    layers = m.n_layers
+    moe_layers = (layers - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
+    calls = 0
+    if lay.weight_shards > 1:
+        calls += 2 * layers - moe_layers  # two all-reduces a layer; an MoE layer's second is the all-to-alls
+    calls += 2 * moe_layers  # dispatch and combine
+    if lay.cp > 1:
+        calls += layers
+    return calls + lay.pp - 1
+
+
+def _constants(dep: Deployment) -> _Constants:
+    b_w = _bulk_weight_bytes(dep)
+    # weights multiply at the compute format given; without one, 8- and 16-bit weights at their own rate,
+    # sub-byte weights unpacked to a wider format first
+    compute = dep.formats.compute
+    # "fp4" names a tensor-core rate (Chip.flops), not a storage format: 4 bits an operand
+    b_compute = (0.5 if compute == "fp4" else dtype_bytes(compute)) if compute else (b_w if b_w >= 1 else 2.0)
+    dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
+    return _Constants(dep.model.n_layers, _collective_calls(dep), dequant, bool(dep.model.n_experts))
+
+
+def collective_estimate_s(dep: Deployment, comm_s: ArrayLike, params: EstimateParameters | None = None) -> ArrayLike:
+    """An estimate of one pass's collectives on ``dep``: the bound's ``comm_s`` plus a fitted latency per call, seconds.
+
+    The calls are those :func:`kvmath.deployment.comm_s` charges (two
+    all-reduces a layer under tensor parallelism, an MoE layer's dispatch and
+    combine, context parallelism's combines, the pipeline's sends), counted
+    whether or not a link is. The one place collectives are estimated:
+    measured latency-bandwidth curves per link and algorithm replace it
+    where a link has them. The bytes stay at the link's peak: on no
+    calibration row are they a material part of the time (a fitted link
+    efficiency went to a few percent, standing in for latency, and was
+    dropped). ``params``: the committed fit by default.
+
+    Examples
+    --------
+    Llama 2 7B over eight A100s at batch 1: 64 all-reduces a step.
+
+    >>> dep = Deployment("llama-2-7b", "a100-80gb", "tp=8")
+    >>> p = EstimateParameters.fitted()
+    >>> round((collective_estimate_s(dep, 0.0, p) / p.collective_call_s))
+    64
+    """
+    return _collectives_s(comm_s, _collective_calls(dep), EstimateParameters.fitted() if params is None else params)
+
+
+def _collectives_s(comm_s, calls: int, p: EstimateParameters):
+    """:func:`collective_estimate_s` on counted calls (the pricing of every pass goes through here)."""
+    return comm_s + calls * p.collective_call_s
+
+
+def _fixed_s(c: _Constants, p: EstimateParameters):
+    return p.step_overhead_s + c.layers * p.layer_overhead_s
+
+
+def _weights_s(t: Step, c: _Constants, p: EstimateParameters):
+    read = t.weight_read_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
+    term = np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
+    return term * p.moe_weight_factor if c.moe else term
+
+
+def _pass_s(t: Step, c: _Constants, p: EstimateParameters):
+    """The estimate of one pass (the module text's equation), from its bound's terms."""
+    attention = np.maximum(t.kv_read_s / p.memory_efficiency, t.attention_compute_s / p.matmul_efficiency)
+    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _collectives_s(t.comm_s, c.calls, p)
+
+
+# ----- what each bound runs, priced: closures of the parameters ----------------------------------------
+
+def _step_pricer(dep: Deployment, step: Step):
+    c = _constants(dep)
+    return lambda p: _pass_s(step, c, p)
+
+
+def _decode_pricer(dep: Deployment, batch, lo, hi):
+    """Decode steps over caches of ``lo .. hi`` tokens, summed in closed form (the bound's stretches and lines)."""
+    from .requests import _decode_stretches, _sum_max2
+
+    c = _constants(dep)
+    pieces = [(line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s), t1, first, last, steps)
+              for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, {})]
+
+    def price(p):
+        total = 0.0
+        for kv, att, t1, first, last, steps in pieces:
+            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _collectives_s(t1.comm_s, c.calls, p)
+            total = total + steps * per_step + _sum_max2((kv[0] / p.memory_efficiency, kv[1] / p.memory_efficiency),
+                                                         (att[0] / p.matmul_efficiency, att[1] / p.matmul_efficiency),
+                                                         first, last)
+        return total
+    return price
+
+
+def _prefill_pricer(dep: Deployment, batch, input_tokens, chunk_tokens=None, last_mlp_logits_only=False):
+    """The prefill's passes (:func:`kvmath.requests._prefill_passes`), each priced, plus the pipeline's fill."""
+    from .requests import _prefill_passes
+
+    c = _constants(dep)
+    step, live, hop_bytes = _prefill_passes(dep, batch, input_tokens, chunk_tokens, bool(last_mlp_logits_only),
+                                            {"overhead_s": 0.0, "efficiency": 1.0})
+    fills = dep.layout.pp - 1
+    hop_s = dep._pipeline_s(hop_bytes) if fills else 0.0
+
+    def price(p):
+        per = _pass_s(step, c, p)
+        if live is None:
+            total, first_read = per, step.weight_read_s
+        else:
+            total, first_read = np.sum(np.where(live, per, 0.0), axis=-1), step.weight_read_s[..., 0]
+        if fills:  # each earlier stage reads its weights, then sends on
+            total = total + fills * first_read / p.memory_efficiency + hop_s \
+                + fills * p.collective_call_s
+        return total
+    return price
+
+
+# ----- results ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class Estimate(Result):
+    """An estimate of one time beside its bound, with its regime's 80% interval (seconds; arrays broadcast).
+
+    Attributes
+    ----------
+    bound_s : the lower bound (unchanged by the estimate).
+    estimate_s : the estimate (never below ``bound_s``).
+    estimate_low_s, estimate_high_s : the interval's ends (the low end never below the bound).
+    regime : the calibration regime whose errors set the interval.
+    regime_rows : measurements of that regime the errors come from.
+    pooled : True where the regime has too few rows for its own interval, so the pooled, wider one is used.
+    is_lower_bound : always False: an estimate.
+    """
+
+    bound_s: ArrayLike
+    estimate_s: ArrayLike
+    estimate_low_s: ArrayLike
+    estimate_high_s: ArrayLike
+    regime: str
+    regime_rows: int
+    pooled: bool
+    is_lower_bound: bool = False
+
+
+def _estimate(bound_s, estimate_s, regime: str) -> Estimate:
+    e = regime_errors()[regime]
+    estimate_s = np.maximum(estimate_s, bound_s)
+    low = np.maximum(bound_s, estimate_s * math.exp(e.log_low))
+    return Estimate(bound_s=plain(bound_s), estimate_s=plain(estimate_s), estimate_low_s=plain(low),
+                    estimate_high_s=plain(np.maximum(low, estimate_s * math.exp(e.log_high))), regime=regime,
+                    regime_rows=e.rows, pooled=e.pooled)
+
+
+def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1) -> Estimate:
+    """An estimate of one decode step of ``batch`` sequences of ``context`` cached tokens (beside ``strict_s``).
+
+    Examples
+    --------
+    gpt-fast's Llama 2 7B in bf16 on one A100 measured 9.53 ms a token:
+
+    >>> e = estimate_step(Deployment("llama-2-7b", "a100-80gb"), 1, 105)
+    >>> e.regime, e.bound_s < e.estimate_low_s <= e.estimate_s <= e.estimate_high_s
+    ('batch1', True)
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    step = dep.step(batch, context, tokens_per_seq=tokens_per_seq)
+    return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime_of(dep, batch))
+
+
+def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float = 0.0) -> Estimate:
+    """An estimate of a pass the deployment already bounded (a :meth:`~kvmath.Deployment.step` or
+    :meth:`~kvmath.Deployment.prefill` of ``dep``, beside its ``strict_s``); ``prompt_tokens_per_pass``
+    picks the regime (:func:`regime_of`)."""
+    instance("dep", dep, Deployment, "a Deployment")
+    instance("step", step, Step, "a Step of the deployment")
+    regime = regime_of(dep, step.batch, prompt_tokens_per_pass)
+    return _estimate(step.strict_s, _step_pricer(dep, step)(EstimateParameters.fitted()), regime)
+
+
+def estimate_prefill(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike, *,
+                     chunk_tokens: int | None = None) -> Estimate:
+    """An estimate of the time to the first token (beside :func:`kvmath.requests.prefill_bound`)."""
+    from .requests import prefill_bound
+
+    instance("dep", dep, Deployment, "a Deployment")
+    bound = prefill_bound(dep, batch, input_tokens, chunk_tokens=chunk_tokens)
+    price = _prefill_pricer(dep, positive("batch", batch), positive_int("input_tokens", input_tokens), chunk_tokens)
+    per_pass = np.minimum(input_tokens, chunk_tokens) if chunk_tokens else input_tokens
+    return _estimate(bound, price(EstimateParameters.fitted()), regime_of(dep, batch, float(np.min(per_pass))))
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class RequestEstimate(Result):
+    """Estimates of every time :class:`kvmath.Request` reports, each beside its bound.
+
+    Attributes
+    ----------
+    ttft, decode, total, time_per_output_token : :class:`Estimate` of ``ttft_s``, ``decode_s``, ``total_s`` and
+        ``time_per_output_token_s`` (the prefill's regime for the first; the decode steps' for the rest).
+    """
+
+    ttft: Estimate
+    decode: Estimate
+    total: Estimate
+    time_per_output_token: Estimate
+
+
+def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                     chunk_tokens: int | None = None) -> RequestEstimate:
+    """Estimates of a batch of whole requests: the prefill, then ``output_tokens - 1`` decode steps.
+
+    Examples
+    --------
+    >>> r = estimate_request(Deployment("llama-2-7b", "a100-80gb", weights="fp16"), 60, 128, 2048)
+    >>> r.total.regime, r.total.bound_s < r.total.estimate_s
+    ('large_batch', True)
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    req = dep.request(batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens)
+    p = EstimateParameters.fitted()
+    s_in, s_out = np.asarray(req.input_tokens, dtype=float), np.asarray(req.output_tokens, dtype=float)
+    ttft = _prefill_pricer(dep, req.batch, req.input_tokens, chunk_tokens)(p)
+    decode = _decode_pricer(dep, req.batch, s_in + 1.0, s_in + s_out - 1.0)(p)
+    per_pass = np.minimum(s_in, chunk_tokens) if chunk_tokens else s_in
+    decode_regime = regime_of(dep, batch)
+    steps = np.maximum(s_out - 1, 1)
+    return RequestEstimate(
+        ttft=_estimate(req.ttft_s, ttft, regime_of(dep, batch, float(np.min(per_pass)))),
+        decode=_estimate(req.decode_s, decode, decode_regime),
+        total=_estimate(req.total_s, ttft + decode, decode_regime),
+        time_per_output_token=_estimate(req.time_per_output_token_s, decode / steps, decode_regime))
+
+
+def _mixed_step_s(dep: Deployment, step, p: EstimateParameters):
+    """The estimate of a continuous-batching step (:class:`kvmath.batching.MixedStep`).
+
+    A mixed step keeps only its totals (bytes, FLOPs), so its bytes and its
+    arithmetic are priced as one kernel each, the larger of the two (the
+    pass's form with the attention folded into the weights' term).
+    """
+    c = _constants(dep)
+    w_s = step.weight_bytes_read / step.bandwidth
+    read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
+        + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
+    work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
+    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _collectives_s(step.comm_s, c.calls, p)
+
+
+def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
+                          output_tokens: ArrayLike) -> Estimate:
+    """An estimate of a continuous-batching steady state's step, its time per output token (beside
+    :func:`kvmath.batching.steady_state`'s ``time_per_output_token_s``).
+
+    Examples
+    --------
+    >>> e = estimate_steady_state(Deployment("llama-3-8b", "h100-sxm"), 64, 1000, 200)
+    >>> e.regime, e.bound_s < e.estimate_s
+    ('large_batch', True)
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    state = dep.steady_state(batch, input_tokens, output_tokens)
+    return _estimate(state.time_per_output_token_s, _mixed_step_s(dep, state.step, EstimateParameters.fitted()),
+                     regime_of(dep, batch))
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class FrontierEstimate(Result):
+    """The serving frontier's best operating point, estimated: per request shape (arrays over the shapes).
+
+    The memory cap is the bound's (:class:`kvmath.Frontier`'s ``fits``); the
+    batch is the one of highest estimated throughput per chip among those that
+    fit and whose estimated time per output token meets the limit.
+
+    Attributes
+    ----------
+    best_batch : the batch (0 where none fits or meets the limit).
+    throughput_per_chip_estimate, throughput_per_chip_estimate_low, throughput_per_chip_estimate_high :
+        output tokens/s per chip at it, and the ends of the 80% interval (the total time's).
+    time_per_output_token : :class:`Estimate` of the time per output token at it.
+    regime : the decode steps' regime.
+    """
+
+    best_batch: np.ndarray
+    throughput_per_chip_estimate: np.ndarray
+    throughput_per_chip_estimate_low: np.ndarray
+    throughput_per_chip_estimate_high: np.ndarray
+    time_per_output_token: Estimate
+    regime: str
+
+
+def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
+                      batch: ArrayLike | None = None, tpot_limit_s: float | None = None,
+                      budget: str = "device") -> FrontierEstimate:
+    """The frontier's best batch and throughput per chip as estimated (beside :func:`kvmath.requests.serving_frontier`).
+
+    Examples
+    --------
+    >>> dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4")
+    >>> f = dep.frontier(1000, 1000, tpot_limit_s=0.015)
+    >>> e = estimate_frontier(dep, 1000, 1000, tpot_limit_s=0.015)
+    >>> bool(e.throughput_per_chip_estimate[0] < f.best_throughput_per_chip[0]), e.regime
+    (True, 'multi_chip')
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    f = dep.frontier(input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s, budget=budget)
+    r = f.requests
+    b = np.asarray(r.batch, dtype=float)
+    s_in, s_out = np.asarray(r.input_tokens, dtype=float), np.asarray(r.output_tokens, dtype=float)
+    p = EstimateParameters.fitted()
+    ttft = _prefill_pricer(dep, b, r.input_tokens)(p)
+    decode = _decode_pricer(dep, b, s_in + 1.0, s_in + s_out - 1.0)(p)
+    regime = regime_of(dep, 2.0 if np.max(b) > 1 else 1.0)
+    total = _estimate(r.total_s, ttft + decode, regime)
+    tpot = _estimate(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1), regime)
+    tokens = b * s_out / dep.n_chips
+    allowed = f.fits if tpot_limit_s is None else f.fits & ((s_out == 1) | (tpot.estimate_s <= tpot_limit_s))
+    score = np.where(allowed, tokens / total.estimate_s, -np.inf)
+    pick = np.argmax(score, axis=0)
+    found = np.any(allowed, axis=0)
+
+    def at(x):
+        return np.where(found, np.take_along_axis(np.broadcast_to(x, score.shape), pick[None, :], 0)[0], 0.0)
+
+    cols = np.arange(score.shape[1])
+    picked = Estimate(**{k: (np.broadcast_to(v, score.shape)[pick, cols] if isinstance(v, np.ndarray) else v)
+                         for k, v in vars(tpot).items()})
+    return FrontierEstimate(best_batch=np.where(found, np.broadcast_to(b, score.shape)[pick, cols], 0),
+                            throughput_per_chip_estimate=at(tokens / total.estimate_s),
+                            throughput_per_chip_estimate_low=at(tokens / total.estimate_high_s),
+                            throughput_per_chip_estimate_high=at(tokens / total.estimate_low_s),
+                            time_per_output_token=picked, regime=regime)
+
+
+# ----- the calibration rows, priced as bound_for bounds them --------------------------------------------
+
+def _row_pricer(m):
+    """``price(params)``: the estimate of one measurement in seconds per unit (``bound_for``'s ``unit_s``)."""
+    from .calibration import _deployment
+
+    dep = _deployment(m)
+    if m.metric in ("ttft_s", "prefill_tok_s"):
+        price = _prefill_pricer(dep, float(m.batch), m.input_tokens, m.chunk_tokens, m.last_mlp_logits_only)
+        per_unit = 1.0 if m.metric == "ttft_s" else m.batch * m.input_tokens
+        return lambda p: price(p) / per_unit
+    if m.metric in ("s_per_token", "user_tok_s"):
+        step = dep.step(m.batch, float(m.input_tokens), tokens_per_seq=m.tokens_per_step)
+        price = _step_pricer(dep, step)
+        per_unit = 1.0 if m.metric == "s_per_token" else m.tokens_per_step
+        return lambda p: price(p) / per_unit
+    if m.metric == "seq_tok_s" and m.input_tokens == 0:  # llama-bench tg N: steps at contexts 1 .. N
+        price = _decode_pricer(dep, float(m.batch), 1.0, float(m.output_tokens))
+        return lambda p: price(p) / m.output_tokens
+    prefill = _prefill_pricer(dep, float(m.batch), m.input_tokens)
+    decode = _decode_pricer(dep, float(m.batch), m.input_tokens + 1.0, m.input_tokens + m.output_tokens - 1.0)
+    return lambda p: (prefill(p) + decode(p)) / m.output_tokens
+
+
+def estimate_for(measurement) -> Estimate:
+    """The estimate of one calibration row in seconds per unit of its measurement, beside ``bound_for``'s ``unit_s``.
+
+    Examples
+    --------
+    >>> e = estimate_for("gf-7b-bf16")
+    >>> e.regime, round(1 / e.bound_s, 1)          # the bound: 153.7 tokens/s
+    ('batch1', 153.7)
+    """
+    from .calibration import bound_for
+
+    c = bound_for(measurement)
+    m = c.measurement
+    return _estimate(c.unit_s, _row_pricer(m)(EstimateParameters.fitted()), m.regime)
+
+
+# ----- the fit -----------------------------------------------------------------------------------------
+
+def _to_params(x: np.ndarray) -> EstimateParameters:
+    """Unconstrained coordinates (last axis: one per parameter) -> parameters in their ranges."""
+    values = {}
+    for i, (name, unit, *_rest) in enumerate(PARAMETERS):
+        v = x[..., i, None]  # a trailing axis, so that a chunk axis of a pass broadcasts beside it
+        if unit == "fraction":
+            values[name] = 1 / (1 + np.exp(-v))
+        elif unit == "x":
+            values[name] = 1 + np.exp(v)
+        else:
+            values[name] = np.exp(v)
+    return EstimateParameters(**values)
+
+
+def _to_coordinates(p: EstimateParameters) -> np.ndarray:
+    out = []
+    for name, unit, *_rest in PARAMETERS:
+        v = float(getattr(p, name))
+        out.append(math.log(v / (1 - v)) if unit == "fraction" else math.log(v - 1) if unit == "x" else math.log(v))
+    return np.array(out)
+
+
+#: Where the fit starts: round physical values (datasheet-level efficiencies, microseconds of overhead).
+_START = EstimateParameters(memory_efficiency=0.85, layer_overhead_s=30e-6, step_overhead_s=300e-6,
+                            dequant_flops_per_weight=10.0, collective_call_s=10e-6,
+                            moe_weight_factor=1.3, matmul_efficiency=0.6)
+
+
+#: Where Huber's loss turns linear, in log units: a row more than about 20% off counts by its distance.
+_HUBER_LOG = 0.2
+#: The pull towards :data:`_START` (in squared log units per squared coordinate).
+_RIDGE = 1e-4
+
+
+@lru_cache(maxsize=1)
+def _table():
+    """Every calibration row with its pricer and measured seconds per unit (``unit_s / ratio``)."""
+    from .calibration import calibrate
+
+    return tuple((c.measurement, _row_pricer(c.measurement), c.unit_s / c.ratio) for c in calibrate())
+
+
+def _log_residuals(pricers, measured_s, x: np.ndarray) -> np.ndarray:
+    """``log(measured / estimate)`` of each row (columns) at each coordinate vector (rows of ``x``)."""
+    x = np.atleast_2d(x)
+    p = _to_params(x)
+    est = np.column_stack([np.broadcast_to(np.reshape(price(p), (len(x), -1))[:, :1], (len(x), 1))[:, 0]
+                           for price in pricers])
+    return np.log(measured_s)[None, :] - np.log(est)
+
+
+def _huber(r: np.ndarray) -> np.ndarray:
+    """Twice the Huber loss of log residuals: squares within :data:`_HUBER_LOG`, linear beyond."""
+    a = np.abs(r)
+    return np.where(a <= _HUBER_LOG, r * r, 2 * _HUBER_LOG * a - _HUBER_LOG**2)
+
+
+def _fit(pricers, measured_s, iterations: int = 100) -> np.ndarray:
+    """Levenberg-Marquardt on the log residuals from :data:`_START`: coordinates of the robust least squares.
+
+    The loss is Huber's on ``log(measured / estimate)``: a row the terms
+    cannot explain (a reference implementation in eager PyTorch, a
+    production day's average) counts linearly, not quadratically, so it
+    does not drag every parameter towards itself (the loss's weights
+    enter the Gauss-Newton step, iteratively reweighted). A weak pull towards
+    the start (:data:`_RIDGE`) keeps a parameter that no row moves (a fold
+    without multi-chip rows, say) where it started. The Jacobian is central
+    differences, every probe priced in one broadcast call per row.
+    """
+    x0 = _to_coordinates(_START)
+    x, n, h, lam = x0.copy(), len(x0), 1e-5, 1e-3
+    pull = math.sqrt(_RIDGE)
+
+    def cost(r, at):
+        return float(np.sum(_huber(r)) + _RIDGE * (at - x0) @ (at - x0))
+
+    r = _log_residuals(pricers, measured_s, x)[0]
+    for _ in range(iterations):
+        probes = np.vstack([x + h * np.eye(n), x - h * np.eye(n)])
+        rp = _log_residuals(pricers, measured_s, probes)
+        w = np.sqrt(np.minimum(1.0, _HUBER_LOG / np.maximum(np.abs(r), 1e-300)))
+        jac = (rp[:n] - rp[n:]).T / (2 * h) * w[:, None]
+        now = cost(r, x)
+        while True:
+            a = np.vstack([jac, pull * np.eye(n), math.sqrt(lam) * np.eye(n)])
+            b = np.concatenate([-r * w, -pull * (x - x0), np.zeros(n)])
+            step = np.linalg.lstsq(a, b, rcond=None)[0]
+            r_new = _log_residuals(pricers, measured_s, x + step)[0]
+            if cost(r_new, x + step) < now or lam > 1e10:
+                break
+            lam *= 10
+        if cost(r_new, x + step) >= now:
+            break
+        x, r, lam = x + step, r_new, max(lam / 10, 1e-12)
+        if now - cost(r, x) < 1e-14 * max(now, 1e-300):
+            break
+    return x
+
+
+def fit(exclude_sources: frozenset = frozenset()) -> EstimateParameters:
+    """Fit :data:`PARAMETERS` on the calibration table, leaving out the rows of ``exclude_sources``."""
+    rows = [(m, price, t) for m, price, t in _table() if m.source not in exclude_sources]
+    return _plain_params(_fit([price for _, price, _ in rows], np.array([t for *_, t in rows])))
+
+
+def _plain_params(x: np.ndarray) -> EstimateParameters:
+    return EstimateParameters(**{k: float(np.ravel(v)[0]) for k, v in vars(_to_params(x[None, :])).items()})
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Leave-one-source-out errors of the estimate: every row estimated by a fit that did not see its source.
+
+    Attributes
+    ----------
+    ids, regimes, sources : each row's id, regime and source.
+    log_residuals : ``log(measured / estimate)`` of each row, out of sample.
+    low, high : each row's interval ends as log residuals, from the residuals of the other sources' rows.
+    by_regime : :class:`RegimeErrors` of each regime and of ``"all"`` rows.
+    folds : the parameters fitted without each source, by source (their spread is each parameter's
+        uncertainty under a change of sources).
+    """
+
+    ids: tuple
+    regimes: tuple
+    sources: tuple
+    log_residuals: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    by_regime: dict
+    folds: dict
+
+
+def _interval(residuals: np.ndarray, pooled: np.ndarray, n_rows: int) -> tuple[float, float, bool]:
+    """An interval's ends (log residuals): the regime's own 10th and 90th percentiles, or the pooled 5th and 95th."""
+    if n_rows < ROWS_PER_PARAMETER:
+        lo, hi = np.quantile(pooled, POOLED_QUANTILES, method="weibull")
+        return float(lo), float(hi), True
+    tail = (1 - INTERVAL) / 2
+    # order statistics at ranks p (n + 1): a new exchangeable residual falls between them with probability 0.8
+    # (the plain sample quantiles of n = 8 rows would cover about 62%)
+    lo, hi = np.quantile(residuals, (tail, 1 - tail), method="weibull")
+    return float(lo), float(hi), False
+
+
+def cross_validate() -> CrossValidation:
+    """Leave each source out in turn, fit on the rest, estimate its rows; then each regime's errors and intervals.
+
+    A row's interval for the coverage is computed from the residuals of
+    the rows of *other* sources (the same rule as the stated interval,
+    without its own source), so coverage is measured out of sample too.
+    """
+    table = _table()
+    ids = tuple(m.id for m, *_ in table)
+    regimes = np.array([m.regime for m, *_ in table])
+    sources = np.array([m.source for m, *_ in table])
+    measured = np.array([t for *_, t in table])
+    resid = np.empty(len(table))
+    folds = {}
+    for source in sorted(set(sources)):
+        held = sources == source
+        x = _fit([price for (m, price, _t), keep in zip(table, ~held) if keep], measured[~held])
+        folds[source] = _plain_params(x)
+        resid[held] = _log_residuals([price for (m, price, _t), h in zip(table, held) if h], measured[held], x)[0]
+    low, high = np.empty(len(table)), np.empty(len(table))
+    for i in range(len(table)):
+        other = sources != sources[i]
+        mine = other & (regimes == regimes[i])
+        low[i], high[i], _ = _interval(resid[mine], resid[other], int(np.sum(regimes == regimes[i])))
+    by_regime = {}
+    from .calibration import REGIMES
+
+    for regime in (*REGIMES, "all"):
+        sel = np.ones(len(table), bool) if regime == "all" else regimes == regime
+        err = np.abs(np.expm1(resid[sel]))
+        lo, hi, pooled = _interval(resid[sel], resid, int(np.sum(sel)))
+        inside = (resid[sel] >= low[sel]) & (resid[sel] <= high[sel])
+        by_regime[regime] = RegimeErrors(
+            regime=regime, rows=int(np.sum(sel)), sources=len(set(sources[sel])),
+            median_abs_error=float(np.median(err)), p90_abs_error=float(np.quantile(err, 0.9)),
+            log_low=lo, log_high=hi, pooled=pooled, coverage=float(np.mean(inside)),
+            median_half_width=float(np.median((np.exp(high[sel]) - np.exp(low[sel])) / 2)))
+    return CrossValidation(ids=ids, regimes=tuple(regimes), sources=tuple(sources), log_residuals=resid,
+                           low=low, high=high, by_regime=by_regime, folds=folds)
+
+
+def _rows_moved_by(name: str, params: EstimateParameters, table) -> list[str]:
+    """Ids of the rows of ``table`` whose estimate changes when parameter ``name`` moves from ``params``."""
+    i = [n for n, *_ in PARAMETERS].index(name)
+    x = _to_coordinates(params)
+    probe = _to_params(np.vstack([x, x + 1e-3 * np.eye(len(x))[i]]))
+    out = []
+    for m, price, _t in table:
+        v = np.reshape(price(probe), (2, -1))[:, 0]
+        if abs(v[1] / v[0] - 1) > 1e-9:
+            out.append(m.id)
+    return out
+
+
+def parameter_rows(name: str) -> list[str]:
+    """The calibration rows whose estimate a parameter changes: the rows it was fitted on.
+
+    Examples
+    --------
+    >>> "gf-7b-tp8" in parameter_rows("collective_call_s"), "gf-7b-bf16" in parameter_rows("collective_call_s")
+    (True, False)
+    """
+    names = [n for n, *_ in PARAMETERS]
+    if name not in names:
+        raise ValueError(f"name must be one of {names}, got {name!r}")
+    return _rows_moved_by(name, EstimateParameters.fitted(), _table())
+
+
+def parameter_table() -> list[dict]:
+    """Each fitted parameter: its name, unit, home regimes, meaning, fitted value and the rows it was fitted on."""
+    p = EstimateParameters.fitted()
+    return [{"name": name, "unit": unit, "home": list(home), "meaning": meaning, "value": float(getattr(p, name)),
+             "rows": parameter_rows(name)} for name, unit, home, meaning in PARAMETERS]
+
+
+__all__ = ["PARAMETERS", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
+           "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
+           "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]

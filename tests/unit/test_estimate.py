@@ -1,0 +1,347 @@
+"""The estimate beside the bounds: its fit reproduces, its terms by hand, its errors against the issue's targets."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvmath as km
+from kvmath import estimate as E
+from kvmath.calibration import REGIMES, bound_for, check, load_measurements, user_measurement
+
+DATA = Path(E.__file__).parent / "data"
+ROWS = load_measurements()
+
+
+def _committed(name: str) -> list[dict]:
+    return list(csv.DictReader((DATA / name).read_text(encoding="utf-8").splitlines()))
+
+
+PARAMS = {r["name"]: float(r["value"]) for r in _committed("estimate_parameters.csv")}
+ERRORS = {r["regime"]: r for r in _committed("estimate_errors.csv")}
+
+
+# ----- the fit is data, and a refit reproduces it ------------------------------------------------------
+
+def test_a_refit_reproduces_the_committed_parameters():
+    fitted = E.fit()
+    for name, *_ in E.PARAMETERS:
+        assert getattr(fitted, name) == pytest.approx(PARAMS[name], rel=1e-6), name
+    rows = {r["name"]: int(r["rows"]) for r in _committed("estimate_parameters.csv")}
+    assert rows == {name: len(E.parameter_rows(name)) for name, *_ in E.PARAMETERS}
+
+
+@pytest.mark.slow
+def test_a_rerun_of_the_cross_validation_reproduces_the_committed_errors():
+    cv = E.cross_validate()
+    assert set(cv.by_regime) == set(ERRORS) == {*REGIMES, "all"}
+    for regime, e in cv.by_regime.items():
+        row = ERRORS[regime]
+        assert (e.rows, e.sources, e.pooled) == (int(row["rows"]), int(row["sources"]), row["pooled"] == "true")
+        for key in ("median_abs_error", "p90_abs_error", "log_low", "log_high", "coverage", "median_half_width"):
+            assert getattr(e, key) == pytest.approx(float(row[key]), rel=1e-6, abs=1e-9), (regime, key)
+
+
+def test_every_parameter_is_named_placed_and_within_the_budget():
+    """At most one fitted parameter per five rows of its home regime (a parameter homed in two counts half in each)."""
+    share = {r: 0.0 for r in REGIMES}
+    for name, unit, home, meaning in E.PARAMETERS:
+        assert unit in ("fraction", "s", "FLOP", "x") and meaning and set(home) <= set(REGIMES), name
+        for r in home:
+            share[r] += 1 / len(home)
+        assert len(E.parameter_rows(name)) >= E.ROWS_PER_PARAMETER, name
+    for regime, used in share.items():
+        n = len(load_measurements(regime))
+        assert used <= n / E.ROWS_PER_PARAMETER, (regime, used, n)
+    assert len(E.PARAMETERS) <= len(ROWS) / E.ROWS_PER_PARAMETER
+    # a regime with too few rows homes no parameter and says its interval is pooled
+    for regime in REGIMES:
+        few = len(load_measurements(regime)) < E.ROWS_PER_PARAMETER
+        assert (ERRORS[regime]["pooled"] == "true") == few, regime
+        if few:
+            assert share[regime] == 0, regime
+    # physical ranges: efficiencies in (0, 1], costs >= 0, the MoE factor >= 1
+    p = E.EstimateParameters.fitted()
+    assert 0 < p.memory_efficiency <= 1 and 0 < p.matmul_efficiency <= 1 and p.moe_weight_factor >= 1
+    assert min(p.layer_overhead_s, p.step_overhead_s, p.collective_call_s, p.dequant_flops_per_weight) >= 0
+
+
+@pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
+def test_the_regime_rule_gives_each_rows_regime(m):
+    prompt = m.input_tokens if m.metric in ("ttft_s", "prefill_tok_s") else 0
+    per_pass = min(prompt, m.chunk_tokens) if m.chunk_tokens else prompt
+    assert E.regime_of(m.deployment(), m.batch, per_pass) == m.regime
+
+
+# ----- the issue's targets, on the committed cross-validation ----------------------------------------
+
+#: Targets the 53 rows of the table do not reach (kept honest: each fails today, and must be
+#: removed from here when the rows added later reach it).
+MISSED = {
+    ("median", "all"),                     # 15.8% against 15%
+    ("median", "multi_chip"),              # 72%: gpt-fast's rows (15 of 53) hold most multi-chip rows; left out,
+    ("median", "moe"),                     # the others (eager PyTorch, a TPU, a production day) set the latency
+    ("coverage", "multi_chip"), ("coverage", "moe"), ("coverage", "prefill"), ("coverage", "all"),
+    ("half_width", "batch1"), ("half_width", "multi_chip"), ("half_width", "moe"), ("half_width", "prefill"),
+}
+OWN = [r for r in REGIMES if int(ERRORS[r]["rows"]) >= E.ROWS_PER_PARAMETER]
+
+
+def _target(kind: str, regime: str) -> bool:
+    e = ERRORS[regime]
+    if kind == "median":
+        return float(e["median_abs_error"]) <= (0.15 if regime == "all" else 0.25)
+    if kind == "coverage":
+        return 0.70 <= float(e["coverage"]) <= 0.90
+    return float(e["median_half_width"]) <= 2 * float(e["median_abs_error"])
+
+
+@pytest.mark.parametrize("kind, regime", [(k, r) for k in ("median", "coverage", "half_width") for r in (*OWN, "all")])
+def test_cross_validated_errors_against_the_issues_targets(kind, regime):
+    """Median |error| <= 15% over all rows and <= 25% per regime of >= 5 rows; 80% intervals holding 70-90% of the
+    left-out rows; median half-width <= 2x the regime's median error."""
+    if (kind, regime) in MISSED:
+        assert not _target(kind, regime), f"{kind} in {regime} now meets its target: remove it from MISSED"
+        pytest.xfail(f"{kind} target not met in {regime} with {ERRORS[regime]['rows']} rows")
+    assert _target(kind, regime)
+
+
+# ----- every estimate sits at or above its bound --------------------------------------------------------
+
+@pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
+def test_every_rows_estimate_is_above_its_bound_and_inside_its_own_interval_order(m):
+    e = E.estimate_for(m)
+    c = bound_for(m)
+    assert e.bound_s == pytest.approx(c.unit_s, rel=1e-12) and c.ratio <= 1  # the bound is unchanged
+    assert e.bound_s <= e.estimate_low_s <= e.estimate_s <= e.estimate_high_s
+    assert e.regime == m.regime and not e.is_lower_bound
+
+
+def test_a_grid_of_deployments_is_estimated_above_the_bound():
+    for model, chip, layout, weights in [("llama-3-8b", "h100-sxm", None, "bf16"),
+                                         ("llama-3-70b", "h100-sxm", "tp=8", "fp8"),
+                                         ("mixtral-8x7b", "a100-80gb", "tp=2", "bf16"),
+                                         ("llama-3-8b", "m2-ultra", None, "q4_0")]:
+        dep = km.Deployment(model, chip, layout, weights=weights)
+        batch, context = np.array([1.0, 8, 64, 256])[:, None], np.array([128.0, 4096])
+        e = E.estimate_step(dep, batch, context)
+        assert np.all(e.bound_s <= e.estimate_low_s) and np.all(e.estimate_low_s <= e.estimate_s)
+        assert np.all(e.estimate_s <= e.estimate_high_s)
+        r = E.estimate_request(dep, 4, 512, 64)
+        assert r.total.estimate_s == pytest.approx(r.ttft.estimate_s + r.decode.estimate_s, rel=1e-12)
+        assert r.total.bound_s <= r.total.estimate_s
+
+
+# ----- the terms by hand ----------------------------------------------------------------------------------
+
+def test_a_batch_one_step_by_hand():
+    """Llama 2 7B in bf16 on an A100, B = 1, S = 105: both kernels memory-bound.
+
+    Weights read: 32 layers of Q, K, V, O (4096 x 4096) and the MLP (3 x 4096 x 11008), the 32000 x 4096 head,
+    one embedding row, 2 bytes each; the cache 2 x 32 x 4096 x 2 bytes a token. Estimate: the per-pass costs,
+    plus each read at the fitted fraction of 2.039 TB/s (the matmuls, 2 x 6.6e9 FLOPs at 312 TFLOP/s x 0.46,
+    are shorter).
+    """
+    w = 2 * (32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096 + 4096)
+    kv = 2 * 32 * 4096 * 2 * 105
+    p = PARAMS
+    expected = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (w + kv) / (2.039e12 * p["memory_efficiency"])
+    e = E.estimate_step(km.Deployment("llama-2-7b", "a100-80gb"), 1, 105)
+    assert e.estimate_s == pytest.approx(expected, rel=1e-4)  # norms left out by hand: 0.002%
+    assert e.bound_s == pytest.approx((w + kv) / 2.039e12, rel=1e-4)
+
+
+def test_a_q4_0_steps_dequantization_term_by_hand():
+    """Llama 2 7B in Q4_0 (4.5 bits a weight) on an RTX 3090 multiplying in fp16 (71 TFLOP/s, 936 GB/s).
+
+    Each weight read is unpacked: the fitted work per weight at the chip's rate, on top of the bytes.
+    """
+    n = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096 + 4096  # weights read at B = 1
+    b = 4.5 / 8
+    p = PARAMS
+    dep = km.Deployment("llama-2-7b", "rtx-3090", weights="q4_0", kv="fp16", compute="fp16")
+    dequant = n * p["dequant_flops_per_weight"] / 71e12
+    kv = 2 * 32 * 4096 * 2 * 64
+    expected = (p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (n * b + kv) / (936e9 * p["memory_efficiency"])
+                + dequant)
+    assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-4)
+    # in fp16 no weight is unpacked: the same step without that term, the bytes four times as many
+    fp16 = km.Deployment("llama-2-7b", "rtx-3090", weights="fp16", kv="fp16", compute="fp16")
+    assert E.estimate_step(fp16, 1, 64).estimate_s == pytest.approx(
+        p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (2 * n + kv) / (936e9 * p["memory_efficiency"]), rel=1e-4)
+
+
+def test_tensor_parallel_collectives_by_hand():
+    """Llama 2 7B over 8 A100s (tp = 8, NVLink 3): two all-reduces per layer, 64 calls on each step's chain.
+
+    The estimate adds the bound's communication and the fitted latency of each call; with no link counted
+    (``link=None``) the calls remain and only the bound's communication goes.
+    """
+    dep = km.Deployment("llama-2-7b", "a100-80gb", "tp=8")
+    step = dep.step(1, 105)
+    with_link, without = E.estimate_step(dep, 1, 105), E.estimate_step(dep.replace(link=None), 1, 105)
+    assert with_link.estimate_s - without.estimate_s == pytest.approx(float(step.comm_s), rel=1e-9)
+    one_chip_part = PARAMS["step_overhead_s"] + 32 * PARAMS["layer_overhead_s"] + (
+        float(step.weight_bytes_read + step.kv_bytes_read) / (2.039e12 * PARAMS["memory_efficiency"]))
+    assert without.estimate_s == pytest.approx(one_chip_part + 64 * PARAMS["collective_call_s"], rel=1e-9)
+    assert E.collective_estimate_s(dep, 0.0) == pytest.approx(64 * PARAMS["collective_call_s"], rel=1e-12)
+    # DeepSeek-V3 over 128 chips by experts: 58 MoE layers, a dispatch and a combine each; no all-reduce
+    ds = km.Deployment("deepseek-v3", "h800", "dp=128,ep=128", link=None)
+    assert E.collective_estimate_s(ds, 0.0) == pytest.approx(2 * 58 * PARAMS["collective_call_s"], rel=1e-12)
+
+
+def test_the_moe_factor_multiplies_the_weight_term():
+    """gpt-oss-20b at batch 1: its weight term (reads and their unpacking) times the fitted factor."""
+    dep = km.Deployment("gpt-oss-20b", "rtx-4090", weights={"default": "q4_k", "experts": "mxfp4"}, kv="fp16",
+                        compute="fp16")
+    step = dep.step(1, 64)
+    p = E.EstimateParameters.fitted()
+    c = E._constants(dep)
+    weights = float(step.weight_read_s) * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
+    fixed = p.step_overhead_s + dep.model.n_layers * p.layer_overhead_s
+    expected = fixed + float(step.kv_read_s) / p.memory_efficiency + p.moe_weight_factor * weights
+    assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-9)
+    assert c.dequant == pytest.approx(1.008e12 / (dep.flops * 4.25 / 8), rel=1e-9)  # MXFP4: 4.25 bits a weight
+
+
+def test_a_requests_decode_is_the_sum_of_its_steps():
+    """The closed form over contexts S_in + 1 .. S_in + S_out - 1 against one estimate per step, summed."""
+    for dep in (km.Deployment("llama-3-8b", "h100-sxm"), km.Deployment("gemma-3-12b", "h100-sxm", weights="fp8")):
+        r = E.estimate_request(dep, 8, 4000, 300)
+        steps = E.estimate_step(dep, 8, np.arange(4001, 4300, dtype=float))
+        assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
+        assert r.time_per_output_token.estimate_s == pytest.approx(r.decode.estimate_s / 299, rel=1e-12)
+
+
+def test_a_prefill_estimate_is_its_passes_priced():
+    """Whole prompt: one pass; in chunks of 512: four passes whose kernels are all compute-bound (a chunk's
+    2 x 512 x 6.7e9 FLOPs take 48 ms at 46% of 312 TFLOP/s, its 13.5 GB of weights 7.8 ms), with the same FLOPs in
+    all (the causal attention telescopes, the LM head runs once): three more passes' fixed costs, nothing else."""
+    dep = km.Deployment("llama-2-7b", "a100-80gb", weights="fp16", compute="fp16")
+    whole = E.estimate_prefill(dep, 1, 2048)
+    p = dep.prefill(1, 2048)
+    assert whole.estimate_s == pytest.approx(E.estimate_pass(dep, p, prompt_tokens_per_pass=2048).estimate_s,
+                                             rel=1e-12)
+    chunks = E.estimate_prefill(dep, 1, 2048, chunk_tokens=512)
+    fixed = PARAMS["step_overhead_s"] + 32 * PARAMS["layer_overhead_s"]
+    assert chunks.estimate_s == pytest.approx(whole.estimate_s + 3 * fixed, rel=1e-9)
+    assert whole.regime == chunks.regime == "prefill"
+
+
+# ----- results and the command line ---------------------------------------------------------------------
+
+def test_estimates_are_results_named_as_estimates():
+    e = E.estimate_step(km.Deployment("llama-3-8b", "h100-sxm"), 1, 100)
+    d = e.to_dict()
+    assert set(d) == {"bound_s", "estimate_s", "estimate_low_s", "estimate_high_s", "regime", "regime_rows",
+                      "pooled", "is_lower_bound"}
+    assert all(d[k] == getattr(e, k) for k in d)
+    r = E.estimate_request(km.Deployment("llama-3-8b", "h100-sxm"), 1, 100, 1).to_dict()
+    assert set(r) == {"ttft", "decode", "total", "time_per_output_token"}
+    assert r["time_per_output_token"]["estimate_s"] is None  # one output token: no decode step (NaN -> None)
+    json.dumps(r, allow_nan=False)
+
+
+def test_import_kvmath_does_not_load_the_estimate():
+    code = "import sys, kvmath; print('kvmath.estimate' in sys.modules, 'kvmath.calibration' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(km.__file__).parents[1]).stdout.split()
+    assert out == ["False", "False"]
+
+
+def _cli(*argv):
+    return subprocess.run([sys.executable, "-m", "kvmath", *argv], capture_output=True, text=True,
+                          cwd=Path(km.__file__).parents[1])
+
+
+def test_cli_estimate_is_the_results_to_dict():
+    out = _cli("decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "105",
+               "--estimate", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["estimate"] == json.loads(json.dumps(
+        E.estimate_step(km.Deployment("llama-2-7b", "a100-80gb"), 1, 105).to_dict()))
+    run = json.loads(_cli("run", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "100", "--output",
+                          "50", "--estimate", "--json").stdout)
+    assert set(run["estimate"]) == {"ttft", "decode", "total", "time_per_output_token"}
+    text = _cli("prefill", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--input", "2048", "--estimate").stdout
+    assert text.count("estimate ") == 2 and "regime prefill" in text
+    bad = _cli("decode", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--batch", "1", "--context", "9",
+               "--estimate", "--efficiency", "0.8")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--estimate" in bad.stderr
+
+
+# ----- check: the calibration table, and figures that beat their bound -----------------------------------
+
+def test_every_row_of_the_table_is_checked():
+    """No row beats its bound; each falls inside its regime's interval except the two the estimate misses most
+    (Meta's eager reference code for LLaMA 65B; llama.cpp's fp16 Llama 3 8B on an M2 Ultra)."""
+    slower = []
+    for m in ROWS:
+        c = check(m)
+        assert not c.beats_bound and c.likely_causes == () and c.ratio == bound_for(m).ratio
+        inside = c.estimate.estimate_low_s <= c.measured_s <= c.estimate.estimate_high_s
+        assert (c.against_estimate == "inside the interval") == inside, m.id
+        if not inside:
+            assert c.measured_s > c.estimate.estimate_high_s
+            slower.append(m.id)
+    assert sorted(slower) == ["meta-65b-tp8", "xd-m2u-8b-f16"]
+
+
+@pytest.mark.parametrize("kwargs, cause", [
+    # gpt-fast's 7B at 180 tok/s, above its 153.7 tok/s bf16 bound: in fp8 the bytes halve
+    (dict(metric="seq_tok_s", measured=180.0, input_tokens=5, output_tokens=200), "check the weight precision"),
+    # 400 tok/s per user in fp8 (the bound: 6.7 GB a step at 2.039 TB/s, about 300): two tokens a step allow it
+    (dict(metric="user_tok_s", measured=400.0, input_tokens=500, weights="fp8"), "speculative decoding"),
+    # 9,000 output tok/s from 8 sequences: 1,118 is the bound; 512 sequences would allow it
+    (dict(metric="out_tok_s", measured=9000.0, batch=8, input_tokens=128, output_tokens=128), "check the batch"),
+    # per GPU, 8 GPUs: the whole deployment's figure divided by 8 fits
+    (dict(metric="out_tok_s", measured=40000.0, batch=64, input_tokens=128, output_tokens=128, layout="tp=8",
+          link="nvlink3", per_chip=True), "per chip against per node"),
+    # a step time in ms typed as seconds' thousandths twice over
+    (dict(metric="s_per_token", measured=9.5e-6, input_tokens=100), "check the unit"),
+])
+def test_a_figure_that_beats_its_bound_names_the_likely_cause(kwargs, cause):
+    c = check(user_measurement("llama-2-7b", "a100-80gb", **kwargs))
+    assert c.beats_bound and c.against_estimate == "faster than the interval"
+    assert any(cause in text for text in c.likely_causes), c.likely_causes
+
+
+def test_cli_check_measurement_is_checks_to_dict():
+    args = ["check", "measurement", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--metric", "seq_tok_s",
+            "--measured", "104.9", "--input", "5", "--output", "200", "--link", "none"]
+    out = _cli(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    expected = check(user_measurement("llama-2-7b", "a100-80gb", metric="seq_tok_s", measured=104.9,
+                                      input_tokens=5, output_tokens=200))
+    assert json.loads(out.stdout) == json.loads(json.dumps(expected.to_dict()))
+    text = _cli(*args).stdout
+    assert "does not beat the bound" in text and "inside the interval" in text
+    beaten = _cli("check", "measurement", "--model", "llama-2-7b", "--hardware", "a100-80gb", "--metric",
+                  "seq_tok_s", "--measured", "180", "--input", "5", "--output", "200").stdout
+    assert "BEATS THE BOUND" in beaten and "weight precision" in beaten
+    assert _cli("check", "--help").stdout.count("measurement") >= 1
+    assert _cli("check").returncode == 2
+
+
+def test_the_frontier_and_the_steady_state_are_estimated_below_their_bounds_rates():
+    """An estimated time is never below its bound, so the estimated best throughput (among the batches the
+    bound's memory cap admits, the estimated time per output token within the limit) is never above the bound's."""
+    for dep in (km.Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4"),
+                km.Deployment("llama-3-8b", "a100-80gb", weights="fp8", compute="bf16")):
+        for limit in (None, 0.03):
+            f = dep.frontier(np.array([500, 2000]), np.array([200, 1000]), tpot_limit_s=limit)
+            e = E.estimate_frontier(dep, np.array([500, 2000]), np.array([200, 1000]), tpot_limit_s=limit)
+            assert np.all(e.throughput_per_chip_estimate <= f.best_throughput_per_chip * (1 + 1e-12))
+            assert np.all(e.throughput_per_chip_estimate_low <= e.throughput_per_chip_estimate)
+            assert np.all(e.throughput_per_chip_estimate <= e.throughput_per_chip_estimate_high)
+            assert np.all(e.best_batch <= f.max_batch) and np.all(e.best_batch >= 1)
+            if limit is not None:
+                assert np.all(e.time_per_output_token.estimate_s <= limit)
+        s = dep.steady_state(64, 1000, 200)
+        est = E.estimate_steady_state(dep, 64, 1000, 200)
+        assert s.time_per_output_token_s == est.bound_s <= est.estimate_low_s <= est.estimate_s <= est.estimate_high_s
