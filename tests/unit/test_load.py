@@ -141,6 +141,70 @@ def test_utilisation_by_hand_and_instability():
     assert np.isnan(load.ttft_s[1]) and load.to_dict()["ttft_s"][1] is None
 
 
+SWEEP = ROOT / "tests" / "data" / "serving_sweep.csv"
+
+
+def _sweep():
+    import csv
+
+    rows = list(csv.DictReader(SWEEP.open(encoding="utf-8")))
+    r0 = rows[0]
+    dep = Deployment(r0["model"], r0["chip"], r0["layout"], link=r0["link"])
+    shape = round(float(r0["mean_input_tokens"])), round(float(r0["mean_output_tokens"]))
+    rates = [float(r["request_rate"]) for r in rows]
+    measured = {k: np.array([float(r[k]) for r in rows]) for k in ("ttft_median_s", "ttft_p99_s", "tpot_mean_s",
+                                                                   "tpot_median_s", "tpot_p99_s")}
+    return dep, shape, rates, measured, int(r0["requests"])
+
+
+@pytest.mark.slow
+def test_the_load_model_against_a_measured_vllm_sweep():
+    """vLLM's serving benchmark of Llama 3.3 70B on eight A100 40GB (tensor parallel 8), 200 ShareGPT prompts
+    (213 tokens in, 214 out on average) at 1, 4 and 16 requests/s (tests/data/serving_sweep.csv).
+
+    Fed the estimate's step times (kvmath.estimate), the simulated scheduler (8 replicas of the benchmark's 200
+    requests, seed 0, mean lengths) lands within -49% .. +52% of every measured percentile, the stated error band
+    (asserted here as a factor of 1/2 .. 1.6):
+
+    - 1 req/s: TTFT p50 -20%, p99 -49% (the model knows only the mean prompt; ShareGPT's long ones set the tail);
+      TPOT p50 -16%, p99 -23%;
+    - 4 req/s: TTFT p50 -5%, p99 +38%; TPOT p50 -15%, p99 -6%;
+    - 16 req/s: TTFT p50 0%, p99 +50%; TPOT p50 +34%, p99 +52%.
+
+    The match is poor at 16 req/s and the closed forms find no steady state there at all (utilisation 1.07): the
+    modelled scheduler prefills each prompt alone, re-reading the weights (43 ms per prompt, estimated), where vLLM
+    puts prompts and decodes in one step and shares the read; the measured run is a 12.5 s transient too. Fed the
+    bounds instead, the model is optimistic at every rate: TTFT and TPOT below every measured median.
+    """
+    dep, (s_in, s_out), rates, m, n = _sweep()
+    est = serving_load(dep, rates, s_in, s_out, times="estimate", simulate_requests=n, percentiles=[50, 99])
+    assert est.times == "estimate"
+    sim = {"ttft_median_s": [], "ttft_p99_s": [], "tpot_median_s": [], "tpot_p99_s": []}
+    for s in est.simulated:
+        sim["ttft_median_s"].append(s.ttft_percentiles_s[0])
+        sim["ttft_p99_s"].append(s.ttft_percentiles_s[1])
+        sim["tpot_median_s"].append(s.tpot_percentiles_s[0])
+        sim["tpot_p99_s"].append(s.tpot_percentiles_s[1])
+    for key, values in sim.items():
+        ratio = np.array(values) / m[key]
+        assert np.all((ratio > 0.5) & (ratio < 1.6)), (key, ratio)
+    # the closed forms at the two stable rates: the mean TPOT within 20% of the measured mean, below it
+    stable = np.asarray(est.fits)
+    assert stable.tolist() == [True, True, False] and est.utilisation[2] > 1
+    assert np.all((est.tpot_s[:2] / m["tpot_mean_s"][:2] > 0.8) & (est.tpot_s[:2] < m["tpot_mean_s"][:2]))
+    bound = serving_load(dep, rates, s_in, s_out, simulate_requests=n, percentiles=[50, 99])
+    for i, s in enumerate(bound.simulated):
+        assert s.ttft_percentiles_s[0] < m["ttft_median_s"][i] and s.tpot_percentiles_s[0] < m["tpot_median_s"][i]
+        assert s.tpot_percentiles_s[0] < est.simulated[i].tpot_percentiles_s[0]
+
+
+def test_estimated_times_are_refused_with_a_cached_prefix():
+    with pytest.raises(ValueError, match="times"):
+        serving_load(H100, 1.0, 1000, 10, times="estimate", prefix_tokens=240)
+    with pytest.raises(ValueError, match="times"):
+        serving_load(H100, 1.0, 1000, 10, times="measured")
+
+
 # ----- sizing ---------------------------------------------------------------------------------
 
 def test_size_picks_the_chips_computed_by_hand():
