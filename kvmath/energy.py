@@ -62,8 +62,14 @@ from .presets import PresetTable, lookup
 from .results import Result
 from .validation import ArrayLike, broadcast, instance, non_negative, plain, positive
 
-#: pJ per bit read from DRAM: the lowest published, HBM3E's (Micron: 2.5 x its HBM2E's 6.0 pJ/bit per watt).
-DRAM_PJ_PER_BIT = 2.4
+#: pJ per bit accessed in HBM2 (O'Connor et al., MICRO 2017).
+HBM2_PJ_PER_BIT = 3.97
+#: pJ per bit, HBM2E's average device power in Micron's memory comparison.
+HBM2E_PJ_PER_BIT = 6.0
+#: Micron's HBM3 Gen2 (HBM3E): this many times the performance per watt of its HBM2E.
+HBM3E_GAIN_OVER_HBM2E = 2.5
+#: pJ per bit read from DRAM: the lowest published, HBM3E's (Micron's HBM2E figure over its gain), 2.4.
+DRAM_PJ_PER_BIT = HBM2E_PJ_PER_BIT / HBM3E_GAIN_OVER_HBM2E
 
 #: Joules in a megawatt-hour.
 J_PER_MWH = 3.6e9
