@@ -27,7 +27,8 @@ HTML = ROOT / "_build" / "html"
 # what the built book depends on: the library, and kvbook's figures, tables, Sphinx
 # extensions and live runtime (not its workshop tools, which the book build never runs)
 SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "packages/kvbook/kvbook/__init__.py",
-           "packages/kvbook/kvbook/plots.py", "packages/kvbook/kvbook/interactive.py", "packages/kvbook/kvbook/tables.py",
+           "packages/kvbook/kvbook/plots.py", "packages/kvbook/kvbook/diagrams.py", "packages/kvbook/kvbook/interactive.py",
+           "packages/kvbook/kvbook/tables.py",
            "packages/kvbook/kvbook/sphinx", "packages/kvbook/kvbook/live", "_static",
            "package-lock.json"]
 

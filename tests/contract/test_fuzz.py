@@ -216,6 +216,7 @@ _FORMULAS = {
     "min_chips_for_weights": dict(weight_bytes="pos", hbm_bytes="pos", usable_fraction="frac"),
     "min_step": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", matmul_params="pos", bandwidth="pos", flops="pos"),
     "min_step_simple": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", bandwidth="pos"),
+    "roofline_regime": dict(intensity="nonneg", ridge="pos", margin="frac0"),
     "prefill_flops": dict(prompt_len="count", matmul_params="pos", n_layers="count", n_heads="count", head_dim="count", batch="count"),
     "prefill_time": dict(flops_needed="nonneg", flops="pos", param_bytes="pos", kv_bytes_written="nonneg", bandwidth="pos"),
     "step_breakdown": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", matmul_params="pos", bandwidth="pos", flops="pos"),
@@ -354,12 +355,16 @@ DOMAIN_ERRORS = {
     "memory.memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory",
                              "must be below the runtime total", "leaves nothing for the weights"),
     "memory.vllm_available_kv_bytes": ("no memory left for the KV cache",),
-    "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",),
+    "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",
+                             "which kvmath does not size as vLLM does"),
+    # DeepSeek-V3.2's 'dsa' and KV-shared layers: vLLM's paging of them is not modelled, and said so by name
+    "memory.vllm_kv_groups": ("which kvmath does not size as vLLM does",),
     "hf_config.weights_from_hf_config": ("is not one kvmath reads",),
     "memory.vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left",
-                           "must divide", "layers (a pipeline stage's share)"),
+                           "must divide", "layers (a pipeline stage's share)", "which kvmath does not size as vLLM does"),
     "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
     "formulas.experts_touched": ("must not exceed n_experts",),
+    "formulas.roofline_regime": ("margin must be below 1",),   # a margin of 1 leaves no memory-bound side
     # one list of sequence lengths, admitted in order: a lone number is not one
     "formulas.max_batch_paged": ("lengths must be a list of sequence lengths",),
     # the uniform estimate's inverse exists only between one token's share (k/E) and 1, for k < E
@@ -424,7 +429,7 @@ _BOUND = {
 NOT_IN_TABLE = {
     # constants and result records (their numbers are checked in the results of the functions that build them)
     "units.DTYPE_BYTES", "units.GB", "units.GiB", "units.KB", "units.KiB", "units.MB", "units.MiB", "units.TB",
-    "units.TiB", "formulas.RESOURCES", "formulas.StepBreakdown", "formulas.Fit", "memory.BUDGETS",
+    "units.TiB", "formulas.RESOURCES", "formulas.NEAR_RIDGE", "formulas.REGIMES", "formulas.StepBreakdown", "formulas.Fit", "memory.BUDGETS",
     "memory.EngineBudget", "Capacity", "Frontier", "Request", "Step", "ResultOverflow",
     # records built from data: fuzzed through their constructors below (Model, Chip) or above (replace, check)
     "Model", "Chip", "Link",
