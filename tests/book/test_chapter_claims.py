@@ -216,3 +216,45 @@ def test_chapter9_moe_crossing_passes_the_published_ratio_and_sits_on_the_matric
     for name in MOE_PRESETS:  # the package's counts are these
         m, c = Model.preset(name), moe_counts(MODELS[name])
         assert m.matmul_params_resident() == c["held"] and m.matmul_params_per_token() == c["per_token"], name
+
+
+# ---- chapter 10: at long context a separate draft's own cache is what it costs (C10-1) ----
+
+def dense_counts(m: dict) -> dict:
+    """A dense GQA row: parameters read by a step (every matrix, the head, the norms; the input table looked up),
+    matmul parameters, KV bytes per token in bf16, attention FLOPs per cached token."""
+    d, h, kv, dh, ff, L, V = (int(m[k]) for k in ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "vocab"))
+    matmul = L * (2 * d * h * dh + 2 * d * kv * dh + int(m["mlp_matrices"]) * d * ff) + V * d
+    return dict(read=matmul + L * 2 * d + d, matmul=matmul, kv=2 * L * kv * dh * 2, attn=4 * L * h * dh, d=d,
+                resident=param_count(m))
+
+
+def step_s(c: dict, chip: str, B: float, S: int, tokens: int = 1) -> float:
+    """max(bytes / W, FLOPs / C) of a bf16 decode step: weights and B looked-up rows per token, B caches once."""
+    moved = 2 * (c["read"] + B * tokens * c["d"]) + B * S * c["kv"]
+    flops = B * tokens * (2 * c["matmul"] + c["attn"] * S)
+    return max(moved / bandwidth(chip), flops / bf16(chip))
+
+
+def test_chapter10_a_draft_with_its_own_cache_halves_the_long_context_speedup():
+    target, draft = dense_counts(MODELS["llama-3.1-8b"]), dense_counts(MODELS["llama-3.2-1b"])
+    e = (1 - 0.8 ** 5) / (1 - 0.8)  # gamma = 4, a = 0.8: 3.36
+    memory = num(CHIPS["h100-sxm"], "hbm_bytes")
+    for S, free_fit, both_fit in ((8192, 59, 45), (32768, 14, 11)):
+        assert math.floor((memory - 2 * target["resident"]) / (S * target["kv"])) == free_fit
+        assert math.floor((memory - 2 * target["resident"] - 2 * draft["resident"])
+                          / (S * (target["kv"] + draft["kv"]))) == both_fit
+        for B in (free_fit, both_fit):
+            plain, verify = step_s(target, "h100-sxm", B, S), step_s(target, "h100-sxm", B, S, 5)
+            assert e * plain / verify == pytest.approx(3.36, abs=0.01)  # a free draft: the chapter's first figure
+            with_draft = e * plain / (verify + 4 * step_s(draft, "h100-sxm", B, S))
+            assert with_draft == pytest.approx(1.745, abs=0.01)  # the chapter's 1.74-1.75
+            # above the limit E / (1 + gamma m_draft / m_target) = 3.36 / 2 = 1.68 that larger caches approach
+            assert with_draft > e / (1 + 4 * draft["kv"] / target["kv"]) == pytest.approx(1.68, abs=1e-3)
+    from kvmath import Deployment
+
+    dep = Deployment("llama-3.1-8b", "h100-sxm", link=None)
+    assert int(dep.capacity(8192, draft="llama-3.2-1b").max_batch) == 45
+    assert float(dep.speculate(45, 8192, 4, 0.8, draft="llama-3.2-1b").speedup) == pytest.approx(
+        e * step_s(target, "h100-sxm", 45, 8192) / (step_s(target, "h100-sxm", 45, 8192, 5)
+                                                    + 4 * step_s(draft, "h100-sxm", 45, 8192)), rel=2e-3)
