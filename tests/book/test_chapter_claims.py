@@ -258,3 +258,26 @@ def test_chapter10_a_draft_with_its_own_cache_halves_the_long_context_speedup():
     assert float(dep.speculate(45, 8192, 4, 0.8, draft="llama-3.2-1b").speedup) == pytest.approx(
         e * step_s(target, "h100-sxm", 45, 8192) / (step_s(target, "h100-sxm", 45, 8192, 5)
                                                     + 4 * step_s(draft, "h100-sxm", 45, 8192)), rel=2e-3)
+
+
+# ---- chapter 16: a GPU's "N GB" label counts GiB, with three exceptions (C16-1); expanded MLA K/V (C16-2) ----
+
+def test_chapter16_a_memory_label_read_as_gib_is_the_reported_total_but_for_three_chips():
+    reported = {n: (num(c, "hbm_bytes"), num(c, "device_bytes")) for n, c in CHIPS.items()
+                if c["device_bytes"].strip() and num(c, "device_bytes") != num(c, "hbm_bytes")}
+    assert len(reported) == 12
+    as_gib = {n for n, (label, total) in reported.items() if 0.99 <= total / (label / 1e9 * 2 ** 30) <= 1}
+    assert set(reported) - as_gib == {"b200", "l4", "l40s"}
+    for n in ("l4", "l40s"):  # 15/16 of the label's GiB: what error correction leaves of GDDR6
+        label, total = reported[n]
+        assert total / (label / 1e9 * 2 ** 30) == pytest.approx(15 / 16, abs=1e-3)
+    # read as decimal GB instead, every reported total but the B200's, L4's and L40S's is 6-8% above the label
+    assert all(1.06 < total / label < 1.08 for n, (label, total) in reported.items() if n in as_gib)
+
+
+def test_chapter16_expanded_mla_keys_and_values_are_what_hf_allocates():
+    m = MODELS["deepseek-v3"]
+    L, h, nope, rope, v = (int(m[k]) for k in ("n_layers", "n_heads", "head_dim", "qk_rope_dim", "v_head_dim"))
+    expanded = L * h * ((nope + rope) + v) * 2  # per-head keys of 192 and values of 128, bf16 (HF, mlx-lm)
+    latent = L * (int(m["kv_lora_rank"]) + rope) * 2
+    assert (expanded, latent) == (4_997_120, 70_272) and expanded / latent == pytest.approx(71.111, abs=1e-3)
