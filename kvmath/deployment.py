@@ -490,7 +490,7 @@ class Deployment:
     def capacity(self, context: ArrayLike, *, budget: str = "device", hbm_bytes: float | None = None,
                  engine: str | None = None, prefix_tokens: ArrayLike | None = None,
                  prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None,
-                 **engine_options) -> "Capacity":
+                 draft: Model | str | None = None, **engine_options) -> "Capacity":
         """What fits: the busiest chip's weights and, beside them, the tokens and sequences of ``context`` tokens.
 
         Parameters
@@ -514,10 +514,25 @@ class Deployment:
             blocks of ``block_size``, default vLLM's 16), which every chip that
             holds such a sequence stores once. ``max_tokens`` stays the token
             slots the memory holds.
+        draft : Model or str, optional
+            A separate draft model for speculative decoding, held on the same
+            chips in the same layout: its weights take memory beside the
+            target's, and every sequence keeps a cache in both models
+            (``weight_bytes_per_chip`` and ``kv_bytes_per_seq`` then count both;
+            not with ``engine`` or a prefix).
 
         Returns
         -------
         Capacity
+
+        Examples
+        --------
+        Llama 3.1 8B on one H100 at 8,192 tokens, alone and with Llama 3.2 1B drafting (its 32 KiB a token
+        beside the target's 128 KiB):
+
+        >>> dep = Deployment("llama-3.1-8b", "h100-sxm")
+        >>> int(dep.capacity(8192).max_batch), int(dep.capacity(8192, draft="llama-3.2-1b").max_batch)
+        (59, 45)
         """
         from .memory import memory_budget
         from .prefix import check_prefix, reused_tokens, shared_kv_bytes
@@ -528,15 +543,28 @@ class Deployment:
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         plan, lay = self._plan, self.layout
         weights = plan.weight_resident
+        drafting = None
+        if draft is not None:  # the draft's plan: the same chips, layout and formats
+            if engine is not None or prefix is not None:
+                raise ValueError(f"draft={draft!r} is sized without an engine or a shared prefix; leave those out")
+            try:
+                drafting = self.replace(model=draft)._plan
+            except ValueError as err:
+                raise ValueError(f"draft: {err}") from None
+            weights = weights + drafting.weight_resident
         free = memory - weights
         if np.any(free <= 0):
             raise ValueError(f"the weights do not fit: {weights:.4g} bytes on the busiest chip of {self.n_chips} "
                              f"against {np.max(memory):.4g} bytes per chip (budget {budget!r}); use more chips")
-        kv_seq = plan.kv_per_seq(np.ceil(context))
-        if lay.kv_split == "batch":
-            per_seq_chip, seqs_per_group = kv_seq / lay.cp * plan.stage, lay.tp
-        else:
-            per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
+        def chip_bytes(p):  # (one sequence's cache, its share on the busiest chip)
+            seq = p.kv_per_seq(np.ceil(context))
+            return seq, (seq if lay.kv_split == "batch" else p._chip_share(seq)) / lay.cp * p.stage
+
+        kv_seq, per_seq_chip = chip_bytes(plan)
+        seqs_per_group = lay.tp if lay.kv_split == "batch" else 1
+        if drafting is not None:
+            draft_seq, draft_chip = chip_bytes(drafting)
+            kv_seq, per_seq_chip = kv_seq + draft_seq, per_seq_chip + draft_chip
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
         held_once = 0.0
         if prefix is not None:

@@ -480,6 +480,23 @@ class Model:
         """
         return sum(self.matmul_params_by_group().values())
 
+    def matmul_params_resident(self) -> int:
+        """Parameters held in matrices a step multiplies by: :meth:`matmul_params_per_token` with every routed expert.
+
+        What a step that touches every expert reads (the looked-up tables and
+        the norms aside), against the :meth:`matmul_params_per_token` each token
+        multiplies by: their ratio is the MoE critical batch's limit over the
+        dense figure (:func:`kvmath.formulas.saturated_critical_batch`).
+
+        Examples
+        --------
+        >>> m = get_model("mixtral-8x7b")  # the input table (131M) is only looked up
+        >>> m.param_count() - m.matmul_params_resident() == m.param_groups()["embedding"] + m.param_groups()["norms"]
+        True
+        """
+        by_group = self.matmul_params_by_group()
+        return sum(by_group.values()) - by_group["experts"] + self.param_groups()["experts"]
+
     @checked
     def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
         """Bytes the weights occupy in memory: every group, every expert.

@@ -102,3 +102,21 @@ def test_the_grouped_step_is_longer_than_the_aggregate_between_the_crossings_by_
     assert set(t.to_dict()) == {"read_s", "math_s", "grouped_s", "aggregate_s"}
     with pytest.raises(ValueError, match="batch"):
         group_weight_times(Model.preset("mixtral-8x7b"), Chip.preset("h100-sxm"), -1)
+
+
+def test_the_saturated_limit_counts_matrices_only_and_is_what_the_solved_crossing_reaches():
+    # Mixtral 8x7B (32 layers, d 4096, 32 query / 8 KV heads of 128, 8 experts of 3 x 4096 x 14336, top-2,
+    # vocab 32000, untied): the matrices a saturated step reads, and those one token multiplies by
+    from kvmath import Chip, Deployment, Model, formulas
+
+    attention = 32 * (2 * 4096 * 4096 + 2 * 4096 * 8 * 128)
+    expert = 3 * 4096 * 14336
+    router, head = 32 * 4096 * 8, 32000 * 4096
+    resident, per_token = attention + 32 * 8 * expert + router + head, attention + 32 * 2 * expert + router + head
+    m = Model.preset("mixtral-8x7b")
+    assert m.matmul_params_resident() == resident and m.matmul_params_per_token() == per_token
+    h100 = Chip.preset("h100-sxm")
+    limit = formulas.saturated_critical_batch(resident, per_token, h100.flops("bf16"), h100.bandwidth, 2)
+    assert limit == pytest.approx(resident / per_token * 989.4e12 * 2 / (2 * 3.35e12), rel=1e-12)
+    # the solved crossing sits on that limit (all 8 experts touched long before), within 0.05%
+    assert Deployment(m, h100).critical_batch() == pytest.approx(limit, rel=5e-4)
