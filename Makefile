@@ -80,9 +80,11 @@ $(PY_STAMP): requirements.txt pyproject.toml packages/kvbook/pyproject.toml
 env: $(PY_STAMP)
 
 # --- browser assets (MathJax, Pyodide's core) ---------------------------------
-$(NODE_STAMP): package.json package-lock.json
+# npm's own output on a failure is a stack trace: scripts/npm_ci.sh says in one line what it could not
+# fetch, and keeps npm's log in .cache/npm-ci.log.
+$(NODE_STAMP): package.json package-lock.json scripts/npm_ci.sh
 	$(call need,npm,install Node.js with npm (Debian: apt-get install npm))
-	npm ci --no-audit --no-fund --loglevel=error
+	@sh scripts/npm_ci.sh
 	@touch $@
 
 assets: $(NODE_STAMP)
@@ -92,17 +94,15 @@ assets: $(NODE_STAMP)
 # sha256 in Pyodide's official pyodide-lock.json (packages/kvbook/kvbook/live/vendor_pyodide.py).
 RUNTIME_STAMP := .cache/pyodide-0.27.7/kvmath-runtime.json
 $(RUNTIME_STAMP): requirements-pyodide.txt package-lock.json packages/kvbook/kvbook/live/vendor_pyodide.py $(NODE_STAMP) $(PY_STAMP)
-	$(VPY) -m kvbook.live.vendor_pyodide
+	@$(VPY) -m kvbook.live.vendor_pyodide
 
 runtime: env assets $(RUNTIME_STAMP)
 
 # --- the book ----------------------------------------------------------------
 # Always a clean build of every page: the notebooks are re-executed, so the
-# numbers in the book are those of the kvmath in this tree.
-book: env assets
-	@$(MAKE) --no-print-directory runtime || { echo; \
-	  echo "WARNING: the in-browser runtime could not be vendored (see above): the book is built"; \
-	  echo "WARNING: with build-time frames only; each figure's main slider works, its other controls do not."; echo; }
+# numbers in the book are those of the kvmath in this tree. Without the in-browser
+# runtime the build stops (a book whose figure controls are not live is not the book).
+book: env assets runtime
 	@start=$$(date +%s); rm -rf $(HTML); \
 	$(VENV)/bin/jupyter-book build . --all $(JB_FLAGS) || exit $$?; \
 	echo; echo "Built in $$(( $$(date +%s) - start )) s. Open it with no network at all:"; \

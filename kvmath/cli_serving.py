@@ -227,8 +227,10 @@ def _print_energy(e) -> None:
     if e.power_cap_w is not None:
         print(f"  step under the cap       {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
     if e.joules_per_token_estimate is not None:
-        print(f"  board power x step bound {e.joules_per_token_estimate:.4g} J per token  (estimate, "
-              f"{e.board_power_w:g} W per chip)")
+        power = e.board_power_w if e.power_cap_w is None else min(e.board_power_w, e.power_cap_w)
+        print(f"  board power x step       {e.joules_per_token_estimate:.4g} J per token  (estimate, 80% interval "
+              f"{e.joules_per_token_estimate_low:.4g} .. {e.joules_per_token_estimate_high:.4g} J; "
+              f"{power:g} W per chip for the step's estimate {fmt_seconds(e.estimate_step_s)})")
 
 
 def _offload(args) -> _Answer:

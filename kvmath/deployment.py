@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -198,7 +198,7 @@ class Deployment:
     """
 
     __slots__ = ("model", "chip", "layout", "link", "node_link", "chips_per_node", "formats", "_plan", "flops",
-                 "b_act", "b_dispatch", "_floor")
+                 "b_act", "b_dispatch", "_floor", "_terms")
 
     def __init__(self, model: Model | str, chip: Chip | str, layout: ParallelLayout | str | None = None, *,
                  link: Link | str | None = _CHIP_LINK, node_link: Link | str | None = _CHIP_LINK,
@@ -253,6 +253,7 @@ class Deployment:
         object.__setattr__(self, "b_act", dtype_bytes(formats.activations, argument="activations"))
         object.__setattr__(self, "b_dispatch", self.b_act if formats.dispatch is None
                            else dtype_bytes(formats.dispatch, argument="dispatch"))
+        object.__setattr__(self, "_terms", _comm_terms(model, layout, self.b_act, self.b_dispatch, chips_per_node))
 
     def __setattr__(self, name, value):
         raise AttributeError("a Deployment is immutable: build a new one with .replace(...)")
@@ -489,7 +490,7 @@ class Deployment:
     def capacity(self, context: ArrayLike, *, budget: str = "device", hbm_bytes: float | None = None,
                  engine: str | None = None, prefix_tokens: ArrayLike | None = None,
                  prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None,
-                 **engine_options) -> "Capacity":
+                 draft: Model | str | None = None, **engine_options) -> "Capacity":
         """What fits: the busiest chip's weights and, beside them, the tokens and sequences of ``context`` tokens.
 
         Parameters
@@ -513,10 +514,25 @@ class Deployment:
             blocks of ``block_size``, default vLLM's 16), which every chip that
             holds such a sequence stores once. ``max_tokens`` stays the token
             slots the memory holds.
+        draft : Model or str, optional
+            A separate draft model for speculative decoding, held on the same
+            chips in the same layout: its weights take memory beside the
+            target's, and every sequence keeps a cache in both models
+            (``weight_bytes_per_chip`` and ``kv_bytes_per_seq`` then count both;
+            not with ``engine`` or a prefix).
 
         Returns
         -------
         Capacity
+
+        Examples
+        --------
+        Llama 3.1 8B on one H100 at 8,192 tokens, alone and with Llama 3.2 1B drafting (its 32 KiB a token
+        beside the target's 128 KiB):
+
+        >>> dep = Deployment("llama-3.1-8b", "h100-sxm")
+        >>> int(dep.capacity(8192).max_batch), int(dep.capacity(8192, draft="llama-3.2-1b").max_batch)
+        (59, 45)
         """
         from .memory import memory_budget
         from .prefix import check_prefix, reused_tokens, shared_kv_bytes
@@ -527,15 +543,28 @@ class Deployment:
         memory = memory_budget(self.chip if hbm_bytes is None else positive("hbm_bytes", hbm_bytes), budget)
         plan, lay = self._plan, self.layout
         weights = plan.weight_resident
+        drafting = None
+        if draft is not None:  # the draft's plan: the same chips, layout and formats
+            if engine is not None or prefix is not None:
+                raise ValueError(f"draft={draft!r} is sized without an engine or a shared prefix; leave those out")
+            try:
+                drafting = self.replace(model=draft)._plan
+            except ValueError as err:
+                raise ValueError(f"draft: {err}") from None
+            weights = weights + drafting.weight_resident
         free = memory - weights
         if np.any(free <= 0):
             raise ValueError(f"the weights do not fit: {weights:.4g} bytes on the busiest chip of {self.n_chips} "
                              f"against {np.max(memory):.4g} bytes per chip (budget {budget!r}); use more chips")
-        kv_seq = plan.kv_per_seq(np.ceil(context))
-        if lay.kv_split == "batch":
-            per_seq_chip, seqs_per_group = kv_seq / lay.cp * plan.stage, lay.tp
-        else:
-            per_seq_chip, seqs_per_group = plan._chip_share(kv_seq) / lay.cp * plan.stage, 1
+        def chip_bytes(p):  # (one sequence's cache, its share on the busiest chip)
+            seq = p.kv_per_seq(np.ceil(context))
+            return seq, (seq if lay.kv_split == "batch" else p._chip_share(seq)) / lay.cp * p.stage
+
+        kv_seq, per_seq_chip = chip_bytes(plan)
+        seqs_per_group = lay.tp if lay.kv_split == "batch" else 1
+        if drafting is not None:
+            draft_seq, draft_chip = chip_bytes(drafting)
+            kv_seq, per_seq_chip = kv_seq + draft_seq, per_seq_chip + draft_chip
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
         held_once = 0.0
         if prefix is not None:
@@ -687,14 +716,43 @@ class Deployment:
         if hops is not None:
             seconds = pipeline_hops_s(self.layout, hops, cost) if self.layout.pp > 1 else 0.0
         else:
-            seconds = _comm_chain(self.model, self.layout, tokens, cost, self.b_act, self.b_dispatch)
+            seconds = _comm_chain(self._terms, tokens, cost)
         return seconds, dict(cost.flags)
+
+    def collectives(self, batch: ArrayLike, *, tokens_per_seq: ArrayLike = 1) -> "Collectives":
+        """The collectives one chip makes in a decode pass of ``batch`` sequences: what each moves, how often, and
+        its floor (:class:`Collectives`; their times add up to :attr:`Step.comm_s`).
+
+        Tensor parallelism's two all-reduces per layer of the pass's
+        activations (``T d`` elements); with experts over several chips an
+        MoE layer's second one is a dispatch and a combine all-to-all of each
+        chip's ``T k d / g`` routed activations; context parallelism's
+        log-sum-exp combine per layer; and the pipeline's ``pp - 1`` hops of
+        the activations (``T`` is the micro-batch's tokens, as in :meth:`step`).
+
+        Examples
+        --------
+        >>> c = Deployment("llama-2-70b", "h100-sxm", "tp=8").collectives(64)
+        >>> [(k.name, k.count, k.message_bytes) for k in c.collectives]   # 64 tokens x 8,192 x 2 bytes
+        [('tensor-parallel all-reduce', 160, 1048576.0)]
+        >>> c.comm_s == Deployment("llama-2-70b", "h100-sxm", "tp=8").step(64, 1).comm_s
+        True
+        """
+        batch, _, tokens_per_seq = _shape_args(batch, 1.0, tokens_per_seq)
+        tokens = self._plan.micro(batch) * tokens_per_seq
+        floor = self._floor
+        kinds = tuple(Collective(name=t.name, kind=t.kind, count=t.count, message_bytes=tokens * t.bytes_per_token,
+                                 n_chips=t.n_chips,
+                                 time_s=0.0 * tokens if floor is None else t.price(floor, tokens * t.bytes_per_token))
+                      for t in self._terms)
+        return Collectives(batch=batch, tokens_per_seq=tokens_per_seq, tokens=tokens, collectives=kinds,
+                           comm_s=self._comm(tokens) + 0 * tokens)
 
     def _comm(self, tokens: ArrayLike) -> ArrayLike:
         """One chip's chain of communication in a pass of ``tokens`` tokens, seconds (0: none counted)."""
         if self._floor is None:
             return 0.0
-        return _comm_chain(self.model, self.layout, tokens, self._floor, self.b_act, self.b_dispatch)
+        return _comm_chain(self._terms, tokens, self._floor)
 
 
 class _Floor:
@@ -770,61 +828,97 @@ class _Measured(_Floor):
         return 0.0 if hop_link is None else self._estimate("p2p", message, 2, hop_link)
 
 
-def _comm_chain(model: Model, layout: ParallelLayout, tokens: ArrayLike, cost: _Floor, b_act: float,
-                b_dispatch: float) -> ArrayLike:
-    """One chip's chain of communication in a pass of ``tokens`` tokens, each collective priced by ``cost``, seconds.
+class _Term(NamedTuple):
+    """One kind of collective on a pass's chain: ``count`` of them, each of ``bytes_per_token`` times the pass's
+    tokens, over ``n_chips`` (the pass's tokens are the only thing that changes from step to step)."""
+
+    name: str
+    kind: str  # "all_reduce", "all_to_all" or "p2p"
+    count: int
+    bytes_per_token: float
+    n_chips: int
+    stride: int = 1  # an all-reduce's group: chips this far apart (context parallelism's are tp apart)
+    crosses: bool = False  # a pipeline hop over the node link
+
+    def price(self, cost: "_Floor", message_bytes: ArrayLike) -> ArrayLike:
+        """One of them, of ``message_bytes``, seconds, priced by ``cost``."""
+        if self.kind == "all_reduce":
+            return cost.all_reduce(message_bytes, self.n_chips, self.stride)
+        if self.kind == "all_to_all":
+            return cost.all_to_all(message_bytes, self.n_chips)
+        return cost.hop(message_bytes, self.crosses)
+
+
+def _comm_terms(model: Model, layout: ParallelLayout, b_act: float, b_dispatch: float,
+                per_node: int) -> tuple[_Term, ...]:
+    """The collectives on one chip's chain in a pass, with chips filling nodes of ``per_node``.
 
     Tensor parallelism's two all-reduces per layer of ``T d b_act`` bytes
     over ``g = tp * cp`` chips (with ``ep > 1`` an MoE layer's second is a
     dispatch and a combine all-to-all of ``T k d b / g`` over ``ep`` chips);
     one log-sum-exp combine per layer over the ``cp`` chips ``tp`` apart;
-    ``pp - 1`` point-to-point sends of ``T d b_act``, those whose stage
-    boundary falls between nodes over ``node_link``. All are on one chain,
-    so their times add. With :class:`_Floor` it is the lower bound
-    :attr:`Step.comm_s` (a group inside a node on ``link``; a tensor- or
-    context-parallel group across nodes at the hierarchical floor of
-    :func:`kvmath.links._spanning_allreduce_s`; expert parallelism's
+    ``pp - 1`` point-to-point sends of ``T d b_act`` (:func:`_hops`), for a
+    pass of ``T`` tokens.
+    """
+    lay, m = layout, model
+    g, L = lay.weight_shards, m.n_layers
+    activation = m.d_model * b_act
+    moe_layers = (L - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
+    terms = []
+    if g > 1:
+        terms.append(_Term("tensor-parallel all-reduce", "all_reduce", 2 * L - moe_layers, activation, g))
+    if moe_layers:
+        per_chip = m.top_k * m.d_model / g
+        terms.append(_Term("expert-parallel dispatch", "all_to_all", moe_layers, per_chip * b_dispatch, lay.ep))
+        terms.append(_Term("expert-parallel combine", "all_to_all", moe_layers, per_chip * b_act, lay.ep))
+    if lay.cp > 1:
+        d_v = m.v_head_dim or m.head_dim
+        terms.append(_Term("context-parallel combine", "all_reduce", L, m.n_heads / lay.tp * (d_v + 1) * b_act,
+                           lay.cp, lay.tp))
+    return (*terms, *_hops(lay, per_node, activation))
+
+
+def _hops(layout: ParallelLayout, per_node: int, bytes_per_token: float) -> tuple[_Term, ...]:
+    """The pipeline's ``pp - 1`` sends: those whose stage boundary is a node boundary, and those inside a node.
+
+    Stages fill nodes in order, ``tp * cp * dp`` chips each: once a stage
+    fills a node every hop crosses; below that the ``nodes - 1`` hops whose
+    stage boundary is a node boundary do (a stage that straddles a boundary
+    makes its hop cross too: counting it inside the node stays a lower bound).
+    """
+    if layout.pp == 1:
+        return ()
+    stage = layout.tp * layout.cp * layout.dp
+    crossing = layout.pp - 1 if stage >= per_node else max(0, -(-layout.pp * stage // per_node) - 1)
+    terms = []
+    if crossing:
+        terms.append(_Term("pipeline hop across nodes", "p2p", crossing, bytes_per_token, 2, crosses=True))
+    if layout.pp - 1 - crossing:
+        terms.append(_Term("pipeline hop", "p2p", layout.pp - 1 - crossing, bytes_per_token, 2))
+    return tuple(terms)
+
+
+def _comm_chain(terms: tuple[_Term, ...], tokens: ArrayLike, cost: _Floor) -> ArrayLike:
+    """One chip's chain of communication in a pass of ``tokens`` tokens (``terms``: :func:`_comm_terms`), seconds.
+
+    All are on one chain, so their times add. With :class:`_Floor` it is the
+    lower bound :attr:`Step.comm_s` (a group inside a node on ``link``; a
+    tensor- or context-parallel group across nodes at the hierarchical floor
+    of :func:`kvmath.links._spanning_allreduce_s`; expert parallelism's
     all-to-all across nodes at the two-tier floor of
     :func:`kvmath.links._two_tier_all_to_all_s`); with :class:`_Measured`
     the estimate of :meth:`Deployment.comm_estimate`.
     """
-    lay, m = layout, model
-    g, L = lay.weight_shards, m.n_layers
-    activation = tokens * (m.d_model * b_act)
-    moe_layers = (L - (m.n_dense_layers or 0)) if (m.n_experts and lay.ep > 1) else 0
     comm = 0.0
-    if g > 1:
-        comm = (2 * L - moe_layers) * cost.all_reduce(activation, g)
-    if moe_layers:
-        per_chip = tokens * (m.top_k * m.d_model) / g
-        comm = comm + moe_layers * (cost.all_to_all(per_chip * b_dispatch, lay.ep)
-                                    + cost.all_to_all(per_chip * b_act, lay.ep))
-    if lay.cp > 1:
-        d_v = m.v_head_dim or m.head_dim
-        partial = tokens * (m.n_heads / lay.tp * (d_v + 1) * b_act)
-        comm = comm + L * cost.all_reduce(partial, lay.cp, lay.tp)
-    if lay.pp > 1:
-        comm = comm + pipeline_hops_s(lay, activation, cost)
+    for term in terms:
+        comm = comm + term.count * term.price(cost, tokens * term.bytes_per_token)
     return comm
 
 
 def pipeline_hops_s(layout: ParallelLayout, message_bytes: ArrayLike, cost: _Floor) -> ArrayLike:
-    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline, seconds, priced by ``cost``.
-
-    Stages fill nodes in order, ``tp * cp * dp`` chips each: once a stage
-    fills a node every hop crosses; below that the ``nodes - 1`` hops whose
-    stage boundary is a node boundary take ``node_link``, the others
-    ``link`` (a stage that straddles a boundary makes its hop cross too:
-    counting it on ``link`` stays a lower bound).
-    """
-    stage, per_node = layout.tp * layout.cp * layout.dp, cost.per_node
-    crossing = layout.pp - 1 if stage >= per_node else max(0, -(-layout.pp * stage // per_node) - 1)
-    total = 0.0
-    if crossing:
-        total = total + crossing * cost.hop(message_bytes, True)
-    if layout.pp - 1 - crossing:
-        total = total + (layout.pp - 1 - crossing) * cost.hop(message_bytes, False)
-    return total
+    """The ``pp - 1`` point-to-point sends of ``message_bytes`` down a pipeline (:func:`_hops`), seconds, priced
+    by ``cost``: those across nodes over ``node_link``, the others over ``link``."""
+    return _comm_chain(_hops(layout, cost.per_node, 1.0), message_bytes, cost)
 
 
 def _show(value) -> str:
@@ -951,6 +1045,62 @@ class CommEstimate(Result):
         return bool(self.flags)
 
     _derived = ("is_estimate", "flagged")
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class Collective(Result):
+    """One kind of collective on a chip's chain in a pass (:meth:`Deployment.collectives`).
+
+    Attributes
+    ----------
+    name : what it does: ``"tensor-parallel all-reduce"``, ``"expert-parallel dispatch"``,
+        ``"expert-parallel combine"``, ``"context-parallel combine"``, ``"pipeline hop"`` or
+        ``"pipeline hop across nodes"``.
+    kind : ``"all_reduce"``, ``"all_to_all"`` or ``"p2p"``.
+    count : how many of them a pass makes.
+    message_bytes : each one's message: an all-reduce's buffer, what an all-to-all sends from one chip, a hop's
+        activations.
+    n_chips : chips in its group (2 for a hop).
+    time_s : one of them at its floor on the deployment's links, seconds (0 where no link is counted).
+    """
+
+    name: str
+    kind: str
+    count: int
+    message_bytes: ArrayLike
+    n_chips: int
+    time_s: ArrayLike
+
+    @property
+    def bytes_per_pass(self) -> ArrayLike:
+        """``count * message_bytes``: the messages of a whole pass, bytes."""
+        return self.count * self.message_bytes
+
+    @property
+    def total_s(self) -> ArrayLike:
+        """``count * time_s``: all of them, seconds."""
+        return self.count * self.time_s
+
+    _derived = ("bytes_per_pass", "total_s")
+
+
+@dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole
+class Collectives(Result):
+    """The collectives of one pass on the busiest chip (:meth:`Deployment.collectives`), a lower bound.
+
+    Attributes
+    ----------
+    batch, tokens_per_seq : the pass asked about; ``tokens`` the tokens one chip's collectives carry (the
+        pipeline's micro-batch times tokens per sequence).
+    collectives : one :class:`Collective` per kind, in the order of the chain (none on one chip).
+    comm_s : the chain, seconds: the sum of their ``total_s``, :attr:`Step.comm_s`.
+    """
+
+    batch: ArrayLike
+    tokens_per_seq: ArrayLike
+    tokens: ArrayLike
+    collectives: tuple
+    comm_s: ArrayLike
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures, not as a whole

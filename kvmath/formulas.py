@@ -37,7 +37,7 @@ from .validation import (ArrayLike, ResultOverflow, as_count, as_scalar, checked
 
 #: Every formula the module defines or re-exports (the links' collectives, the MoE forms), and their result types.
 __all__ = [
-    "RESOURCES", "binds", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
+    "RESOURCES", "binds", "NEAR_RIDGE", "REGIMES", "roofline_regime", "StepBreakdown", "step_breakdown", "strict_step", "min_step", "min_step_simple",
     "tokens_per_s_per_seq", "tokens_per_s", "critical_batch", "critical_batch_beta_alpha", "weight_flops_per_step",
     "attention_flops_per_step", "compute_ceiling_steps_per_s", "arithmetic_intensity", "kv_bytes_per_token",
     "kv_bytes_per_seq", "kv_cache_bytes", "kv_bytes_per_chip", "prefill_flops", "prefill_time", "weight_bytes",
@@ -69,6 +69,39 @@ def binds(memory_s: ArrayLike, compute_s: ArrayLike, comm_s: ArrayLike = 0.0) ->
     if which.ndim == 0:
         return RESOURCES[int(which)]
     return np.array(RESOURCES)[which]
+
+
+#: How close to a ridge an intensity must be for the datasheet's verdict to be left to measurement:
+#: within this fraction either side. Kernels reach 60-90% of a chip's peak FLOP/s or bandwidth
+#: (DeepSeek's FlashMLA: ~865 of the H800's 990 TFLOP/s at its throttled clock, 80% of that in the
+#: kernel, 3 of 3.35 TB/s), which moves a practical ridge by up to about a quarter.
+NEAR_RIDGE = 0.25
+
+#: The verdicts :func:`roofline_regime` gives.
+REGIMES = ("memory", "near the ridge", "compute")
+
+
+@checked
+def roofline_regime(intensity: ArrayLike, ridge: ArrayLike, margin: ArrayLike = NEAR_RIDGE) -> str | np.ndarray:
+    """Memory-bound, compute-bound, or near the ridge, where achieved rates decide.
+
+    ``"memory"`` below ``ridge * (1 - margin)``, ``"compute"`` above
+    ``ridge * (1 + margin)``, ``"near the ridge"`` between (both ends included).
+
+    Examples
+    --------
+    >>> roofline_regime(241.8, 295.3), roofline_regime(32, 295.3), roofline_regime(483.6, 295.3)
+    ('near the ridge', 'memory', 'compute')
+    """
+    intensity = np.asarray(non_negative("intensity", intensity), dtype=float)
+    ridge = np.asarray(positive("ridge", ridge), dtype=float)
+    margin = np.asarray(non_negative("margin", margin), dtype=float)
+    if np.any(margin >= 1):
+        raise ValueError(f"margin must be below 1, got {margin.tolist()!r}")
+    which = np.where(intensity < ridge * (1 - margin), 0, np.where(intensity > ridge * (1 + margin), 2, 1))
+    if which.ndim == 0:
+        return REGIMES[int(which)]
+    return np.array(REGIMES)[which]
 
 
 def _max(a, b):

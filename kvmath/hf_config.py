@@ -37,10 +37,13 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
 import os
+import stat
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
@@ -56,6 +59,37 @@ _MISSING = object()
 #: Most layers a config may list: far above any published model (DeepSeek-V3 has 61, Llama-3.1-405B 126),
 #: low enough that building the per-layer tuple stays instant.
 MAX_LAYERS = 10_000
+
+#: Largest file read as a config.json: published ones are a few KB (under 100 KB with a long
+#: ``quantization_config``); the cap keeps a wrong path (a disk image, a log) from filling the memory.
+MAX_CONFIG_BYTES = 16 * 2**20
+
+#: Longest integer literal read as a number: 309 digits already exceed what a float64 holds.
+_MAX_INT_DIGITS = 309
+
+
+class _Unrepresentable:
+    """A number literal of a config file beyond what a float64 holds (more than :data:`_MAX_INT_DIGITS` digits,
+    or a float such as ``1e400``), kept unconverted: no size is that large, so a key holding one is refused by
+    name where it is read (past 4,300 digits Python's ``int()`` would refuse it naming neither file nor key)."""
+
+    def __init__(self, shown: str):
+        self.shown = shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+def _parse_int(literal: str):
+    if len(literal) <= _MAX_INT_DIGITS:
+        return int(literal)
+    return _Unrepresentable(f"an integer of {len(literal.lstrip('-')):,} digits")
+
+
+def _parse_float(literal: str):
+    value = float(literal)
+    return value if math.isfinite(value) else _Unrepresentable(f"{literal[:40]} (beyond a float64)")
+
 
 #: The experts key of each mixture-of-experts model_type. Where it is missing the config is refused:
 #: the transformers classes do have defaults (MixtralConfig 8, GptOssConfig 128, DeepseekV3Config 256)
@@ -155,23 +189,71 @@ class _Config:
         if key in self.defaults:
             return self.defaults[key]
         if default is _MISSING:
-            raise ValueError(f"config.json has no {self.prefix}{key!r}")
+            raise ValueError(f"config.json has no {self.name(key)!r}")
         return default
 
     def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
         value = self.raw(key, default)
+        if isinstance(value, numbers.Integral) and value > sys.float_info.max:
+            value = _Unrepresentable(f"an integer of {int(value).bit_length():,} bits")  # from a dict config
+        if isinstance(value, _Unrepresentable):
+            raise ValueError(f"config.json {self.name(key)!r} is too large to be a size (more than a float64 "
+                             f"holds), got {value!r}")
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-            raise ValueError(f"config.json {self.prefix}{key!r} must be a whole number >= {minimum}, got {value!r}")
+            raise ValueError(f"config.json {self.name(key)!r} must be a whole number >= {minimum}, got {value!r}")
         return int(value)  # a numpy integer in a dict config becomes a Python int (no int64 wrap later)
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise ValueError(f"config.json {self.prefix}{key!r} must be true or false, got {value!r}")
+            raise ValueError(f"config.json {self.name(key)!r} must be true or false, got {value!r}")
         return value
 
     def name(self, key: str) -> str:
         return f"{self.prefix}{key}"
+
+
+def _config_path(config: PathOrDict) -> str:
+    """The file a path names: itself, or a directory's ``config.json``."""
+    if not isinstance(config, (str, os.PathLike)) or config == "":  # os.fspath would raise TypeError
+        raise ValueError(f"config must be a path to a config.json, its directory, or a dict, got {config!r}")
+    path = os.fspath(config)
+    try:
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+    except ValueError:  # a NUL byte in the path
+        raise ValueError(f"config path {path!r} contains a NUL byte") from None
+    return path
+
+
+#: What a path that is not a regular file is, for the message.
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _read_config_bytes(path: str) -> bytes:
+    """The bytes of the regular file ``path``, at most :data:`MAX_CONFIG_BYTES`; anything else refused by name.
+
+    Opened without blocking and checked on the open file (no race with the path): a FIFO nobody
+    writes would otherwise hang the read, and ``/dev/zero`` would never end.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise ValueError(f"cannot read config file {path!r}: {err.strerror}") from None
+    except ValueError:
+        raise ValueError(f"config path {path!r} contains a NUL byte") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+        raise ValueError(f"config file {path!r} is {what}, not a regular file: not a config.json")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config file {path!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json "
+                         "(a published one is a few KB)")
+    return data
 
 
 def _load(config: PathOrDict) -> tuple[dict, str, str]:
@@ -179,16 +261,10 @@ def _load(config: PathOrDict) -> tuple[dict, str, str]:
     if isinstance(config, Mapping):
         data = dict(config)
         return data, str(data.get("_name_or_path") or "config"), "dict"
-    if not isinstance(config, (str, os.PathLike)) or config == "":  # os.fspath would raise TypeError
-        raise ValueError(f"config must be a path to a config.json, its directory, or a dict, got {config!r}")
-    path = os.fspath(config)
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
+    path = _config_path(config)
+    raw = _read_config_bytes(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as err:
-        raise ValueError(f"cannot read config file {path!r}: {err.strerror}") from None
+        data = json.loads(raw.decode("utf-8-sig"), parse_int=_parse_int, parse_float=_parse_float)  # -sig: a BOM from a Windows editor
     except json.JSONDecodeError as err:
         raise ValueError(f"config file {path!r} is not JSON: {err.msg} at line {err.lineno}") from None
     except UnicodeDecodeError as err:
@@ -202,6 +278,28 @@ def _load(config: PathOrDict) -> tuple[dict, str, str]:
     folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
     name = data.get("_name_or_path") or (folder if os.path.basename(path) == "config.json" else stem)
     return data, str(name), path
+
+
+def _naming_the_file(read):
+    """``read`` (a reader of a config), whose refusals of a file's contents name the file they are in."""
+
+    @functools.wraps(read)
+    def reader(config: PathOrDict):
+        try:
+            return read(config)
+        except ValueError as err:
+            if isinstance(config, Mapping):
+                raise
+            try:
+                path = _config_path(config)
+            except ValueError:  # not a path at all: the refusal says so
+                raise err from None
+            text = str(err)
+            if repr(path) in text or type(err) is not ValueError:  # _load's own refusals already name it
+                raise
+            raise ValueError(f"config file {path!r}: {text.removeprefix('config.json ')}") from None
+
+    return reader
 
 
 def _text_config(data: dict) -> tuple[_Config, str]:
@@ -264,7 +362,7 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
     for key, hint in _HINT_KEYS.items():
         if _present(c.data.get(key)):
             notes.append(f"{key} {c.data[key]!r}: {hint}")
-            warnings.warn(f"config.json {c.name(key)} {c.data[key]!r}: {hint}", stacklevel=3)
+            warnings.warn(f"config.json {c.name(key)} {c.data[key]!r}: {hint}", stacklevel=4)  # past _naming_the_file
     return notes
 
 
@@ -492,33 +590,7 @@ def _granite_moe(c: _Config, d_ff: int) -> dict:
                 n_dense_layers=0)
 
 
-#: DeepSeek-V3.2's indexer keys: fp8 (one byte each) with one fp32 scale per block of this many
-#: (DeepSeek-V3.2-Exp inference/model.py, ``Indexer``: ``k_cache`` float8_e4m3fn, ``k_scale_cache``
-#: float32 of ``head_dim // block_size``, ``block_size = 128``).
-DSA_SCALE_BLOCK = 128
-
-
-def _dsa(c: _Config, base) -> LayerSpec:
-    """A DeepSeek-V3.2 layer: MLA plus the DSA lightning indexer (DeepSeek-V3.2-Exp inference/model.py).
-
-    The indexer's weights: ``wq_b`` (``q_lora_rank -> index_n_heads x
-    index_head_dim``), ``wk`` (``d -> index_head_dim``) and ``weights_proj``
-    (``d -> index_n_heads``); its norm left out. Its cache: ``index_head_dim``
-    fp8 bytes and 4 bytes of fp32 scale per 128 per token. Its FLOPs per
-    cached token: ``2 H_I d_I`` for the scores and ``2 H_I`` for their
-    weighted sum. Attention then reads ``index_topk`` tokens' latents.
-    """
-    heads, width, topk = c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk")
-    if base.q_lora_rank is None:
-        raise ValueError(f"config.json has no {c.name('q_lora_rank')!r}: DeepSeek-V3.2's indexer queries come from it")
-    indexer = base.q_lora_rank * heads * width + base.d_model * width + base.d_model * heads
-    return LayerSpec("dsa", n_heads=base.n_heads, latent_dim=base.kv_lora_rank + base.qk_rope_dim,
-                     score_dim=base.kv_lora_rank, topk=topk,
-                     index_bytes=float(width + 4 * math.ceil(width / DSA_SCALE_BLOCK)),
-                     index_flops=float(2 * heads * width + 2 * heads),
-                     params=base._attention_params_per_layer() + indexer)
-
-
+@_naming_the_file
 def model_from_hf_config(config: PathOrDict):
     """A :class:`kvmath.Model` from a Hugging Face ``config.json`` (a path, its directory, or a dict).
 
@@ -599,7 +671,9 @@ def model_from_hf_config(config: PathOrDict):
     if mla and set(kinds) != {"full"}:
         raise ValueError(f"config.json {c.name('layer_types')}: kvmath reads MLA layers as full attention only")
     if model_type == "deepseek_v32":
-        return base.replace(layers=(_dsa(c, base),) * n_layers)
+        if base.q_lora_rank is None:
+            raise ValueError(f"config.json has no {c.name('q_lora_rank')!r}: DeepSeek-V3.2's indexer queries come from it")
+        return base.with_indexer(c.int("index_n_heads"), c.int("index_head_dim"), c.int("index_topk"))
     if set(kinds) == {"full"}:
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
@@ -680,6 +754,7 @@ def _int_quant_bits(quant: Mapping, method: str) -> Union[str, float]:
     return (bits + 16 / group + (bits / group if zero else 0)) / 8
 
 
+@_naming_the_file
 def weights_from_hf_config(config: PathOrDict) -> "Precision":
     """How a checkpoint stores its weights, read from its ``config.json``: the ``weights=`` to size it with.
 

@@ -59,7 +59,7 @@ class LayerSpec:
     Attributes
     ----------
     kind : str
-        One of :data:`LAYER_KINDS`.
+        One of :data:`LAYER_KINDS`, in any case (stored lower-case).
     n_heads : int
         Query heads (what attention FLOPs scale with); for a ``linear``
         layer, the heads its state splits into under tensor parallelism
@@ -112,7 +112,8 @@ class LayerSpec:
     index_flops: float = 0.0
 
     def __post_init__(self) -> None:
-        choice("kind", self.kind, LAYER_KINDS)
+        # stored lower-cased: every rule below compares kind with the lower-case names
+        object.__setattr__(self, "kind", choice("kind", self.kind, LAYER_KINDS))
         if self.kind in _KV_HEAD_KINDS:
             for attr in ("n_heads", "n_kv_heads", "head_dim"):
                 self._count(attr)

@@ -70,6 +70,7 @@ small-message time plus the floor's bytes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -78,7 +79,7 @@ import numpy as np
 
 from .presets import PresetTable, lookup, optional_float
 from .results import Result
-from .validation import ArrayLike, as_scalar, checked, choice, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, as_scalar, checked, choice, flag, non_negative, plain, positive, positive_int
 
 ALLREDUCE_ALGORITHMS = ("best", "ring", "tree", "one_shot", "two_shot", "in_switch")
 #: Where a link runs: a node's own fabric, or the network between nodes.
@@ -130,10 +131,24 @@ class Link:
     note: str = ""
 
     def __post_init__(self) -> None:
-        positive("bandwidth", self.bandwidth)
-        non_negative("latency_s", self.latency_s)
-        choice("stated_as", self.stated_as, ("per direction", "bidirectional"))
-        choice("scope", self.scope, LINK_SCOPES)
+        # Checked and stored converted (one float, lower-case labels, real bools), so Link.replace()
+        # gives what a preset gives: the collectives compare and divide these fields as they are.
+        for attr in ("name", "display_name", "latency_source", "measured_source", "source", "note"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
+        if not self.name.strip():
+            raise ValueError("name must not be empty")
+        store = functools.partial(object.__setattr__, self)
+        store("bandwidth", positive("bandwidth", as_scalar("bandwidth", self.bandwidth)))
+        store("latency_s", non_negative("latency_s", as_scalar("latency_s", self.latency_s)))
+        store("stated_bandwidth", non_negative("stated_bandwidth", as_scalar("stated_bandwidth", self.stated_bandwidth)))
+        if self.measured_allreduce_latency_s is not None:
+            store("measured_allreduce_latency_s", positive(
+                "measured_allreduce_latency_s", as_scalar("measured_allreduce_latency_s", self.measured_allreduce_latency_s)))
+        store("stated_as", choice("stated_as", self.stated_as, ("per direction", "bidirectional")))
+        store("scope", choice("scope", self.scope, LINK_SCOPES))
+        store("in_switch_reduction", flag("in_switch_reduction", self.in_switch_reduction))
+        store("latency_is_assumption", flag("latency_is_assumption", self.latency_is_assumption))
 
     @staticmethod
     def preset(name: str) -> "Link":

@@ -37,9 +37,16 @@ times:
 :func:`simulate` runs the same scheduler request by request (vectorised over
 independent replicas, seeded) for what the closed forms leave out: lengths
 that vary, the steps' granularity, percentiles of the time per output token.
-Every time here is built from lower bounds on the steps, but the queueing
-model is an **estimate** (``is_lower_bound`` False): no bound on a queue's
-wait follows from bounds on its service times alone being exact.
+The service times are the step model's lower bounds by default
+(``times="bound"``), or the estimates of :mod:`kvmath.estimate`
+(``times="estimate"``: :func:`~kvmath.estimate.estimate_prefill` per prompt,
+and the decode step's :func:`~kvmath.estimate.estimate_step` as the lines
+through it at running counts 1, 2, 4, ... 4,096 per pipeline stage, the
+chords of a convex curve). Bounds make a real engine look faster than it is,
+and its queue shorter: compare a measured sweep with the estimates. Either
+way the queueing model is an **estimate** (``is_lower_bound`` False): no
+bound on a queue's wait follows from bounds on its service times alone being
+exact.
 """
 
 from __future__ import annotations
@@ -51,10 +58,16 @@ import numpy as np
 
 from .deployment import Deployment
 from .results import Result
-from .validation import ArrayLike, as_number, instance, plain, positive, positive_int
+from .validation import ArrayLike, as_number, choice, instance, plain, positive, positive_int
 
 #: The percentiles reported by default.
 PERCENTILES = (50.0, 90.0, 99.0)
+
+#: The service times the load model takes: the step model's bounds, or kvmath.estimate's estimates.
+TIMES = ("bound", "estimate")
+
+#: Running sequences per pipeline stage at which the estimate's decode step is priced (its lines join them).
+_ESTIMATE_RUNNING = 2.0 ** np.arange(13)
 
 
 # ----- closed forms ----------------------------------------------------------------------------
@@ -128,14 +141,20 @@ class _Engine:
     and the sequences its memory holds.
     """
 
-    def __init__(self, dep: Deployment, input_tokens, output_tokens, prefix=None):
+    def __init__(self, dep: Deployment, input_tokens, output_tokens, prefix=None, times="bound"):
         from .requests import _prefill_bound
 
         self.dep = dep
+        self.times = times
         self.s_in = np.atleast_1d(np.asarray(input_tokens, dtype=float))
         self.s_out = np.atleast_1d(np.asarray(output_tokens, dtype=float))
         lengths, back = np.unique(self.s_in, return_inverse=True)
-        t_p = np.atleast_1d(_prefill_bound(dep, 1.0, lengths, None, 0.0, 1.0, False, prefix))
+        if times == "estimate":
+            from .estimate import estimate_prefill
+
+            t_p = np.atleast_1d(estimate_prefill(dep, 1.0, lengths.astype(int)).estimate_s)
+        else:
+            t_p = np.atleast_1d(_prefill_bound(dep, 1.0, lengths, None, 0.0, 1.0, False, prefix))
         self.prefill_s = t_p[back]
         self.mean_prefill_s = float(np.mean(self.prefill_s))
         self.prefill_s2 = float(np.mean(self.prefill_s ** 2))
@@ -144,14 +163,38 @@ class _Engine:
         lay = dep.layout
         self.dp = lay.dp
         n1 = float(lay.pp)                                               # a full micro-batch per stage: affine above
-        s1, s2 = (dep.step(n * lay.dp, self.context) for n in (n1, 2 * n1))
-        self.lines = []
-        for name in ("memory_s", "compute_s", "comm_s"):
-            slope = (getattr(s2, name) - getattr(s1, name)) / n1
-            self.lines.append((getattr(s1, name) - slope * n1, slope))
         cap = dep.capacity(max(1, math.ceil(self.context)), **({} if prefix is None else dict(
             prefix_tokens=prefix[0], prefix_hit_rate=prefix[1], block_size=prefix[2])))
         self.max_running = float(cap.max_batch) / lay.dp
+        if times == "estimate":
+            self.lines = self._estimate_lines(n1)
+        else:
+            s1, s2 = (dep.step(n * lay.dp, self.context) for n in (n1, 2 * n1))
+            self.lines = []
+            for name in ("memory_s", "compute_s", "comm_s"):
+                slope = (getattr(s2, name) - getattr(s1, name)) / n1
+                self.lines.append((getattr(s1, name) - slope * n1, slope))
+
+    def _estimate_lines(self, n1):
+        """The chords of the estimated decode step between running counts ``n1 x 1, 2, 4, ...`` (a convex curve:
+        their max is its interpolation, the last chord extended beyond), up to the first count past what the
+        replica's memory holds: steeper chords beyond it would set the utilisation by batches that cannot run."""
+        from .estimate import estimate_step
+
+        running = n1 * _ESTIMATE_RUNNING
+        running = running[: max(2, int(np.searchsorted(running, self.max_running)) + 1)]
+        t = np.asarray(estimate_step(self.dep, running * self.dp, self.context).estimate_s)
+        slopes = np.diff(t) / np.diff(running)
+        return [(float(t[i] - b * running[i]), float(b)) for i, b in enumerate(slopes)]
+
+    def strict_s(self, running, context):
+        """A decode step of ``running`` sequences per replica at ``context``: the bound, or the estimate."""
+        batch = np.maximum(running, 1.0) * self.dp
+        if self.times == "estimate":
+            from .estimate import estimate_step
+
+            return np.asarray(estimate_step(self.dep, batch, context).estimate_s)
+        return self.dep.strict_s(batch, context)
 
     def step_s(self, running):
         """``t_d(N)``: the decode step of ``running`` sequences on the replica, seconds (the max of the lines)."""
@@ -207,6 +250,7 @@ class Load(Result):
     percentiles : the percentiles of ``ttft_percentiles_s`` (and the simulation's).
     ttft_percentiles_s : the closed form's percentiles of TTFT, one row per percentile.
     simulated : :class:`SimulatedLoad` where asked for, else None.
+    times : the service times used: ``"bound"`` or ``"estimate"`` (:data:`TIMES`).
     is_lower_bound : always False (an estimate).
     """
 
@@ -224,6 +268,7 @@ class Load(Result):
     percentiles: list
     ttft_percentiles_s: ArrayLike
     simulated: object = None
+    times: str = "bound"
     is_lower_bound: bool = False
 
     _derived = ("goodput_tokens_per_s_per_chip",)
@@ -269,7 +314,7 @@ def _prefix_args(prefix_tokens, prefix_hit_rate, block_size):
 def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
                  percentiles: ArrayLike = PERCENTILES, simulate_requests: int | None = None, seed: int = 0,
                  prefix_tokens: ArrayLike | None = None, prefix_hit_rate: ArrayLike | None = None,
-                 block_size: int | None = None) -> Load:
+                 block_size: int | None = None, times: str = "bound") -> Load:
     """Utilisation, queueing and latency percentiles of ``dep`` serving requests that arrive at ``arrival_rate``.
 
     Parameters
@@ -288,6 +333,9 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
         The simulation's seed.
     prefix_tokens, prefix_hit_rate, block_size : optional
         A cached shared prefix (:mod:`kvmath.prefix`).
+    times : str
+        ``"bound"`` (default): the steps' lower bounds as service times; ``"estimate"``: the estimates of
+        :mod:`kvmath.estimate` (not with a cached prefix, which the estimate does not price).
 
     Returns
     -------
@@ -306,7 +354,8 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     rate = positive("arrival_rate", arrival_rate)
     pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
-    engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size))
+    times = _times(times, prefix_tokens)
+    engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size), times)
     f = engine.at_rate(rate)
     f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
          for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
@@ -324,7 +373,14 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
                 n_chips=dep.n_chips, utilisation=plain(f["utilisation"]),
                 prefill_utilisation=plain(f["prefill_utilisation"]), running=plain(f["running"]),
                 fits=bool(f["fits"]) if np.ndim(f["fits"]) == 0 else f["fits"], queue_wait_s=plain(f["wait_s"]), ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]),
-                percentiles=pct, ttft_percentiles_s=plain(rows), simulated=simulated)
+                percentiles=pct, ttft_percentiles_s=plain(rows), simulated=simulated, times=times)
+
+
+def _times(times, prefix_tokens) -> str:
+    times = choice("times", times, TIMES)
+    if times == "estimate" and prefix_tokens is not None:
+        raise ValueError("times='estimate' prices no cached prefix: give prefix_tokens with times='bound', or drop it")
+    return times
 
 
 def _lengths(input_tokens, output_tokens):
@@ -342,14 +398,15 @@ def _lengths(input_tokens, output_tokens):
 
 def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
              n_requests: int = 2000, replicas: int = 8, seed: int = 0, percentiles: ArrayLike = PERCENTILES,
-             _engine: _Engine | None = None) -> SimulatedLoad:
+             times: str = "bound", _engine: _Engine | None = None) -> SimulatedLoad:
     """The prefill-priority scheduler of the module text, run request by request on ``replicas`` seeded replicas.
 
     Each replica draws ``n_requests`` Poisson arrivals at ``arrival_rate / dp``
     and request lengths uniformly from ``input_tokens`` / ``output_tokens``;
     prefills take :func:`kvmath.requests.prefill_bound`'s time for their
     prompt, decode steps the replica's ``t_d(N)`` at its running sequences'
-    mean context. The replicas advance together (numpy over the replica axis),
+    mean context (``times``: the bounds, or the estimates, as in :func:`serving_load`).
+    The replicas advance together (numpy over the replica axis),
     event by event: a prefill, or as many decode steps as pass before the next
     arrival or completion. Deterministic for a seed.
     """
@@ -359,7 +416,7 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
     r = int(positive_int("replicas", replicas))
     pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
-    engine = _Engine(dep, s_in, s_out) if _engine is None else _engine
+    engine = _Engine(dep, s_in, s_out, times=_times(times, None)) if _engine is None else _engine
     rng = np.random.default_rng(int(seed))
     arrivals = np.cumsum(rng.exponential(dep.layout.dp / rate, size=(r, n)), axis=1)
     pick = rng.integers(0, max(engine.prefill_s.size, engine.s_out.size), size=(r, n))
@@ -367,10 +424,7 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
     steps = (engine.s_out - 1)[pick % engine.s_out.size]
     contexts = engine.s_in[pick % engine.s_in.size]
 
-    def step_s(running, context):
-        return engine.dep.strict_s(np.maximum(running, 1.0) * engine.dp, context)
-
-    wait, ttft, tpot = run_scheduler(arrivals, prefill, steps, contexts, step_s)
+    wait, ttft, tpot = run_scheduler(arrivals, prefill, steps, contexts, engine.strict_s)
     keep = slice(n // 10, None)
     w, t, d = (x[:, keep].ravel() for x in (wait, ttft, tpot))
     d = d[np.isfinite(d)]

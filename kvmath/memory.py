@@ -224,11 +224,19 @@ def memory_budget(
     if budget == "reserve":
         return plain(total - non_torch)
     _check_free_at_start(total, util, non_torch)
+    if np.any(util * total <= non_torch):  # vLLM's share would not even cover the process's own memory
+        raise ValueError(f"gpu_memory_utilization {_show_fraction(util)} of the runtime total ({_show_bytes(total)}) "
+                         f"leaves nothing for the weights, activations and KV cache after non_torch_bytes "
+                         f"({_show_bytes(non_torch)}); raise it above {_show_fraction(non_torch / total)}")
     return plain(util * total - non_torch)
 
 
 def _show_bytes(x: ArrayLike) -> str:
     return f"{x:.6g} B" if np.ndim(x) == 0 else f"an array of shape {np.shape(x)}"
+
+
+def _show_fraction(x: ArrayLike) -> str:
+    return f"{x:.4g}" if np.ndim(x) == 0 else f"(an array of shape {np.shape(x)})"
 
 
 def _model(model) -> Model:

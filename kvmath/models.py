@@ -298,6 +298,56 @@ class Model:
             published_active_params=None,
         )
 
+    def with_chunked_local_layers(self) -> "Model":
+        """The same model with its ``n_sliding_layers`` local layers attending within chunks of
+        ``sliding_window`` tokens instead of over a sliding window (Llama 4's local layers).
+
+        A chunked layer holds at most one chunk, as a sliding one holds at most
+        its window, so the cache a sequence needs is the same; the kind differs
+        where an engine pages the two differently (vLLM groups chunked local
+        layers apart). The layers are listed (``layers``), local ones first.
+
+        Examples
+        --------
+        >>> get_model("gemma-2-9b").with_chunked_local_layers().layer_kinds
+        ('full', 'chunked')
+        """
+        if self.sliding_window is None:
+            raise ValueError(f"{self.name} has no local layers (sliding_window) to make chunked")
+        specs = tuple(dataclasses.replace(s, kind="chunked") if s.kind == "sliding" else s for s in self.layer_specs())
+        return dataclasses.replace(self, sliding_window=None, n_sliding_layers=None, layers=specs)
+
+    def with_indexer(self, index_n_heads: int, index_head_dim: int, index_topk: int) -> "Model":
+        """The same MLA model with DeepSeek Sparse Attention's lightning indexer on every layer (DeepSeek-V3.2).
+
+        Each layer becomes a ``dsa`` layer (:mod:`kvmath.layers`). The
+        indexer's weights (DeepSeek-V3.2-Exp inference/model.py, ``Indexer``):
+        ``wq_b`` (``q_lora_rank -> index_n_heads x index_head_dim``), ``wk``
+        (``d -> index_head_dim``) and ``weights_proj`` (``d -> index_n_heads``);
+        its norm left out. Its cache: ``index_head_dim`` fp8 bytes and one
+        fp32 scale per :data:`DSA_SCALE_BLOCK` per token, in every layer.
+        Its FLOPs per cached token: ``2 H_I d_I`` for the scores and ``2 H_I``
+        for their weighted sum. Attention then reads ``index_topk`` tokens' latents.
+
+        Examples
+        --------
+        >>> m = get_model("deepseek-v3").with_indexer(64, 128, 2048)
+        >>> m.kv_bytes_per_token() - get_model("deepseek-v3").kv_bytes_per_token()  # 61 x (128 + 4) B
+        8052.0
+        """
+        if self.attention != "mla" or self.q_lora_rank is None:
+            raise ValueError(f"{self.name}: the DSA indexer needs an MLA model with a q_lora_rank "
+                             "(its queries come from the compressed query)")
+        heads, width, topk = (one_int(n, v) for n, v in (("index_n_heads", index_n_heads),
+                                                          ("index_head_dim", index_head_dim), ("index_topk", index_topk)))
+        indexer = self.q_lora_rank * heads * width + self.d_model * width + self.d_model * heads
+        spec = LayerSpec("dsa", n_heads=self.n_heads, latent_dim=self.kv_lora_rank + self.qk_rope_dim,
+                         score_dim=self.kv_lora_rank, topk=topk,
+                         index_bytes=float(width + 4 * -(-width // DSA_SCALE_BLOCK)),
+                         index_flops=float(2 * heads * width + 2 * heads),
+                         params=self._attention_params_per_layer() + indexer)
+        return dataclasses.replace(self, layers=(spec,) * self.n_layers)
+
     @classmethod
     def from_hf_config(cls, config) -> "Model":
         """The model a Hugging Face ``config.json`` describes (a path, its directory, or a dict).
@@ -429,6 +479,23 @@ class Model:
         True
         """
         return sum(self.matmul_params_by_group().values())
+
+    def matmul_params_resident(self) -> int:
+        """Parameters held in matrices a step multiplies by: :meth:`matmul_params_per_token` with every routed expert.
+
+        What a step that touches every expert reads (the looked-up tables and
+        the norms aside), against the :meth:`matmul_params_per_token` each token
+        multiplies by: their ratio is the MoE critical batch's limit over the
+        dense figure (:func:`kvmath.formulas.saturated_critical_batch`).
+
+        Examples
+        --------
+        >>> m = get_model("mixtral-8x7b")  # the input table (131M) is only looked up
+        >>> m.param_count() - m.matmul_params_resident() == m.param_groups()["embedding"] + m.param_groups()["norms"]
+        True
+        """
+        by_group = self.matmul_params_by_group()
+        return sum(by_group.values()) - by_group["experts"] + self.param_groups()["experts"]
 
     @checked
     def weight_bytes_resident(self, weights: Precision = "bf16") -> float:
@@ -601,6 +668,11 @@ class Model:
         return _layers.kv_bytes_by_kind(self.layer_specs(), context, positive("bytes_per_elem", bytes_per_elem))
 
 
+#: DeepSeek-V3.2's indexer keys: fp8 (one byte each) with one fp32 scale per block of this many
+#: (DeepSeek-V3.2-Exp inference/model.py, ``Indexer``: ``k_cache`` float8_e4m3fn, ``k_scale_cache``
+#: float32 of ``head_dim // block_size``, ``block_size = 128``).
+DSA_SCALE_BLOCK = 128
+
 _INT_FIELDS = (
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab", "mlp_matrices",
     "n_positions",
@@ -616,10 +688,14 @@ _OPTIONAL_INT_FIELDS = tuple(k for k in _OPTIONAL_MINIMUM if k != "supported_con
 
 
 def _model_from_row(row: dict[str, str]) -> Model:
+    """A preset from its row. Two columns say what the model-wide fields cannot: ``local_kind``
+    (``chunked``: the ``n_sliding_layers`` local layers attend within chunks of ``sliding_window``
+    tokens, Llama 4; empty: sliding windows) and ``index_n_heads`` / ``index_head_dim`` /
+    ``index_topk`` (an MLA model with DeepSeek Sparse Attention's indexer, DeepSeek-V3.2)."""
     fields = {k: int(row[k]) for k in _INT_FIELDS}
     fields.update({k: optional_int(row[k]) for k in _OPTIONAL_INT_FIELDS})
     published_active = row["published_active_params"].strip()
-    return Model(
+    model = Model(
         supported_context=optional_int(row["supported_context"]),
         context_source=row["context_source"],
         name=row["name"],
@@ -633,6 +709,11 @@ def _model_from_row(row: dict[str, str]) -> Model:
         family=row["family"],
         **fields,
     )
+    if row["local_kind"] == "chunked":
+        model = model.with_chunked_local_layers()
+    if row["index_topk"].strip():
+        model = model.with_indexer(int(row["index_n_heads"]), int(row["index_head_dim"]), int(row["index_topk"]))
+    return model
 
 
 @lru_cache(maxsize=None)

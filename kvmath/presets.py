@@ -26,7 +26,7 @@ def read_rows(filename: str) -> list[dict[str, str]]:
 class PresetTable(Mapping):
     """The presets of one CSV by name, each built from its row on first use.
 
-    A command asks for one model and one chip; building all 33 model rows to
+    A command asks for one model and one chip; building every model row to
     hand out one cost a few milliseconds of every start-up.
     """
 

@@ -68,13 +68,31 @@ def _refuse(name: str, value, what: str):
     raise ValueError(f"{name} must be a real number or an array of them, got {what}: {value!r}")
 
 
+def _holds_a_bool(value) -> bool:
+    """Whether a (nested) list or tuple holds a bool, or a bool array, among its elements."""
+    todo = [value]
+    while todo:
+        for item in todo.pop():
+            kind = type(item)
+            if kind is float or kind is int:  # the common case, first
+                continue
+            if isinstance(item, (bool, np.bool_)):
+                return True
+            if isinstance(item, np.ndarray):
+                if item.dtype.kind == "b":
+                    return True
+            elif isinstance(item, (list, tuple)):
+                todo.append(item)
+    return False
+
+
 def as_number(name: str, value) -> ArrayLike:
     """Convert ``value`` to a float or float array, rejecting anything that is not a real number.
 
     Accepted: Python ``int`` and ``float``, numpy integer and floating
     scalars, and arrays or (nested) lists of them. Integers become floats,
     so nothing wraps around. Refused with a ``ValueError`` naming ``name``:
-    ``None``, bools, strings and bytes (also inside lists and arrays),
+    ``None``, bools, strings and bytes (also inside lists and arrays: ``[32, True]``),
     complex numbers, dates and timedeltas, masked and object arrays, NaN
     and +-inf.
 
@@ -122,6 +140,9 @@ def as_number(name: str, value) -> ArrayLike:
         _refuse(name, value, "an array of " + _REFUSED_KINDS[arr.dtype.kind])
     if arr.dtype.kind not in "iuf":
         _refuse(name, value, f"an array of dtype {arr.dtype}")
+    if isinstance(value, (list, tuple)) and _holds_a_bool(value):
+        # numpy turns [32, True] into [32, 1]: a bool among numbers would count as 1
+        _refuse(name, value, "a bool inside a list")
     with np.errstate(over="ignore"):
         arr = arr.astype(float)
     if not np.all(np.isfinite(arr)):

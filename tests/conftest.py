@@ -9,8 +9,8 @@ skip when it is missing: it fails and names the make target.
 
 ``pytest`` alone works from a fresh clone: the ``built_book`` fixture builds
 the book (``jupyter-book build . -W -n --keep-going``, after ``npm ci`` when
-``node_modules`` is missing) if ``_build/html`` is missing or older than any
-source. ``make test`` builds it first, so the fixture finds it fresh.
+``node_modules`` is missing and the in-browser runtime's vendoring where it is not vendored, as
+``make book`` does) if ``_build/html`` is missing or older than any source. ``make test`` builds it first, so the fixture finds it fresh.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ HTML = ROOT / "_build" / "html"
 # what the built book depends on: the library, and kvbook's figures, tables, Sphinx
 # extensions and live runtime (not its workshop tools, which the book build never runs)
 SOURCES = ["_config.yml", "_toc.yml", "book", "notebooks", "kvmath", "packages/kvbook/kvbook/__init__.py",
-           "packages/kvbook/kvbook/plots.py", "packages/kvbook/kvbook/interactive.py", "packages/kvbook/kvbook/tables.py",
+           "packages/kvbook/kvbook/plots.py", "packages/kvbook/kvbook/diagrams.py", "packages/kvbook/kvbook/interactive.py",
+           "packages/kvbook/kvbook/tables.py",
            "packages/kvbook/kvbook/sphinx", "packages/kvbook/kvbook/live", "_static",
            "package-lock.json"]
 
@@ -56,6 +57,13 @@ def build_book() -> None:
         if npm is None:
             pytest.fail("npm not found: install Node.js with npm to build the book's offline assets")
         subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ROOT, check=True)
+    from kvbook.live import vendor_pyodide
+
+    if vendor_pyodide.vendored() is None:  # as `make book`: no book without the in-browser runtime
+        proc = subprocess.run([sys.executable, "-m", "kvbook.live.vendor_pyodide"], cwd=ROOT, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            pytest.fail(f"the in-browser runtime could not be vendored: {proc.stderr.strip()[-1000:]}")
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", ".", "-W", "-n", "--keep-going"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

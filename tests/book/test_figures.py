@@ -241,7 +241,7 @@ def test_chapter_05_figures_build():
 
 
 def test_chapter_11_figures_build():
-    check_chapter("ch11", {"serving_frontier": None, "interference": None,
+    check_chapter("ch11", {"serving_frontier": None, "interference": None, "day_load": None,
                            "serving_live": {"batch": 64, "model": "llama-3-8b", "chip": "h200"}})
     # the notebook's own values travel in the call, so the page's live layer repeats them
     fig = ALL["ch11.serving_live"](batch=8, price_per_chip_hour=3.0)

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import importlib
 import io
 import json
 import math
@@ -69,7 +70,7 @@ _NOT_NUMBERS = [
     "32", b"32", True, np.bool_(False), None, float("nan"), float("inf"), -math.inf, 1 + 0j, np.complex64(1),
     np.datetime64("2024-01-01"), datetime.timedelta(seconds=1), datetime.date(2024, 1, 1), np.timedelta64(1, "s"),
     np.ma.masked_array([1.0], mask=[True]), np.array([1, None], dtype=object), ["32"], [1.0, "2"], [1.0, None],
-    np.array(["1"]), np.array([True]), [[1.0], [2.0, 3.0]], {"a": 1}, 10**400, [1.0, math.nan],
+    np.array(["1"]), np.array([True]), [[1.0], [2.0, 3.0]], {"a": 1}, 10**400, [1.0, math.nan], [1.0, True],
 ]
 INVALID = {
     "pos": _NOT_NUMBERS + [0, 0.0, -1, -1e-300, np.int32(-5), np.array([1.0, -1.0])],
@@ -215,6 +216,7 @@ _FORMULAS = {
     "min_chips_for_weights": dict(weight_bytes="pos", hbm_bytes="pos", usable_fraction="frac"),
     "min_step": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", matmul_params="pos", bandwidth="pos", flops="pos"),
     "min_step_simple": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", bandwidth="pos"),
+    "roofline_regime": dict(intensity="nonneg", ridge="pos", margin="frac0"),
     "prefill_flops": dict(prompt_len="count", matmul_params="pos", n_layers="count", n_heads="count", head_dim="count", batch="count"),
     "prefill_time": dict(flops_needed="nonneg", flops="pos", param_bytes="pos", kv_bytes_written="nonneg", bandwidth="pos"),
     "step_breakdown": dict(batch="pos", kv_bytes_per_seq="nonneg", param_bytes="pos", matmul_params="pos", bandwidth="pos", flops="pos"),
@@ -314,11 +316,14 @@ FUNCTIONS = {
     "layout.parse_layout": dict(text="layouttext"),
     "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips", kv_split="shard"),
     "ParallelLayout.check@tp2": dict(model="modelobj"),
-    "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg"),
+    "Link.replace@nvlink4": dict(bandwidth="pos", latency_s="nonneg", stated_bandwidth="nonneg",
+                                 measured_allreduce_latency_s="optpos", in_switch_reduction="flag",
+                                 latency_is_assumption="flag"),
     # whole requests
     "requests.prefill_attention_flops": dict(model="modelobj", input_tokens="count"),
     # layers
     "LayerSpec@sliding": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
+    "LayerSpec@SLIDING": dict(n_heads="count", n_kv_heads="count", head_dim="count", window="count"),
     "LayerSpec@linear": dict(state_bytes="nonneg", state_flops="nonneg", params="nonneg"),
     "LayerSpec.tokens_held@sliding": dict(context="nonneg"),
     # preset methods of the step model and config loading
@@ -343,18 +348,23 @@ DOMAIN_ERRORS = {
     "Model.with_kv_heads@llama": ("divisible by n_kv_heads",),
     "Chip.flops@h100": ("compute_dtype",),  # fp32, int4 are storage formats, not compute rates
     "LayerSpec@sliding": ("must be divisible by",),
+    "LayerSpec@SLIDING": ("must be divisible by",),
     "formulas.allreduce_estimate": ("has no measured all-reduce latency",),
     "formulas.allreduce_time": ("has no in-switch reduction",),
     "memory.runtime_total_bytes": ("has no device_bytes",),
     "memory.memory_budget": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory",
-                             "must be below the runtime total"),
+                             "must be below the runtime total", "leaves nothing for the weights"),
     "memory.vllm_available_kv_bytes": ("no memory left for the KV cache",),
-    "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",),
+    "memory.vllm_kv_cache": ("layers (a pipeline stage's share)", "exceeds the model's", "must divide",
+                             "which kvmath does not size as vLLM does"),
+    # DeepSeek-V3.2's 'dsa' and KV-shared layers: vLLM's paging of them is not modelled, and said so by name
+    "memory.vllm_kv_groups": ("which kvmath does not size as vLLM does",),
     "hf_config.weights_from_hf_config": ("is not one kvmath reads",),
     "memory.vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left",
-                           "must divide", "layers (a pipeline stage's share)"),
+                           "must divide", "layers (a pipeline stage's share)", "which kvmath does not size as vLLM does"),
     "ParallelLayout.check@tp2": _LAYOUT_ERRORS,
     "formulas.experts_touched": ("must not exceed n_experts",),
+    "formulas.roofline_regime": ("margin must be below 1",),   # a margin of 1 leaves no memory-bound side
     # one list of sequence lengths, admitted in order: a lone number is not one
     "formulas.max_batch_paged": ("lengths must be a list of sequence lengths",),
     # the uniform estimate's inverse exists only between one token's share (k/E) and 1, for k < E
@@ -399,6 +409,7 @@ _BOUND = {
     "ParallelLayout.check@tp2": lambda: km.ParallelLayout(tp=2).check,
     "Link.replace@nvlink4": lambda: km.Link.preset("nvlink4").replace,
     "LayerSpec@sliding": lambda: functools.partial(LayerSpec, "sliding"),
+    "LayerSpec@SLIDING": lambda: functools.partial(LayerSpec, "SLIDING"),  # stored as "sliding"
     "LayerSpec@linear": lambda: functools.partial(LayerSpec, "linear"),
     "LayerSpec.tokens_held@sliding": lambda: LayerSpec("sliding", 16, 8, 256, window=4096).tokens_held,
     "Model.from_hf_config": lambda: km.Model.from_hf_config,
@@ -418,7 +429,7 @@ _BOUND = {
 NOT_IN_TABLE = {
     # constants and result records (their numbers are checked in the results of the functions that build them)
     "units.DTYPE_BYTES", "units.GB", "units.GiB", "units.KB", "units.KiB", "units.MB", "units.MiB", "units.TB",
-    "units.TiB", "formulas.RESOURCES", "formulas.StepBreakdown", "formulas.Fit", "memory.BUDGETS",
+    "units.TiB", "formulas.RESOURCES", "formulas.NEAR_RIDGE", "formulas.REGIMES", "formulas.StepBreakdown", "formulas.Fit", "memory.BUDGETS",
     "memory.EngineBudget", "Capacity", "Frontier", "Request", "Step", "ResultOverflow",
     # records built from data: fuzzed through their constructors below (Model, Chip) or above (replace, check)
     "Model", "Chip", "Link",
@@ -568,7 +579,7 @@ def _variants(kind, value):
 #: Functions whose numeric arguments are scalars, or whose result is not element by element (a frontier's best
 #: batch, the fewest chips, a deployment), or that take one number per call (a fit's whole counts).
 _SCALAR_ONLY = {"units.dtype_bytes", "Chip.preset", "Model.preset", "Link.preset", "Deployment.frontier",
-                "ParallelLayout", "Deployment", "Deployment.fewest_chips", "formulas.fit"}
+                "ParallelLayout", "Deployment", "Deployment.fewest_chips", "formulas.fit", "Link.replace@nvlink4"}
 
 
 @st.composite

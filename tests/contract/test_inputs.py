@@ -111,7 +111,8 @@ REFUSED = [
     ("timedelta64", np.timedelta64(3, "s")), ("masked array", np.ma.masked_array([32.0], mask=[False])),
     ("object array", np.array([32, None], dtype=object)), ("None", None), ("None in a list", [32, None]),
     ("nan", float("nan")), ("inf", float("inf")), ("-inf", -np.inf), ("inf in a list", [1.0, np.inf]),
-    ("ragged list", [[1, 2], [3]]), ("dict", {"n": 32}), ("huge int", 10**400),
+    ("ragged list", [[1, 2], [3]]), ("dict", {"n": 32}), ("huge int", 10**400), ("bool in a list", [32, True]),
+    ("numpy bool in a nested list", [[32], [np.False_]]),
 ]
 
 

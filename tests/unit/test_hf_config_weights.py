@@ -6,7 +6,8 @@ from https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json in the xiny
 README Deep-Learning/OAI-OSS-on-Azure: quant_method "mxfp4", modules_to_not_convert the attention,
 the router, the embedding and the LM head. DeepSeek-V3's reconstructed file has no quantization_config;
 the upstream one ({activation_scheme dynamic, fmt e4m3, quant_method fp8, weight_block_size [128, 128]})
-is as /work/research/hf/configs/excerpts/deepseek-ai-DeepSeek-R1-0528_as_V3_arch.excerpt.txt records it.
+is the example deepseek-ai/DeepSeek-V3's README_WEIGHTS.md gives for its FP8 weights ("FP8 Configuration",
+https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md).
 """
 
 import json

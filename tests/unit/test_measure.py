@@ -144,6 +144,7 @@ BAD = [
     (lambda: measure.memory_bandwidth(n_bytes=1e6, repeats=0), "repeats"),
     (lambda: measure.memory_bandwidth(n_bytes=1e6, repeats=2.5), "repeats"),
     (lambda: measure.memory_bandwidth(n_bytes=1e6, method="stream"), "method"),
+    (lambda: measure.memory_bandwidth(n_bytes=1e6, threads=0), "threads"),
     (lambda: measure.matmul_flops(n=0), "n"),
     (lambda: measure.matmul_flops(n=10.5), "n"),
     (lambda: measure.matmul_flops(n=16, dtype=np.int8), "dtype"),
@@ -176,3 +177,14 @@ BAD = [
 def test_bad_input_raises_value_error_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         call()
+
+
+def test_a_threaded_copy_copies_every_element_and_counts_the_same_bytes(monkeypatch):
+    # 4 threads over 1,000,003 float64 elements: four chunks that cover the array; the bytes counted are
+    # 2 x 8 x 1,000,003 whatever the threads, so the rate is that over the median time
+    copied = []
+    real = np.copyto
+    monkeypatch.setattr(measure.np, "copyto", lambda d, s: (copied.append(d.size), real(d, s)))
+    w = measure.memory_bandwidth(n_bytes=8 * 1_000_003, repeats=1, threads=4)
+    assert sum(copied) == 2 * 1_000_003 and len(copied) == 8  # one untimed pass and one timed, four chunks each
+    assert np.isfinite(w) and w > 0

@@ -7,7 +7,7 @@ recomputed exactly from the printed figures: those tests check that the
 printed KV memory is reproduced to the printed precision, that the logged
 block count lies in the interval the printed figures allow, and that tokens
 and maximum concurrency follow from the logged block count exactly.
-Log sources are in /work/research/serving/vllm_logs.md and each test.
+Each test names its log's public source (a vLLM issue or pull request, or another project's issue quoting vLLM).
 """
 
 from __future__ import annotations

@@ -255,3 +255,48 @@ def test_an_all_reduce_over_an_array_of_chip_counts_is_elementwise():
     t = km.formulas.allreduce_time(16384.0, [1, 8], "nvlink4")
     assert t[0] == 0.0 and t[1] == pytest.approx(km.formulas.allreduce_time(16384.0, 8, "nvlink4"), rel=1e-15)
     assert list(km.formulas.allreduce_estimate(0.0, [1, 1], "nvlink4")) == [0.0, 0.0]
+
+
+# --- the collectives of a pass, listed (Deployment.collectives) --------------------------------------
+
+def test_collectives_list_the_chain_of_a_tensor_expert_and_pipeline_layout_by_hand():
+    # Mixtral 8x7B, tp = 2, ep = 4, dp = 2, pp = 2 (16 chips on LINK, one node), batch 64: a micro-batch of
+    # ceil(64 / 2) / 2 = 16 tokens. 32 layers, all MoE: 2 * 32 - 32 = 32 all-reduces of 16 * 4,096 * 2 B =
+    # 131,072 B over 2 chips; 32 dispatches and 32 combines of 16 * top_k 2 * 4,096 / g 2 * 2 B = 131,072 B
+    # from each chip over 4; pp - 1 = 1 hop of 131,072 B.
+    dep = km.Deployment("mixtral-8x7b", "h100-sxm", ParallelLayout(tp=2, ep=4, dp=2, pp=2), link=LINK,
+                        chips_per_node=16)
+    c = dep.collectives(64)
+    assert c.tokens == 16
+    rows = [(k.name, k.kind, k.count, k.message_bytes, k.n_chips) for k in c.collectives]
+    assert rows == [("tensor-parallel all-reduce", "all_reduce", 32, 131_072, 2),
+                    ("expert-parallel dispatch", "all_to_all", 32, 131_072, 4),
+                    ("expert-parallel combine", "all_to_all", 32, 131_072, 4),
+                    ("pipeline hop", "p2p", 1, 131_072, 2)]
+    all_reduce = 2 * 1 / 2 * 131_072 / W + ALPHA
+    all_to_all = 3 / 4 * 131_072 / W + ALPHA
+    hop = 131_072 / W + ALPHA
+    times = [k.time_s for k in c.collectives]
+    assert times == pytest.approx([all_reduce, all_to_all, all_to_all, hop], rel=REL)
+    assert c.collectives[1].bytes_per_pass == 32 * 131_072
+    assert c.comm_s == pytest.approx(32 * all_reduce + 64 * all_to_all + hop, rel=REL)
+    assert c.comm_s == pytest.approx(sum(k.total_s for k in c.collectives), rel=REL)
+    assert c.comm_s == dep.step(64, 4096).comm_s
+
+
+def test_collectives_name_the_hops_across_nodes_and_keep_their_bytes_without_a_link():
+    # Llama 3 70B on 16 chips of 8 per node, pp = 16: one stage boundary of the 15 is a node boundary
+    c = km.Deployment("llama-3-70b", "h100-sxm", "pp=16").collectives(16)
+    assert [(k.name, k.count) for k in c.collectives] == [("pipeline hop across nodes", 1), ("pipeline hop", 14)]
+    free = km.Deployment("llama-3-70b", "h100-sxm", "tp=8", link=None).collectives(8)
+    (tp,) = free.collectives
+    assert (tp.count, tp.message_bytes, tp.time_s, free.comm_s) == (160, 8 * 8192 * 2, 0.0, 0.0)
+    assert km.Deployment("llama-3-8b", "h100-sxm").collectives(8).collectives == ()
+    assert km.Deployment("llama-3-8b", "h100-sxm", "tp=2").collectives(8).to_dict()["collectives"][0]["count"] == 64
+
+
+def test_collectives_broadcast_over_batches_and_refuse_a_bad_batch():
+    c = km.Deployment("llama-2-70b", "h100-sxm", "tp=8").collectives(np.array([1.0, 64.0]))
+    assert list(c.collectives[0].message_bytes) == [16_384, 1_048_576]
+    with pytest.raises(ValueError, match="batch"):
+        km.Deployment("llama-2-70b", "h100-sxm", "tp=8").collectives(0)

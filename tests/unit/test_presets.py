@@ -115,7 +115,8 @@ def test_every_preset_names_its_source():
 
 NEW_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-3b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "gpt-oss-20b",
               "gemma-3-12b", "mistral-small-3", "phi-4", "kimi-k2", "deepseek-r1", "llama-3.2-1b", "qwen3-235b-a22b",
-              "gpt-oss-120b", "gemma-3-27b"]
+              "gpt-oss-120b", "gemma-3-27b", "llama-4-maverick", "llama-4-scout", "glm-4.7", "glm-4.6", "minimax-m2",
+              "deepseek-v3.2"]
 
 
 @pytest.mark.parametrize("name", NEW_MODELS)
@@ -123,12 +124,14 @@ def test_new_presets_within_1_percent_of_published_or_say_why(name):
     m = km.Model.preset(name)
     assert m.family and m.source
     off = abs(m.param_count() / m.published_params - 1)
-    # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T) say why in the note
+    # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T), Llama 4 Scout
+    # (vision encoder) and DeepSeek-V3.2 (the Hub's 685B counts the MTP module) say why in the note
     assert off < 0.01 or ("under" in m.note and off < 0.02)
 
 
 NEW_CHIPS = ["h800", "h20", "b200-hgx", "gb200", "mi325x", "mi355x", "rtx-3090", "rtx-5090", "l40s", "dgx-spark",
-             "tpu-v6e", "m2-ultra", "m3-max", "m4-max"]
+             "tpu-v6e", "m2-ultra", "m3-max", "m4-max", "b300", "gb300", "tpu-v7", "rtx-pro-6000", "rtx-pro-6000-server",
+             "trainium2"]
 
 
 @pytest.mark.parametrize("name, hbm, bandwidth, bf16", [
@@ -194,3 +197,139 @@ def test_h100_and_h200_share_tensor_core_rates():
         assert h200.flops(dtype) == h100.flops(dtype)
     assert h100.flops("fp8") / h100.flops("bf16") == pytest.approx(2, rel=1e-4)
     assert h100.flops("bf16") == pytest.approx(528 * 1024 * 1.83e9, rel=1e-4)
+
+
+# ----- 2025-26 presets (issue 23) --------------------------------------------------------------------------------------
+
+HF = "tests/data/hf_configs/"
+
+#: Each new row against the config.json it was read from: the preset and the config reader must agree exactly.
+PRESET_CONFIGS = {
+    "llama-4-maverick": HF + "reconstructed/meta-llama--Llama-4-Maverick-17B-128E-Instruct.json",
+    "glm-4.7": HF + "zai-org--GLM-4.7", "glm-4.6": HF + "zai-org--GLM-4.7",
+    "minimax-m2": HF + "amd--MiniMax-M2.7-BF16",
+    "deepseek-v3.2": HF + "reconstructed/deepseek-ai--DeepSeek-V3.2.json",
+}
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_")  # the MTP hints the readers warn about
+@pytest.mark.parametrize("name", sorted(PRESET_CONFIGS))
+def test_new_rows_match_the_config_they_were_read_from(name):
+    preset, read = km.Model.preset(name), km.Model.from_hf_config(PRESET_CONFIGS[name])
+    assert (preset.param_count(), preset.active_param_count()) == (read.param_count(), read.active_param_count())
+    assert preset.kv_bytes_per_token() == read.kv_bytes_per_token()
+    for context in (1024, 8192, 131072):
+        assert preset.kv_bytes_per_seq(context) == read.kv_bytes_per_seq(context)
+        assert preset.attention_flops_per_token(context) == read.attention_flops_per_token(context)
+    assert sorted(s.kind for s in preset.layer_specs()) == sorted(s.kind for s in read.layer_specs())
+
+
+def test_llama_4_scout_by_hand():
+    # text_config: d 5120, 48 layers, 40 heads of 128, 8 KV heads; every layer MoE: 16 routed experts top-1 and
+    # one shared expert, each SwiGLU 3 x 5120 x 8192; router 5120 x 16; vocab 202048 untied; 2 norms a layer + 1
+    attention = 5120 * 40 * 128 * 2 + 2 * 5120 * 8 * 128
+    expert = 3 * 5120 * 8192
+    rest = 2 * 202048 * 5120 + (2 * 48 + 1) * 5120
+    total = 48 * (attention + 17 * expert + 5120 * 16) + rest
+    active = 48 * (attention + 2 * expert + 5120 * 16) + rest
+    m = km.Model.preset("llama-4-scout")
+    assert (m.param_count(), m.active_param_count()) == (total, active) == (107_769_861_120, 17_172_894_720)
+    # HF blog llama4-release: '~109B total', '17B active': 1.1% under (the vision encoder is not counted), 1% over
+    assert m.param_count() / 109e9 == pytest.approx(1, abs=0.012)
+    assert m.active_param_count() / 17e9 == pytest.approx(1, abs=0.011)
+
+
+def test_llama_4_maverick_by_hand():
+    # as Scout, but 128 experts on every 2nd layer (24 MoE layers) and 24 dense SwiGLU layers 16384 wide
+    attention = 5120 * 40 * 128 * 2 + 2 * 5120 * 8 * 128
+    expert, dense = 3 * 5120 * 8192, 3 * 5120 * 16384
+    rest = 2 * 202048 * 5120 + 97 * 5120
+    total = 48 * attention + 24 * dense + 24 * (129 * expert + 5120 * 128) + rest
+    m = km.Model.preset("llama-4-maverick")
+    assert m.param_count() == total == 400_711_848_960
+    assert m.param_count() == pytest.approx(400e9, rel=0.01)  # HF blog llama4-release: '~400B total'
+
+
+def test_llama_4_chunked_layers_hold_one_chunk():
+    # 36 chunked layers (8192-token chunks) and 12 global ones, 2 x 8 x 128 x 2 B = 4096 B per token per layer
+    m = km.Model.preset("llama-4-scout")
+    assert m.layer_kinds == ("full", "chunked")
+    assert m.kv_bytes_per_token() == 48 * 4096  # what an engine reserving every layer for every token pages
+    for context in (1024, 8192, 131072):
+        assert m.kv_bytes_per_seq(context) == 4096 * (12 * context + 36 * min(context, 8192))
+    # a calculator that reads every layer as full attention is 3.4x over at 131,072 tokens
+    assert 48 * 4096 * 131072 / m.kv_bytes_per_seq(131072) == pytest.approx(3.37, abs=0.01)
+
+
+def test_deepseek_v32_indexer_by_hand():
+    # V3's 671,026,279,424 plus, per layer, wq_b 1536 x 64 x 128, wk 7168 x 128, weights_proj 7168 x 64
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 7168 * 64
+    m, v3 = km.Model.preset("deepseek-v3.2"), km.Model.preset("deepseek-v3")
+    assert m.param_count() == v3.param_count() + 61 * indexer == 671_877_788_672
+    # per token and layer: the 576-element latent (bf16) and 128 fp8 indexer bytes with a 4-byte fp32 scale
+    assert m.kv_bytes_per_token() == 61 * (576 * 2 + 132) == 78_324
+    for context in (1024, 8192, 131072):
+        assert m.kv_bytes_per_seq(context) == 61 * 1284 * context
+        # a step reads every indexer key but only the top 2048 tokens' latents
+        assert km.layers.kv_bytes_read_per_seq(m.layer_specs(), context) == 61 * (1152 * min(context, 2048) + 132 * context)
+    # the Hub's 685B counts the ~14B MTP module (DeepSeek-V3 README: 685B = 671B + 14B): 1.9% under, said in the note
+    assert m.param_count() / 685e9 == pytest.approx(0.9808, abs=1e-4) and "under" in m.note
+
+
+@pytest.mark.parametrize("name, layers, heads, total, published", [
+    ("glm-4.7", 92, 8, 352_796_472_320, 355e9),   # transformers docs glm4_moe: 355B total (GLM-4.5, same class)
+    ("minimax-m2", 62, 8, 228_689_304_576, 230e9),  # SGLang docs minimax_m2: 230 billion total
+])
+def test_glm_and_minimax_by_hand(name, layers, heads, total, published):
+    m = km.Model.preset(name)
+    if name == "glm-4.7":
+        # d 5120, 96 heads of 128, 8 KV heads; 3 dense layers of 12288; 89 MoE layers of 160 + 1 experts of 1536
+        attention = 5120 * 96 * 128 * 2 + 2 * 5120 * 8 * 128
+        moe = 161 * 3 * 5120 * 1536 + 5120 * 160
+        by_hand = 92 * attention + 3 * 3 * 5120 * 12288 + 89 * moe + 2 * 151552 * 5120 + 185 * 5120
+    else:
+        # d 3072, 48 heads of 128, 8 KV heads; 62 MoE layers of 256 experts of 1536, no shared expert
+        attention = 3072 * 48 * 128 * 2 + 2 * 3072 * 8 * 128
+        by_hand = 62 * (attention + 256 * 3 * 3072 * 1536 + 3072 * 256) + 2 * 200064 * 3072 + 125 * 3072
+    assert m.param_count() == by_hand == total
+    assert m.param_count() == pytest.approx(published, rel=0.01)
+    assert m.kv_bytes_per_token() == layers * 2 * heads * 128 * 2
+    for context in (1024, 8192, 131072):
+        assert m.kv_bytes_per_seq(context) == layers * 2 * heads * 128 * 2 * context
+
+
+def test_row_extensions_refuse_what_they_cannot_express():
+    with pytest.raises(ValueError, match="no local layers"):
+        km.Model.preset("llama-3-8b").with_chunked_local_layers()
+    with pytest.raises(ValueError, match="MLA model with a q_lora_rank"):
+        km.Model.preset("llama-3-8b").with_indexer(64, 128, 2048)
+    with pytest.raises(ValueError, match="index_topk"):
+        km.Model.preset("deepseek-v3").with_indexer(64, 128, 0)
+
+
+@pytest.mark.parametrize("name, hbm, bandwidth, rates", [
+    # NVIDIA Blackwell Architecture Technical Brief v2.1, Table 3 (HGX B300 per GPU, dense | sparse):
+    # FP4 14 | 18 PF (printed dense), FP8 4.5 | 9, BF16 2.2 | 4.5 (sparse halved: 2.25), INT8 0.15 | 0.30; 270 GB, 7.7 TB/s
+    ("b300", 270e9, 7.7e12, {"fp4": 14e15, "fp8": 4.5e15, "bf16": 2.25e15, "int8": 0.15e15}),
+    # the brief's Table 2, GB300 NVL72 dense figures / 72 GPUs: FP4 1,080 PF, FP8 360, BF16 180; 576 TB/s; 279 GB per GPU
+    ("gb300", 279e9, 576e12 / 72, {"fp4": 1080e15 / 72, "fp8": 360e15 / 72, "bf16": 180e15 / 72}),
+    # docs.cloud.google.com/tpu/docs/tpu7x: BF16 2307, FP8 4614 TFLOPs, 192 GiB; 7.37 TB/s (Google's announcement)
+    ("tpu-v7", 192 * 2**30, 7.37e12, {"bf16": 2307e12, "fp8": 4614e12}),
+    # AWS Neuron docs, Trainium2: 1,299 FP8 and 667 BF16 dense TFLOPS (2,563 sparse listed apart); 96 GiB, 2.9 TB/s
+    ("trainium2", 96 * 2**30, 2.9e12, {"fp8": 1299e12, "bf16": 667e12}),
+    # GTC 2025: 96 GB GDDR7 at 28 Gbps on 512 bits = 1,792 GB/s; 4,000 AI TOPS FP4 with sparsity, halved
+    ("rtx-pro-6000", 96e9, 28e9 * 512 / 8, {"fp4": 4000e12 / 2}),
+])
+def test_2025_chips_match_their_sources(name, hbm, bandwidth, rates):
+    chip = km.Chip.preset(name)
+    assert (chip.hbm_bytes, chip.bandwidth) == pytest.approx((hbm, bandwidth), rel=1e-3)
+    for dtype, rate in rates.items():
+        assert chip.flops(dtype) == pytest.approx(rate, rel=1e-3), dtype
+    # dense everywhere: Trainium2's sparse 2,563 TFLOPS and B300's sparse 18 PF FP4 are not what the rows hold
+    assert km.Chip.preset("trainium2").flops("fp8") < 2563e12 / 1.9
+    assert km.Chip.preset("b300").flops("fp4") != 18e15 / 2
+
+
+def test_rtx_pro_6000_device_total_is_the_nvidia_smi_figure():
+    # nvidia-smi memory.total 97887 MiB (MarcoPizeta/flash-next-rtxpro6000-bench HARDWARE.md)
+    assert km.Chip.preset("rtx-pro-6000").device_bytes == 97887 * 2**20

@@ -6,6 +6,8 @@ tolerance stated.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,35 @@ def test_break_even_refuses_arrays_and_the_batch_by_name(kwargs, words):
     # tokens_per_seq is no option of speculate any more: refused as an unexpected keyword that names it
     with pytest.raises(TypeError if "tokens_per_seq" in kwargs else ValueError, match=words):
         speculation_break_even_batch(H100_8B, **args)
+
+
+# ---- a separate draft's own cost: its weights and its cache (review C10-1) ----
+
+def _llama_params(L, d, h, kv, dh, ff, V, tied):
+    """Parameters from a config's shape: attention, SwiGLU MLP, two norms a layer, the final norm, the tables."""
+    per_layer = 2 * d * h * dh + 2 * d * kv * dh + 3 * d * ff + 2 * d
+    return L * per_layer + V * d * (1 if tied else 2) + d
+
+
+def test_a_draft_takes_memory_and_a_cache_of_its_own_beside_the_target():
+    # Llama 3.1 8B (32 layers, 4096, 32/8 heads of 128, 14336, vocab 128256) and Llama 3.2 1B (16 layers,
+    # 2048, 32/8 heads of 64, 8192, tied), bf16, on one H100 (80e9 B marketed), 8,192 tokens
+    target, draft = _llama_params(32, 4096, 32, 8, 128, 14336, 128256, False), _llama_params(16, 2048, 32, 8, 64,
+                                                                                                 8192, 128256, True)
+    kv_target, kv_draft = 2 * 32 * 8 * 128 * 2, 2 * 16 * 8 * 64 * 2  # 128 KiB and 32 KiB a token
+    alone = math.floor((80e9 - 2 * target) / (8192 * kv_target))
+    both = math.floor((80e9 - 2 * target - 2 * draft) / (8192 * (kv_target + kv_draft)))
+    assert (alone, both) == (59, 45)
+    dep = km.Deployment("llama-3.1-8b", "h100-sxm")
+    c = dep.capacity(8192, draft="llama-3.2-1b")
+    assert int(dep.capacity(8192).max_batch) == alone and int(c.max_batch) == both
+    assert c.weight_bytes_per_chip == pytest.approx(2 * (target + draft), rel=1e-12)
+    assert c.kv_bytes_per_seq == 8192 * (kv_target + kv_draft)
+
+
+def test_capacity_with_a_draft_refuses_what_it_does_not_size_by_name():
+    dep = km.Deployment("llama-3.1-8b", "h100-sxm")
+    with pytest.raises(ValueError, match="draft"):
+        dep.capacity(8192, draft="llama-3.2-1b", engine="vllm")
+    with pytest.raises(ValueError, match="draft"):
+        dep.capacity(8192, draft="no-such-model")

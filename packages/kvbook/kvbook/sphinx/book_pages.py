@@ -28,8 +28,10 @@ What it changes, and why (issue 13, "the published book reads like a book"):
   for HiDPI (``kvbook.plots``: 2x pixels, recorded in the PNG's dpi) is
   shown at its CSS size (``width`` = pixels x CSS_DPI / dpi, responsive by
   the stylesheet), and an image inside a captioned figure (cell metadata
-  ``mystnb: figure: caption``) gets the caption as its alt text instead of
-  its file path (``mystnb: image: alt`` in the cell still wins).
+  ``mystnb: figure: caption``) gets an alt text instead of its file path:
+  the PNG's own ``Description``, where the figure's code wrote one
+  (:mod:`kvbook.diagrams`: what the picture shows, with its numbers), else
+  the caption (``mystnb: image: alt`` in the cell still wins).
 * **Chapter numbers in the printed title.** The theme prints its own copy
   of the page title, without the chapter number the page's ``<h1>`` has;
   it gets the number ("1. Why the GPU waits").
@@ -87,31 +89,40 @@ def drop_widget_state(app, pagename, templatename, context, doctree) -> None:
 
 # --- figures: CSS size for HiDPI PNGs, alt text from the caption ------------------------
 
-def _png_dpi(path: Path) -> float | None:
+def _png_info(path: Path) -> dict:
+    """The PNG's info (``dpi``, text fields such as ``Description``), or {} for a file that is not a PNG we can read."""
     try:
         from PIL import Image
 
         with Image.open(path) as im:
-            dpi = im.info.get("dpi")
-            return float(dpi[0]) if dpi else None
+            return dict(im.info)
     except Exception:  # not a PNG we can read: leave it alone
-        return None
+        return {}
 
 
 def figures(app, doctree, docname) -> None:
     for image in doctree.findall(nodes.image):
         uri = image.get("uri", "")
         parent = image.parent
-        if isinstance(parent, nodes.figure) and (not image.get("alt") or image.get("alt") == uri):
-            captions = [c for c in parent.children if isinstance(c, nodes.caption)]
-            if captions:
+        local_png = uri.lower().endswith(".png") and "://" not in uri
+        info = {}
+        if local_png:
+            # after Sphinx's image collector, candidates["*"] is the path from the source dir
+            found = (image.get("candidates") or {}).get("*")
+            path = Path(app.srcdir) / found if found else Path(app.env.relfn2path(uri, docname)[1])
+            info = _png_info(path)
+        if not image.get("alt") or image.get("alt") == uri:
+            described = " ".join(str(info.get("Description", "")).split())
+            captions = [c for c in parent.children if isinstance(c, nodes.caption)] \
+                if isinstance(parent, nodes.figure) else []
+            if described:  # written by the figure's code (kvbook.diagrams): what the picture shows
+                image["alt"] = described
+            elif captions:
                 image["alt"] = " ".join(captions[0].astext().split())
-        if "width" in image or not uri.lower().endswith(".png") or "://" in uri:
+        if "width" in image or not local_png:
             continue
-        # after Sphinx's image collector, candidates["*"] is the path from the source dir
-        found = (image.get("candidates") or {}).get("*")
-        path = Path(app.srcdir) / found if found else Path(app.env.relfn2path(uri, docname)[1])
-        dpi = _png_dpi(path)
+        dpi = info.get("dpi")
+        dpi = float(dpi[0]) if dpi else None
         if dpi and dpi > CSS_DPI * 1.2:
             from PIL import Image
 

@@ -1,7 +1,7 @@
 """The two-page A4 handout (issue 15 item 4), as HTML and, with Chromium, PDF.
 
 Every number on it is computed here by kvmath from its presets: the chip
-table (memory as marketed, as the device reports it and as the CUDA runtime
+table of :data:`CHIPS` (memory as marketed, as the device reports it and as the CUDA runtime
 gives it, where known; bandwidth; dense FLOP/s by format; the bf16 ridge),
 the KV cache per token of twelve models, and the unit conversions. The
 misconceptions come from ``book/teaching/misconceptions.yaml`` (the same
@@ -35,7 +35,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-pdf-header-footer"]
 
-# Which presets the handout shows, by name (the numbers come from the presets).
+# Which presets the handout shows, by name (the numbers come from the presets). The first page holds 25 chip
+# rows with the units and formulas: the chips a workshop compares (the full table is `kvmath hardware`).
+CHIPS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi355x",
+         "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7", "trainium2", "l4", "l40s", "rtx-4090", "rtx-5090", "rtx-pro-6000",
+         "dgx-spark", "m2-ultra", "m4-max", "h20"]
 MODELS = ["llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b", "mistral-7b-v0.1",
           "mixtral-8x7b", "qwen3-8b", "qwen3-32b", "gemma-2-9b", "gpt-oss-20b", "deepseek-v3"]
 FORMATS = ["bf16", "fp8", "int8", "fp4"]
@@ -71,7 +75,7 @@ def _n(x: float | None, digits: int = 0) -> str:
 
 def chip_rows() -> list[list[str]]:
     rows = []
-    for name in kvmath.Chip.presets():
+    for name in CHIPS:
         c = kvmath.Chip.preset(name)
         flops = [_n(c.flops_by_dtype[f] / 1e12) if f in c.flops_by_dtype else "—" for f in FORMATS]
         rows.append([f"<code>{html.escape(c.name)}</code>", _n(c.hbm_bytes / 1e9, 0),
