@@ -155,3 +155,39 @@ def test_mla_decode_attention_is_near_the_ridge_on_the_hopper_chips_and_the_rule
     assert roofline_regime(2 * intensity, bf16("h100-sxm") / bandwidth("h100-sxm")) == "compute"
     with pytest.raises(ValueError, match="margin"):
         roofline_regime(1.0, 2.0, 1.0)
+
+
+# ---- chapter 2: capacity by budget, one MHA convention for MLA, scales ----
+
+def test_chapter2_exercise2_answers_with_the_engine_budget_first():
+    gib = 2 ** 30
+    m, h100 = MODELS["llama-3-70b"], CHIPS["h100-sxm"]
+    weights_per_chip = 2 * param_count(m) / 2  # bf16, split over tp = 2
+    kv_per_token_chip = 2 * int(m["n_layers"]) * int(m["n_kv_heads"]) * int(m["head_dim"]) * 2 / 2
+    budgets = {
+        "reported": num(h100, "device_bytes"),
+        "engine": 0.9 * num(h100, "runtime_bytes") - 0.35 * gib,  # vLLM's 0.9 of the runtime total, less non-torch
+        "marketed": num(h100, "hbm_bytes"),
+    }
+    tokens = {k: math.floor((v - weights_per_chip) / kv_per_token_chip) for k, v in budgets.items()}
+    assert tokens == {"reported": 91_351, "engine": 34_339, "marketed": 57_655}
+    seqs = {k: math.floor((v - weights_per_chip) / (8192 * kv_per_token_chip)) for k, v in budgets.items()}
+    assert seqs == {"reported": 11, "engine": 4, "marketed": 7}
+    # the engine holds fewer tokens than even the marketed label: the claim the chapter makes
+    assert tokens["engine"] < tokens["marketed"] < tokens["reported"]
+
+
+def test_chapter2_mla_against_mha_with_its_own_widths_is_71_times():
+    m = MODELS["deepseek-v3"]
+    L, h = int(m["n_layers"]), int(m["n_heads"])
+    mha = L * h * (int(m["head_dim"]) + int(m["qk_rope_dim"]) + int(m["v_head_dim"])) * 2
+    latent = L * (int(m["kv_lora_rank"]) + int(m["qk_rope_dim"])) * 2
+    assert mha / latent == pytest.approx(71.1, abs=0.05)  # chapters 2 and 5 alike (was 57 in chapter 2)
+
+
+def test_chapter2_kv_scales_by_hand():
+    fmt = rows("formats")
+    bits = {k: float(fmt[k]["bits_per_weight"]) for k in ("kivi2-g32", "kivi4-g32", "fp8-g128")}
+    assert bits == {"kivi2-g32": 2 + 32 / 32, "kivi4-g32": 4 + 32 / 32, "fp8-g128": 8 + 32 / 128}
+    assert 512 * bits["fp8-g128"] / 8 + 64 * 2 == 656  # FlashMLA's bytes per token and layer
+    assert 16 / bits["kivi2-g32"] == pytest.approx(5.33, abs=0.005)  # "2-bit" holds 5.33x bf16's tokens, not 8x
