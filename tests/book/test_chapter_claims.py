@@ -191,3 +191,26 @@ def test_chapter2_kv_scales_by_hand():
     assert bits == {"kivi2-g32": 2 + 32 / 32, "kivi4-g32": 4 + 32 / 32, "fp8-g128": 8 + 32 / 128}
     assert 512 * bits["fp8-g128"] / 8 + 64 * 2 == 656  # FlashMLA's bytes per token and layer
     assert 16 / bits["kivi2-g32"] == pytest.approx(5.33, abs=0.005)  # "2-bit" holds 5.33x bf16's tokens, not 8x
+
+
+# ---- chapters 3 and 6: the all-reduces' bound and the estimates beside it ----
+
+def test_chapter6_custom_allreduce_estimate_at_batch_1_by_hand():
+    with open(DATA / "collectives.csv", newline="", encoding="utf-8") as f:
+        curves = {(r["link"], r["algorithm"], r["n_gpus"]): r for r in csv.DictReader(f)}
+    m = MODELS["llama-3-70b"]
+    calls, message = 2 * int(m["n_layers"]), 1 * int(m["d_model"]) * 2  # 160 all-reduces of 16 KiB
+    custom = curves["nvlink4", "custom", "8"]
+    per_call = float(custom["latency_s"]) + 2 * 7 / 8 * message / float(custom["bandwidth_bytes_per_s"])
+    assert calls * per_call == pytest.approx(0.961e-3, abs=1e-6)  # the chapter's 0.96 ms
+    nccl = curves["nvlink4", "in_switch", "8"]
+    assert calls * float(nccl["latency_s"]) == pytest.approx(4.80e-3)  # nccl-tests' 30 us a call: 4.80 ms
+    # the bound's floor: 0.5 us assumed per call plus the in-switch bytes, far below both estimates
+    from kvmath import Deployment
+    dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4")
+    est = {a: dep.comm_estimate(1, algorithm=a) for a in ("auto", "nccl")}
+    assert est["auto"].estimate_s == pytest.approx(calls * per_call, rel=0.01)
+    assert est["auto"].bound_s < est["auto"].estimate_s < est["nccl"].estimate_s
+    # the 'auto' share of the 5.29 ms batch-1 bound is 18%, not the 91% of NCCL's 30 us a call
+    step = Deployment("llama-3-70b", "h100-sxm", "tp=8", link=None).step(1, 8192).strict_s
+    assert 0.17 < est["auto"].estimate_s / step < 0.19 and est["nccl"].estimate_s / step > 0.9
