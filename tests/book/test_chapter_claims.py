@@ -214,3 +214,18 @@ def test_chapter6_custom_allreduce_estimate_at_batch_1_by_hand():
     # the 'auto' share of the 5.29 ms batch-1 bound is 18%, not the 91% of NCCL's 30 us a call
     step = Deployment("llama-3-70b", "h100-sxm", "tp=8", link=None).step(1, 8192).strict_s
     assert 0.17 < est["auto"].estimate_s / step < 0.19 and est["nccl"].estimate_s / step > 0.9
+
+
+# ---- chapter 8: the H200 row on its reported total ----
+
+def test_chapter8_h200_row_on_the_reported_total():
+    m = MODELS["kipply-52b"]
+    L, h, dh = int(m["n_layers"]), int(m["n_heads"]), int(m["head_dim"])
+    kv_token = 2 * L * h * dh * 2  # fp16, multi-head: 2 MiB
+    assert kv_token == 2 * 2 ** 20
+    budget = num(CHIPS["h200"], "device_bytes") - 2 * param_count(m)
+    assert budget == pytest.approx(46.6e9, abs=0.05e9)
+    assert math.floor(budget / kv_token) == 22_220 and math.floor(budget / (2048 * kv_token)) == 10
+    # the marketed 141 GB gave 17,569 tokens and 8 sequences: the row understated the chip by a quarter
+    marketed = num(CHIPS["h200"], "hbm_bytes") - 2 * param_count(m)
+    assert (math.floor(marketed / kv_token), math.floor(marketed / (2048 * kv_token))) == (17_569, 8)
