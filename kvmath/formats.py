@@ -9,6 +9,11 @@ bits per weight, not 4.
 ``compute`` names the chip rate a format's matmuls run at where the chip
 has it (``bf16``, ``fp8``, ``int8`` or ``fp4``); weight-only formats such as
 ``int4-g128`` are dequantized and multiply at the bf16 rate.
+
+The same table holds KV-cache formats whose scales are bytes too
+(``kivi2-g32``, ``kivi4-g32``, ``fp8-g128``): a cache quantized in groups
+keeps a scale, and for asymmetric formats a minimum, per group, and
+:func:`block_bits` gives what that costs per element for any group size.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .presets import lookup, optional_int, read_rows
+from .validation import non_negative, positive, positive_int
 
 #: Compute rates a format may name; each is a column of ``hardware.csv``.
 COMPUTE_RATES = ("bf16", "fp8", "int8", "fp4")
@@ -77,6 +83,42 @@ def _formats() -> dict[str, Format]:
             note=row["note"],
         )
     return formats
+
+
+def block_bits(element_bits: float, block_size: int, scale_bits: float = 16, zero_bits: float = 0) -> float:
+    """Bits per element of a block-quantized tensor, its per-block scale (and zero point) included.
+
+    ``element_bits + (scale_bits + zero_bits) / block_size``: each block of
+    ``block_size`` elements shares one scale of ``scale_bits`` and, for an
+    asymmetric format, one zero point or minimum of ``zero_bits``.
+
+    Parameters
+    ----------
+    element_bits : float
+        Bits of one quantized element (2, 4, 8).
+    block_size : int
+        Elements that share one scale.
+    scale_bits, zero_bits : float
+        Bits of the scale (16 for fp16, 32 for fp32, 8 for E8M0) and of the zero point (0 if none).
+
+    Returns
+    -------
+    float
+        Bits per element.
+
+    Examples
+    --------
+    >>> block_bits(2, 32, 16, 16)   # KIVI's 2-bit cache: an fp16 scale and minimum per 32
+    3.0
+    >>> block_bits(8, 128, 32)      # FlashMLA's fp8 cache: an fp32 scale per 128
+    8.25
+    >>> block_bits(4, 32, 8) == get_format("mxfp4").bits_per_weight
+    True
+    """
+    element_bits = positive("element_bits", element_bits)
+    block_size = positive_int("block_size", block_size)
+    scale_bits, zero_bits = non_negative("scale_bits", scale_bits), non_negative("zero_bits", zero_bits)
+    return element_bits + (scale_bits + zero_bits) / block_size
 
 
 def format_names() -> list[str]:

@@ -202,6 +202,7 @@ _FORMULAS = {
     "binds": dict(memory_s="nonneg", compute_s="nonneg", comm_s="nonneg"),
     "compute_ceiling_steps_per_s": dict(flops_per_step="pos", flops="pos"),
     "critical_batch": dict(flops="pos", bandwidth="pos", bytes_per_param="pos"),
+    "roofline_regime": dict(intensity="nonneg", ridge="pos", margin="frac"),
     "critical_batch_beta_alpha": dict(bf16_flops="pos", bandwidth="pos", bytes_per_param="pos", bytes_per_activation="pos"),
     "fit": dict(param_count="pos", bytes_per_param="pos", kv_bytes_per_token="pos", context="count", hbm_bytes="pos",
                 n_chips="optcount"),
@@ -344,6 +345,7 @@ FUNCTIONS = {
 _LAYOUT_ERRORS = ("must divide the", "must not exceed the", "needs a mixture-of-experts", "must equal tp * cp * dp")
 DOMAIN_ERRORS = {
     "formulas.kv_budget_bytes": ("weight_bytes exceed",),
+    "formulas.roofline_regime": ("margin must be below 1",),  # a margin of 1 or more leaves no memory-bound side
     "formulas.fit": ("cannot hold the", "weight_bytes exceed the memory", "overflow a whole number"),  # documented
     "Model.with_kv_heads@llama": ("divisible by n_kv_heads",),
     "Chip.flops@h100": ("compute_dtype",),  # fp32, int4 are storage formats, not compute rates

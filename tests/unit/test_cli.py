@@ -283,7 +283,7 @@ def test_hbm_bytes_is_the_reported_total_for_the_engine_too(capsys):
 @pytest.mark.parametrize("extra", [["--engine", "vllm"], ["--budget", "reserve"], ["--budget", "reported"]])
 def test_chip_without_a_reported_total_points_to_hbm_bytes(capsys, extra):
     # item 18: named a budget 'runtime' that does not exist, and the phrase twice for --budget reported
-    err = fails(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h200", "--context", "8192", *extra)
+    err = fails(capsys, "capacity", "--model", "llama-3-8b", "--hardware", "h800", "--context", "8192", *extra)
     assert "--hbm-bytes" in err and "--budget device" in err and "'runtime'" not in err
     assert err.count("--budget reported") <= 1
 

@@ -517,3 +517,34 @@ def test_strict_s_equals_the_steps_bound_with_a_replicated_lm_head():
     assert dep.strict_s(1.0, 512.0) == dep.step(1.0, 512.0).strict_s
     plain = km.Deployment("llama-2-70b", "a100-80gb", "tp=8")
     assert dep.strict_s(1.0, 512.0) > plain.strict_s(1.0, 512.0)  # the head's other 7/8 are read too
+
+
+# ----- KV-cache formats: scales are bytes too (issue 26, the missing topic) -----
+
+@pytest.mark.parametrize("name, element_bits, block, scale_bits, zero_bits", [
+    ("kivi2-g32", 2, 32, 16, 16),   # KIVI: an fp16 scale and an fp16 minimum per group of 32 (jy-yuan/KIVI)
+    ("kivi4-g32", 4, 32, 16, 16),
+    ("fp8-g128", 8, 128, 32, 0),    # FlashMLA: one fp32 scale per 128 fp8 values
+    ("int4-g128", 4, 128, 16, 0),   # AWQ-style: one fp16 scale per 128
+    ("mxfp4", 4, 32, 8, 0),         # OCP MX: one E8M0 scale per 32
+    ("nvfp4", 4, 16, 8, 0),         # NVFP4: one E4M3 scale per 16 (the fp32 per-tensor scale is negligible)
+])
+def test_block_formats_count_their_scales(name, element_bits, block, scale_bits, zero_bits):
+    from kvmath.formats import block_bits
+    by_hand = element_bits + (scale_bits + zero_bits) / block
+    assert get_format(name).bits_per_weight == by_hand == block_bits(element_bits, block, scale_bits, zero_bits)
+    assert get_format(name).block_size == block
+
+
+def test_flashmla_fp8_cache_is_656_bytes_per_token():
+    # FlashMLA README: 512 fp8 values + 4 fp32 scales + 64 bf16 RoPE values = 512 + 16 + 128 = 656 bytes
+    r, rope = 512, 64
+    assert r * km.units.dtype_bytes("fp8-g128") + rope * 2 == 656
+
+
+def test_block_bits_refuses_a_bad_group_by_name():
+    from kvmath.formats import block_bits
+    with pytest.raises(ValueError, match="block_size must be a whole number"):
+        block_bits(4, 12.5)
+    with pytest.raises(ValueError, match="scale_bits must be >= 0"):
+        block_bits(4, 32, -1)

@@ -537,13 +537,13 @@ def test_tp_not_dividing_the_kv_heads_is_refused():
 
 
 @pytest.mark.parametrize("call", [
-    lambda: memory_budget(get_chip("h200"), "reserve"),
-    lambda: memory_budget(get_chip("h200"), "engine"),
-    lambda: km.formulas.min_chips_for_weights(1e9, get_chip("h200"), budget="engine"),
-    lambda: runtime_total_bytes(get_chip("h200")),
+    lambda: memory_budget(get_chip("h800"), "reserve"),
+    lambda: memory_budget(get_chip("h800"), "engine"),
+    lambda: km.formulas.min_chips_for_weights(1e9, get_chip("h800"), budget="engine"),
+    lambda: runtime_total_bytes(get_chip("h800")),
 ])
 def test_a_chip_without_a_reported_total_names_a_real_budget(call):
-    with pytest.raises(ValueError, match="'h200' has no reported total") as err:
+    with pytest.raises(ValueError, match="'h800' has no reported total") as err:
         call()
     assert "'runtime'" not in str(err.value) and "'device' budget" in str(err.value)
 

@@ -333,3 +333,12 @@ def test_2025_chips_match_their_sources(name, hbm, bandwidth, rates):
 def test_rtx_pro_6000_device_total_is_the_nvidia_smi_figure():
     # nvidia-smi memory.total 97887 MiB (MarcoPizeta/flash-next-rtxpro6000-bench HARDWARE.md)
     assert km.Chip.preset("rtx-pro-6000").device_bytes == 97887 * 2**20
+
+
+def test_h200_device_total_is_the_nvidia_smi_figure():
+    # nvidia-smi memory.total 143771MiB on each of 8 H200s (sgl-project/sglang issue #3196): 140.4 GiB, 150.75 GB,
+    # 9.75 GB above the marketed 141 GB; no runtime total is known, so vLLM's is estimated 0.5 GiB below it
+    h200 = km.Chip.preset("h200")
+    assert h200.device_bytes == 143_771 * 2**20 == 150_754_820_096
+    assert h200.runtime_bytes is None
+    assert km.memory.memory_budget(h200, "reserve") == pytest.approx(143_771 * 2**20 - 0.5 * 2**30 - 0.35 * 2**30)

@@ -7,6 +7,7 @@ import numpy as np
 import kvmath
 from kvmath import formulas as F
 from kvmath.formatting import fmt_bytes, fmt_number
+from kvmath.memory import memory_budget
 from kvmath.units import dtype_bytes
 
 from . import figure
@@ -74,7 +75,9 @@ KV_DTYPES = [
     ("bf16 (2 bytes)", "bf16"),
     ("fp8 (1 byte)", "fp8"),
     ("int8 (1 byte)", "int8"),
-    ("int4 (0.5 byte)", "int4"),
+    ("int4 (0.5 byte, scales not counted)", "int4"),
+    ("fp8, fp32 scale per 128 (8.25 bits)", "fp8-g128"),
+    ("KIVI 2-bit, fp16 scale + min per 32 (3 bits)", "kivi2-g32"),
 ]
 
 
@@ -93,7 +96,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
         ax = fig.add_subplot()
         (kv_line,) = ax.plot([], [], label="KV cache")
         (total_line,) = ax.plot([], [], linestyle="--", label="weights (bf16) + KV cache")
-        hbm_line = ax.axhline(1.0, color="0.25", linewidth=1.2, label="HBM of one chip")
+        hbm_line = ax.axhline(1.0, color="0.25", linewidth=1.2, label="memory of one chip")
         (dot,) = ax.plot([], [], "o", color=kp.COLORS[0], markersize=8, zorder=4)
         info = kp.readout(ax)
         kp.log_context_axis(ax)
@@ -109,15 +112,18 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
 
         def update(model, context, batch, kv_dtype, chip):
             m, c = kvmath.Model.preset(model), kvmath.Chip.preset(chip)
+            # the memory the device reports where the preset knows it (the page's convention), else the marketed size
+            kind = "reported" if c.device_bytes else "device"
+            hbm = memory_budget(c, kind)
             b = dtype_bytes(kv_dtype)
             weights = F.weight_bytes(m.param_count(), 2)
             curve = batch * m.kv_bytes_per_seq(context_grid, b)
             kv_line.set_data(context_grid, curve)
             total_line.set_data(context_grid, curve + weights)
-            hbm_line.set_ydata([c.hbm_bytes, c.hbm_bytes])
+            hbm_line.set_ydata([hbm, hbm])
             kv = batch * m.kv_bytes_per_seq(context, b)
             dot.set_data([context], [kv])
-            chips = F.min_chips_for_weights(kv + weights, c.hbm_bytes)  # weights and cache alike
+            chips = F.min_chips_for_weights(kv + weights, hbm)  # weights and cache alike
             documented = (
                 ""
                 if m.supported_context is None or context <= m.supported_context
@@ -125,23 +131,24 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
             )
             info.set_text(
                 f"{m.display_name}, B = {batch}, {kv_dtype} cache{documented}\n"
-                f"HBM of one {c.display_name}: {c.hbm_bytes / 1e9:.0f} GB\n"
+                f"one {c.display_name}: {hbm / 1e9:.1f} GB "
+                f"({'reported' if kind == 'reported' else 'marketed'})\n"
                 f"KV cache at S = {fmt_number(context)}: "
                 f"{fmt_bytes(kv)}\n"
-                f"= {kv / c.hbm_bytes:.2f} x the HBM of one chip\n"
+                f"= {kv / hbm:.2f} x the memory of one chip\n"
                 f"weights + KV need at least {chips} "
                 f"chip{'s' if chips > 1 else ''}"
             )
-            low = min(curve.min(), c.hbm_bytes)
-            high = max(curve.max() + weights, c.hbm_bytes)
+            low = min(curve.min(), hbm)
+            high = max(curve.max() + weights, hbm)
             lo, hi = np.log(low / 2), np.log(high * 3)
             # keep every line below the note (top left) and above the legend (bottom right)
             renderer = fig.canvas.get_renderer()
             note = ax.transAxes.inverted().transform(info.get_window_extent(renderer))
             key = ax.transAxes.inverted().transform(legend.get_window_extent(renderer))
             left = x_frac <= note[1, 0] + 0.02
-            top = np.log(max((curve + weights)[left].max(), c.hbm_bytes))
-            bottom = np.log(min(curve[x_frac >= key[0, 0] - 0.02].min(), c.hbm_bytes))
+            top = np.log(max((curve + weights)[left].max(), hbm))
+            bottom = np.log(min(curve[x_frac >= key[0, 0] - 0.02].min(), hbm))
             a, b = key[1, 1] + 0.03, 1.03 - note[0, 1]  # fractions kept free
             for _ in range(30):
                 hi = max(hi, (top - b * lo) / (1 - b))
@@ -170,7 +177,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
         main="context",
         figsize=(7.0, 4.2),
         caption="KV cache size against context length for the chosen model, batch and KV "
-        "format, with the HBM of the chosen chip; the note says when the context is "
+        "format, with the memory of the chosen chip (reported where known); the note says when the context is "
         "past the model's documented context",
         fixed_limits=True,
     )

@@ -172,6 +172,8 @@ def ms_curve(chip: str = "tpu-v5e", bandwidth: float = BANDWIDTH, n_chips: int =
     kp.log_batch_axis(ax_r)
     ax_r.set_ylabel("throughput (tokens/s)")
     ax_r.axvline(batch_fits, color=kp.COLORS[3], lw=1.0)
+    for ax in (ax_t, ax_r):  # batches whose caches do not fit beside the weights
+        ax.axvspan(batch_fits, b.max(), color=kp.COLORS[3], alpha=0.08, lw=0)
     ax_r.text(
         batch_fits,
         0.35,

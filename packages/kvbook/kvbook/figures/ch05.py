@@ -21,7 +21,7 @@ def mha_equivalent_bytes_per_token(m, bytes_per_elem=2):
             m.head_dim + m.qk_rope_dim + m.v_head_dim
         )  # K is 128 + 64 wide, V 128
         return m.n_layers * per_layer * bytes_per_elem
-    return m.with_kv_heads(m.n_heads).kv_bytes_per_token(bytes_per_elem)
+    return F.kv_bytes_per_token(m.n_layers, m.n_heads, m.head_dim, bytes_per_elem)  # every layer full, no window
 
 
 #: The models of the design figure.

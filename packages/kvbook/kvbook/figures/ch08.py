@@ -301,12 +301,16 @@ def planner(model: str = "kipply-52b", chip: str = "a100-kipply", n_chips: int =
         def draw(model, chip, n_chips, split, weight_dtype, kv_dtype, context):
             m, c = kvmath.Model.preset(model), PLANNER_CHIPS[chip]
             w = m.weight_bytes_resident(weight_dtype)  # capacity: every weight
-            b_crit_here = kvmath.Deployment(m, c, weights=weight_dtype, compute="bf16").critical_batch()
+            # the memory the device reports where the preset knows it (the chapter's table does the same)
+            budget = "reported" if c.device_bytes else "device"
+            memory = kvmath.memory.memory_budget(c, budget)
+            # the matmuls run at the format's own rate (fp8 and int8 are W8A8, int4-g128 weight-only)
+            b_crit_here = kvmath.Deployment(m, c, weights=weight_dtype).critical_batch()
             bcrit.move(b_crit_here, f"B_crit = {b_crit_here:.0f}")
-            if w > n_chips * c.hbm_bytes:
-                need = F.min_chips_for_weights(w, c.hbm_bytes)
+            if w > n_chips * memory:
+                need = F.min_chips_for_weights(w, memory)
                 hide(
-                    f"{w / 1e9:.0f} GB of weights do not fit on {n_chips} x {c.hbm_bytes / 1e9:.0f} GB;"
+                    f"{w / 1e9:.0f} GB of weights do not fit on {n_chips} x {memory / 1e9:.0f} GB;"
                     f" need {need} chips"
                 )
                 return
@@ -319,11 +323,11 @@ def planner(model: str = "kipply-52b", chip: str = "a100-kipply", n_chips: int =
             # by heads: tensor parallelism, each chip holds ceil(h_kv / N) heads of every sequence;
             # by batch: each chip holds the caches of its own sequences (no communication counted)
             layout = f"tp={n_chips}" + (",kv=batch" if split == "batch" else "")
-            dep = kvmath.Deployment(m, c, layout, link=None, weights=weight_dtype, kv=kv_dtype, compute="bf16")
+            dep = kvmath.Deployment(m, c, layout, link=None, weights=weight_dtype, kv=kv_dtype)
             try:
-                fit = dep.capacity(context)  # each chip's memory less its share of the weights
+                fit = dep.capacity(context, budget=budget)  # each chip's memory less its share of the weights
             except ValueError:  # the busiest chip's share of the weights alone does not fit
-                hide(f"{w / 1e9:.0f} GB of weights do not fit on {n_chips} x {c.hbm_bytes / 1e9:.0f} GB")
+                hide(f"{w / 1e9:.0f} GB of weights do not fit on {n_chips} x {memory / 1e9:.0f} GB")
                 return
             b_max = int(fit.max_batch)
             kv_budget = n_chips * fit.kv_budget_bytes_per_chip
@@ -385,7 +389,8 @@ def planner(model: str = "kipply-52b", chip: str = "a100-kipply", n_chips: int =
                 label="cache split",
             ),
             "weight_dtype": Choice(
-                ["fp16", "fp8", "int8", ("int4-g128", "int4-g128")],
+                ["fp16", ("fp8 (fp8 math)", "fp8"), ("int8 (int8 math)", "int8"),
+                 ("int4-g128 (bf16 math)", "int4-g128")],
                 default=weight_dtype,
                 label="weights",
             ),
