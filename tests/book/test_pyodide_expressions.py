@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from concurrent.futures import ThreadPoolExecutor
 import types
 
 import pytest
@@ -43,7 +44,9 @@ def pyodide_kernel(monkeypatch):
 def _execute(kernel, code, expressions):
     kernel._parent_header = {"header": {"msg_type": "execute_request"},
                              "content": {"code": code, "user_expressions": expressions}}
-    return asyncio.run(kernel.run(code))
+    # in a thread of its own: a browser test earlier in the same process may leave this thread's event loop running
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, kernel.run(code)).result()
 
 
 def test_the_reply_carries_each_expressions_value_and_follows_a_rerun(pyodide_kernel):
