@@ -38,7 +38,8 @@ How (issue 22: a PDF worth printing):
 Once the PDF is written, every page's download menu is pointed at it
 (``kvbook.sphinx.book_pages.link_pdf``, by its path from the page): a build
 offers the PDF only once this has made it. Beside the PDF, ``OUT.json`` records
-the first PDF page (1-based) of every document, so a test can find a chapter.
+the first PDF page (1-based) of every document and of every part opener, so a test
+can find a chapter (tests/browser/test_pdf.py).
 """
 
 from __future__ import annotations
@@ -346,12 +347,61 @@ def _roman(n: int) -> str:
     return out
 
 
-def finish(pdf: bytes, body_start: int, title: str, author: str, target: Path) -> int:
-    """Labels, title, author, bookmarks shown; returns the page count."""
+#: each heading's title as the page shows it (MathJax's formulas by their MathML text), in document order
+_HEADINGS_JS = """() => [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')]
+  .filter(h => h.getClientRects().length > 0)
+  .map(h => { const c = h.cloneNode(true);
+              c.querySelectorAll('mjx-container').forEach(m => {
+                const mml = m.querySelector('mjx-assistive-mml');
+                m.replaceWith(document.createTextNode(mml ? mml.textContent : ''));
+              });
+              return c.textContent.replace(/\\s+/g, ' ').trim(); })"""
+
+
+def _outline_items(writer):
+    """The PDF's bookmarks, in document order (depth first)."""
+    root = writer._root_object.get("/Outlines")
+    stack = [root.get_object().get("/First")] if root is not None else []
+    while stack:
+        ref = stack.pop()
+        if ref is None:
+            continue
+        item = ref.get_object()
+        yield item
+        stack.append(item.get("/Next"))
+        stack.append(item.get("/First"))
+
+
+def retitle_outline(writer, titles: list[str]) -> bool:
+    """Give the bookmarks the headings' titles; False (and nothing changed) where they do not pair up.
+
+    Chromium writes each bookmark from its heading's lines joined with no space, and a
+    line broken at a hyphen twice ("bytes,FLOPs", "matrix-matrix productsmatrix products"),
+    a formula left out. They pair up by their order and first characters.
+    """
+    from pypdf.generic import NameObject, TextStringObject
+
+    items = list(_outline_items(writer))
+
+    def key(t: str) -> str:
+        return "".join(str(t).split())[:4]
+
+    if len(items) != len(titles) or any(key(i["/Title"]) != key(t) for i, t in zip(items, titles)):
+        return False
+    for item, title in zip(items, titles):
+        item[NameObject("/Title")] = TextStringObject(title)
+    return True
+
+
+def finish(pdf: bytes, body_start: int, titles: list[str], title: str, author: str, target: Path) -> int:
+    """Bookmark titles, page labels, title, author, bookmarks shown; returns the page count."""
     from pypdf import PdfReader, PdfWriter
     from pypdf.constants import PageLabelStyle
 
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    if not retitle_outline(writer, titles):
+        print("make_pdf: the bookmarks do not pair up with the headings: their titles are left as Chromium "
+              "wrote them")
     n = len(writer.pages)
     if body_start > 0:
         writer.set_page_label(0, body_start - 1, style=PageLabelStyle.LOWERCASE_ROMAN, start=1)
@@ -379,14 +429,17 @@ def print_book(html: Path, target: Path, book_parts: list[Part]) -> dict:
         tab.evaluate("""(numbers) => document.querySelectorAll('.kvmath-toc-page').forEach(
                           e => { e.textContent = numbers[e.dataset.target] || ''; })""", numbers)
         final = tab.pdf(outline=True, tagged=True, **PDF_OPTIONS)
+        titles = tab.evaluate(_HEADINGS_JS)
     again = destination_pages(final)
     moved = sorted(a for a in pages if again.get(a) != pages[a])
     if moved:  # the numbers took no room they did not have: nothing should move
         raise RuntimeError(f"make_pdf: the contents' page numbers moved {len(moved)} targets: {moved[:5]}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    n = finish(final, body_start, book.book_title(), book.book_author(), target)
+    n = finish(final, body_start, titles, book.book_title(), book.book_author(), target)
     return {"pages": n, "body_start": body_start + 1,
             "first_page": {d: again[slug(d)] + 1 for d in book.docs if slug(d) in again},
+            "part_page": {p.caption: again[f"kvmath-part-{i}"] + 1 for i, p in enumerate(book_parts)
+                          if p.caption and f"kvmath-part-{i}" in again},
             "unresolved_links": book.unresolved, "unlinked": sorted(set(book.unlinked))}
 
 

@@ -13,13 +13,24 @@ Used by tests/browser/test_pdf.py.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 MM = 72 / 25.4
-#: the text area the book's pages print in (scripts/make_pdf.css: @page margin)
-MARGINS_PT = {"top": 17 * MM, "bottom": 19 * MM}
+
+
+def _page_margins() -> dict[str, float]:
+    """The top and bottom margins (points) of the book's pages, as scripts/make_pdf.css sets them."""
+    css = (Path(__file__).resolve().parents[2] / "scripts" / "make_pdf.css").read_text()
+    top, _, bottom, _ = re.search(r"@page\s*\{[^}]*?margin:\s*([\d.]+)mm ([\d.]+)mm ([\d.]+)mm ([\d.]+)mm",
+                                  css).groups()
+    return {"top": float(top) * MM, "bottom": float(bottom) * MM}
+
+
+#: the text area the book's pages print in (the page number sits in the bottom margin)
+MARGINS_PT = _page_margins()
 _PAINT = {b"f", b"F", b"f*", b"S", b"s", b"B", b"B*", b"b", b"b*"}
 
 
