@@ -45,12 +45,13 @@ can find a chapter (tests/browser/test_pdf.py).
 from __future__ import annotations
 
 import io
-import logging
 import json
+import logging
 import re
 import sys
 import time
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -59,13 +60,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.browser.sitecheck import launch_browser, serve  # noqa: E402
+from tests.browser.sitecheck import launch_browser, serve
 
 PRINT_CSS = Path(__file__).with_name("make_pdf.css")
 #: the one document's address on the local server (fulfilled by Playwright, never a file)
 DOC_NAME = "kvmath-print-book.html"
 _BOOK = "http://book.invalid/"  # a base to resolve a page's relative links against
-_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
+_LOCAL_HOSTS = ("localhost", "0.0.0.0", "::1")  # and 127.*
 
 
 # --- the book's structure ------------------------------------------------------------------
@@ -131,7 +132,6 @@ class Assembler:
     def __init__(self, html: Path, book_parts: list[Part]):
         from bs4 import BeautifulSoup
 
-        self.html = html
         self.parts = book_parts
         self.docs = [d for p in book_parts for d in p.docs]
         self.soups = {d: BeautifulSoup((html / f"{d}.html").read_text(encoding="utf-8"), "html.parser")
@@ -155,7 +155,7 @@ class Assembler:
                         mathjax.append(f"<script>{s.string}</script>")
         title = self.book_title()
         links = "\n".join(f'<link rel="stylesheet" href="{h}">' for h in sheets)
-        return (f'<meta charset="utf-8"><title>{_esc(title)}</title>\n{links}\n'
+        return (f'<meta charset="utf-8"><title>{escape(title)}</title>\n{links}\n'
                 f"<style>{PRINT_CSS.read_text(encoding='utf-8')}</style>\n" + "\n".join(mathjax))
 
     def book_title(self) -> str:
@@ -177,7 +177,8 @@ class Assembler:
         if u.scheme == "mailto":
             return href
         if u.scheme in ("http", "https") and u.netloc != urlsplit(_BOOK).netloc:
-            return None if (u.hostname or "") in _LOCAL_HOSTS or u.netloc in _LOCAL_HOSTS else href
+            host = u.hostname or ""
+            return None if host in _LOCAL_HOSTS or host.startswith("127.") else href
         if u.scheme not in ("http", "https"):
             return None
         path = u.path.lstrip("/")
@@ -198,18 +199,14 @@ class Assembler:
         soup = self.soups[doc]
         art = soup.select_one("article.bd-article")
         art = BeautifulSoup(str(art), "html.parser").article
-        # what only works on screen
-        for el in art.select("script, noscript, button, input, select, .headerlink, "
-                             ".kvmath-interactive-controls, .kvmath-interactive-hint"):
-            if el.name == "script" and "kvmath-interactive-data" in (el.get("class") or []):
-                continue  # read below, for the printed settings
+        # what only works on screen: the settings an interactive figure prints at replace its controls
+        for fig in art.select(".kvmath-interactive"):
+            self._printed_state(fig, soup)
+        for el in art.select("script, noscript, button, input, select, .headerlink, .kvmath-interactive-controls, "
+                             ".kvmath-interactive-hint, .kvmath-interactive-note"):
             el.decompose()
         for d in art.find_all("details"):
             d["open"] = ""
-        for fig in art.select(".kvmath-interactive"):
-            self._printed_state(fig, soup)
-        for el in art.select("script"):
-            el.decompose()
         # ids and links
         prefix = slug(doc) + "--"
         for el in art.find_all(id=True):
@@ -239,15 +236,13 @@ class Assembler:
 
     @staticmethod
     def _printed_state(fig, soup) -> None:
-        """Replace an interactive figure's note with the settings its printed frame shows."""
+        """Say under an interactive figure's image the settings its printed frame shows (its defaults)."""
         data_el = fig.select_one("script.kvmath-interactive-data")
         try:
             data = json.loads(data_el.string) if data_el is not None else {}
         except ValueError:
             data = {}
         controls = data.get("controls") or []
-        for note in fig.select(".kvmath-interactive-note"):
-            note.decompose()
         if controls:
             said = ", ".join(f"{c['label']} = {c['labels'][c['default']]}" for c in controls)
             p = soup.new_tag("p", attrs={"class": "kvmath-print-state"})
@@ -282,13 +277,13 @@ class Assembler:
 
     def document(self) -> str:
         title, author = self.book_title(), self.book_author()
-        body = [f'<section class="kvmath-title-page"><p class="kvmath-book-title">{_esc(title)}</p>'
-                f'<p class="kvmath-book-author">{_esc(author)}</p></section>']
+        body = [(f'<section class="kvmath-title-page"><p class="kvmath-book-title">{escape(title)}</p>'
+                 f'<p class="kvmath-book-author">{escape(author)}</p></section>')]
         rows = []
         for level, anchor, number, text in self.contents_entries():
             rows.append(f'<li class="kvmath-toc-{level}"><a href="#{anchor}">'
-                        f'<span class="kvmath-toc-num">{_esc(number)}</span>'
-                        f'<span class="kvmath-toc-title">{_esc(text)}</span>'
+                        f'<span class="kvmath-toc-num">{escape(number)}</span>'
+                        f'<span class="kvmath-toc-title">{escape(text)}</span>'
                         f'<span class="kvmath-toc-page" data-target="{anchor}"></span></a></li>')
         body.append('<section class="kvmath-contents kvmath-front"><h1 id="kvmath-contents">Contents</h1>'
                     f'<ul>{"".join(rows)}</ul></section>')
@@ -297,7 +292,7 @@ class Assembler:
             if part.caption:
                 cls = "kvmath-part kvmath-first-part" if first_part else "kvmath-part"
                 first_part = False
-                body.append(f'<section class="{cls}"><h1 id="kvmath-part-{i}">{_esc(part.caption)}</h1></section>')
+                body.append(f'<section class="{cls}"><h1 id="kvmath-part-{i}">{escape(part.caption)}</h1></section>')
             for doc in part.docs:
                 art = self.article(doc, shift=1 if part.caption else 0)
                 if not part.caption:
@@ -309,13 +304,9 @@ class Assembler:
                 "</article></div></div></main></body></html>")
 
 
-def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
-
 # --- printing and the PDF --------------------------------------------------------------------
 
-PDF_OPTIONS = dict(prefer_css_page_size=True, print_background=True)
+PDF_OPTIONS = {"prefer_css_page_size": True, "print_background": True}
 
 
 # pypdf warns that Chromium's trailer undercounts its objects; it reads the file right

@@ -22,12 +22,12 @@ import os
 import re
 import shutil
 import subprocess
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from make_pdf import main as make_pdf
+from make_pdf import parts, reading_order, slug
 
-from make_pdf import main as make_pdf, parts, reading_order, slug
 from tests.browser import pdfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,19 +49,14 @@ def book_pdf(built_book, browser) -> Path:
     return pdf
 
 
-@lru_cache(maxsize=None)
-def _read(pdf: Path):
+@pytest.fixture(scope="module")
+def reader(book_pdf):
     import logging
 
     from pypdf import PdfReader
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # Chromium's trailer undercounts its objects
-    return PdfReader(pdf)
-
-
-@pytest.fixture(scope="module")
-def reader(book_pdf):
-    return _read(book_pdf)
+    return PdfReader(book_pdf)
 
 
 @pytest.fixture(scope="module")
