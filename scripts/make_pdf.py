@@ -338,6 +338,23 @@ def _roman(n: int) -> str:
     return out
 
 
+A4_WIDTH_MM = 210
+
+
+def page_margins_mm(css: Path = PRINT_CSS) -> tuple[float, float, float, float]:
+    """The book's page margins (top, right, bottom, left, mm), as make_pdf.css's @page rule sets them."""
+    found = re.search(r"@page\s*\{[^}]*?margin:\s*([\d.]+)mm ([\d.]+)mm ([\d.]+)mm ([\d.]+)mm", css.read_text())
+    return tuple(float(v) for v in found.groups())
+
+
+#: tables, code, images and equations that reach past the printed text's right edge (Chromium
+#: cuts them at the page's edge), each as "page id: tag: its first words"
+_TOO_WIDE_JS = """(width) => [...document.querySelectorAll(
+    '.kvmath-doc table, .kvmath-doc pre, .kvmath-doc img, .kvmath-doc div.math, .kvmath-doc mjx-container')]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .map(e => (e.closest('.kvmath-doc') || {}).id + ': ' + e.tagName.toLowerCase() + ': '
+            + (e.textContent || e.getAttribute('src') || '').trim().slice(0, 50))"""
+
 #: each heading's title as the page shows it (MathJax's formulas by their MathML text), in document order
 _HEADINGS_JS = """() => [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')]
   .filter(h => h.getClientRects().length > 0)
@@ -408,11 +425,14 @@ def print_book(html: Path, target: Path, book_parts: list[Part]) -> dict:
     book = Assembler(html, book_parts)
     doc = book.document()
     with serve(html) as base, launch_browser() as browser:
-        tab = browser.new_page(viewport={"width": 1000, "height": 1400})
+        # laid out at the printed text's width, to find what would not fit across the page
+        width = round((A4_WIDTH_MM - sum(page_margins_mm()[1::2])) * 96 / 25.4)
+        tab = browser.new_page(viewport={"width": width, "height": 1400})
         tab.route(base + DOC_NAME, lambda route: route.fulfill(body=doc, content_type="text/html; charset=utf-8"))
         tab.goto(base + DOC_NAME, wait_until="networkidle", timeout=120_000)
         tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
         tab.emulate_media(media="print")
+        too_wide = tab.evaluate(_TOO_WIDE_JS, width)
         first = tab.pdf(**PDF_OPTIONS)
         pages = destination_pages(first)
         body_start = pages.get("kvmath-part-" + str(next(i for i, p in enumerate(book_parts) if p.caption)), 0)
@@ -431,7 +451,7 @@ def print_book(html: Path, target: Path, book_parts: list[Part]) -> dict:
             "first_page": {d: again[slug(d)] + 1 for d in book.docs if slug(d) in again},
             "part_page": {p.caption: again[f"kvmath-part-{i}"] + 1 for i, p in enumerate(book_parts)
                           if p.caption and f"kvmath-part-{i}" in again},
-            "unresolved_links": book.unresolved, "unlinked": sorted(set(book.unlinked))}
+            "unresolved_links": book.unresolved, "unlinked": sorted(set(book.unlinked)), "too_wide": too_wide}
 
 
 def main(html_dir: str = "_build/html", out: str | None = None, toc: str | None = None) -> int:
@@ -448,6 +468,8 @@ def main(html_dir: str = "_build/html", out: str | None = None, toc: str | None 
     linked = link_pdf(html, target)
     print(f"wrote {target} ({report['pages']} pages, {target.stat().st_size / 1e6:.1f} MB) in "
           f"{time.perf_counter() - start:.0f} s; the download menu of {linked} pages links it")
+    if report["too_wide"]:
+        print(f"make_pdf: {len(report['too_wide'])} elements are wider than the page: {report['too_wide'][:5]}")
     if report["unresolved_links"]:
         print(f"make_pdf: {len(report['unresolved_links'])} links name an id their page lacks "
               f"(they go to the page's top): {report['unresolved_links'][:5]}")

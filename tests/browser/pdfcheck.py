@@ -13,7 +13,6 @@ Used by tests/browser/test_pdf.py.
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ MM = 72 / 25.4
 
 
 def _page_margins() -> dict[str, float]:
-    """The top and bottom margins (points) of the book's pages, as scripts/make_pdf.css sets them."""
-    css = (Path(__file__).resolve().parents[2] / "scripts" / "make_pdf.css").read_text()
-    top, _, bottom, _ = re.search(r"@page\s*\{[^}]*?margin:\s*([\d.]+)mm ([\d.]+)mm ([\d.]+)mm ([\d.]+)mm",
-                                  css).groups()
-    return {"top": float(top) * MM, "bottom": float(bottom) * MM}
+    """The top and bottom margins (points) of the book's pages (scripts/make_pdf.css, read by make_pdf)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from make_pdf import page_margins_mm
+
+    top, _, bottom, _ = page_margins_mm()
+    return {"top": top * MM, "bottom": bottom * MM}
 
 
 #: the text area the book's pages print in (the page number sits in the bottom margin)

@@ -208,7 +208,8 @@ def _exempt(page_map: dict) -> dict[int, str]:
     starts = sorted(set(page_map["first_page"].values()) | set(page_map["part_page"].values()))
     out = {1: "title page"}
     out.update({p: "part opener" for p in page_map["part_page"].values()})
-    out.update({s - 1: "last page of a chapter or page" for s in starts[1:] if s - 1 not in out})
+    out.update({s - 1: "last page of a page of the book (or of the contents)" for s in starts
+                if s > 1 and s - 1 not in out})
     out[page_map["pages"]] = "last page"
     return out
 
@@ -237,6 +238,11 @@ def test_no_page_is_more_than_60_percent_blank_but_openers_and_last_pages(boxes,
     blank = [(labels[i], round(b.blank_fraction(), 2)) for i, b in enumerate(boxes)
              if i + 1 not in exempt and b.blank_fraction() > 0.6]
     assert not blank, f"pages (label, blank share of the text area) more than 60% blank: {blank}"
+
+
+def test_nothing_is_wider_than_the_page(page_map):
+    """No table, code block, image or equation reaches past the text's right edge (it would be cut)."""
+    assert page_map["too_wide"] == []
 
 
 # --- links ------------------------------------------------------------------------------------
