@@ -8,7 +8,8 @@
 #                 the workshop's JupyterLite)
 #   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
 #   make lab      JupyterLab on notebooks/, with kvmath and kvbook installed
-#   make pdf      print the built book to one PDF (_build/html/kvmath-book.pdf)
+#   make pdf      print the built book as one PDF (_build/html/kvmath-book.pdf): contents,
+#                 bookmarks, page numbers, links inside the PDF
 #   make refresh  re-execute every notebook in place (low-churn metadata), then store each
 #                 Markdown cell's inline-expression results for JupyterLab (kvbook.inline)
 #   make workshop the workshop kit in _build/workshop/, two folders: learner/ (the only
@@ -121,19 +122,21 @@ chromium:
 	fi
 	@test -x "$(CHROMIUM)" || { echo "make: Chromium is still missing at $(CHROMIUM)"; exit 1; }
 
-# poppler-utils: pdfunite joins the PDF's pages; pdfinfo/pdftoppm let the test read it.
+# poppler-utils: pdftotext/pdftoppm/pdfimages let the tests read the PDFs (the book's, the handout).
 poppler:
-	@if ! command -v pdftoppm >/dev/null 2>&1 || ! command -v pdfunite >/dev/null 2>&1; then \
+	@if ! command -v pdftoppm >/dev/null 2>&1 || ! command -v pdftotext >/dev/null 2>&1; then \
 	  command -v apt-get >/dev/null 2>&1 || { echo "make: pdftoppm not found and no apt-get: install poppler-utils"; exit 1; }; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  echo "Installing poppler-utils for the PDF ($$SUDO apt-get install poppler-utils)"; \
+	  echo "Installing poppler-utils for the PDF tests ($$SUDO apt-get install poppler-utils)"; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq poppler-utils >/dev/null; \
 	fi
-	@command -v pdfunite >/dev/null 2>&1 || { echo "make: poppler-utils is still missing"; exit 1; }
+	@command -v pdftoppm >/dev/null 2>&1 || { echo "make: poppler-utils is still missing"; exit 1; }
 
-# The whole book as one PDF, printed by the same headless Chromium the tests use
-# (print stylesheet: _static/kvmath.css). Builds the book first.
-pdf: env assets chromium poppler book
+# The whole book as one PDF: its pages joined into one document (title page, contents,
+# part openers, links inside the PDF), printed by the same headless Chromium the tests use
+# (print stylesheets: _static/kvmath.css, scripts/make_pdf.css), then bookmarks and page
+# labels with pypdf (scripts/make_pdf.py). Builds the book first.
+pdf: env assets chromium book
 	$(VPY) scripts/make_pdf.py $(HTML)
 
 # The tests marked slow (pytest.ini) are left out: each takes over about 30 s.
@@ -193,7 +196,7 @@ answer-key: env
 # The kit: learner/ (the only folder to serve or copy) and instructor/, each with its
 # book printed to a PDF beside it (packages/kvbook/kvbook/workshop/kit.py). It reads
 # neither _build/html nor its PDF: `make book` / `make pdf` before or after leave both.
-workshop: env assets chromium poppler learner instructor handout answer-key lite
+workshop: env assets chromium learner instructor handout answer-key lite
 	$(VPY) -m kvbook.workshop.kit
 
 # --- live notebooks ------------------------------------------------------------
