@@ -109,20 +109,15 @@ def model_critical_batch(
     def excess(b: float) -> float:
         return 2 * matmul * b / flops - model.weight_bytes_read(b, weights, routing) / bandwidth
 
-    lo, hi = 1e-6, 1e9
-    if excess(hi) < 0:
+    crossing = _solve_crossing(excess)
+    if crossing == float("inf"):
         raise ValueError(f"{model.name}: the weight math never catches up with the reads below a batch of 1e9")
-    # Bisection on a log scale: the reads grow at most linearly in B, the math exactly so.
-    for _ in range(200):
-        mid = np.sqrt(lo * hi)
-        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
-        if hi / lo < 1 + 1e-12:
-            break
-    return float(hi)
+    return crossing
 
 
 def _solve_crossing(excess) -> float:
-    """The batch where ``excess(B)`` (math time less read time) turns positive, by bisection on a log scale."""
+    """The batch where ``excess(B)`` (math time less read time) turns positive, by bisection on a log scale (the
+    reads grow at most linearly in B, the math exactly so); inf if it does not below a batch of 1e9."""
     lo, hi = 1e-6, 1e9
     if excess(hi) < 0:
         return float("inf")
