@@ -10,6 +10,9 @@ really changed:
 * per-cell execution timestamps (``metadata.execution``) are not recorded;
 * the notebook's ``language_info`` keeps only the language name, and the
   kernelspec is the plain ``python3`` one;
+* a code cell the book hides (tagged ``remove-input``, ``hide-input`` or
+  ``remove-output``) opens collapsed the same way in JupyterLab and JupyterLite
+  (``metadata.jupyter.source_hidden`` / ``outputs_hidden``);
 * ipywidgets state is not stored, and the ``widget-view`` output of an
   interactive figure is dropped (its model id is random, and without state it
   could not be shown anyway): the saved notebook keeps the figure's
@@ -38,6 +41,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from kvbook.cell_view import collapse_as_the_book_hides
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -51,6 +56,7 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         cell.metadata.pop("execution", None)
         if cell.cell_type != "code":
             continue
+        collapse_as_the_book_hides(cell)
         for out in cell.get("outputs", []):
             data = out.get("data")
             if data is not None and WIDGET_VIEW in data:

@@ -26,32 +26,37 @@ BOOK = LearnerBook(
 HERE = "notebooks/00_sample_rhythm"
 
 
+def link(text: str, url: str) -> str:
+    """A link into the learner book as the room's notebooks carry it: an HTML anchor opening a new tab (R21-3)."""
+    return f'<a href="{url}" target="_blank" rel="noopener">{text}</a>'
+
+
 def test_chapter_references_become_links_with_the_books_titles():
     assert BOOK.rewrite("the full treatment is {doc}`04_critical_batch`.", HERE) == \
-        "the full treatment is [Critical batch size](/book/notebooks/04_critical_batch.html)."
-    assert BOOK.rewrite("{doc}`see here <../book/notation>`", HERE) == "[see here](/book/book/notation.html)"
+        "the full treatment is " + link("Critical batch size", "/book/notebooks/04_critical_batch.html") + "."
+    assert BOOK.rewrite("{doc}`see here <../book/notation>`", HERE) == link("see here", "/book/book/notation.html")
     assert BOOK.rewrite("{ref}`thread-unsaid`", "notebooks/03_min_step") == \
-        "[What the thread leaves unsaid](/book/notebooks/07_thread_256k.html#thread-unsaid)"
+        link("What the thread leaves unsaid", "/book/notebooks/07_thread_256k.html#thread-unsaid")
 
 
 def test_figures_and_equations_of_other_pages_carry_the_books_numbers():
     assert BOOK.rewrite("{numref}`fig-step-at-batch-1` shows", "notebooks/01_roofline") == \
-        "[Fig. 1.1](/book/notebooks/01_roofline.html#fig-step-at-batch-1) shows"
+        link("Fig. 1.1", "/book/notebooks/01_roofline.html#fig-step-at-batch-1") + " shows"
     assert BOOK.rewrite("{numref}`Figure {number} <fig-step-at-batch-1>`", "notebooks/01_roofline") == \
-        "[Figure 1.1](/book/notebooks/01_roofline.html#fig-step-at-batch-1)"
+        link("Figure 1.1", "/book/notebooks/01_roofline.html#fig-step-at-batch-1")
     assert BOOK.rewrite("equation {eq}`kv-bytes-per-token`", HERE) == \
-        "equation [(1)](/book/book/notation.html#equation-kv-bytes-per-token)"
+        "equation " + link("(1)", "/book/book/notation.html#equation-kv-bytes-per-token")
     # the notebook's own equation: jupyterlab-myst numbers and links it in the page
     assert BOOK.rewrite("equation {eq}`sample-bcrit`", HERE) == "equation {eq}`sample-bcrit`"
 
 
 def test_citations_become_links_to_their_bibliography_entries():
     assert BOOK.rewrite("bandwidth {cite:p}`kipply2022,scalingbook2025` (", HERE) == \
-        ("bandwidth ([kipply, 2022](/book/book/references.html#id8); "
-         "[Austin et al., 2025](/book/book/references.html#id9)) (")
+        ("bandwidth (" + link("kipply, 2022", "/book/book/references.html#id8") + "; " +
+         link("Austin et al., 2025", "/book/book/references.html#id9") + ") (")
     assert BOOK.rewrite("{cite:t}`kipply2022` shows", HERE) == \
-        "[kipply (2022)](/book/book/references.html#id8) shows"
-    assert BOOK.rewrite("{cite}`kipply2022`", HERE) == "([kipply, 2022](/book/book/references.html#id8))"
+        link("kipply (2022)", "/book/book/references.html#id8") + " shows"
+    assert BOOK.rewrite("{cite}`kipply2022`", HERE) == "(" + link("kipply, 2022", "/book/book/references.html#id8") + ")"
 
 
 def test_a_target_the_book_lacks_is_refused_by_name():
@@ -65,3 +70,10 @@ def test_left_roles_lists_what_jupyterlab_myst_cannot_resolve():
     text = "{doc}`04_critical_batch`, {eq}`sample-bcrit`, {eq}`kv-bytes-per-token`, {eval}`x`"
     assert left_roles(text, HERE, BOOK) == ["{doc}`04_critical_batch`", "{eq}`kv-bytes-per-token`"]
     assert left_roles(BOOK.rewrite(text, HERE), HERE, BOOK) == []
+
+
+def test_a_links_text_is_escaped_as_html():
+    """The link is HTML in the Markdown: a title's "&" or "<" stays text, not markup."""
+    book = LearnerBook(titles={"book/qa": "Q&A: <B> and B_crit"}, labels={}, numbers={}, equations={},
+                       citations={}, cite_texts={})
+    assert book.rewrite("{doc}`../book/qa`", HERE) == link("Q&amp;A: &lt;B&gt; and B_crit", "/book/book/qa.html")

@@ -126,6 +126,15 @@ def test_learner_copies_hold_no_solution(copies):
         assert worked not in problems and worked in (copies["instructor"] / "book" / "teaching" / "problems.md").read_text()
 
 
+def test_only_the_learner_books_archive_leaves_the_tests_out(copies):
+    import yaml
+
+    def leave_out(variant):
+        return yaml.safe_load((copies[variant] / "_config.yml").read_text())["sphinx"]["config"].get(
+            "kvmath_archive_leave_out")
+    assert leave_out("learner") == workshop_build.LEARNER_ARCHIVE_LEAVES_OUT and leave_out("instructor") is None
+
+
 def test_learner_copies_hold_no_facilitator_note_and_no_instructor_page(copies):
     learner, instructor = copies["learner"], copies["instructor"]
     for f in (p for p in learner.rglob("*") if p.is_file() and "node_modules" not in p.parts):
@@ -313,13 +322,19 @@ def test_the_served_learner_folder_holds_no_answer_and_no_instructor_page():
         text = page.read_text(encoding="utf-8")
         assert "Facilitator's note" not in text and 'class="solution' not in text, page
     assert workshop_lite.check_notebooks(served / "lite" / "files" / "notebooks") == []
-    # the source archive beside the learner book carries no solution either
-    archive = served / "book" / "kvmath-source.tar.gz"
-    if archive.exists():
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                if member.name.endswith(".ipynb"):
-                    assert b"{solution-start}" not in tar.extractfile(member).read(), member.name
+    # the source archive beside the learner book is the repository (review R21-4: it was empty) without the tests
+    # (they hold the solutions' text): its chapters carry no solution, its pages no instructor's page
+    with tarfile.open(served / "book" / "kvmath-source.tar.gz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for name in ("Makefile", "README.md", "requirements.txt", "kvmath/__init__.py", "notebooks/08_fitting_52b.ipynb"):
+            assert f"kvmath/{name}" in members, name
+        for doc in workshop_build.INSTRUCTOR_ONLY:
+            assert f"kvmath/{doc}.md" not in members, doc
+        assert not [n for n in members if n.startswith(("kvmath/tests/book/", "kvmath/tests/data/book_"))]
+        assert "kvmath/tests/data/hf_configs/README.md" in members  # the data the chapters read
+        for name, member in members.items():
+            if name.endswith(".ipynb"):
+                assert b"{solution-start}" not in tar.extractfile(member).read(), name
     for variant in kit.VARIANTS:
         pdf = KIT / variant / kit.pdf_name(variant)
         assert pdf.stat().st_size > 100_000

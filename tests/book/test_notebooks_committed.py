@@ -84,6 +84,53 @@ def test_the_prose_numbers_are_inline_expressions_filled_for_jupyterlab(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_name_the_prose_reads_is_bound_once(path):
+    """After Run All, jupyterlab-myst evaluates a Markdown cell's expressions once the queued code cells have run, so a
+    name a later cell binds again would show its later value in JupyterLab and JupyterLite (review R21-1: chapter 16's
+    "0 have wider heads", a KeyError). No later code cell binds or changes a name the prose reads."""
+    from kvbook.inline import rebound_names
+
+    breaches = rebound_names(nbformat.read(path, as_version=4).cells)
+    assert not breaches, "; ".join(f"{path.name}: Markdown cell {md} reads {names}, bound again in code cell {code}"
+                                   for md, code, names in breaches)
+
+
+def test_the_rebinding_check_finds_each_kind_of_binding():
+    """The check above on hand-written cells: each way a later cell can change a name is caught, a name local to a
+    function or comprehension and a name bound only before the sentence are not."""
+    from kvbook.inline import names_bound, names_read, rebound_names
+
+    assert names_read('f"{sum(v < 1 for v in r.values()):d} of {n}"') == {"sum", "r", "n"}
+    assert names_read("max(xs, key=lambda x: x[1])") == {"max", "xs"}
+    later = {
+        "x = 1": {"x"}, "x, (y, *z) = t": {"x", "y", "z"}, "x += 1": {"x"}, "x[0] = 1": {"x"},
+        "x.a = 1": {"x"}, "for x in t:\n    pass": {"x"}, "import numpy as x": {"x"}, "def x(): y = 1": {"x"},
+        "x.append(1)": {"x"}, "print(x.update(a=1))": {"x"}, "if t:\n    with open(f) as x: pass": {"x"},
+        "[y for y in t]": set(), "def f():\n    x = 2": {"f"}, "%timeit x = 1": set(),
+    }
+    for code, bound in later.items():
+        assert names_bound(code) == bound, code
+    cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_markdown_cell("x is {eval}`f'{x}'`"),
+             nbformat.v4.new_code_cell("y = 2"), nbformat.v4.new_code_cell("x = 3")]
+    assert rebound_names(cells) == [(1, 3, ["x"])]
+    assert rebound_names(cells[:3]) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_the_book_hides_opens_collapsed_in_jupyterlab(path):
+    """A cell the book hides (remove-input, hide-input, remove-output) opens collapsed the same way in JupyterLab and
+    JupyterLite (metadata.jupyter, written by `make refresh`; review R21-2), and a shown cell opens open."""
+    from kvbook.cell_view import collapsed_view
+
+    nb = nbformat.read(path, as_version=4)
+    wrong = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+             and c.metadata.get("jupyter", {}) != collapsed_view(c)]
+    assert not wrong, f"{path.name}: code cells {wrong} do not open as the book shows them: run `make refresh`"
+    hidden = [c for c in nb.cells if c.cell_type == "code" and "remove-input" in c.metadata.get("tags", [])]
+    assert all(c.metadata["jupyter"]["source_hidden"] is True for c in hidden)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_code_cell_is_removed_whole(path):
     """myst-nb's inline mode runs a code cell when the page reaches it, and skips a cell tagged remove-cell until the
     next shown one: the prose between would be evaluated before the cell above it ran. A hidden computing cell is

@@ -132,18 +132,20 @@ _BOOK_ROLE = re.compile(r"\{(doc|ref|numref|cite(?::[pt]s?)?)\}`([^`]*)`")
 def book_link_problems(source, lite, page, served) -> list[str]:
     """In the room's JupyterLite: every cross-reference and citation of the chapter (``source``, the notebook of
     notebooks/) renders as a link into the learner book under ``served`` (a Path) whose page and anchor exist
-    (``lite``, the copy served, holds one Markdown link for each), and no citation key, label or file name shows
+    (``lite``, the copy served, holds one link for each, opening in a new tab), and no citation key, label or file name shows
     bare where the book prints a title or an author."""
     import html
     from pathlib import Path
 
     problems = []
-    hrefs = page.evaluate("() => [...document.querySelectorAll('.jp-MarkdownCell a[href]')]"
-                          ".map(a => a.getAttribute('href'))")
-    book_links = [h for h in hrefs if h.startswith("/book/")]
-    wanted = sum(cell.source.count("](/book/") for cell in lite.cells if cell.cell_type == "markdown")
+    anchors = page.evaluate("() => [...document.querySelectorAll('.jp-MarkdownCell a[href]')]"
+                            ".map(a => [a.getAttribute('href'), a.getAttribute('target')])")
+    book_links = [h for h, _ in anchors if h.startswith("/book/")]
+    wanted = sum(cell.source.count('href="/book/') for cell in lite.cells if cell.cell_type == "markdown")
     if not wanted or len(book_links) < wanted:
         problems.append(f"{len(book_links)} links into the learner book for {wanted} references and citations")
+    problems += [f"link into the book opens in the notebook's tab: {h}"
+                 for h, target in anchors if h.startswith("/book/") and target != "_blank"]
     pages: dict[str, str] = {}
     for href in book_links:
         path, _, anchor = href[len("/"):].partition("#")

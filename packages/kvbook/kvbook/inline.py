@@ -56,6 +56,102 @@ def result_text(result: dict) -> str:
     return text
 
 
+def names_read(expression: str) -> set[str]:
+    """The free names an inline expression reads (not those its comprehensions or lambdas bind)."""
+    tree = ast.parse(expression, mode="eval")
+    local: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.comprehension):
+            local |= {t.id for t in ast.walk(node.target) if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Lambda):
+            local |= {a.arg for a in node.args.args}
+        elif isinstance(node, ast.NamedExpr):
+            local.add(node.target.id)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+
+
+#: Methods that change the object they are called on: a cell calling one at its top level changes that name.
+MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "remove",
+                      "clear", "add", "discard", "sort", "reverse"})
+
+
+def names_bound(code: str) -> set[str]:
+    """The names a code cell binds or changes at its top level (assignments, loops, imports, definitions,
+    item or attribute assignment, a mutating method call); names local to a function or comprehension are not."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:  # IPython magics: a cell the chapters do not use for their prose's names
+        return set()
+    found: set[str] = set()
+
+    def target(node: ast.AST) -> None:
+        while isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
+            node = node.value
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            for element in node.elts:
+                target(element)
+
+    def block(statements: list[ast.stmt]) -> None:
+        for s in statements:
+            if isinstance(s, ast.Assign):
+                for t in s.targets:
+                    target(t)
+            elif isinstance(s, (ast.AugAssign, ast.AnnAssign)):
+                target(s.target)
+            elif isinstance(s, (ast.For, ast.AsyncFor)):
+                target(s.target)
+            elif isinstance(s, (ast.With, ast.AsyncWith)):
+                for item in s.items:
+                    if item.optional_vars is not None:
+                        target(item.optional_vars)
+            elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(s.name)
+                continue
+            elif isinstance(s, (ast.Import, ast.ImportFrom)):
+                found.update((a.asname or a.name).split(".")[0] for a in s.names)
+            elif isinstance(s, ast.Delete):
+                for t in s.targets:
+                    target(t)
+            elif isinstance(s, ast.Try):
+                found.update(h.name for h in s.handlers if h.name)
+            for node in ast.walk(s):
+                if isinstance(node, ast.NamedExpr):
+                    found.add(node.target.id)
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr in MUTATORS):
+                    target(node.func.value)
+            for field in ("body", "orelse", "finalbody"):
+                block(getattr(s, field, []))
+            for handler in getattr(s, "handlers", []):
+                block(handler.body)
+
+    block(tree.body)
+    return found
+
+
+def rebound_names(cells) -> list[tuple[int, int, list[str]]]:
+    """Markdown cells whose expressions read a name that a later code cell binds again.
+
+    jupyterlab-myst evaluates a Markdown cell's expressions when the kernel
+    has finished the code cells queued with it, so after *Run All* such an
+    expression shows the later value, not the one the sentence is about. The
+    chapters keep one binding per name their prose reads; this lists each
+    breach as (Markdown cell index, code cell index, names).
+    """
+    bound = [names_bound(c.source) if c.cell_type == "code" else set() for c in cells]
+    found = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            continue
+        read = set().union(*(names_read(e) for e in expressions(cell.source)))
+        for j in range(i + 1, len(cells)):
+            if read & bound[j]:
+                found.append((i, j, sorted(read & bound[j])))
+    return found
+
+
 class Kernel:
     """A local IPython kernel that runs a notebook's cells in order and answers ``user_expressions``."""
 

@@ -4,7 +4,7 @@ In the built book Sphinx resolves ``{doc}``, ``{ref}``, ``{numref}``, ``{eq}`` a
 ``{cite}`` roles against the whole book. jupyterlab-myst, rendering one notebook in
 JupyterLite, sees only that notebook: another chapter shows as its file name, a figure
 label or a citation key as a warning. The lite copies of the chapters (``workshop_lite``)
-therefore get each such role rewritten as a Markdown link to the page of the learner book
+therefore get each such role rewritten as a link to the page of the learner book
 that the kit serves beside them, with the text the book prints there ("Critical batch
 size", "Fig. 3.2", "kipply, 2022"). Targets and texts come from the learner build's own
 Sphinx environment (``_build/.doctrees/environment.pickle``: the titles, the labels, the
@@ -15,7 +15,8 @@ and links the notebook's own equations.
 
 The links are root-relative (``/book/…``): the learner folder is served at the root of
 its server (book/teaching/run-it.md), and JupyterLab treats any relative link as a file
-of its own drive.
+of its own drive. Each is an inline HTML anchor that opens in a new tab, so the notebook
+and its kernel stay where they are.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ class LearnerBook:
     def url(self, docname: str, anchor: str = "") -> str:
         return f"{self.base}{docname}.html" + (f"#{anchor}" if anchor else "")
 
+    @staticmethod
+    def anchor(text: str, url: str) -> str:
+        """A link that opens the book in a new tab: jupyterlab-myst opens a Markdown link to a path of the same server
+        in the notebook's own tab, which would leave JupyterLite and its kernel (review R21-3); an inline HTML
+        anchor keeps its ``target`` through JupyterLab's sanitizer."""
+        return f'<a href="{html.escape(url)}" target="_blank" rel="noopener">{html.escape(text, quote=False)}</a>'
+
     def _number(self, docname: str, anchor: str, role: str) -> str:
         for kind, numbered in self.numbers.get(docname, {}).items():
             if anchor in numbered:
@@ -99,7 +107,7 @@ class LearnerBook:
         if textual and ", " in text:
             author, year = text.rsplit(", ", 1)
             text = f"{author} ({year})"
-        return f"[{text}]({self.url(docname, anchor)})"
+        return self.anchor(text, self.url(docname, anchor))
 
     def link(self, role: str, target: str, here: str) -> str | None:
         """The Markdown for one role in the page ``here`` (a docname), or None to leave it as it is."""
@@ -113,7 +121,7 @@ class LearnerBook:
             docname = posixpath.normpath(posixpath.join(posixpath.dirname(here), target))
             if docname not in self.titles:
                 raise LinkError(f"{{doc}}`{target}` in {here}: the learner book has no page {docname!r}")
-            return f"[{text or self.titles[docname]}]({self.url(docname)})"
+            return self.anchor(text or self.titles[docname], self.url(docname))
         if role == "eq":
             docname = self.equations.get(target)
             if docname is None:
@@ -121,7 +129,7 @@ class LearnerBook:
             if docname == here:
                 return None
             anchor = f"equation-{target}"
-            return f"[{self._number(docname, anchor, role)}]({self.url(docname, anchor)})"
+            return self.anchor(self._number(docname, anchor, role), self.url(docname, anchor))
         if target not in self.labels:
             raise LinkError(f"{{{role}}}`{target}` in {here}: the learner book has no such label")
         docname, anchor, title = self.labels[target]
@@ -131,7 +139,7 @@ class LearnerBook:
                 if text else number
         else:
             text = text or title
-        return f"[{text}]({self.url(docname, anchor)})"
+        return self.anchor(text, self.url(docname, anchor))
 
     def rewrite(self, markdown: str, here: str) -> str:
         """``markdown`` of the page ``here`` with every role this module rewrites as a link to the book."""

@@ -62,6 +62,11 @@ LINKED = ["kvmath", "kvbook", "scripts", "tests", "benchmarks", "node_modules", 
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}")
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}")
 PLAIN = re.compile(r"^(`{3,}|:{3,})\{solution\}")
+#: Tracked files the learner book's source archive (kvmath-source.tar.gz) leaves out: the tests and the records of the
+#: book's text and numbers hold every solution; the chapters' data under tests/data stay (the notebooks read them).
+LEARNER_ARCHIVE_LEAVES_OUT = ["tests/*.py", "tests/*.cfg", "tests/book/*", "tests/browser/*", "tests/contract/*",
+                              "tests/sources/*", "tests/unit/*", "tests/data/book_*"]
+
 #: Teaching pages only the instructor build has (facilitator's notes, the room's checklist).
 INSTRUCTOR_ONLY = [*(f"book/teaching/{plan['id']}" for plan in workshop_pages.plans()), "book/teaching/run-it",
                    "book/teaching/misconceptions"]
@@ -207,6 +212,9 @@ def prepare(variant: str, src: Path = SRC) -> Path:
     config = (dest / "_config.yml").read_text()
     label = {"learner": "learner edition", "instructor": "instructor edition"}[variant]
     config = re.sub(r'^title: "(.*)"$', rf'title: "\1 ({label})"', config, count=1, flags=re.M)
+    if variant == "learner":
+        config = re.sub(r"^  config:\n", "  config:\n    kvmath_archive_leave_out: " + json.dumps(LEARNER_ARCHIVE_LEAVES_OUT)
+                        + "\n", config, count=1, flags=re.M)
     (dest / "_config.yml").write_text(config)
     if variant == "learner":
         learner_pages(dest)

@@ -70,7 +70,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from kvbook import inline
+from kvbook import cell_view, inline
 from kvbook.live import vendor_pyodide
 from kvbook.repo import ROOT
 from kvbook.workshop import book_links, workshop_build
@@ -223,7 +223,8 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
 
 
 def check_notebooks(folder: Path, book: book_links.LearnerBook | None = None) -> list[str]:
-    """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result, and with
+    """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result, code the book
+    hides shown open, and with
     ``book``, a cross-reference or citation that is not a link to it."""
     problems = []
     for path in sorted(Path(folder).glob("*.ipynb")):
@@ -250,6 +251,8 @@ def check_notebooks(folder: Path, book: book_links.LearnerBook | None = None) ->
                 problems.append(f"{path.name}, cell {i}: an answer the key records")
             if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
                 problems.append(f"{path.name}, cell {i}: outputs left")
+            if cell["cell_type"] == "code" and cell.get("metadata", {}).get("jupyter", {}) != cell_view.collapsed_view(cell):
+                problems.append(f"{path.name}, cell {i}: not collapsed as the book hides it")
     return problems
 
 
