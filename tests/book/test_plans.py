@@ -134,3 +134,21 @@ def test_every_plan_page_is_left_out_of_the_learner_build():
     from kvbook.workshop import workshop_build
     for pid in PLANS:
         assert f"book/teaching/{pid}" in workshop_build.INSTRUCTOR_ONLY, pid
+
+
+@pytest.mark.parametrize("plan_id", sorted(PLANS))
+def test_each_plans_introduction_counts_its_live_steps_and_chapters(plan_id):
+    """The counts in a plan's introduction come from its blocks (review R21-7: the half and full day said "four" and
+    "five" live steps for five and six). Counted here from the YAML: live steps, and the chapters its blocks cite."""
+    from kvbook.workshop import workshop_pages
+
+    plan = PLANS[plan_id]
+    steps = sum(len(b.get("live", [])) for b in plan["blocks"])
+    cited = {m["notebook"] for b in plan["blocks"] for m in b.get("material", []) if "notebook" in m}
+    words = {1: "one", 5: "five", 6: "six", 8: "eight", 10: "ten", 17: "seventeen"}
+    text = " ".join(workshop_pages.intro(plan).split())
+    assert "{" not in text and f"{words[steps]} live step" in text, text
+    if "chapters" in plan["intro"]:
+        assert f"{words[len(cited)]} of the {words[len(CHAPTERS)]}" in text or len(cited) == len(CHAPTERS), text
+    page = (ROOT / "book" / "teaching" / f"{plan_id}.md").read_text()
+    assert " ".join(page.split()).count(text) == 1, "the committed plan page is stale: regenerate the teaching pages"

@@ -297,9 +297,22 @@ def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
 
 
+_WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+
+
+def intro(plan: dict) -> str:
+    """A plan's introduction with its counts filled from its blocks (review R21-7: counted by hand, they were one
+    short): ``{live_steps}`` ("five live steps"), ``{chapters_covered}`` and ``{chapters_all}`` (in words)."""
+    steps = sum(len(b.get("live", [])) for b in plan["blocks"])
+    return plan["intro"].strip().format(
+        live_steps=f"{_WORDS[steps]} live step{'s' if steps != 1 else ''}",
+        chapters_covered=_WORDS[len(covered(plan))], chapters_all=_WORDS[len(chapter_names())])
+
+
 def plan_page(plan: dict) -> str:
     timings = live_timings()
-    out = [GENERATED.format(src="plans.yaml"), f"# {plan['title']}\n\n", plan["intro"].strip() + "\n\n"]
+    out = [GENERATED.format(src="plans.yaml"), f"# {plan['title']}\n\n", intro(plan) + "\n\n"]
     total = sum(b["minutes"] for b in plan["blocks"])
     breaks = sum(b["minutes"] for b in plan["blocks"] if "material" not in b)
     out.append(f"Total: {total} minutes ({total // 60} h {total % 60:02d} min), of which {breaks} are breaks. "
