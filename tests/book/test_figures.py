@@ -392,3 +392,22 @@ def test_chapter_10_figures_build():
         "speedup_live": {"gamma": ("slider", 4), "acceptance": ("choice", 0.8), "model": ("choice", "llama-8b")},
     })
     check_moved_controls_carry_their_call("ch10", "speedup_live")
+
+
+def test_chapter_00_figure_follows_the_bandwidth_the_reader_edits():
+    """Chapter 0's figure takes the bandwidth of the chapter's own A100 (review R21-16: after a reader changed it to
+    1.0 TB/s and re-ran, the figure still marked the old B_crit): B_crit = 312e12 x 2 / (2 x W), 208 at kipply's
+    1.5 TB/s and 312 at 1.0 TB/s, by hand."""
+    import nbformat
+
+    from kvbook.figures import ch00
+    from tests.conftest import ROOT
+
+    def marked(fig):
+        return [t.get_text() for ax in fig.axes for t in ax.texts if "B" in t.get_text()]
+
+    assert any("208" in t for t in marked(ch00.weights_against_math()))
+    assert any("312" in t for t in marked(ch00.weights_against_math(bandwidth=1.0e12)))
+    nb = nbformat.read(ROOT / "notebooks" / "00_sample_rhythm.ipynb", as_version=4)
+    call = next(c.source for c in nb.cells if c.cell_type == "code" and "ch00.weights_against_math(" in c.source)
+    assert "bandwidth=kipply_a100.bandwidth" in call

@@ -22,6 +22,9 @@ import json
 import pkgutil
 from typing import Callable
 
+#: kipply's A100 bandwidth: the A100-40GB's 1.555 TB/s rounded to 1.5 TB/s, as the thread does (chapters 0 and 8).
+KIPPLY_BANDWIDTH = 1.5e12
+
 #: Every registered figure function, by "chNN.name".
 REGISTRY: dict[str, Callable] = {}
 

@@ -7,10 +7,8 @@ import numpy as np
 import kvmath
 from kvmath import formulas
 
-from . import figure
+from . import KIPPLY_BANDWIDTH, figure
 
-#: kipply's A100: the A100-40GB with its 1.555 TB/s rounded to 1.5 TB/s, as the thread does.
-KIPPLY_BANDWIDTH = 1.5e12
 
 
 @figure

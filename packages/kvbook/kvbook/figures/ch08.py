@@ -10,12 +10,10 @@ import kvmath
 from kvmath import formulas as F
 from kvmath.units import GiB
 
-from . import figure
+from . import KIPPLY_BANDWIDTH, figure
 
 #: kipply's notes: 52e9 parameters of 2 bytes on 3 GPUs of 40 GB, 2,048-token sequences.
 P_SOURCE, N_GPU, GPU_BYTES, CONTEXT = 52e9, 3, 40e9, 2048
-#: kipply's A100: 1.555 TB/s rounded to 1.5 TB/s.
-KIPPLY_BANDWIDTH = 1.5e12
 
 
 def _budget(params, n_gpu, gpu_bytes, b_w=2):
