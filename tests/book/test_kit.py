@@ -295,11 +295,31 @@ def test_kit_check_finds_an_answer_key_in_the_learner_folder_and_anything_extra(
 def test_each_front_page_links_what_its_folder_holds(variant):
     page = kit.index_page(variant)
     targets = {href.split("/")[0].split("?")[0] for href in re.findall(r'href="([^"]+)"', page)
-               if not href.startswith("..") and not href.startswith("book/book/")}
+               if not href.startswith(("..", "book/book/", "http://localhost"))}
     want = kit.expected(variant) - {"index.html", "answer-key.json"}
     assert targets == want, (targets, want)
     if variant == "learner":
         assert "answer" not in page.lower() and "instructor" not in page.lower()
+
+
+@pytest.mark.browser
+def test_the_learners_front_page_reads_on_a_phone_and_says_what_works_from_disk(browser, tmp_path):
+    """Opened from a USB stick (file://) at 390 px (review R21-12, R21-13): the page fits the screen at a readable
+    size, and a notice says that the live notebooks need a server and how to start one; served, the notice is hidden."""
+    (tmp_path / "index.html").write_text(kit.index_page("learner"))
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto((tmp_path / "index.html").as_uri())
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+        assert page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('li')).fontSize)") >= 16
+        notice = page.locator("#from-disk")
+        assert notice.is_visible() and "python3 -m http.server" in notice.inner_text()
+        page.route("http://kit.test/**", lambda route: route.fulfill(body=kit.index_page("learner"),
+                                                                       content_type="text/html"))
+        page.goto("http://kit.test/index.html")
+        assert not page.locator("#from-disk").is_visible()
+    finally:
+        page.close()
 
 
 # --- slow: the assembled kit, and the targets in turn in a fresh clone -------------------------

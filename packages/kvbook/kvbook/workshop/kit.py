@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from kvbook.repo import ROOT
-from kvbook.workshop import workshop_build
+from kvbook.workshop import workshop_build, workshop_pages
 
 KIT = ROOT / "_build" / "workshop"
 VARIANTS = ("learner", "instructor")
@@ -60,6 +60,15 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:40em;margin:3em auto;
           "a{font-size:1.2em}")
 
 
+#: Shown only where the page is opened from disk (a USB stick; review R21-12): the book and the handout work there,
+#: the live notebooks need a server, and this says how to start one on the learner's own laptop.
+_FROM_DISK = (
+    '<p id="from-disk" hidden><strong>Opened from a file.</strong> The book and the handout work as they are; '
+    "the live notebooks need a web server. Copy this folder to your laptop (say as <code>learner</code>), run "
+    "<code>python3 -m http.server -d learner 8000</code> and open "
+    '<a href="http://localhost:8000/">http://localhost:8000/</a>.</p>'
+    "<script>if (location.protocol === 'file:') document.getElementById('from-disk').hidden = false;</script>")
+
 #: Each folder's front page: its title, the links to what it holds (href, text, what it is), the text of the
 #: link to its PDF, and a note under the list.
 FRONT_PAGES = {
@@ -69,11 +78,12 @@ FRONT_PAGES = {
             ('book/index.html', "The book", "learner edition: every exercise, no solutions"),
             ('lite/lab/index.html?path=notebooks/01_roofline.ipynb', "The notebooks, live in your browser",
              "JupyterLite: run, edit and re-run every chapter; nothing is installed, nothing leaves "
-             "this room; the first start takes a minute or two"),
+             "this room; the first start took about "
+             f"{round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's stand-in"),
             ('handout.pdf', "Handout", "two A4 pages"),
         ],
         pdf=("The book as one PDF", "the learner edition, to print or keep"),
-        note=("<p>Your edits in the live notebooks stay in this browser only. Served from a room's "
+        note=(f"{_FROM_DISK}<p>Your edits in the live notebooks stay in this browser only. Served from a room's "
               "address (not <code>localhost</code>), a browser allows no service worker, so the notebooks "
               "cannot read files beside them and \"save\" keeps a copy in the browser's storage; copied to "
               "your laptop and served on <code>localhost</code>, the full JupyterLite works.</p>")),
@@ -99,7 +109,8 @@ def index_page(variant: str, pdf: bool = True) -> str:
     title, note = page["title"], page["note"]
     lis = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a> ({html.escape(what)})</li>'
                     for href, text, what in items)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>\n'
             f"<style>{_STYLE}</style></head>\n<body>\n<h1>{title}</h1>\n<ul>\n{lis}\n</ul>\n{note}\n</body></html>\n")
 
 
