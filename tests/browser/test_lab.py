@@ -87,6 +87,9 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_i
         page.wait_for_timeout(3000)
         opened = markdown_texts(page)
         assert not prose_problems(nb, opened), prose_problems(nb, opened)[:10]
+        # code the book hides opens collapsed (review R21-2): one input placeholder per such cell, none other
+        hidden = sum(1 for c in nb.cells if c.cell_type == "code" and c.metadata.get("jupyter", {}).get("source_hidden"))
+        assert hidden and page.locator(".jp-CodeCell .jp-InputPlaceholder").count() == hidden
         _run_all(page)
         after = markdown_texts(page)
         assert not prose_problems(nb, after), prose_problems(nb, after)[:10]
