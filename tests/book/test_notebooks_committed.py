@@ -199,3 +199,25 @@ def test_refresh_small_keeps_the_checked_text_and_drops_images(tmp_path):
 
     assert checked_text(after) == checked_text(before) and checked_text(after)
     assert [c.execution_count for c in code_cells(after)] == list(range(1, len(code_cells(after)) + 1))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_sentence_sends_the_reader_to_a_kernel_for_a_control_the_page_runs(path):
+    """Every control of a figure that is not static runs on the published page (its first touch starts the chapter's
+    Python in the browser: kvbook/live/live.js), so no sentence may say it needs a live kernel (issue 22, item 4: 13
+    sentences in 12 chapters did). A chapter whose figures all keep their build-time frames (they measure the machine:
+    figures(static=...)) may."""
+    import re
+
+    from kvbook import figures
+
+    registry = figures.load_all()
+    nb = nbformat.read(path, as_version=4)
+    called = {m.group(1) for c in nb.cells if c.cell_type == "code"
+              for m in re.finditer(r"\b(ch\d\d\.\w+)\(", c.source)}
+    live = [name for name in called if name in registry and not registry[name].static]
+    if not live:
+        return
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    said = re.findall(r"[^.]*\b(?:in|needs?|with) a live kernel[^.]*\.", text, re.I)
+    assert not said, f"{path.name}: {said}"

@@ -110,9 +110,13 @@
       box.appendChild(wrap);
     }
     const why = unavailable();
+    // a figure whose only control is its main slider has nothing to make live: no button, no note of its cost
+    const others = data.controls.some(c => c.name !== data.main);
     f.status = el("p", {class: "kvmath-live-status", "aria-live": "polite"});
     f.status.style.cssText = "font-size:0.85em;opacity:0.85;margin:0.2em 0 0 0;";
-    if (why) {
+    if (!others) {
+      state = why ? "unavailable" : state;
+    } else if (why) {
       for (const name in f.controls) if (name !== data.main) f.controls[name].el.disabled = true;
       f.status.textContent = why === "file" ?
         "Opened from a file: the other controls need the book served over HTTP (browsers do not " +
