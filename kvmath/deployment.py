@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from . import layers as _layers
 from .formulas import _max, binds, step_times
 from .hardware import Chip, get_chip
 from .layout import ParallelLayout, as_layout
@@ -1174,7 +1173,7 @@ class _Plan:
         self.mlp_layer_params = groups["mlp"] / m.n_layers  # one layer's dense MLP (dense models)
         self.mlp_layer_read = self.mlp_layer_params * per_weight["mlp"]
         # the cache and attention, by layer kind: {(coefficient, window or None): layers}
-        self.terms = _layers.cache_terms(m.layer_specs())
+        self.terms = m.cache_terms()
         self.state_bytes = self.terms.state_bytes
         self.state_heads = min((s.n_heads for s in m.layer_specs() if s.kind == "linear"), default=0)
         self.kv_heads = 1 if m.attention == "mla" else m.n_kv_heads

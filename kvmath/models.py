@@ -75,6 +75,23 @@ def _group_bytes(weights: Precision, tied_embeddings: bool) -> dict[str, float]:
     return {g: one(f, where.format(g)) for g, f in group_formats(weights, tied_embeddings).items()}
 
 
+def _kept(method):
+    """A no-argument method of the frozen :class:`Model` computed once per instance (its fields never change),
+    kept in the instance's ``__dict__`` (not a field: not compared or shown); a dict result is returned as a copy."""
+    key = "_kept_" + method.__name__
+
+    def call(self):
+        value = self.__dict__.get(key)
+        if value is None:
+            value = method(self)
+            object.__setattr__(self, key, value)
+        return dict(value) if isinstance(value, dict) else value
+
+    call.__name__, call.__qualname__, call.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    call.__wrapped__ = method
+    return call
+
+
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer's shape (a description, not a bound: a :class:`kvmath.Deployment` of it gives
@@ -248,6 +265,11 @@ class Model:
             cached = self._derived_layer_specs()
             object.__setattr__(self, "_specs", cached)
         return cached
+
+    @_kept
+    def cache_terms(self) -> _layers.CacheTerms:
+        """The cache's and attention's terms of every layer, grouped by kind (:func:`kvmath.layers.cache_terms`)."""
+        return _layers.cache_terms(self.layer_specs())
 
     def _derived_layer_specs(self) -> tuple[LayerSpec, ...]:
         params = self._attention_params_per_layer()
@@ -424,6 +446,7 @@ class Model:
         """Total parameters P computed from the configuration (a count, not bytes)."""
         return self._params(experts_per_token=None)
 
+    @_kept
     def param_groups(self) -> dict[str, int]:
         """Parameters resident in memory, by tensor group (see :data:`WEIGHT_GROUPS`); they sum to P.
 
@@ -469,6 +492,7 @@ class Model:
             "lm_head": self.vocab * self.d_model,
         }
 
+    @_kept
     def matmul_params_per_token(self) -> int:
         """Parameters each token multiplies by: the sum of :meth:`matmul_params_by_group`.
 
