@@ -66,6 +66,15 @@ def add_prefix_options(p) -> None:
                        help=f"tokens per cache block: only whole blocks are reused (default: vLLM's {BLOCK_SIZE})")
 
 
+def add_times_option(p) -> None:
+    """--times: the service times the load model takes (kvmath.load.TIMES)."""
+    from .load import TIMES
+
+    p.add_argument("--times", type=str.lower, choices=TIMES, default="bound", action=_Once,
+                   help="service times: the step model's lower bounds, or kvmath.estimate's estimates with the "
+                        "answer also at their 80%% interval's ends (default: bound)")
+
+
 def _add_serving_parsers(sub, only: str | None) -> None:
     """The serving commands' parsers (each only when asked for, as the others)."""
     def common(name, text, request=True):
@@ -90,6 +99,7 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         p.add_argument("--simulate", type=_number, action=_Once,
                        help="also simulate the scheduler with this many requests per replica (default: none)")
         p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed (default: 0)")
+        add_times_option(p)
         add_prefix_options(p)
     if only in (None, "size"):
         p = common("size", "fewest chips and layout meeting TTFT and TPOT targets at a load (kvmath.sizing)")
@@ -104,6 +114,7 @@ def _add_serving_parsers(sub, only: str | None) -> None:
                        help="target on the mean time per output token, seconds (required; comma-separated for several)")
         p.add_argument("--percentile", type=_number, default=90.0, action=_Once,
                        help="the TTFT percentile the target applies to, in (0, 100) (default: 90)")
+        add_times_option(p)
     if only in (None, "energy"):
         p = common("energy", "joules per output token: the floor from bytes and FLOPs, and board power's estimate",
                    request=False)
@@ -158,13 +169,28 @@ def _load(args) -> _Answer:
     pct = _percentiles("--percentiles", args.percentiles)
     sim = None if args.simulate is None else int(positive_int("--simulate", args.simulate))
     load = serving_load(dep, rate, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
-                        percentiles=pct, simulate_requests=sim, seed=int(args.seed), **_prefix_kwargs(args))
+                        percentiles=pct, simulate_requests=sim, seed=int(args.seed), times=args.times,
+                        **_prefix_kwargs(args))
     return _Answer(load.to_dict(), lambda: _print_load(load))
 
 
+#: How each kind of service times reads in the commands' text.
+_TIMES_TEXT = {"bound": "the step bounds' times", "estimate": "the step estimates' times",
+               "estimate_low": "at the estimates' 80% interval's low end", "estimate_high": "at its high end"}
+
+
 def _print_load(load) -> None:
+    print(f"load: {load.input_tokens:,.0f} in, {load.output_tokens:,.0f} out, {load.n_chips} chip(s) "
+          f"(an estimate from {_TIMES_TEXT[load.times]})")
+    _print_load_rows(load)
+    for end in (load.at_low, load.at_high):
+        if end is not None:
+            print(f" {_TIMES_TEXT[end.times]}:")
+            _print_load_rows(end)
+
+
+def _print_load_rows(load) -> None:
     rates = np.atleast_1d(load.arrival_rate)
-    print(f"load: {load.input_tokens:,.0f} in, {load.output_tokens:,.0f} out, {load.n_chips} chip(s) (an estimate)")
     for i, rate in enumerate(rates):
         pick = (lambda x: np.atleast_1d(x)[i]) if np.ndim(load.arrival_rate) else (lambda x: x)
         if not pick(load.fits):
@@ -193,18 +219,23 @@ def _size(args) -> _Answer:
     s = size(_model(args), _chip(args), int(positive_int("--max-chips", args.max_chips)),
              positive("--ttft-s", args.ttft_s), positive("--tpot-s", args.tpot_s),
              int(positive_int("--input", args.input)), int(positive_int("--output", args.output)), percentile=pct,
-             weights=args.weight_dtype, kv=args.kv_dtype, **demand)
+             weights=args.weight_dtype, kv=args.kv_dtype, times=args.times, **demand)
     return _Answer(s.to_dict(), lambda: _print_size(s))
 
 
 def _print_size(s) -> None:
-    print(f"size: {s.model} on {s.chip}, TTFT p{s.percentile:g} and mean TPOT targets (an estimate)")
+    print(f"size: {s.model} on {s.chip}, TTFT p{s.percentile:g} and mean TPOT targets "
+          f"(an estimate from {_TIMES_TEXT[s.times]})")
     rows = zip(*(np.atleast_1d(x) for x in (s.arrival_rate, s.ttft_target_s, s.tpot_target_s, s.feasible, s.n_chips,
                                            s.goodput_rps)))
     layouts = s.layout if isinstance(s.layout, list) else [s.layout]
-    for (rate, ttft, tpot, ok, chips, goodput), layout in zip(rows, layouts):
+    ends = [np.atleast_1d(e.n_chips) for e in (s.at_low, s.at_high)] if s.at_low is not None else None
+    for i, ((rate, ttft, tpot, ok, chips, goodput), layout) in enumerate(zip(rows, layouts)):
         where = (f"{int(chips)} chip(s), {layout}, goodput {goodput:,.2f} req/s" if ok
                  else "no layout meets it (feasible: false)")
+        if ends is not None:  # the interval's ends: 0 chips is none meeting it
+            low, high = ("none" if e[i] == 0 else f"{int(e[i])}" for e in ends)
+            where += f"; chips at the 80% interval's ends: {low} .. {high}"
         print(f"  {rate:g} req/s, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
 
 

@@ -42,8 +42,12 @@ The service times are the step model's lower bounds by default
 (``times="estimate"``: :func:`~kvmath.estimate.estimate_prefill` per prompt,
 and the decode step's :func:`~kvmath.estimate.estimate_step` as the lines
 through it at running counts 1, 2, 4, ... 4,096 per pipeline stage, the
-chords of a convex curve). Bounds make a real engine look faster than it is,
-and its queue shorter: compare a measured sweep with the estimates. Either
+chords of a convex curve). With the estimates, the answer is given again at
+the ends of their 80% intervals (``at_low``, ``at_high``: every prefill and
+step at its ``estimate_low_s``, then at its ``estimate_high_s``), so the
+estimate's error bar reaches the queue instead of being dropped. Bounds make
+a real engine look faster than it is, and its queue shorter: compare a
+measured sweep with the estimates. Either
 way the queueing model is an **estimate** (``is_lower_bound`` False): no
 bound on a queue's wait follows from bounds on its service times alone being
 exact.
@@ -65,6 +69,9 @@ PERCENTILES = (50.0, 90.0, 99.0)
 
 #: The service times the load model takes: the step model's bounds, or kvmath.estimate's estimates.
 TIMES = ("bound", "estimate")
+#: The times of the answers at the estimate's interval ends (``at_low``, ``at_high``), and the Estimate field each
+#: reads: an estimated engine is priced by one of these three.
+_ESTIMATE_FIELDS = {"estimate": "estimate_s", "estimate_low": "estimate_low_s", "estimate_high": "estimate_high_s"}
 
 #: Running sequences per pipeline stage at which the estimate's decode step is priced (its lines join them).
 _ESTIMATE_RUNNING = 2.0 ** np.arange(13)
@@ -138,7 +145,8 @@ class _Engine:
 
     ``prefill_s`` for each prompt length given, the decode step's lines
     ``(a_i, b_i)`` in the replica's running sequences at the mean context,
-    and the sequences its memory holds.
+    and the sequences its memory holds. ``times``: ``"bound"``, or a key of
+    :data:`_ESTIMATE_FIELDS` (the estimate, or one end of its interval).
     """
 
     def __init__(self, dep: Deployment, input_tokens, output_tokens, prefix=None, times="bound"):
@@ -149,10 +157,11 @@ class _Engine:
         self.s_in = np.atleast_1d(np.asarray(input_tokens, dtype=float))
         self.s_out = np.atleast_1d(np.asarray(output_tokens, dtype=float))
         lengths, back = np.unique(self.s_in, return_inverse=True)
-        if times == "estimate":
+        self.field = _ESTIMATE_FIELDS.get(times)
+        if self.field:
             from .estimate import estimate_prefill
 
-            t_p = np.atleast_1d(estimate_prefill(dep, 1.0, lengths.astype(int)).estimate_s)
+            t_p = np.atleast_1d(getattr(estimate_prefill(dep, 1.0, lengths.astype(int)), self.field))
         else:
             t_p = np.atleast_1d(_prefill_bound(dep, 1.0, lengths, None, 0.0, 1.0, False, prefix))
         self.prefill_s = t_p[back]
@@ -166,7 +175,7 @@ class _Engine:
         cap = dep.capacity(max(1, math.ceil(self.context)), **({} if prefix is None else dict(
             prefix_tokens=prefix[0], prefix_hit_rate=prefix[1], block_size=prefix[2])))
         self.max_running = float(cap.max_batch) / lay.dp
-        if times == "estimate":
+        if self.field:
             self.lines = self._estimate_lines(n1)
         else:
             s1, s2 = (dep.step(n * lay.dp, self.context) for n in (n1, 2 * n1))
@@ -178,22 +187,26 @@ class _Engine:
     def _estimate_lines(self, n1):
         """The chords of the estimated decode step between running counts ``n1 x 1, 2, 4, ...`` (a convex curve:
         their max is its interpolation, the last chord extended beyond), up to the first count past what the
-        replica's memory holds: steeper chords beyond it would set the utilisation by batches that cannot run."""
+        replica's memory holds: steeper chords beyond it would set the utilisation by batches that cannot run.
+        The first count is priced apart from the rest: its interval is its own regime's (one sequence per stage on
+        one chip is ``batch1``), the others' that of many sequences (``large_batch``), which one call would not
+        tell apart."""
         from .estimate import estimate_step
 
         running = n1 * _ESTIMATE_RUNNING
         running = running[: max(2, int(np.searchsorted(running, self.max_running)) + 1)]
-        t = np.asarray(estimate_step(self.dep, running * self.dp, self.context).estimate_s)
+        t = np.concatenate([np.atleast_1d(getattr(estimate_step(self.dep, part * self.dp, self.context), self.field))
+                            for part in (running[:1], running[1:])])
         slopes = np.diff(t) / np.diff(running)
         return [(float(t[i] - b * running[i]), float(b)) for i, b in enumerate(slopes)]
 
     def strict_s(self, running, context):
         """A decode step of ``running`` sequences per replica at ``context``: the bound, or the estimate."""
         batch = np.maximum(running, 1.0) * self.dp
-        if self.times == "estimate":
+        if self.field:
             from .estimate import estimate_step
 
-            return np.asarray(estimate_step(self.dep, batch, context).estimate_s)
+            return np.asarray(getattr(estimate_step(self.dep, batch, context), self.field))
         return self.dep.strict_s(batch, context)
 
     def step_s(self, running):
@@ -250,7 +263,10 @@ class Load(Result):
     percentiles : the percentiles of ``ttft_percentiles_s`` (and the simulation's).
     ttft_percentiles_s : the closed form's percentiles of TTFT, one row per percentile.
     simulated : :class:`SimulatedLoad` where asked for, else None.
-    times : the service times used: ``"bound"`` or ``"estimate"`` (:data:`TIMES`).
+    times : the service times used: ``"bound"`` or ``"estimate"`` (:data:`TIMES`); ``"estimate_low"`` and
+        ``"estimate_high"`` in ``at_low`` and ``at_high``.
+    at_low, at_high : with ``times="estimate"``, the same load (closed forms only, no simulation) with every
+        prefill and decode step at the low and at the high end of its estimate's 80% interval; None otherwise.
     is_lower_bound : always False (an estimate).
     """
 
@@ -269,6 +285,8 @@ class Load(Result):
     ttft_percentiles_s: ArrayLike
     simulated: object = None
     times: str = "bound"
+    at_low: object = None
+    at_high: object = None
     is_lower_bound: bool = False
 
     _derived = ("goodput_tokens_per_s_per_chip",)
@@ -335,7 +353,8 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
         A cached shared prefix (:mod:`kvmath.prefix`).
     times : str
         ``"bound"`` (default): the steps' lower bounds as service times; ``"estimate"``: the estimates of
-        :mod:`kvmath.estimate` (not with a cached prefix, which the estimate does not price).
+        :mod:`kvmath.estimate` (not with a cached prefix, which the estimate does not price), with the answer
+        at the ends of their 80% intervals in ``at_low`` and ``at_high``.
 
     Returns
     -------
@@ -356,11 +375,6 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     s_in, s_out = _lengths(input_tokens, output_tokens)
     times = _times(times, prefix_tokens)
     engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size), times)
-    f = engine.at_rate(rate)
-    f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
-         for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
-    ttft = f["wait_s"] + engine.mean_prefill_s
-    rows = np.stack([wait_percentile_s(f["wait_s"], f["busy"], p) + engine.mean_prefill_s for p in pct])
     simulated = None
     if simulate_requests is not None:
         if np.ndim(rate) > 1 or np.size(rate) > 16:
@@ -369,11 +383,26 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
         simulated = [simulate(dep, r, s_in, s_out, n_requests=simulate_requests, seed=seed, percentiles=pct,
                               _engine=engine) for r in np.atleast_1d(rate)]
         simulated = simulated[0] if np.ndim(rate) == 0 else simulated
+    ends = {}
+    if times == "estimate":
+        ends = {f"at_{end}": _load(_Engine(dep, s_in, s_out, None, f"estimate_{end}"), rate, pct, s_in, s_out)
+                for end in ("low", "high")}
+    return _load(engine, rate, pct, s_in, s_out, simulated=simulated, **ends)
+
+
+def _load(engine: _Engine, rate, pct, s_in, s_out, **extra) -> Load:
+    """The closed forms of ``engine`` at ``rate`` as a :class:`Load` (``extra``: its simulation and interval ends)."""
+    f = engine.at_rate(rate)
+    f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
+         for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
+    ttft = f["wait_s"] + engine.mean_prefill_s
+    rows = np.stack([wait_percentile_s(f["wait_s"], f["busy"], p) + engine.mean_prefill_s for p in pct])
     return Load(arrival_rate=rate, input_tokens=float(np.mean(s_in)), output_tokens=float(np.mean(s_out)),
-                n_chips=dep.n_chips, utilisation=plain(f["utilisation"]),
+                n_chips=engine.dep.n_chips, utilisation=plain(f["utilisation"]),
                 prefill_utilisation=plain(f["prefill_utilisation"]), running=plain(f["running"]),
-                fits=bool(f["fits"]) if np.ndim(f["fits"]) == 0 else f["fits"], queue_wait_s=plain(f["wait_s"]), ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]),
-                percentiles=pct, ttft_percentiles_s=plain(rows), simulated=simulated, times=times)
+                fits=bool(f["fits"]) if np.ndim(f["fits"]) == 0 else f["fits"], queue_wait_s=plain(f["wait_s"]),
+                ttft_s=plain(ttft), tpot_s=plain(f["tpot_s"]), percentiles=pct, ttft_percentiles_s=plain(rows),
+                times=engine.times, **extra)
 
 
 def _times(times, prefix_tokens) -> str:

@@ -13,6 +13,13 @@ highest rate at which it still meets both targets (DistServe's definition:
 the rate it serves within the service-level objectives). Between layouts of as
 many chips that both meet a pair, the one less utilised at its rate is taken.
 
+The service times are the step model's bounds (``times="bound"``, the
+default) or the estimates of :mod:`kvmath.estimate` (``times="estimate"``),
+as in :func:`kvmath.load.serving_load`; with the estimates the sizing is
+repeated at both ends of their 80% intervals (``at_low``: every prefill and
+step at its low end, so the fewest chips the interval allows; ``at_high``:
+at its high end, the most), so the answer carries the estimate's error bar.
+
 Every (rate, target) pair is one element of numpy arrays: one call sizes ten
 thousand of them. A user count instead of a rate is a closed loop of that many
 users, each sending its next request when the last one ends (plus a think
@@ -32,7 +39,7 @@ from .layout import ParallelLayout
 from .load import _Engine, _percentile, wait_percentile_s
 from .models import Model, get_model
 from .results import Result
-from .validation import ArrayLike, broadcast, instance, non_negative, plain, positive, positive_int
+from .validation import ArrayLike, broadcast, choice, instance, non_negative, plain, positive, positive_int
 
 #: Bisection steps for a rate: 2**-32 of the stable range.
 _BISECT = 32
@@ -42,7 +49,7 @@ _BISECT = 32
 class Sizing(Result):
     """The fewest chips that serve each (rate, targets) pair (:func:`size`); arrays over the pairs.
 
-    An **estimate** (the load model of :mod:`kvmath.load`, built from the step bounds).
+    An **estimate** (the load model of :mod:`kvmath.load`, fed the step bounds or the step estimates: ``times``).
 
     Attributes
     ----------
@@ -57,6 +64,11 @@ class Sizing(Result):
     goodput_rps : the highest rate at which that layout meets both targets (0 where none).
     goodput_tokens_per_s_per_chip : ``goodput_rps`` times the mean output tokens, over its chips.
     layouts_tried : layouts whose weights fit, in the order tried.
+    times : the service times: ``"bound"`` or ``"estimate"`` (:data:`kvmath.load.TIMES`); ``"estimate_low"`` and
+        ``"estimate_high"`` in ``at_low`` and ``at_high``.
+    at_low, at_high : with ``times="estimate"``, the same sizing with every prefill and step at the low (fast)
+        and at the high (slow) end of its estimate's 80% interval: ``at_low.n_chips`` and ``at_high.n_chips``
+        bracket ``n_chips``. None otherwise.
     is_lower_bound : always False.
     """
 
@@ -75,6 +87,9 @@ class Sizing(Result):
     goodput_rps: ArrayLike
     goodput_tokens_per_s_per_chip: ArrayLike
     layouts_tried: list
+    times: str = "bound"
+    at_low: object = None
+    at_high: object = None
     is_lower_bound: bool = False
 
 
@@ -106,16 +121,16 @@ def candidate_layouts(model: Model, max_chips: int) -> list[ParallelLayout]:
     return sorted(set(out), key=lambda lay: (lay.n_chips, lay.pp, lay.dp, lay.ep, lay.tp))
 
 
-@lru_cache(maxsize=16)
-def _engines(model: Model, chip: Chip, max_chips: int, s_in: tuple, s_out: tuple, weights, kv) -> tuple:
-    """Each layout whose weights fit, with its engine (built once per question, reused across calls)."""
+@lru_cache(maxsize=48)
+def _engines(model: Model, chip: Chip, max_chips: int, s_in: tuple, s_out: tuple, weights, kv, times) -> tuple:
+    """Each layout whose weights fit, with its engine priced by ``times`` (built once per question, reused)."""
     found = []
     for layout in candidate_layouts(model, max_chips):
         dep = Deployment(model, chip, layout, weights=weights, kv=kv)
         if dep._plan.weight_resident >= chip.hbm_bytes:
             continue
         try:
-            found.append((layout, _Engine(dep, np.array(s_in), np.array(s_out))))
+            found.append((layout, _Engine(dep, np.array(s_in), np.array(s_out), times=times)))
         except ValueError:  # the caches of one sequence do not fit beside the weights
             continue
     return tuple(found)
@@ -152,7 +167,7 @@ def _rate_for_users(engine, users, think_s):
 def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: ArrayLike, tpot_target_s: ArrayLike,
          input_tokens: ArrayLike, output_tokens: ArrayLike, *, arrival_rate: ArrayLike | None = None,
          users: ArrayLike | None = None, think_s: ArrayLike = 0.0, percentile: float = 90.0,
-         weights: str = "bf16", kv: str = "bf16") -> Sizing:
+         weights: str = "bf16", kv: str = "bf16", times: str = "bound") -> Sizing:
     """The fewest chips of ``chip`` (and their layout) that serve a load within TTFT and TPOT targets.
 
     Parameters
@@ -172,6 +187,9 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
         The TTFT percentile the target applies to, in (0, 100) (default 90).
     weights, kv : str
         Formats.
+    times : str
+        The service times: ``"bound"`` (default), the step model's lower bounds; ``"estimate"``, the estimates of
+        :mod:`kvmath.estimate`, with the sizing at their interval's ends in ``at_low`` and ``at_high``.
 
     Returns
     -------
@@ -199,10 +217,22 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
     shape = np.broadcast_shapes(np.shape(ttft_t), np.shape(tpot_t), np.shape(demand), np.shape(think))
     ttft_t, tpot_t, demand, think = (np.broadcast_to(np.asarray(x, dtype=float), shape).ravel()
                                      for x in (ttft_t, tpot_t, demand, think))
-    from .load import _lengths
+    from .load import TIMES, _lengths
 
+    times = choice("times", times, TIMES)
     s_in, s_out = _lengths(input_tokens, output_tokens)
-    engines = _engines(model, chip, max_chips, tuple(np.atleast_1d(s_in)), tuple(np.atleast_1d(s_out)), weights, kv)
+    question = (model, chip, max_chips, tuple(np.atleast_1d(s_in)), tuple(np.atleast_1d(s_out)), weights, kv)
+    targets = (ttft_t, tpot_t, demand, None if users is None else think, p, shape, float(np.mean(s_out)))
+    ends = {}
+    if times == "estimate":
+        ends = {f"at_{end}": _sized(model, chip, _engines(*question, f"estimate_{end}"), *targets, f"estimate_{end}")
+                for end in ("low", "high")}
+    return _sized(model, chip, _engines(*question, times), *targets, times, **ends)
+
+
+def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_out, times, **ends) -> Sizing:
+    """The fewest chips among ``engines`` for each flat (rate or users, targets) pair (``think`` None: rates)."""
+    users = None if think is None else demand
     n = ttft_t.size
     best = np.full(n, -1)
     best_chips = np.full(n, np.inf)
@@ -238,8 +268,6 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
     chips = np.array([lay.n_chips for lay, _ in engines] + [0])
     texts = np.array([layout_text(lay) for lay, _ in engines] + [""], dtype=object)
     n_chips = chips[np.where(feasible, best, len(engines))]
-    mean_out = float(np.mean(s_out))
-
     tokens = np.where(feasible, out["goodput"] * mean_out / np.maximum(n_chips, 1), 0.0)
     layout = texts[np.where(feasible, best, len(engines))].reshape(shape)
     return Sizing(model=model.name, chip=chip.name, arrival_rate=plain(out["rate"].reshape(shape)),
@@ -250,7 +278,7 @@ def size(model: Model | str, chip: Chip | str, max_chips: int, ttft_target_s: Ar
                   tpot_s=plain(out["tpot"].reshape(shape)), utilisation=plain(out["util"].reshape(shape)),
                   goodput_rps=plain(out["goodput"].reshape(shape)),
                   goodput_tokens_per_s_per_chip=plain(tokens.reshape(shape)),
-                  layouts_tried=[layout_text(lay) for lay, _ in engines])
+                  layouts_tried=[layout_text(lay) for lay, _ in engines], times=times, **ends)
 
 
 def _goodput(engine, ttft_target, tpot_target, p) -> np.ndarray:

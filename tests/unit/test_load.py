@@ -226,6 +226,54 @@ def test_size_picks_the_chips_computed_by_hand():
     assert edge.running[0] == pytest.approx(cap, rel=1e-4) and edge.running[1] > cap
 
 
+def test_size_with_estimate_times_by_hand():
+    """The chips `size` picks fed the estimate's times, and at its interval's ends, by hand from those times.
+
+    2,000 tokens in and 2 out (one decode step), loose targets (TTFT p90 10 s, TPOT 1 s): a layout serves a rate
+    where its replicas are stable, rho = rate / dp x (t_p + 1 step x b) < 1, with t_p the estimated prefill of
+    the 2,000-token prompt (kvmath.estimate.estimate_prefill: 63.15 ms; its 80% interval 33.80 .. 115.89 ms) and
+    b the steepest chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
+    (243 fit): (34.14 - 20.12 ms) / 128 = 109.6 us (low end 78.3 us, high end 136.5 us). One H100 at 10 req/s:
+    10 x (63.15 ms + 0.11 ms) = 0.633, stable: 1 chip; at 20 req/s 1.265: two replicas (dp=2) at 0.633 each.
+    Low end: 20 x (33.80 ms + 0.08 ms) = 0.678: 1 chip at both rates. High end: 10 x (115.89 ms + 0.14 ms) = 1.160
+    on one chip: 2; at 20 req/s even two replicas are past 1 (10 x 115.89 ms) and so is tp=2 (its own prefill
+    estimate times 20): 4 chips."""
+    from kvmath.estimate import estimate_prefill, estimate_step
+
+    s = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0], times="estimate")
+    assert s.times == "estimate" and (s.at_low.times, s.at_high.times) == ("estimate_low", "estimate_high")
+    assert s.n_chips.tolist() == [1, 2] and s.layout == ["tp=1", "dp=2"]
+    assert s.at_low.n_chips.tolist() == [1, 1] and s.at_high.n_chips.tolist() == [2, 4]
+    assert H100.capacity(2001).max_batch == 243                       # so the chords stop at 256 sequences
+    prefill, step = estimate_prefill(H100, 1, 2000), estimate_step(H100, np.array([128.0, 256.0]), 2001)
+    for result, field in ((s, "estimate_s"), (s.at_low, "estimate_low_s")):
+        t_p, t = getattr(prefill, field), getattr(step, field)
+        rho_one_chip = np.array([10.0, 20.0]) * (t_p + (t[1] - t[0]) / 128)
+        assert result.utilisation == pytest.approx(rho_one_chip / result.n_chips, rel=1e-9)
+    assert s.utilisation[0] == pytest.approx(0.6326, abs=1e-4) and s.at_low.utilisation[1] == pytest.approx(0.6775, abs=1e-4)
+    assert 10 * prefill.estimate_high_s > 1 and 20 * estimate_prefill(
+        Deployment("llama-3-8b", "h100-sxm", "tp=2"), 1, 2000).estimate_high_s > 1   # neither 2-chip layout serves 20
+    # the bounds' sizing is unchanged and says so
+    bound = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0])
+    assert bound.times == "bound" and bound.at_low is None and bound.n_chips.tolist() == [1, 1]
+    with pytest.raises(ValueError, match="times"):
+        size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=10.0, times="measured")
+
+
+def test_estimate_times_bracket_the_load_and_the_chips():
+    """The interval's ends order every time the load model gives (faster times: shorter queues) and the chips."""
+    load = serving_load(H100, [1.0, 2.0], 2000, 200, times="estimate")
+    low, high = load.at_low, load.at_high
+    for key in ("utilisation", "ttft_s", "tpot_s"):
+        assert np.all(np.asarray(getattr(low, key)) < getattr(load, key)), key
+        assert np.all(np.asarray(getattr(load, key)) < getattr(high, key)), key
+    assert load.to_dict()["at_high"]["times"] == "estimate_high" and low.at_low is None and low.simulated is None
+    rates = np.linspace(1, 60, 30)
+    s = size("llama-3-8b", "h100-sxm", 8, 0.5, 0.02, 2000, 200, arrival_rate=rates, times="estimate")
+    chips = [np.where(x.feasible, x.n_chips, np.inf) for x in (s.at_low, s, s.at_high)]   # none: more than 8
+    assert np.all(chips[0] <= chips[1]) and np.all(chips[1] <= chips[2]) and np.any(chips[0] < chips[2])
+
+
 def test_size_says_infeasible_and_vectorises():
     s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, arrival_rate=1000.0)
     assert s.feasible is False and s.n_chips == 0 and s.layout == ""
@@ -350,6 +398,13 @@ def test_commands_json_is_the_results_to_dict(capsys):
     assert spec["speedup"] == H100.speculate(1, 128, 4, 0.8).speedup and round(spec["break_even_batch"]) == 254
     assert _json(capsys, "load", *BASE, "--input", "2000", "--output", "200", "--rate", "4") == \
         serving_load(H100, 4.0, 2000, 200).to_dict()
+    est = _json(capsys, "size", *BASE, "--input", "2000", "--output", "2", "--rate", "10,20", "--ttft-s", "10",
+                "--tpot-s", "1", "--max-chips", "8", "--times", "estimate")
+    assert est == size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0],
+                       times="estimate").to_dict()
+    assert est["times"] == "estimate" and est["at_low"]["n_chips"] == [1, 1] and est["at_high"]["n_chips"] == [2, 4]
+    load = _json(capsys, "load", *BASE, "--input", "2000", "--output", "200", "--rate", "4", "--times", "estimate")
+    assert load == serving_load(H100, 4.0, 2000, 200, times="estimate").to_dict() and load["times"] == "estimate"
     assert _json(capsys, "energy", *BASE, "--context", "1", "--power-cap", "50") == \
         energy_per_token(H100, 1, 1, power_cap_w=50).to_dict()
     assert _json(capsys, "offload", *BASE, "--batch", "200", "--context", "4096") == kv_offload(H100, 200, 4096).to_dict()
@@ -357,6 +412,34 @@ def test_commands_json_is_the_results_to_dict(capsys):
     assert run == H100.request(1, 1000, 2, prefix_tokens=240, block_size=784).to_dict() and run["reused_tokens"] == 0
     cap = _json(capsys, "capacity", *BASE, "--context", "2000", "--prefix-tokens", "1500")
     assert cap["max_batch"] == 949
+
+
+def test_the_text_says_which_times_and_the_interval_ends(capsys):
+    argv = ["size", *BASE, "--input", "2000", "--output", "2", "--rate", "10,20", "--ttft-s", "10", "--tpot-s", "1",
+            "--max-chips", "8"]
+    assert main(argv) == 0
+    assert "from the step bounds' times" in capsys.readouterr().out
+    assert main([*argv, "--times", "estimate"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "from the step estimates' times" in out[0]
+    goodput = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=20.0, times="estimate").goodput_rps
+    assert out[2].endswith(f"2 chip(s), dp=2, goodput {goodput:,.2f} req/s; chips at the 80% interval's ends: 1 .. 4")
+    assert main(["load", *BASE, "--input", "2000", "--output", "200", "--rate", "4", "--times", "estimate"]) == 0
+    text = capsys.readouterr().out
+    assert "step estimates' times" in text and "interval's low end" in text and "at its high end" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["size", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--ttft-s", "1", "--tpot-s", "1",
+     "--max-chips", "2", "--times", "measured"],
+    ["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--times", "guess"],
+])
+def test_bad_times_exit_2_with_one_line_naming_the_option(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:   # argparse's choices: the parser exits
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--times" in err and "bound" in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
