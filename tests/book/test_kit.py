@@ -398,3 +398,22 @@ def test_workshop_then_book_then_pdf_in_a_fresh_clone(tmp_path):
     # the book of `make book` did not read the kit, the environments or the caches
     sources = {p.name for p in (clone / "_build" / "html" / "_sources").iterdir()}
     assert not sources & {".venv", ".venv-lite", ".cache", "node_modules", "_build"}, sources
+
+
+def test_every_file_a_chapter_opens_travels_with_the_room_s_notebooks(tmp_path):
+    """The room's copies read ../tests/data/... as the chapters do: each path a chapter's code opens is in
+    workshop_lite.DATA, so it is copied beside them and packed in the kit's files wheel (chapter 11's measured sweep
+    was not, and `make workshop` failed on it)."""
+    import zipfile
+
+    opened = set()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                opened |= set(re.findall(r"\.\./(tests/data/[\w./-]+\w)", "".join(cell["source"])))
+    assert opened, "no chapter reads a repository file: the check has nothing to check"
+    shipped = {p.relative_to(ROOT).as_posix() for p in workshop_lite.data_files()}
+    assert opened <= shipped, sorted(opened - shipped)
+    with zipfile.ZipFile(workshop_lite.build_files_wheel(tmp_path)) as wheel:
+        packed = {n.removeprefix("kvmath_lite_files/_repo/") for n in wheel.namelist()}
+    assert opened <= packed

@@ -81,7 +81,9 @@ CACHE = ROOT / ".cache" / f"pyodide-{vendor_pyodide.VERSION}-lite"
 BROWSER_WHEELS = ROOT / ".cache" / "lite-wheels"
 BROWSER_REQUIREMENTS = ROOT / "requirements-lite-browser.txt"
 LITE_VENV = ROOT / ".venv-lite"
-DATA = ["tests/data/hf_configs"]          # repository files the notebooks read (../tests/...)
+#: Repository files and folders the notebooks read (``../tests/data/...``; tests/book/test_workshop.py checks that
+#: every path a chapter opens is here).
+DATA = ["tests/data/hf_configs", "tests/data/serving_sweep.csv"]
 KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
 # the kernel's worker script lies in <site>/extensions/@jupyterlite/pyodide-kernel-extension/static/;
 # Pyodide resolves a wheel URL in loadPyodideOptions.packages against it
@@ -127,13 +129,19 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
+def data_files() -> list[Path]:
+    """Every file of :data:`DATA` (a folder's files, or the file itself), sorted."""
+    return sorted(p for rel in DATA for p in ([ROOT / rel] if (ROOT / rel).is_file() else (ROOT / rel).rglob("*"))
+                  if p.is_file())
+
+
 def build_files_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
     """A pure wheel ``kvmath_lite_files``: the ``DATA`` files and the module that places them (deterministic)."""
     dist = f"kvmath_lite_files-{version}.dist-info"
     files = {
         "kvmath_lite_files/__init__.py": FILES_MODULE.encode(),
         **{f"kvmath_lite_files/_repo/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
-           for rel in DATA for p in sorted((ROOT / rel).rglob("*")) if p.is_file()},
+           for p in data_files()},
         f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: kvmath-lite-files\nVersion: {version}\n"
                              "Summary: the repository files the kvmath chapters read, for the workshop's JupyterLite site\n"
                              "License: MIT\n").encode(),
@@ -198,9 +206,11 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
     if names is not None:
         paths = [p for p in paths if p.stem in names]
     (contents / "notebooks").mkdir(parents=True, exist_ok=True)
-    for rel in DATA:
-        if not (contents / rel).exists():
-            shutil.copytree(ROOT / rel, contents / rel)
+    for path in data_files():
+        target = contents / path.relative_to(ROOT)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
     out = []
     for path in paths:
         nb = lite_notebook(workshop_build.learner_notebook(json.loads(path.read_text())))
