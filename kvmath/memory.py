@@ -122,8 +122,12 @@ VLLM_FP8_DS_MLA_BYTES = 656
 #: grouping, page unification, block count, "GPU KV cache size" and concurrency code, unchanged in
 #: substance since v0.10.2). Newer releases moved the block-size alignment to
 #: ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``) with the same arithmetic.
-VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py; v1/core/kv_cache_utils.py and "
-                      "v1/kv_cache_interface.py @ 001cabc1")
+#: The cache modes of linear layers, DSA's two specs and the skipped shared-KV layers were read at the same
+#: commit (``MambaSpec``, ``UniformTypeKVCacheSpecs``) and in ``models/deepseek_v2.py`` / ``models/config.py``
+#: (v0.11); the ``"concurrency"`` tokens line in a later ``kv_cache_utils.py`` (checked on vLLM 0.29.0's log).
+VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py and models/deepseek_v2.py; "
+                      "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1; the tokens line of "
+                      "v1/core/kv_cache_utils.py after v0.20 (vLLM 0.29.0)")
 
 #: Tokens vLLM rounds the attention block size up to a multiple of when it enlarges it to hold a linear
 #: layer's state (``kernel_block_alignment_size`` in ``verify_and_update_config``): 16 for softmax

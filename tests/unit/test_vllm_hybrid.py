@@ -234,6 +234,7 @@ def test_qwen3_6_35b_a3b_log_of_vllm_0_20_reproduced_within_the_printed_memory()
     assert 16 * -(-bf16_state // (16 * 1024)) == 1072
 
 
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")  # the MTP layer: not a cache term
 def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
     """DeepSeek-V3.2 (tests/data/hf_configs/reconstructed): every layer is MLA with the DSA indexer. vLLM gives
     each layer two specs, the latent's MLAAttentionSpec (576 elements) and the indexer's
@@ -246,8 +247,7 @@ def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
     3,076,352 B -> 13,961 blocks. Without the indexer (DeepSeek-V3's MLA) 61 x 64 x 1,152 = 4,497,408 B ->
     9,549 blocks: the indexer keys take 132 / 1,284 = 10.3% of the bf16 pool.
     """
-    with pytest.warns(UserWarning, match="multi-token-prediction"):
-        v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
     assert {s.kind for s in v32.layer_specs()} == {"dsa"}
     assert vllm_kv_groups(v32) == (1, ("dsa",))
     kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64)
@@ -258,8 +258,7 @@ def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
     assert (fp8.page_bytes, fp8.num_blocks) == (61 * 64 * 788, 13_961)
     # tensor parallelism does not split an MLA latent or the indexer's key
     assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8).num_blocks == 8568
-    with pytest.warns(UserWarning, match="multi-token-prediction"):
-        v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
     assert vllm_kv_cache(v3, 40 * GiB, 131072, block_size=64).num_blocks == 9549
     with pytest.raises(ValueError, match="engine 'v0'.*DSA"):
         vllm_kv_cache(v32, 40 * GiB, 8192, engine="v0")
