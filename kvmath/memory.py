@@ -638,7 +638,8 @@ class EngineBudget(Result):
         KV cache memory of the rank ("Available KV cache memory").
     page_bytes : int
         One block of one layer, the same in every group (vLLM unifies them; a linear layer's state is
-        padded to it).
+        padded to it). Where layers of one kind have different pages (DSA's latent and indexer keys, one
+        ``UniformTypeKVCacheSpecs`` group), one block of all of them, with ``group_size`` 1.
     group_size, num_groups : int
         Layers per KV-cache group, and the groups (:func:`vllm_kv_groups`).
     num_blocks : int or array

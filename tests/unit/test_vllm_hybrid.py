@@ -285,3 +285,15 @@ def test_shared_kv_layers_take_no_pages_by_hand():
     assert round(kv.max_concurrency, 2) == 7.09
     twice = km.Model("counted-twice", 30, 2048, 8, 2, 256, 8192, 262144, attention="gqa", layers=own + own[:10])
     assert vllm_kv_cache(twice, 1 * GiB, 8192).num_blocks == 5461
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_capacity_engine_vllm_sizes_deepseek_v32_from_its_config(capsys):
+    # was refused by name ('dsa' layers); now sized: one group whose blocks span every layer's two pages
+    from kvmath.cli import main
+
+    config = str(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "32768",
+                 "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "1 spanning every layer (1 dsa)" in out and "max concurrency" in out
