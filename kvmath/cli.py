@@ -902,8 +902,10 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
         kinds = Counter(e.group_kinds)
-        _row("KV-cache groups", f"{e.num_groups} of {e.group_size} layers ("
-             + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")", 4)
+        # one group of layers with different pages (DSA's latent and indexer keys): a block spans all of them
+        spans = "1 spanning every layer" if (e.num_groups, e.group_size) == (1, 1) and dep.model.n_layers > 1 \
+            else f"{e.num_groups} of {e.group_size} layers"
+        _row("KV-cache groups", f"{spans} (" + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")", 4)
         if e.state_bytes is not None:  # vLLM's "Setting attention block size" and "Padding mamba page size" lines
             _row("linear-layer state", f"{e.state_bytes:,} B, padded {e.state_padding:.2%} to one page", 4)
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)

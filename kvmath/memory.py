@@ -85,10 +85,36 @@ VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 #: Layer kinds whose vLLM sizing kvmath reproduces, and the KV-cache spec vLLM's V1 engine gives each
 #: (``vllm/v1/kv_cache_interface.py``): ``full`` a ``FullAttentionSpec``, ``mla`` an ``MLAAttentionSpec``,
-#: ``sliding`` a ``SlidingWindowSpec``, ``chunked`` (Llama 4's local layers) a ``ChunkedLocalAttentionSpec``
-#: and ``linear`` (Gated DeltaNet, Mamba) a ``MambaSpec``: one page per sequence holding its conv and
-#: recurrent state. Other kinds are refused by name rather than sized as something they are not.
-VLLM_LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla")
+#: ``sliding`` a ``SlidingWindowSpec``, ``chunked`` (Llama 4's local layers) a ``ChunkedLocalAttentionSpec``,
+#: ``linear`` (Gated DeltaNet, Mamba) a ``MambaSpec`` (one page per sequence holding its conv and recurrent
+#: state), ``dsa`` (DeepSeek-V3.2) two ``MLAAttentionSpec``\ s, the latent's and the indexer's
+#: (``DeepseekV32IndexerCache.get_kv_cache_spec``, ``vllm/model_executor/models/deepseek_v2.py``, v0.11: one
+#: key vector of ``index_head_dim`` fp8 bytes plus an fp32 scale per 128, stored as uint8), and ``shared``
+#: none (a layer with ``kv_sharing_target_layer_name`` gets no spec of its own in
+#: ``GPUModelRunner.get_kv_cache_spec``, ``vllm/v1/worker/gpu_model_runner.py``: it reads its target's pages).
+#: Every kind kvmath models is one of these; an unknown one would be refused by name.
+VLLM_LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla", "dsa", "shared")
+
+#: How vLLM caches a linear layer's state (``CacheConfig.mamba_cache_mode``; ``MambaSpec.max_memory_usage_bytes``
+#: at commit 001cabc1): ``"none"`` one state page per request (prefix caching off, the default through v0.11),
+#: ``"align"`` two (the running state and the one kept at the last block boundary; what vLLM selects for Gated
+#: DeltaNet models when prefix caching is on, the default in later releases: "Mamba cache mode is set to 'align'"),
+#: ``"all"`` one per attention block of ``max_model_len``. With ``"align"`` and ``"all"`` a state page spans an
+#: attention block (``mamba_block_size``); with ``"none"``, ``max_model_len``.
+VLLM_MAMBA_CACHE_MODES = ("none", "align", "all")
+
+#: What vLLM's "GPU KV cache size: N tokens" line counts (``_report_kv_cache_config``,
+#: ``vllm/v1/core/kv_cache_utils.py``): ``"blocks"``, ``num_blocks // num_groups x`` the smallest block size
+#: (commit 001cabc1, v0.10-v0.20: the Qwen3.6 log of vLLM 0.20.0 prints 6,288 = 3 x 2,096 tokens);
+#: ``"concurrency"``, ``int(max_concurrency x max_model_len)`` (later releases, whose code says the block
+#: formula "underestimates capacity" of hybrid models; vLLM 0.29.0 printed 314,187 = int(652 / 17 x 8,192)).
+VLLM_TOKEN_RULES = ("blocks", "concurrency")
+
+#: Bytes per token of DeepSeek-V3.2's latent in vLLM's ``fp8_ds_mla`` cache format, which an fp8 KV cache becomes
+#: for that model (``DeepseekV32ForCausalLM.verify_and_update_config``, ``vllm/model_executor/models/config.py``;
+#: ``MLAAttentionSpec.real_page_size_bytes`` returns ``block_size x 656``): 512 fp8 latent values, four fp32
+#: scales (16 B) and the 64 rope values in bf16 (128 B).
+VLLM_FP8_DS_MLA_BYTES = 656
 
 #: Where the hybrid rules of :func:`vllm_kv_cache` were read: ``vllm-project/vllm`` v0.10.2 and v0.11
 #: ``vllm/model_executor/models/config.py`` (``HybridAttentionMambaModelConfig.verify_and_update_config``),
@@ -96,8 +122,12 @@ VLLM_LAYER_KINDS = ("full", "sliding", "chunked", "linear", "mla")
 #: grouping, page unification, block count, "GPU KV cache size" and concurrency code, unchanged in
 #: substance since v0.10.2). Newer releases moved the block-size alignment to
 #: ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``) with the same arithmetic.
-VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py; v1/core/kv_cache_utils.py and "
-                      "v1/kv_cache_interface.py @ 001cabc1")
+#: The cache modes of linear layers, DSA's two specs and the skipped shared-KV layers were read at the same
+#: commit (``MambaSpec``, ``UniformTypeKVCacheSpecs``) and in ``models/deepseek_v2.py`` / ``models/config.py``
+#: (v0.11); the ``"concurrency"`` tokens line in a later ``kv_cache_utils.py`` (checked on vLLM 0.29.0's log).
+VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py and models/deepseek_v2.py; "
+                      "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1; the tokens line of "
+                      "v1/core/kv_cache_utils.py after v0.20 (vLLM 0.29.0)")
 
 #: Tokens vLLM rounds the attention block size up to a multiple of when it enlarges it to hold a linear
 #: layer's state (``kernel_block_alignment_size`` in ``verify_and_update_config``): 16 for softmax
@@ -334,44 +364,64 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     return _whole(block_size * elems * b)
 
 
-def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool) -> dict:
+def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = False) -> dict:
     """vLLM's KV-cache spec of each layer on one rank, identical layers counted, in the order the layers first
     show them (vLLM's ``same_type_layers`` keeps that order).
 
     Keys are ``(kind, window, bytes)``: bytes of one token in one layer for attention kinds
     (``2 x max(1, kv_heads // tp) x head_dim x kv_bytes``; MLA's latent, unsplit), of one sequence's state
     for ``linear`` (``state_bytes / tp``: ``gated_delta_net_state_shape`` splits the conv channels and the
-    value heads by TP). Without the hybrid manager, sliding and chunked layers become full attention
-    (``unify_hybrid_kv_cache_specs``, ``vllm/v1/core/kv_cache_utils.py``) and linear layers cannot be
-    unified: vLLM raises "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one
-    unified type", and so does this.
+    value heads by TP). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
+    ``ds_mla``, vLLM's format for an fp8 cache of it) and its indexer's keys (``"index"``, ``index_bytes`` in
+    their own format whatever the KV dtype), two layers to vLLM. A ``shared`` layer gives none. Without the
+    hybrid manager, sliding and chunked layers become full attention (``unify_hybrid_kv_cache_specs``,
+    ``vllm/v1/core/kv_cache_utils.py``) and linear layers cannot be unified: vLLM raises "Hybrid KV cache
+    manager is disabled but failed to convert the KV cache specs to one unified type", and so does this.
     """
     types: dict = {}
+
+    def add(key):
+        types[key] = types.get(key, 0) + 1
+
     for spec in model.layer_specs():
         kind = spec.kind
         if kind not in VLLM_LAYER_KINDS:
             raise ValueError(f"{model.name} has {kind!r} layers, which kvmath does not size as vLLM does "
                              f"(it sizes {', '.join(VLLM_LAYER_KINDS)})")
+        if kind == "shared":
+            continue  # no spec of its own: it reads an earlier layer's pages
         if kind == "linear":
             if not hybrid:
                 raise ValueError(f"{model.name} has linear-attention layers: vLLM keeps their state in its own "
                                  "pages and refuses to start with the hybrid KV-cache manager disabled")
-            key = ("linear", None, spec.state_bytes / tp)
+            add(("linear", None, spec.state_bytes / tp))
         elif kind == "mla":
-            key = ("mla", None, spec.latent_dim * kv_bytes)
+            add(("mla", None, spec.latent_dim * kv_bytes))
+        elif kind == "dsa":
+            add(("dsa", None, VLLM_FP8_DS_MLA_BYTES if ds_mla else spec.latent_dim * kv_bytes))
+            add(("index", None, spec.index_bytes))
         else:
             per_token = 2 * max(1, spec.n_kv_heads // tp) * spec.head_dim * kv_bytes
-            key = (kind, spec.window, per_token) if hybrid and kind != "full" else ("full", None, per_token)
-        types[key] = types.get(key, 0) + 1
+            add((kind, spec.window, per_token) if hybrid and kind != "full" else ("full", None, per_token))
+    if not types:
+        raise ValueError(f"{model.name} has no layer that holds a cache of its own")
     return types
 
 
-def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool, alignment: int | None):
+#: Kinds of key vLLM sizes as full attention (a ``FullAttentionSpec`` or a subclass): layers of these kinds
+#: alone, of whatever page sizes, form one group (``UniformTypeKVCacheSpecs``, ``vllm/v1/kv_cache_interface.py``).
+_FULL_TYPE = ("full", "mla", "dsa", "index")
+
+
+def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool, alignment: int | None,
+                 ds_mla: bool = False):
     """vLLM V1's KV-cache groups for one rank: ``(groups, group_size, page_bytes, block_sizes, state_bytes)``.
 
     ``groups`` lists one ``(kind, window, bytes)`` key per KV-cache group, ``block_sizes`` each group's
-    tokens per block (None for a linear group: vLLM gives a ``MambaSpec`` ``block_size = max_model_len``),
-    ``state_bytes`` a linear layer's state before padding (None without linear layers). The steps:
+    tokens per block (None for a linear group: its state page, whose span depends on the cache mode),
+    ``state_bytes`` a linear layer's state before padding (None without linear layers). Layers that vLLM
+    sizes as full attention but with different page sizes (DSA's latent and indexer keys) form one group of
+    group size 1 whose page is one block of all of them (``UniformTypeKVCacheSpecs``). Otherwise:
 
     1. Linear layers present: the attention block size becomes ``align x cdiv(state, align x attention bytes
        per token)`` where the block size asked for is smaller, and the state page is padded to that
@@ -382,7 +432,13 @@ def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool,
        ``cdiv(layers, group_size)`` groups, ``group_size`` the fewest layers of any spec, or the most where
        that is under 1.5 times the fewest (``_get_kv_cache_groups_uniform_page_size``).
     """
-    types = _layer_types(model, tp, kv_bytes, hybrid)
+    types = _layer_types(model, tp, kv_bytes, hybrid, ds_mla)
+    if len(types) > 1 and all(k[0] in _FULL_TYPE for k in types):
+        # one kind of attention with different page sizes (DSA's latent and indexer keys): one group whose
+        # block spans every layer, num_blocks = available // (the sum of the pages) (get_kv_cache_config_from_groups)
+        key = next(iter(types))
+        page = sum(count * block_size * k[2] for k, count in types.items())
+        return [key], 1, _whole(page, "page_bytes"), {key: block_size}, None
     attention = [k for k in types if k[0] != "linear"]
     linear = [k for k in types if k[0] == "linear"]
     state = max(k[2] for k in linear) if linear else None
@@ -446,18 +502,21 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, tuple[str, ...]]:
     return size, tuple(k[0] for k in groups)
 
 
-def _blocks_per_request(key, block: int | None, mml: ArrayLike, mnbt: ArrayLike) -> ArrayLike:
+def _blocks_per_request(key, block: int | None, mml: ArrayLike, mnbt: ArrayLike, mamba_cache_mode: str = "none",
+                        attention_block: int = BLOCK_SIZE) -> ArrayLike:
     """Blocks one request of ``max_model_len`` tokens takes in one group (``max_memory_usage_bytes`` / page).
 
-    Full and MLA: ``cdiv(max_model_len, block)`` (``FullAttentionSpec``); sliding: ``cdiv(min(window - 1 +
-    max_num_batched_tokens, max_model_len), block) + 1`` (``SlidingWindowSpec``); chunked: ``cdiv(min(chunk
-    + max_num_batched_tokens, max_model_len), block)`` (``ChunkedLocalAttentionSpec``); linear: one page,
-    its state (``MambaSpec`` with ``mamba_cache_mode`` "none", no speculative blocks;
-    ``vllm/v1/kv_cache_interface.py``).
+    Full, MLA and DSA: ``cdiv(max_model_len, block)`` (``FullAttentionSpec``); sliding: ``cdiv(min(window - 1
+    + max_num_batched_tokens, max_model_len), block) + 1`` (``SlidingWindowSpec``); chunked: ``cdiv(min(chunk
+    + max_num_batched_tokens, max_model_len), block)`` (``ChunkedLocalAttentionSpec``); linear: its state
+    pages, one with ``mamba_cache_mode`` "none", two with "align", ``cdiv(max_model_len, attention block)``
+    with "all" (``MambaSpec``, no speculative blocks; ``vllm/v1/kv_cache_interface.py`` at commit 001cabc1).
     """
     kind, window, _ = key
     if kind == "linear":
-        return np.ones_like(np.asarray(mml))
+        if mamba_cache_mode == "all":
+            return _cdiv(mml, attention_block)
+        return np.full_like(np.asarray(mml), 2 if mamba_cache_mode == "align" else 1)
     if kind == "sliding":
         return _cdiv(np.minimum(window - 1 + np.asarray(mnbt), mml), block) + 1
     if kind == "chunked":
@@ -579,7 +638,8 @@ class EngineBudget(Result):
         KV cache memory of the rank ("Available KV cache memory").
     page_bytes : int
         One block of one layer, the same in every group (vLLM unifies them; a linear layer's state is
-        padded to it).
+        padded to it). Where layers of one kind have different pages (DSA's latent and indexer keys, one
+        ``UniformTypeKVCacheSpecs`` group), one block of all of them, with ``group_size`` 1.
     group_size, num_groups : int
         Layers per KV-cache group, and the groups (:func:`vllm_kv_groups`).
     num_blocks : int or array
@@ -647,6 +707,8 @@ def vllm_kv_cache(
     hybrid: bool = True,
     engine: str = "v1",
     block_alignment: int | None = None,
+    mamba_cache_mode: str = "none",
+    tokens_rule: str = "blocks",
 ) -> EngineBudget:
     """Blocks, tokens and maximum concurrency vLLM gets from one rank's KV memory.
 
@@ -656,9 +718,11 @@ def vllm_kv_cache(
     ``vllm/model_executor/models/config.py``, v0.10.2-v0.11). Then ``num_blocks = available // page_bytes
     // group_size`` (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``; V0's ``available // (page x
     layers)`` is the same integer) and ``tokens = num_blocks // num_groups x`` the smallest block size of
-    any group, a linear group's being ``max_model_len`` (``_report_kv_cache_config``). A request of
-    ``max_model_len`` tokens takes, in each group, the blocks :func:`_blocks_per_request` gives (a linear
-    group: one); V1's maximum concurrency is ``num_blocks`` over their sum
+    any group, a linear group's being ``max_model_len`` with ``mamba_cache_mode`` "none" and the attention
+    block otherwise (``_report_kv_cache_config``); later releases print ``int(concurrency x max_model_len)``
+    instead (``tokens_rule``, :data:`VLLM_TOKEN_RULES`). A request of ``max_model_len`` tokens takes, in each
+    group, the blocks :func:`_blocks_per_request` gives (a linear group: one state page, two with
+    ``mamba_cache_mode`` "align"); V1's maximum concurrency is ``num_blocks`` over their sum
     (``get_max_concurrency_for_kv_cache_config``), V0's ``num_blocks x block_size / max_model_len``. Under
     tensor parallelism vLLM keeps the fewest blocks over the ranks (``get_kv_cache_configs``): pass each
     rank's memory and take the minimum. The rules were read from :data:`VLLM_HYBRID_SOURCE`.
@@ -700,6 +764,12 @@ def vllm_kv_cache(
         linear-layer pages kvmath reproduces).
     block_alignment : int, optional
         Tokens the enlarged attention block size is a multiple of (:data:`VLLM_BLOCK_ALIGNMENT`).
+    mamba_cache_mode : str
+        How linear layers' states are cached (:data:`VLLM_MAMBA_CACHE_MODES`): "none" (prefix caching off),
+        "align" (what vLLM selects for Gated DeltaNet models with prefix caching on), "all".
+    tokens_rule : str
+        What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20),
+        "concurrency" (the later ``int(max_concurrency x max_model_len)``).
 
     Examples
     --------
@@ -728,6 +798,8 @@ def vllm_kv_cache(
     """
     engine = choice("engine", engine, VLLM_ENGINES)
     hybrid = flag("hybrid", hybrid)
+    mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
+    tokens_rule = choice("tokens_rule", tokens_rule, VLLM_TOKEN_RULES)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     _whole(mml, "max_model_len")
@@ -741,11 +813,14 @@ def vllm_kv_cache(
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
     tp = int(tensor_parallel)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
-    if engine == "v0" and any(s.kind == "linear" for s in model.layer_specs()):
-        raise ValueError(f"engine 'v0': {model.name} has linear-attention layers, whose state V0 kept outside "
-                         "the paged KV cache; kvmath sizes them for V1 only")
+    v1_only = {"linear": "linear-attention", "dsa": "DSA (sparse-attention indexer)", "shared": "shared-KV"}
+    kinds = [v1_only[k] for k in v1_only if any(s.kind == k for s in model.layer_specs())]
+    if engine == "v0" and kinds:
+        raise ValueError(f"engine 'v0': {model.name} has {' and '.join(kinds)} layers, whose caches V0 did not "
+                         "page (vLLM serves them with the V1 engine); kvmath sizes them for V1 only")
+    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
     groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid and engine == "v1",
-                                                           block_alignment)
+                                                           block_alignment, ds_mla)
     if layers is not None:
         if len(set(groups)) > 1:
             raise ValueError("layers (a pipeline stage's share) is supported for models whose layers vLLM keeps "
@@ -754,6 +829,8 @@ def vllm_kv_cache(
         if group_size > model.n_layers:
             raise ValueError(f"layers ({group_size}) exceeds the model's {model.n_layers} layers")
     attention_block = min((bs for bs in blocks.values() if bs is not None), default=block_size)
+    if mamba_cache_mode != "none":  # a state page spans one attention block (mamba_block_size)
+        blocks = {k: (attention_block if bs is None else bs) for k, bs in blocks.items()}
     num_groups = len(groups)
     num_blocks = np.maximum(np.floor(np.floor(np.asarray(avail) / page) / group_size), 0)
     if np.any(num_blocks == 0):
@@ -761,9 +838,11 @@ def vllm_kv_cache(
                          "to start (\"No available memory for the cache blocks\")")
     smallest = attention_block if all(blocks[k] is not None for k in groups) else \
         np.minimum(np.asarray(mml), attention_block) if len(blocks) > 1 else np.asarray(mml)  # a linear group's is mml
-    tokens = num_blocks // num_groups * smallest
-    per_request = sum(_blocks_per_request(k, blocks[k], mml, mnbt) for k in groups)
+    per_request = sum(_blocks_per_request(k, blocks[k], mml, mnbt, mamba_cache_mode, attention_block)
+                      for k in groups)
     concurrency = num_blocks / per_request if engine == "v1" else num_blocks * block_size / np.asarray(mml)
+    tokens = num_blocks // num_groups * smallest if tokens_rule == "blocks" else \
+        np.floor(concurrency * np.asarray(mml))  # Python's int() of the same double product
     refused = np.asarray(concurrency < 1)
     if refused.any():
         # V1: _check_enough_kv_cache_memory (vllm/v1/core/kv_cache_utils.py); V0: "The model's max seq len
@@ -805,6 +884,8 @@ def vllm_engine(
     non_torch_bytes: ArrayLike = NON_TORCH_BYTES,
     hybrid: bool = True,
     engine: str = "v1",
+    mamba_cache_mode: str = "none",
+    tokens_rule: str = "blocks",
 ) -> EngineBudget:
     """The KV cache vLLM sizes on ``chip``: memory profile, then blocks, tokens, concurrency.
 
@@ -856,7 +937,8 @@ def vllm_engine(
         if activation_peak_bytes is None else non_negative("activation_peak_bytes", activation_peak_bytes)
     avail = vllm_available_kv_bytes(total, w, act, non_torch, util)
     kv = vllm_kv_cache(model, avail, mml, block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tp,
-                       max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine)
+                       max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine,
+                       mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule)
     return EngineBudget(**{**kv.__dict__, "total_bytes": plain(total), "requested_bytes": plain(util * total),
                            "weight_bytes": plain(w), "activation_peak_bytes": plain(act),
                            "non_torch_bytes": plain(non_torch)})

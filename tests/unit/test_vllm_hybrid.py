@@ -25,6 +25,7 @@ from tests.unit.test_hf_config import NEXT, edited
 
 LOGS = {log["id"]: log for log in json.loads((Path(__file__).parents[1] / "data" / "vllm_logs.json").read_text())["logs"]}
 HALF = 0.005 * GiB
+RECONSTRUCTED = Path(__file__).parents[1] / "data" / "hf_configs" / "reconstructed"
 
 
 def test_the_log_file_quotes_every_figure_it_states():
@@ -38,7 +39,10 @@ def test_the_log_file_quotes_every_figure_it_states():
             assert f"Available KV cache memory: {f['available_kv_gib']:.2f} GiB" in text
         if f["attention_block_size"] is not None:
             assert f"Setting attention block size to {f['attention_block_size']} tokens" in text
-            assert f"Padding mamba page size by {f['state_padding_pct']:.2f}%" in text
+            if f["state_padding_pct"]:
+                assert f"Padding mamba page size by {f['state_padding_pct']:.2f}%" in text
+            else:  # vLLM prints no padding line where the state fills the page exactly
+                assert "Padding mamba page size" not in text
 
 
 def test_qwen3_next_tp2_log_reproduced():
@@ -144,3 +148,152 @@ def test_engine_estimate_for_a_hybrid_model_runs_end_to_end():
     e = vllm_engine(m, km.Chip.preset("h100-sxm"), 131072, tensor_parallel=4)
     assert e.block_size == 272 and e.group_kinds == ("linear",) * 3 + ("full",)
     assert e.num_blocks == int(e.available_kv_bytes // e.page_bytes // 12)
+
+
+def _qwen35_layout(name, layers, heads, kv_heads, key_heads, value_heads, d_model):
+    """A Qwen3.5-family (``qwen3_5`` / ``qwen3_5_moe``) layout, which kvmath has no reader for: three Gated
+    DeltaNet layers to every full-attention one (``full_attention_interval`` 4), head_dim 256, linear heads of
+    128, conv kernel 4, and the recurrent state in fp32 (``mamba_ssm_dtype`` float32; the conv state in bf16):
+    ``value_heads x 128 x 128 x 4 + 3 x (2 x key_heads + value_heads) x 128 x 2`` bytes per layer."""
+    from kvmath.layers import LayerSpec
+
+    state = value_heads * 128 * 128 * 4 + 3 * (2 * key_heads + value_heads) * 128 * 2
+    gdn = LayerSpec("linear", n_heads=value_heads, state_bytes=state)
+    full = LayerSpec("full", heads, kv_heads, 256)
+    return km.Model(name, layers, d_model, heads, kv_heads, 256, 4 * d_model, 248320, attention="gqa",
+                    layers=((gdn,) * 3 + (full,)) * (layers // 4))
+
+
+def test_qwen3_8_27b_log_of_vllm_0_29_reproduced_exactly():
+    """vLLM 0.29.0, Qwen3.8-27B, one GPU, bf16, max_model_len 8,192, prefix caching on (mamba cache mode
+    'align'), tests/data/vllm_logs.json.
+
+    By hand: attention 2 x 4 KV heads x 256 x 2 B = 4,096 B per token per layer; a GDN layer's state 48 x 128 x
+    128 x 4 (fp32) + 3 x (2 x 16 + 48) x 128 x 2 = 3,145,728 + 61,440 = 3,207,168 B (x 48 layers = 153,944,064
+    B, the 146.8 MiB the report gives). Block 16 x cdiv(3,207,168, 16 x 4,096) = 16 x 49 = 784 tokens (the log's
+    784), page 784 x 4,096 = 3,211,264 B, the state padded by 4,096 / 3,207,168 = 0.13% (the log's 0.13%).
+    Groups: 16 full + 48 linear -> group size 16, 1 + 3 = 4 groups. Blocks: 31.24 GiB / 3,211,264 / 16 =
+    652.85 -> 652 (the log's num_gpu_blocks; the printed 31.24 allows 652.75 to 652.96, so 652 only). A request:
+    cdiv(8,192, 784) = 11 full blocks + 2 state pages in each of the 3 linear groups ('align') = 17;
+    652 / 17 = 38.353 -> "38.35x". Tokens, vLLM 0.29's rule: int(652 / 17 x 8,192) = int(314,187.3) = 314,187
+    (the log); the older rule would print 652 // 4 x 784 = 127,792.
+    """
+    log = LOGS["qwen3.8-27b-tp1-v0.29.0-align"]
+    s, f, a = log["settings"], log["figures"], log["architecture"]
+    m = _qwen35_layout("qwen3.8-27b", a["layers"], a["attention_heads"], a["kv_heads"], a["linear_key_heads"],
+                       a["linear_value_heads"], 5120)
+    assert vllm_kv_groups(m) == (16, ("linear",) * 3 + ("full",))
+    kv = vllm_kv_cache(m, f["available_kv_gib"] * GiB, s["max_model_len"], max_num_batched_tokens=s["max_num_batched_tokens"],
+                       mamba_cache_mode=s["mamba_cache_mode"], tokens_rule=s["tokens_rule"])
+    assert (kv.block_size, kv.page_bytes, kv.state_bytes) == (f["attention_block_size"], 3_211_264, 3_207_168)
+    assert 48 * kv.state_bytes == 153_944_064
+    assert round(100 * kv.state_padding, 2) == f["state_padding_pct"]
+    assert (kv.num_groups, kv.group_size, kv.num_blocks, kv.blocks_per_request) == (4, 16, f["num_gpu_blocks"], 17)
+    assert kv.tokens == f["tokens"] and round(kv.max_concurrency, 2) == f["max_concurrency"]
+    # the interval the printed GiB allows holds this one block count
+    ends = [vllm_kv_cache(m, f["available_kv_gib"] * GiB + d, 8192, mamba_cache_mode="align").num_blocks
+            for d in (-HALF, HALF)]
+    assert ends == [652, 652]
+    # what a tool that ignored the cache mode or the newer tokens line would print instead
+    none = vllm_kv_cache(m, f["available_kv_gib"] * GiB, 8192, tokens_rule="concurrency")
+    assert none.blocks_per_request == 14 and round(none.max_concurrency, 2) == 46.57
+    old = vllm_kv_cache(m, f["available_kv_gib"] * GiB, 8192, mamba_cache_mode="align")
+    assert old.tokens == 652 // 4 * 784 == 127_792
+
+
+def test_qwen3_6_35b_a3b_log_of_vllm_0_20_reproduced_within_the_printed_memory():
+    """vLLM 0.20.0, Qwen3.6-35B-A3B (NVFP4 weights), one GPU, fp8_e4m3 KV cache, max_model_len 8,192, prefix
+    caching on ('align'), tests/data/vllm_logs.json.
+
+    By hand: attention 2 x 2 KV heads x 256 x 1 B = 1,024 B per token per layer (fp8); a GDN layer's state in
+    the model's dtype whatever the KV dtype: 32 x 128 x 128 x 4 + 3 x (2 x 16 + 32) x 128 x 2 = 2,146,304 B.
+    Block 16 x cdiv(2,146,304, 16 x 1,024) = 16 x 131 = 2,096 tokens (the log's 2,096), a page of exactly the
+    state (no padding line, none printed). Groups: 10 full + 30 linear -> group size 10, 4 groups; a block of a
+    group 10 x 2,146,304 = 21,463,040 B. The printed 0.32 GiB allows [0.315, 0.325) GiB = 15.76 to 16.26 blocks:
+    15 or 16. A request: cdiv(8,192, 2,096) = 4 + 3 x 2 = 10 blocks. The tokens line (v0.20: num_blocks // 4 x
+    2,096) gives 6,288 for 12 to 15 blocks, 8,384 for 16; the concurrency line n / 10 = 1.50 for 15: both hold
+    for 15 blocks only, that is for an available memory in [0.315 GiB, 16 blocks = 0.3198 GiB).
+    """
+    log = LOGS["qwen3.6-35b-a3b-nvfp4-tp1-fp8kv-v0.20.0-align"]
+    s, f, a = log["settings"], log["figures"], log["architecture"]
+    m = _qwen35_layout("qwen3.6-35b-a3b", a["layers"], a["attention_heads"], a["kv_heads"], a["linear_key_heads"],
+                       a["linear_value_heads"], 2048)
+    run = dict(kv_dtype="fp8", max_num_batched_tokens=s["max_num_batched_tokens"],
+               mamba_cache_mode=s["mamba_cache_mode"], tokens_rule=s["tokens_rule"])
+    low, high = (vllm_kv_cache(m, f["available_kv_gib"] * GiB + d, s["max_model_len"], **run) for d in (-HALF, HALF))
+    assert (low.block_size, low.state_bytes, low.state_padding, low.blocks_per_request) == (2096, 2_146_304, 0.0, 10)
+    assert (low.num_blocks, high.num_blocks) == (15, 16)
+    page = 10 * 2_146_304
+    fits = [n for n in range(low.num_blocks, high.num_blocks + 1)
+            if (kv := vllm_kv_cache(m, n * page, s["max_model_len"], **run)).tokens == f["tokens"]
+            and round(kv.max_concurrency, 2) == f["max_concurrency"]]
+    assert fits == [15]
+    assert f"{16 * page / GiB:.2f}" == "0.32"  # the upper end of the memory that gives 15 blocks still prints 0.32
+    # a bf16 state would have needed a 1,072-token block, which the log does not print
+    bf16_state = 32 * 128 * 128 * 2 + 3 * (2 * 16 + 32) * 128 * 2
+    assert 16 * -(-bf16_state // (16 * 1024)) == 1072
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")  # the MTP layer: not a cache term
+def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
+    """DeepSeek-V3.2 (tests/data/hf_configs/reconstructed): every layer is MLA with the DSA indexer. vLLM gives
+    each layer two specs, the latent's MLAAttentionSpec (576 elements) and the indexer's
+    (``DeepseekV32IndexerCache``: one 132-byte uint8 key, 128 fp8 values and one fp32 scale), all full attention,
+    so one group whose block spans all 122 (UniformTypeKVCacheSpecs). Block 64 (the sparse FlashMLA backend's).
+
+    bf16: a block 61 x 64 x (576 x 2 + 132) = 61 x 64 x 1,284 = 5,012,736 B; 40 GiB / 5,012,736 = 8,568.05 ->
+    8,568 blocks, 8,568 x 64 = 548,352 tokens; a 131,072-token request cdiv(131,072, 64) = 2,048 blocks,
+    8,568 / 2,048 = 4.18x. fp8 (vLLM turns it into 'fp8_ds_mla', 656 B per token): 61 x 64 x (656 + 132) =
+    3,076,352 B -> 13,961 blocks. Without the indexer (DeepSeek-V3's MLA) 61 x 64 x 1,152 = 4,497,408 B ->
+    9,549 blocks: the indexer keys take 132 / 1,284 = 10.3% of the bf16 pool.
+    """
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    assert {s.kind for s in v32.layer_specs()} == {"dsa"}
+    assert vllm_kv_groups(v32) == (1, ("dsa",))
+    kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64)
+    assert (kv.page_bytes, kv.group_size, kv.num_groups) == (61 * 64 * 1284, 1, 1)
+    assert (kv.num_blocks, kv.tokens, kv.blocks_per_request) == (8568, 548_352, 2048)
+    assert round(kv.max_concurrency, 2) == 4.18
+    fp8 = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, kv_dtype="fp8")
+    assert (fp8.page_bytes, fp8.num_blocks) == (61 * 64 * 788, 13_961)
+    # tensor parallelism does not split an MLA latent or the indexer's key
+    assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8).num_blocks == 8568
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    assert vllm_kv_cache(v3, 40 * GiB, 131072, block_size=64).num_blocks == 9549
+    with pytest.raises(ValueError, match="engine 'v0'.*DSA"):
+        vllm_kv_cache(v32, 40 * GiB, 8192, engine="v0")
+
+
+def test_shared_kv_layers_take_no_pages_by_hand():
+    """KV shared with an earlier layer (Gemma 3n's last num_kv_shared_layers; no reader: kvmath refuses the key
+    in configs) gets no spec of its own in vLLM (``kv_sharing_target_layer_name``, GPUModelRunner.get_kv_cache_spec).
+    A Gemma-3n-E2B-like layout: 30 layers, 8 heads / 2 KV heads of 256, window 512, four sliding to one full;
+    the last 10 (8 sliding, 2 full) share. Own layers 16 sliding + 4 full: group size 4 (16 >= 1.5 x 4), 4
+    sliding groups + 1 full. Page 16 x 2 x 2 x 256 x 2 = 32,768 B; 1 GiB / 32,768 / 4 = 8,192 blocks; counting
+    the shared layers as their own (24 sliding + 6 full: group size 6, 4 + 1 groups) gives 1 GiB / 32,768 / 6 =
+    5,461. A 8,192-token request with 2,048 batched tokens: 512 full blocks + 4 x (cdiv(511 + 2,048, 16) + 1) =
+    512 + 4 x 161 = 1,156; 8,192 / 1,156 = 7.09x."""
+    from kvmath.layers import LayerSpec
+
+    sliding, full = LayerSpec("sliding", 8, 2, 256, window=512), LayerSpec("full", 8, 2, 256)
+    own = ((sliding,) * 4 + (full,)) * 4
+    shared = tuple(LayerSpec("shared", 8, 2, 256, window=s.window) for s in ((sliding,) * 4 + (full,)) * 2)
+    m = km.Model("gemma-3n-like", 30, 2048, 8, 2, 256, 8192, 262144, attention="gqa", layers=own + shared)
+    assert vllm_kv_groups(m) == (4, ("sliding",) * 4 + ("full",))
+    kv = vllm_kv_cache(m, 1 * GiB, 8192, max_num_batched_tokens=2048)
+    assert (kv.page_bytes, kv.num_blocks, kv.blocks_per_request) == (32768, 8192, 1156)
+    assert round(kv.max_concurrency, 2) == 7.09
+    twice = km.Model("counted-twice", 30, 2048, 8, 2, 256, 8192, 262144, attention="gqa", layers=own + own[:10])
+    assert vllm_kv_cache(twice, 1 * GiB, 8192).num_blocks == 5461
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_capacity_engine_vllm_sizes_deepseek_v32_from_its_config(capsys):
+    # was refused by name ('dsa' layers); now sized: one group whose blocks span every layer's two pages
+    from kvmath.cli import main
+
+    config = str(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "32768",
+                 "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "1 spanning every layer (1 dsa)" in out and "max concurrency" in out
