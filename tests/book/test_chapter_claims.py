@@ -354,3 +354,50 @@ def test_chapter8_h200_row_on_the_reported_total():
     # the marketed 141 GB gave 17,569 tokens and 8 sequences: the row understated the chip by a quarter
     marketed = num(CHIPS["h200"], "hbm_bytes") - 2 * param_count(m)
     assert (math.floor(marketed / kv_token), math.floor(marketed / (2048 * kv_token))) == (17_569, 8)
+
+
+# ---- chapter 11: Mixtral's serving figures under uniform routing, by hand (C11-1, C11-2) ----
+
+def mixtral_decode_s(B: float, routing: str, mean_context: float, chip: str = "h200") -> float:
+    """A bf16 decode step of Mixtral on one chip, memory-bound: every matrix but the untouched experts, the norms,
+    B rows of the input table, and B caches at the mean context (the decode contexts of a request are affine)."""
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    touched = c["k"] if routing == "floor" else c["E"] * (1 - (1 - c["k"] / c["E"]) ** B)
+    weights = 2 * (c["held"] - c["moe"] * (c["E"] - touched) * c["expert"] + c["norms"] + B * c["d"])
+    kv = 2 * int(m["n_layers"]) * int(m["n_kv_heads"]) * int(m["head_dim"]) * 2
+    flops = B * (2 * c["per_token"] + 4 * int(m["n_layers"]) * int(m["n_heads"]) * int(m["head_dim"]) * mean_context)
+    assert flops / bf16(chip) < (weights + B * mean_context * kv) / bandwidth(chip)  # memory-bound, as assumed
+    return (weights + B * mean_context * kv) / bandwidth(chip)
+
+
+def test_chapter11_mixtral_best_batch_is_set_by_latency_under_uniform_routing():
+    # 1,000 in / 1,000 out on one H200: decode contexts 1,001 .. 1,999, mean 1,500
+    floor, uniform = (mixtral_decode_s(181, r, 1500) for r in ("floor", "uniform"))
+    assert floor * 1e3 == pytest.approx(12.73, abs=0.01)    # the floor: inside the 20 ms limit at the memory cap
+    assert uniform * 1e3 == pytest.approx(26.82, abs=0.01)  # uniform: over it, so memory does not set the best batch
+    best = max(B for B in range(1, 182) if mixtral_decode_s(B, "uniform", 1500) <= 0.020)
+    assert best == 17
+    assert 1 / mixtral_decode_s(8, "uniform", 1500) == pytest.approx(56.0, abs=0.1)  # tokens/s per user at B = 8
+    from kvmath import Deployment
+
+    dep = Deployment("mixtral-8x7b", "h200")
+    f = dep.frontier(1000, 1000, tpot_limit_s=0.020, routing="uniform")
+    assert int(f.max_batch[0]) == 181 and int(f.best_batch[0]) == best
+    assert float(f.requests.time_per_output_token_s[180, 0]) == pytest.approx(uniform, rel=1e-6)
+    assert float(dep.frontier(1000, 1000, tpot_limit_s=0.020).best_batch[0]) == 181  # the floor's answer
+
+
+def test_chapter11_exercise4_prefill_share_under_uniform_routing():
+    # Mixtral on H200s, 2,000 in / 500 out, decoded 64 at a time: prefill chip-time over decode chip-time per request
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    L, h, dh = int(m["n_layers"]), int(m["n_heads"]), int(m["head_dim"])
+    body = c["per_token"] - c["table"]  # a prompt token's matrices less the LM head (the table's size), which one token needs
+    prefill = (2 * body * 2000 + 2 * c["table"] + 4 * L * h * dh * 2000 * 2001 / 2) / bf16("h200")
+    ratios = {r: prefill / (mixtral_decode_s(64, r, 2250) * 499 / 64) for r in ("floor", "uniform")}
+    assert ratios["floor"] == pytest.approx(0.72, abs=0.005) and ratios["uniform"] == pytest.approx(0.29, abs=0.005)
+    from kvmath import Deployment
+    from kvmath.disaggregation import disaggregate
+
+    for r, want in ratios.items():
+        got = disaggregate(Deployment("mixtral-8x7b", "h200"), 2000, 500, decode_batch=64, routing=r)
+        assert got.prefill_chips_per_decode_chip == pytest.approx(want, rel=1e-6)
