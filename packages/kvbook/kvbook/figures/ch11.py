@@ -19,8 +19,11 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
 
     Solid: static batches, prefill included (``Deployment.frontier``); dashed:
     continuous batching's steady state (``Deployment.steady_state``); each
-    curve ends at the largest batch whose caches fit (dot). The vertical line
-    is the limit ``tpot_limit_s`` per output token.
+    curve ends at the largest batch whose caches fit (dot). Both charge a
+    mixture of experts' weights at the k-expert floor (the bound); dotted, for
+    such a model, its static batches under uniform routing (an estimate: a
+    batch touches more experts). The vertical line is the limit
+    ``tpot_limit_s`` per output token.
     """
     import kvbook.plots as kp
 
@@ -39,6 +42,12 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
         last = np.flatnonzero(fits)[-1]
         ax.plot([f.tokens_per_s_per_user[last, 0]], [f.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
                 ms=5)
+        if on_chip.model.n_experts:
+            u = on_chip.frontier(s_in, s_out, batch=grid, tpot_limit_s=tpot_limit_s, routing="uniform")
+            ax.plot(u.tokens_per_s_per_user[fits, 0], u.throughput_per_chip[fits, 0], color=kp.COLORS[i], ls=":",
+                    label=f"{name}, static, uniform routing")
+            ax.plot([u.tokens_per_s_per_user[last, 0]], [u.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
+                    ms=5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tokens/s per user (1 / time per output token)")
