@@ -415,3 +415,40 @@ def test_chapter11_prose_keeps_the_corrected_claims():
                  "half-finished requests hold half their blocks", "as both systems do"):
         assert gone not in prose, gone
     assert "the latency limit, not memory, sets the best batch" in prose
+
+
+def stored_prose(notebook: str) -> dict[str, str]:
+    """Each inline expression a chapter's prose shows, and the text its committed notebook stores for it."""
+    import json
+
+    nb = json.loads((DATA.parents[1] / "notebooks" / notebook).read_text(encoding="utf-8"))
+    return {e["expression"]: e["result"]["data"]["text/plain"].strip("'\"")
+            for c in nb["cells"] for e in c.get("metadata", {}).get("user_expressions", [])}
+
+
+def test_chapter11_changed_numbers_by_hand():
+    shown = stored_prose("11_serving.ipynb")
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    L, h, dh = int(m["n_layers"]), int(m["n_heads"]), int(m["head_dim"])
+    kv = 2 * L * int(m["n_kv_heads"]) * dh * 2
+    # C11-3: half a static batch ends at 250 tokens, half at 750: a third of its slot-steps hold finished requests
+    assert shown['f"{idle_share:.0%}"'] == f"{1 - (250 + 750) / 2 / 750:.0%}" == "33%"
+    # C11-4: a steady request holds its mean context's blocks, ceil(s / 16) over s = 1,001 .. 1,999, of the last's 125
+    blocks = [-(-s // 16) for s in range(1001, 2000)]
+    assert shown['f"{blocks_each.mean() / blocks_each[-1]:.0%}"'] == f"{sum(blocks) / len(blocks) / blocks[-1]:.0%}" == "75%"
+    # C11-1: Mixtral under uniform routing on one H200, 1,000 in / 1,000 out
+    assert shown['f"{fmt_seconds(uni_tpot_cap, 1)}"'] == f"{mixtral_decode_s(181, 'uniform', 1500) * 1e3:.1f} ms"
+    assert shown['f"{uni_best:,d}"'] == "17"
+    assert shown['f\'{per_user_8["uniform"]:.0f}\''] == f"{1 / mixtral_decode_s(8, 'uniform', 1500):.0f}" == "56"
+    assert shown['f\'{per_user_8["floor"]:.0f}\''] == f"{1 / mixtral_decode_s(8, 'floor', 1500):.0f}" == "177"
+    # the static batch of 17: a compute-bound prefill of 17 prompts, then 999 memory-bound decode steps
+    body = c["per_token"] - c["table"]  # a prompt token's matrices less the LM head, which its last token needs
+    prefill = 17 * (2 * body * 1000 + 2 * c["table"] + 4 * L * h * dh * 1000 * 1001 / 2) / bf16("h200")
+    assert shown['f"{uni_tps:,.0f}"'] == f"{17 * 1000 / (prefill + 999 * mixtral_decode_s(17, 'uniform', 1500)):,.0f}" == "834"
+    # the paged steady state at 242 requests: the decode tokens and the prompts' 242 / 999 x 1,000 tokens share a step
+    B, tokens = 242, 242 + 242 * 1000 / 999
+    touched = c["E"] * (1 - (1 - c["k"] / c["E"]) ** tokens)
+    weights = 2 * (c["held"] - c["moe"] * (c["E"] - touched) * c["expert"] + c["norms"] + B * c["d"])
+    step = (weights + B * 1500 * kv + B / 999 * 1000 * kv) / bandwidth("h200")
+    assert B * (2 * c["per_token"] + 4 * L * h * dh * 1500) / bf16("h200") < step  # memory-bound
+    assert shown['f"{fmt_seconds(mix_paged_uniform.time_per_output_token_s, 1)}"'] == f"{step * 1e3:.1f} ms" == "29.3 ms"
