@@ -415,6 +415,10 @@ def test_chapter11_prose_keeps_the_corrected_claims():
                  "half-finished requests hold half their blocks", "as both systems do"):
         assert gone not in prose, gone
     assert "the latency limit, not memory, sets the best batch" in prose
+    # exercise 4's recorded answer sizes the pools under uniform routing (C11-2), not at the floor's 0.72
+    answers = [c["metadata"]["kvbook"]["answer_values"] for c in nb["cells"]
+               if "ex-serving-4" in c.get("metadata", {}).get("kvbook", {}).get("answer_values", {})]
+    assert answers[0]["ex-serving-4"]["ratio"] == "0.29 prefill chips per decode chip (uniform routing)"
 
 
 def stored_prose(notebook: str) -> dict[str, str]:
