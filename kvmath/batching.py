@@ -53,7 +53,10 @@ is the decode step's):
   ``kv_split="batch"``'s sequences per chip at ``b / tp``, not ``ceil(b / tp)``;
   a micro-batch at ``b / pp``, without the one-sequence floor, over several
   replicas (:meth:`kvmath.deployment._Plan.micro`). The experts a step reads are
-  the floor's ``k`` per layer whatever the tokens, affine already.
+  the floor's ``k`` per layer whatever the tokens, affine already. With
+  ``routing="uniform"`` they grow with the step's tokens (concave), so that
+  argument no longer holds and the step is an estimate of a real router's
+  reads, not a bound (chapter 11 sizes MoE serving under both).
 
 - *the chunk alone on its replica* (:func:`mixed_step` under data parallelism
   or ``kv=batch``, without expert parallelism): the chunk lands whole on one
@@ -77,12 +80,14 @@ import numpy as np
 
 from .deployment import Deployment
 from .formulas import _cost_of_chip_time
+from .moe import ROUTINGS
 from .requests import _without_pipeline, prefill_attention_flops
 from .results import Result
 from .validation import (
     ArrayLike,
     broadcast,
     checked,
+    choice,
     instance,
     non_negative,
     plain,
@@ -168,12 +173,13 @@ def _mean_over(f, lo, hi, windows) -> ArrayLike:
 
 
 def _run(dep: Deployment, batch, context, tokens_per_seq, kv_seq, attention, *, lm_head_tokens=None,
-         even_share=True):
+         even_share=True, routing="floor"):
     """A pass of the deployment's one step model (:meth:`kvmath.deployment._Plan.pass_`) at the chip's rates;
-    ``kv_seq`` is the (held, read) pair of each sequence's cache bytes."""
+    ``kv_seq`` is the (held, read) pair of each sequence's cache bytes; ``routing`` the experts it reads."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return dep._plan.pass_(batch, context, tokens_per_seq, *kv_seq, attention, bandwidth=dep.chip.bandwidth,
-                               flops=dep.flops, comm=dep._comm, lm_head_tokens=lm_head_tokens, even_share=even_share)
+                               flops=dep.flops, comm=dep._comm, lm_head_tokens=lm_head_tokens, even_share=even_share,
+                               routing=routing)
 
 
 def _kv(plan, context):
@@ -188,7 +194,7 @@ def _figures(step, over=1):
 
 
 def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens, lm_head, overhead_s, *,
-          fullest=None, prompt_rows=True) -> MixedStep:
+          fullest=None, prompt_rows=True, routing="floor") -> MixedStep:
     """One step: ``batch`` decode sequences spread evenly over the contexts ``context = (lo, hi)``, plus ``prompts``
     prompts of ``prompt_tokens`` each, ``prompt_start`` of whose tokens are cached (``prompts`` may be fractional:
     an average share). ``batch`` and ``prompts`` are one data-parallel group's even share (``B / dp``, ``1 / dp``).
@@ -205,24 +211,26 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
     and, for a mixed step on replicas or ``kv=batch`` without expert parallelism, the chunk alone on its replica.
     Its figures are those of the largest (the share's on a tie); ``decode_only_s`` is the decode step's.
     ``prompt_rows``: False charges no table rows for the prompts' tokens (a steady state's average share:
-    its prompts may come bunched, and the rows are concave in the tokens).
+    its prompts may come bunched, and the rows are concave in the tokens). ``routing``: the experts each pass
+    reads (``"floor"`` keeps every bound; ``"uniform"`` makes the step an estimate).
     """
     model, plan = dep.model, dep._plan
+    r = dict(routing=routing)
     lo, hi = context
     windows = {layer.window for layer in model.layer_specs() if layer.window is not None}
     windows |= {layer.topk for layer in model.layer_specs() if layer.kind == "dsa"}  # where a dsa read stops growing
     kv = (_mean_over(plan.kv_per_seq, lo, hi, windows), _mean_over(plan.kv_read_per_seq, lo, hi, windows))
     att = _mean_over(plan.attention_per_token, lo, hi, windows)
     flat, pp = _without_pipeline(dep), dep.layout.pp
-    decode = _run(flat, batch, hi, 1.0, kv, att)
+    decode = _run(flat, batch, hi, 1.0, kv, att, **r)
     has = (np.asarray(prompt_tokens) > 0) & (np.asarray(prompts) > 0)  # a share that underflows to 0 is none
     c = np.maximum(prompt_tokens, 1)
     end = prompt_start + c
     attention = prefill_attention_flops(model, end) - np.where(
         prompt_start > 0, prefill_attention_flops(model, np.maximum(prompt_start, 1)), 0.0)
-    prompt = _run(flat, np.where(has, prompts, 1.0), end, c, _kv(plan, end), attention, lm_head_tokens=lm_head)
+    prompt = _run(flat, np.where(has, prompts, 1.0), end, c, _kv(plan, end), attention, lm_head_tokens=lm_head, **r)
     tokens = batch + np.where(has, prompts * c, 0.0)
-    both = _run(flat, 1.0, 1.0, tokens, (0.0, 0.0), 0.0)  # the weights, read once for all the step's tokens, and the comm
+    both = _run(flat, 1.0, 1.0, tokens, (0.0, 0.0), 0.0, **r)  # the weights, read once for all the step's tokens, and the comm
     # the stages' chips share every layer's work, so the busiest does at least the mean, 1 / pp of it
     # (x / 1 is exact: pp = 1 changes no bit)
     share = dict(weight_bytes_read=(both if prompt_rows else decode).weight_bytes_read / pp,
@@ -230,8 +238,8 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
                  total_flops=(decode.weight_flops + decode.attention_flops
                               + np.where(has, prompt.weight_flops + prompt.attention_flops, 0.0)) / pp,
                  comm_s=both.comm_s / pp)
-    alone = (_run(dep, batch, hi, 1.0, kv, att) if fullest is None
-             else _run(dep, fullest, hi, 1.0, kv, att, even_share=False))
+    alone = (_run(dep, batch, hi, 1.0, kv, att, **r) if fullest is None
+             else _run(dep, fullest, hi, 1.0, kv, att, even_share=False, **r))
     decode_only = overhead_s + alone.strict_s  # the decode step alone (its own overhead is 0)
     # the shape shown: a steady state's one replica's share; a mixed step's whole call (its one chunk)
     shown = np.where(has, prompts * c, 0.0) if fullest is None else np.where(has, c, 0.0)
@@ -244,7 +252,7 @@ def _step(dep: Deployment, batch, context, prompts, prompt_start, prompt_tokens,
         # its work (review r2, R1); the even share alone spread it over every replica and chip. Not with experts
         # over several chips: the chunk's tokens may go to experts elsewhere (review r3, N1: Mixtral dp=ep=8)
         chunk = _figures(_run(flat, 1.0, end, c, _kv(plan, end), attention, lm_head_tokens=lm_head,
-                              even_share=False), over=pp)
+                              even_share=False, **r), over=pp)
         larger = has & (np.asarray(MixedStep(**rates, **{k: plain(v) for k, v in chunk.items()}).strict_s)
                         > np.asarray(mixed.strict_s))
         if np.any(larger):
@@ -266,6 +274,7 @@ def mixed_step(
     chunk_start: ArrayLike = 0,
     *,
     overhead_s: ArrayLike = 0.0,
+    routing: str = "floor",
 ) -> MixedStep:
     """A decode step of ``batch`` sequences at ``context`` that also runs a prefill chunk of ``chunk_tokens``.
 
@@ -300,6 +309,11 @@ def mixed_step(
         The chunk's prompt tokens, and its prompt's tokens already cached.
     overhead_s : float or array
         A fixed time per step (an estimate; 0 keeps the bound).
+    routing : str
+        The routed experts each token group reads (:func:`kvmath.moe.experts_touched`): ``"floor"``, ``k`` per
+        layer whatever the tokens, keeps the bound; ``"uniform"`` (every token's experts drawn at random, so a
+        large batch touches nearly all of them) is an estimate of what a real router reads, and is no longer
+        a lower bound. Unused on dense models.
 
     Returns
     -------
@@ -330,7 +344,7 @@ def mixed_step(
     # fullest replica's ceil(B / dp) decode sequences alone (the decode step itself): see the docstring
     dp = dep.layout.dp
     step = _step(dep, batch / dp, (context, context), 1.0 / dp, start, c, 0.0, non_negative("overhead_s", overhead_s),
-                 fullest=batch)
+                 fullest=batch, routing=choice("routing", routing, ROUTINGS))
     refuse_overflow("mixed_step", {"step": step.strict_s, "slowdown": step.slowdown}, batch=batch,
                     context=context, chunk_tokens=chunk_tokens, chunk_start=chunk_start)
     return step
@@ -391,6 +405,7 @@ def steady_state(
     *,
     price_per_chip_hour: ArrayLike | None = None,
     overhead_s: ArrayLike = 0.0,
+    routing: str = "floor",
 ) -> SteadyState:
     """Lower bounds on continuous batching's steady state: ``batch`` slots, requests of ``input_tokens`` / ``output_tokens``.
 
@@ -444,7 +459,8 @@ def steady_state(
     # a lower bound), and since b / t(b) is concave in b no split serves more tokens a second (so the rate is a bound).
     group = batch / dep.layout.dp
     step = _step(dep, group, (s_in + 1, s_in + s_out - 1), group / (s_out - 1.0), 0.0, s_in, 1.0,
-                 non_negative("overhead_s", overhead_s), prompt_rows=False)
+                 non_negative("overhead_s", overhead_s), prompt_rows=False,
+                 routing=choice("routing", routing, ROUTINGS))
     state = SteadyState(step=step, batch=plain(batch), input_tokens=plain(s_in), output_tokens=plain(s_out),
                         price_per_chip_hour=price_per_chip_hour)
     cost = state.cost_per_million_tokens

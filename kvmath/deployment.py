@@ -420,7 +420,8 @@ class Deployment:
                 chunk_tokens: int | None = None, price_per_chip_hour: ArrayLike | None = None,
                 efficiency: ArrayLike = 1.0, overhead_s: ArrayLike = 0.0,
                 last_mlp_logits_only: bool = False, prefix_tokens: ArrayLike | None = None,
-                prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None) -> "Request":
+                prefix_hit_rate: ArrayLike | None = None, block_size: int | None = None,
+                routing: str = "floor") -> "Request":
         """A batch of whole requests: prefill, then ``output_tokens - 1`` decode steps (:class:`Request`).
 
         ``chunk_tokens`` runs the prompt in chunks (each re-reads the
@@ -429,42 +430,50 @@ class Deployment:
         the rows that need logits only, as llama.cpp does (dense models).
         ``prefix_tokens``, ``prefix_hit_rate``, ``block_size``: a shared
         prompt prefix found cached (prefix caching, :mod:`kvmath.prefix`).
-        Lower bounds unless an efficiency or overhead is given.
+        ``routing``: the experts an MoE step reads (``"floor"``, or ``"uniform"`` for an estimate).
+        Lower bounds unless an efficiency, an overhead or a routing other than ``"floor"`` is given.
         """
         from .requests import request_times
 
         return request_times(self, batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens,
                              price_per_chip_hour=price_per_chip_hour, efficiency=efficiency, overhead_s=overhead_s,
                              last_mlp_logits_only=last_mlp_logits_only, prefix_tokens=prefix_tokens,
-                             prefix_hit_rate=prefix_hit_rate, block_size=block_size)
+                             prefix_hit_rate=prefix_hit_rate, block_size=block_size, routing=routing)
 
     def mixed_step(self, batch: ArrayLike, context: ArrayLike, chunk_tokens: ArrayLike = 0,
-                   chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0):
+                   chunk_start: ArrayLike = 0, *, overhead_s: ArrayLike = 0.0, routing: str = "floor"):
         """One step of continuous batching: ``batch`` decode sequences plus a prompt chunk (:class:`kvmath.batching.MixedStep`).
 
-        With ``chunk_tokens = 0`` it is :meth:`step`'s decode step.
+        With ``chunk_tokens = 0`` it is :meth:`step`'s decode step. ``routing``
+        as in :meth:`step` (``"uniform"``: an estimate, not a bound).
         """
         from .batching import mixed_step
 
-        return mixed_step(self, batch, context, chunk_tokens, chunk_start, overhead_s=overhead_s)
+        return mixed_step(self, batch, context, chunk_tokens, chunk_start, overhead_s=overhead_s, routing=routing)
 
     def steady_state(self, batch: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
-                     price_per_chip_hour: ArrayLike | None = None, overhead_s: ArrayLike = 0.0):
-        """Continuous batching at ``batch`` requests in flight (:class:`kvmath.batching.SteadyState`)."""
+                     price_per_chip_hour: ArrayLike | None = None, overhead_s: ArrayLike = 0.0,
+                     routing: str = "floor"):
+        """Continuous batching at ``batch`` requests in flight (:class:`kvmath.batching.SteadyState`).
+
+        ``routing`` as in :meth:`step` (``"uniform"``: an estimate, not a bound)."""
         from .batching import steady_state
 
         return steady_state(self, batch, input_tokens, output_tokens, price_per_chip_hour=price_per_chip_hour,
-                            overhead_s=overhead_s)
+                            overhead_s=overhead_s, routing=routing)
 
     def frontier(self, input_tokens: ArrayLike, output_tokens: ArrayLike, *, batch: ArrayLike | None = None,
                  tpot_limit_s: float | None = None, chunk_tokens: int | None = None, budget: str = "device",
-                 hbm_bytes: float | None = None, price_per_chip_hour: float | None = None) -> "Frontier":
-        """Throughput per chip against tokens/s per user as the batch grows, capped by memory (:class:`Frontier`)."""
+                 hbm_bytes: float | None = None, price_per_chip_hour: float | None = None,
+                 routing: str = "floor") -> "Frontier":
+        """Throughput per chip against tokens/s per user as the batch grows, capped by memory (:class:`Frontier`).
+
+        ``routing`` as in :meth:`step` (``"uniform"``: an estimate, not a bound)."""
         from .requests import serving_frontier
 
         return serving_frontier(self, input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s,
                                 chunk_tokens=chunk_tokens, budget=budget, hbm_bytes=hbm_bytes,
-                                price_per_chip_hour=price_per_chip_hour)
+                                price_per_chip_hour=price_per_chip_hour, routing=routing)
 
     def critical_batch(self, routing: str = "uniform") -> float:
         """The batch at which the weight matmuls take as long as reading the weights they touch (one chip's).

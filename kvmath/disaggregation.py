@@ -28,7 +28,8 @@ from .deployment import Deployment
 from .links import Link, p2p_time
 from .load import _percentile, wait_percentile_s
 from .results import Result
-from .validation import ArrayLike, instance, positive, positive_int
+from .moe import ROUTINGS
+from .validation import ArrayLike, choice, instance, positive, positive_int
 
 _BISECT = 48
 
@@ -76,12 +77,17 @@ class Disaggregation(Result):
 def disaggregate(prefill: Deployment, input_tokens: int, output_tokens: int, *, decode: Deployment | None = None,
                  decode_batch: float | None = None, ttft_target_s: float | None = None,
                  tpot_target_s: float | None = None, percentile: float = 90.0,
-                 link: Link | str = "nvlink4") -> Disaggregation:
+                 link: Link | str = "nvlink4", routing: str = "floor") -> Disaggregation:
     """Prefill chips per decode chip for requests of ``input_tokens`` in and ``output_tokens`` out.
 
     ``prefill`` and ``decode`` (default the same) are the two pools'
     instances; ``decode_batch`` the decode instance's batch (default: the
     largest that fits at the requests' longest, or that meets ``tpot_target_s``).
+    ``routing`` (MoE models): the experts a decode step and a prefill read
+    (:func:`kvmath.moe.experts_touched`). The default ``"floor"`` charges
+    ``k`` per layer whatever the batch, so it undercharges the decode pool
+    and gives an upper bound on the prefill share; ``"uniform"`` estimates
+    a real router's reads and is the one to size pools with.
 
     Examples
     --------
@@ -104,19 +110,20 @@ def disaggregate(prefill: Deployment, input_tokens: int, output_tokens: int, *, 
     except ValueError as err:
         raise ValueError(f"link: {err}") from None
     context = s_in + s_out / 2
-    prefill_s = float(prefill.request(1, s_in, 1).ttft_s)
+    routing = choice("routing", routing, ROUTINGS)
+    prefill_s = float(prefill.request(1, s_in, 1, routing=routing).ttft_s)
     fits = float(decode.capacity(int(s_in + s_out)).max_batch)
     feasible = fits >= 1
     if decode_batch is None:
         batch = max(fits, 1.0)
         if tpot_target_s is not None:
             grid = np.arange(1, batch + 1)
-            ok = decode.mixed_step(grid, context).strict_s <= positive("tpot_target_s", tpot_target_s)
+            ok = decode.mixed_step(grid, context, routing=routing).strict_s <= positive("tpot_target_s", tpot_target_s)
             feasible = feasible and bool(ok.any())
             batch = float(grid[ok].max()) if ok.any() else 1.0
     else:
         batch = float(positive("decode_batch", decode_batch))
-    step_s = float(decode.mixed_step(batch, context).strict_s)
+    step_s = float(decode.mixed_step(batch, context, routing=routing).strict_s)
     if tpot_target_s is not None and step_s > tpot_target_s:
         feasible = False
     kv = float(prefill._plan.kv_per_seq(s_in))

@@ -43,6 +43,15 @@ from .validation import (ArrayLike, checked, choice, flag, fraction, instance, n
 #: (80 GB < 81,559 MiB = 85.5 GB) and above it on none.
 BUDGETS = ("device", "reported", "reserve", "engine")
 
+#: What each budget counts, in words for a table's row: ``"device"`` is the
+#: marketed figure, not what the device reports (review C11-6).
+BUDGET_MEANINGS = {
+    "device": "the marketed capacity",
+    "reported": "the total the device reports (nvidia-smi)",
+    "reserve": "the runtime's total less memory outside PyTorch",
+    "engine": "vLLM's gpu_memory_utilization share of the runtime's total",
+}
+
 #: vLLM's default ``gpu_memory_utilization``: 0.9 in ``vllm/config.py``
 #: ``CacheConfig`` and ``vllm/engine/arg_utils.py`` ``EngineArgs`` from v0.2
 #: through v0.10 (PR #2162); the newest ``vllm/config/cache.py`` uses 0.92.

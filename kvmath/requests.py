@@ -44,6 +44,7 @@ from .layers import cache_terms
 from .formulas import _cost_of_chip_time, kv_budget_bytes, step_times
 from .memory import BUDGETS, memory_budget
 from .models import Model
+from .moe import ROUTINGS
 from .prefix import check_prefix, reused_tokens, shared_kv_bytes
 from .results import Result
 from .validation import (
@@ -442,10 +443,12 @@ def _prefix_prompt(dep: Deployment, s_in, prefix) -> dict:
 
 
 def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only,
-                   prefix=None) -> ArrayLike:
-    """:func:`prefill_bound`'s body."""
+                   prefix=None, routing="floor") -> ArrayLike:
+    """:func:`prefill_bound`'s body (``routing``: the experts its passes read, ``"floor"`` for the bound)."""
     model, layout = dep.model, dep.layout
     opts = dict(overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
+    if routing != "floor":
+        opts["routing"] = routing
     s_in = positive_int("input_tokens", input_tokens)
     batch = positive("batch", batch)
     broadcast(batch=batch, input_tokens=input_tokens)
@@ -566,6 +569,7 @@ def request_times(
     prefix_tokens: ArrayLike | None = None,
     prefix_hit_rate: ArrayLike | None = None,
     block_size: int | None = None,
+    routing: str = "floor",
 ) -> Request:
     """Bounds on serving ``batch`` requests of ``input_tokens`` in and ``output_tokens`` out, together.
 
@@ -593,6 +597,10 @@ def request_times(
         part's cache once for the hits on a chip (``h (1 - 1 / b)`` of it per
         sequence left out, ``b`` the chip's sequences; with sliding windows the
         most of it a window can hold), which keeps the bound.
+    routing : str
+        The routed experts each pass reads (MoE models; :func:`kvmath.moe.experts_touched`): ``"floor"``
+        (``k`` per layer) keeps the times lower bounds; ``"uniform"`` estimates a real router's reads, and
+        the result is then not a lower bound (``is_lower_bound`` False).
 
     Returns
     -------
@@ -612,11 +620,12 @@ def request_times(
     with overflow_named("request_times", batch=batch, input_tokens=input_tokens, output_tokens=output_tokens):
         return _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour,
                               overhead_s, efficiency, last_mlp_logits_only,
-                              check_prefix(prefix_tokens, prefix_hit_rate, block_size))
+                              check_prefix(prefix_tokens, prefix_hit_rate, block_size),
+                              choice("routing", routing, ROUTINGS))
 
 
 def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_per_chip_hour, overhead_s,
-                   efficiency, last_mlp_logits_only, prefix=None) -> Request:
+                   efficiency, last_mlp_logits_only, prefix=None, routing="floor") -> Request:
     """:func:`request_times`'s body."""
     batch = positive_int("batch", batch)
     s_in = positive_int("input_tokens", input_tokens)
@@ -627,11 +636,12 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
         price_per_chip_hour = plain(non_negative("price_per_chip_hour", price_per_chip_hour))
     efficiency = fraction("efficiency", efficiency)
     overhead_s = non_negative("overhead_s", overhead_s)
-    opts = dict(overhead_s=overhead_s, efficiency=efficiency)
+    opts = dict(overhead_s=overhead_s, efficiency=efficiency, routing=routing)
     prompts, back = s_in, None
     if prefix is None and np.ndim(s_in) == 1 and np.shape(batch)[-1:] in ((), (1,)):
         prompts, back = np.unique(s_in, return_inverse=True)  # shapes that share a prompt length share a prefill
-    ttft = _prefill_bound(dep, batch, prompts, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only, prefix)
+    ttft = _prefill_bound(dep, batch, prompts, chunk_tokens, overhead_s, efficiency, last_mlp_logits_only, prefix,
+                          routing)
     if back is not None:
         ttft = np.asarray(ttft)[..., back]
     shared, reused, hit = 0.0, 0.0, 0.0
@@ -646,7 +656,7 @@ def _request_times(dep, batch, input_tokens, output_tokens, chunk_tokens, price_
     times = Request(
         batch=batch, input_tokens=s_in, output_tokens=s_out, n_chips=dep.n_chips,
         ttft_s=plain(ttft), decode_s=plain(decode), decode_no_overlap_s=plain(decode_no_overlap),
-        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0)),
+        is_lower_bound=bool(np.all(efficiency == 1) and np.all(overhead_s == 0) and routing == "floor"),
         price_per_chip_hour=price_per_chip_hour, reused_tokens=plain(reused), prefix_hit_rate=plain(hit),
     )
     refuse_overflow("request_times", {"total": times.total_s, "rate": times.output_tokens_per_s,
@@ -710,6 +720,7 @@ def serving_frontier(
     hbm_bytes: float | None = None,
     price_per_chip_hour: float | None = None,
     budget: str = "device",
+    routing: str = "floor",
 ) -> Frontier:
     """The serving frontier of ``model`` on ``layout`` for request shapes ``input_tokens`` x ``output_tokens``.
 
@@ -722,7 +733,9 @@ def serving_frontier(
     vLLM's ``gpu_memory_utilization`` share, without its activation peak),
     or ``hbm_bytes`` per chip, taken as that budget's size when given.
     Where a chip's share of the weights alone exceeds that memory, no batch
-    fits: ``max_batch`` is 0 and ``found`` is False.
+    fits: ``max_batch`` is 0 and ``found`` is False. ``routing`` (MoE models):
+    the experts each step reads, as in :func:`request_times` (``"floor"`` for
+    the bounds, ``"uniform"`` for an estimate of a real router's).
 
     Examples
     --------
@@ -758,7 +771,7 @@ def serving_frontier(
     kv_room = kv_budget_bytes(1, hbm, w) if w <= hbm else 0.0
     most = np.floor(kv_room / one.kv_bytes_resident) * dep.layout.dp
     requests = request_times(dep, batch[:, None], s_in, s_out, chunk_tokens=chunk_tokens,
-                             price_per_chip_hour=price_per_chip_hour)
+                             price_per_chip_hour=price_per_chip_hour, routing=routing)
     fits = batch[:, None] <= most
     throughput = np.where(fits, requests.output_tokens_per_s_per_chip, np.nan)
     tpot = requests.time_per_output_token_s

@@ -1,4 +1,4 @@
-"""The chapters' general claims and changed numbers (issue 26, chapters 0-8), recomputed without kvmath.
+"""The chapters' general claims and changed numbers (issue 26), recomputed without kvmath.
 
 Each test reads the preset rows of ``kvmath/data/*.csv`` as plain data and recomputes a number a
 chapter prints, or tries a general statement a chapter makes ("always", "never", "memory-bound on")
@@ -354,3 +354,105 @@ def test_chapter8_h200_row_on_the_reported_total():
     # the marketed 141 GB gave 17,569 tokens and 8 sequences: the row understated the chip by a quarter
     marketed = num(CHIPS["h200"], "hbm_bytes") - 2 * param_count(m)
     assert (math.floor(marketed / kv_token), math.floor(marketed / (2048 * kv_token))) == (17_569, 8)
+
+
+# ---- chapter 11: Mixtral's serving figures under uniform routing, by hand (C11-1, C11-2) ----
+
+def mixtral_decode_s(B: float, routing: str, mean_context: float, chip: str = "h200") -> float:
+    """A bf16 decode step of Mixtral on one chip, memory-bound: every matrix but the untouched experts, the norms,
+    B rows of the input table, and B caches at the mean context (the decode contexts of a request are affine)."""
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    touched = c["k"] if routing == "floor" else c["E"] * (1 - (1 - c["k"] / c["E"]) ** B)
+    weights = 2 * (c["held"] - c["moe"] * (c["E"] - touched) * c["expert"] + c["norms"] + B * c["d"])
+    kv = 2 * int(m["n_layers"]) * int(m["n_kv_heads"]) * int(m["head_dim"]) * 2
+    flops = B * (2 * c["per_token"] + 4 * int(m["n_layers"]) * int(m["n_heads"]) * int(m["head_dim"]) * mean_context)
+    assert flops / bf16(chip) < (weights + B * mean_context * kv) / bandwidth(chip)  # memory-bound, as assumed
+    return (weights + B * mean_context * kv) / bandwidth(chip)
+
+
+def test_chapter11_mixtral_best_batch_is_set_by_latency_under_uniform_routing():
+    # 1,000 in / 1,000 out on one H200: decode contexts 1,001 .. 1,999, mean 1,500
+    floor, uniform = (mixtral_decode_s(181, r, 1500) for r in ("floor", "uniform"))
+    assert floor * 1e3 == pytest.approx(12.73, abs=0.01)    # the floor: inside the 20 ms limit at the memory cap
+    assert uniform * 1e3 == pytest.approx(26.82, abs=0.01)  # uniform: over it, so memory does not set the best batch
+    best = max(B for B in range(1, 182) if mixtral_decode_s(B, "uniform", 1500) <= 0.020)
+    assert best == 17
+    assert 1 / mixtral_decode_s(8, "uniform", 1500) == pytest.approx(56.0, abs=0.1)  # tokens/s per user at B = 8
+    from kvmath import Deployment
+
+    dep = Deployment("mixtral-8x7b", "h200")
+    f = dep.frontier(1000, 1000, tpot_limit_s=0.020, routing="uniform")
+    assert int(f.max_batch[0]) == 181 and int(f.best_batch[0]) == best
+    assert float(f.requests.time_per_output_token_s[180, 0]) == pytest.approx(uniform, rel=1e-6)
+    assert float(dep.frontier(1000, 1000, tpot_limit_s=0.020).best_batch[0]) == 181  # the floor's answer
+
+
+def test_chapter11_exercise4_prefill_share_under_uniform_routing():
+    # Mixtral on H200s, 2,000 in / 500 out, decoded 64 at a time: prefill chip-time over decode chip-time per request
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    L, h, dh = int(m["n_layers"]), int(m["n_heads"]), int(m["head_dim"])
+    body = c["per_token"] - c["table"]  # a prompt token's matrices less the LM head (the table's size), which one token needs
+    prefill = (2 * body * 2000 + 2 * c["table"] + 4 * L * h * dh * 2000 * 2001 / 2) / bf16("h200")
+    ratios = {r: prefill / (mixtral_decode_s(64, r, 2250) * 499 / 64) for r in ("floor", "uniform")}
+    assert ratios["floor"] == pytest.approx(0.72, abs=0.005) and ratios["uniform"] == pytest.approx(0.29, abs=0.005)
+    from kvmath import Deployment
+    from kvmath.disaggregation import disaggregate
+
+    for r, want in ratios.items():
+        got = disaggregate(Deployment("mixtral-8x7b", "h200"), 2000, 500, decode_batch=64, routing=r)
+        assert got.prefill_chips_per_decode_chip == pytest.approx(want, rel=1e-6)
+
+
+def test_chapter11_prose_keeps_the_corrected_claims():
+    # the claims reviews C11-1, C11-3, C11-4 and C11-7 found wrong or unsupported stay out of the chapter's prose
+    import json
+
+    nb = json.loads((DATA.parents[1] / "notebooks" / "11_serving.ipynb").read_text(encoding="utf-8"))
+    prose = " ".join(" ".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                     for c in nb["cells"] if c["cell_type"] == "markdown")
+    prose = " ".join(prose.split())
+    for gone in ("memory, not the latency limit, sets its best batch", "That is why serving engines batch continuously",
+                 "half-finished requests hold half their blocks", "as both systems do"):
+        assert gone not in prose, gone
+    assert "the latency limit, not memory, sets the best batch" in prose
+    # exercise 4's recorded answer sizes the pools under uniform routing (C11-2), not at the floor's 0.72
+    answers = [c["metadata"]["kvbook"]["answer_values"] for c in nb["cells"]
+               if "ex-serving-4" in c.get("metadata", {}).get("kvbook", {}).get("answer_values", {})]
+    assert answers[0]["ex-serving-4"]["ratio"] == "0.29 prefill chips per decode chip (uniform routing)"
+
+
+def stored_prose(notebook: str) -> dict[str, str]:
+    """Each inline expression a chapter's prose shows, and the text its committed notebook stores for it."""
+    import json
+
+    nb = json.loads((DATA.parents[1] / "notebooks" / notebook).read_text(encoding="utf-8"))
+    return {e["expression"]: e["result"]["data"]["text/plain"].strip("'\"")
+            for c in nb["cells"] for e in c.get("metadata", {}).get("user_expressions", [])}
+
+
+def test_chapter11_changed_numbers_by_hand():
+    shown = stored_prose("11_serving.ipynb")
+    c, m = moe_counts(MODELS["mixtral-8x7b"]), MODELS["mixtral-8x7b"]
+    L, h, dh = int(m["n_layers"]), int(m["n_heads"]), int(m["head_dim"])
+    kv = 2 * L * int(m["n_kv_heads"]) * dh * 2
+    # C11-3: half a static batch ends at 250 tokens, half at 750: a third of its slot-steps hold finished requests
+    assert shown['f"{idle_share:.0%}"'] == f"{1 - (250 + 750) / 2 / 750:.0%}" == "33%"
+    # C11-4: a steady request holds its mean context's blocks, ceil(s / 16) over s = 1,001 .. 1,999, of the last's 125
+    blocks = [-(-s // 16) for s in range(1001, 2000)]
+    assert shown['f"{blocks_each.mean() / blocks_each[-1]:.0%}"'] == f"{sum(blocks) / len(blocks) / blocks[-1]:.0%}" == "75%"
+    # C11-1: Mixtral under uniform routing on one H200, 1,000 in / 1,000 out
+    assert shown['f"{fmt_seconds(uni_tpot_cap, 1)}"'] == f"{mixtral_decode_s(181, 'uniform', 1500) * 1e3:.1f} ms"
+    assert shown['f"{uni_best:,d}"'] == "17"
+    assert shown['f\'{per_user_8["uniform"]:.0f}\''] == f"{1 / mixtral_decode_s(8, 'uniform', 1500):.0f}" == "56"
+    assert shown['f\'{per_user_8["floor"]:.0f}\''] == f"{1 / mixtral_decode_s(8, 'floor', 1500):.0f}" == "177"
+    # the static batch of 17: a compute-bound prefill of 17 prompts, then 999 memory-bound decode steps
+    body = c["per_token"] - c["table"]  # a prompt token's matrices less the LM head, which its last token needs
+    prefill = 17 * (2 * body * 1000 + 2 * c["table"] + 4 * L * h * dh * 1000 * 1001 / 2) / bf16("h200")
+    assert shown['f"{uni_tps:,.0f}"'] == f"{17 * 1000 / (prefill + 999 * mixtral_decode_s(17, 'uniform', 1500)):,.0f}" == "834"
+    # the paged steady state at 242 requests: the decode tokens and the prompts' 242 / 999 x 1,000 tokens share a step
+    B, tokens = 242, 242 + 242 * 1000 / 999
+    touched = c["E"] * (1 - (1 - c["k"] / c["E"]) ** tokens)
+    weights = 2 * (c["held"] - c["moe"] * (c["E"] - touched) * c["expert"] + c["norms"] + B * c["d"])
+    step = (weights + B * 1500 * kv + B / 999 * 1000 * kv) / bandwidth("h200")
+    assert B * (2 * c["per_token"] + 4 * L * h * dh * 1500) / bf16("h200") < step  # memory-bound
+    assert shown['f"{fmt_seconds(mix_paged_uniform.time_per_output_token_s, 1)}"'] == f"{step * 1e3:.1f} ms" == "29.3 ms"

@@ -97,3 +97,22 @@ def test_nbval_compares_the_text_not_the_styling():
     assert sanitize(a) == sanitize(restyled) == "KVMATH_TABLE_HTML"
     assert sanitize("<p>before</p>" + a + "<p>after</p>") == "<p>before</p>KVMATH_TABLE_HTML<p>after</p>"
     assert sanitize(sample().to_text()) == sample().to_text()  # the numbers are still checked
+
+
+def test_dropdown_holds_every_note_escaped_and_closed():
+    from kvbook.tables import Dropdown
+
+    d = Dropdown("What each row leaves unknown", [("a", "x < y"), ("b", "two & three")])
+    h = d.to_html()
+    assert h.startswith('<details class="kvmath-dropdown">') and " open" not in h  # closed until opened
+    assert "<dt>a</dt><dd>x &lt; y</dd>" in h and "<dt>b</dt><dd>two &amp; three</dd>" in h
+    assert d._repr_html_() == h and repr(d) == "What each row leaves unknown: 2 notes (a dropdown in HTML)"
+
+
+@pytest.mark.parametrize("summary, notes, match", [("", [("a", "x")], "summary"), ("s", [], "notes"),
+                                                    ("s", [("a", "x"), ("a", "y")], "more than once")])
+def test_dropdown_refuses_bad_input_by_name(summary, notes, match):
+    from kvbook.tables import Dropdown
+
+    with pytest.raises(ValueError, match=match):
+        Dropdown(summary, notes)

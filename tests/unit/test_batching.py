@@ -360,3 +360,59 @@ def test_with_experts_over_several_chips_the_chunk_is_not_charged_its_routed_wor
     step = dep.mixed_step(1, 1, 4096)
     assert step.strict_s <= 0.015758
     assert step.strict_s >= dep.step(1, 1).strict_s
+
+
+# ---- routing: the MoE serving results under the k-expert floor (the bounds) and under uniform routing ----
+
+MIXTRAL_H200 = km.Deployment("mixtral-8x7b", "h200")
+
+
+def test_floor_routing_is_the_default_to_the_last_bit():
+    for dep in (MIXTRAL_H200, km.Deployment("llama-3-8b", H100)):
+        assert float(dep.steady_state(96, 1000, 500, routing="floor").time_per_output_token_s) == float(
+            dep.steady_state(96, 1000, 500).time_per_output_token_s)
+        assert float(dep.mixed_step(64, 2000, 512, routing="floor").strict_s) == float(
+            dep.mixed_step(64, 2000, 512).strict_s)
+        assert float(dep.request(8, 1000, 100, routing="floor").total_s) == float(dep.request(8, 1000, 100).total_s)
+
+
+def test_uniform_routing_changes_nothing_on_a_dense_model():
+    dep = km.Deployment("llama-3-8b", H100)
+    assert float(dep.steady_state(64, 1000, 500, routing="uniform").time_per_output_token_s) == float(
+        dep.steady_state(64, 1000, 500).time_per_output_token_s)
+    assert float(dep.frontier(1000, 1000, batch=[64], routing="uniform").throughput_per_chip[0, 0]) == float(
+        dep.frontier(1000, 1000, batch=[64]).throughput_per_chip[0, 0])
+
+
+def test_uniform_routing_reads_more_experts_and_is_labelled_an_estimate():
+    # Mixtral, 2 of 8 experts: at B = 1 both read 2 experts a layer; at B = 181 uniform routing touches
+    # 8 (1 - (3/4)^181) = 8.0 of them, four times the floor's 2 (hand figures in tests/book/test_chapter_claims.py)
+    one_f, one_u = (float(MIXTRAL_H200.mixed_step(1, 1000, routing=r).strict_s) for r in ("floor", "uniform"))
+    assert one_u == pytest.approx(one_f, rel=1e-12)
+    floor, uniform = (MIXTRAL_H200.steady_state(np.array([1.0, 8.0, 181.0]), 1000, 1000, routing=r)
+                      for r in ("floor", "uniform"))
+    assert np.all(np.asarray(uniform.time_per_output_token_s) >= np.asarray(floor.time_per_output_token_s))
+    assert float(uniform.time_per_output_token_s[2]) > 2 * float(floor.time_per_output_token_s[2])
+    assert MIXTRAL_H200.request(8, 1000, 100).is_lower_bound
+    assert not MIXTRAL_H200.request(8, 1000, 100, routing="uniform").is_lower_bound
+
+
+def test_disaggregation_under_uniform_routing_charges_the_decode_pool_more():
+    from kvmath.disaggregation import disaggregate
+
+    floor = disaggregate(MIXTRAL_H200, 2000, 500, decode_batch=64)
+    uniform = disaggregate(MIXTRAL_H200, 2000, 500, decode_batch=64, routing="uniform")
+    assert uniform.prefill_s == pytest.approx(floor.prefill_s, rel=1e-3)  # a 2,000-token prompt is compute-bound
+    assert uniform.decode_chip_s > 2 * floor.decode_chip_s
+    assert uniform.prefill_chips_per_decode_chip < floor.prefill_chips_per_decode_chip
+
+
+@pytest.mark.parametrize("call", [
+    lambda: MIXTRAL_H200.steady_state(8, 1000, 100, routing="spread"),
+    lambda: MIXTRAL_H200.mixed_step(8, 1000, routing="spread"),
+    lambda: MIXTRAL_H200.frontier(1000, 100, batch=[8], routing="spread"),
+    lambda: __import__("kvmath.disaggregation", fromlist=["x"]).disaggregate(MIXTRAL_H200, 1000, 100, routing="spread"),
+])
+def test_an_unknown_routing_is_refused_by_name(call):
+    with pytest.raises(ValueError, match="routing"):
+        call()

@@ -493,3 +493,18 @@ def test_hand_computed_mi300x_405b_batch_1():
     assert 128 / c.bound >= 127 * step
     assert 128 / c.bound == pytest.approx(127 * step, rel=0.02)   # the prefill and the cache: under 2%
     assert c.ratio == pytest.approx((128 / 3.530) / c.bound, rel=5e-6) and c.ratio < 0.36  # measured: 36.2606
+
+
+def test_deepseek_day_row_is_within_a_point_of_both_consistent_operating_points():
+    # review C13-3: the row's batch comes from 22 tokens/s (84 a GPU: 14,800 / 8 / 22 = 84.1) and its time from
+    # 21 (two tokens in 2 / 21 s); Little's law ties the two, so try both consistent points (21 gives 88: 88.1)
+    from kvmath.calibration import bound_for, get_measurement
+
+    m = get_measurement("ds-v3-decode")
+    assert m.batch == 84 * 128 and m.measured == 21 and m.tokens_per_step == 2
+    assert (round(14.8e3 / 8 / 22), round(14.8e3 / 8 / 21)) == (84, 88)
+    row = bound_for(m).ratio
+    for speed, per_gpu in ((22, 84), (21, 88)):
+        for kv in ("bf16", "fp8"):
+            point = bound_for(dataclasses.replace(m, measured=float(speed), batch=per_gpu * 128, kv_dtype=kv)).ratio
+            assert abs(point - row) < 0.01, (speed, kv, point, row)

@@ -586,3 +586,10 @@ def test_small_leniencies_are_refused():
     with pytest.raises(ValueError, match="model must be a kvmath Model"):
         vllm_page_bytes(None)
     assert vllm_kv_cache(LLAMA_3_8B, 10 * GiB, 1024, block_size=256).block_size == 256
+
+
+def test_every_budget_says_what_it_counts():
+    from kvmath.memory import BUDGET_MEANINGS, BUDGETS
+
+    assert tuple(BUDGET_MEANINGS) == BUDGETS
+    assert "marketed" in BUDGET_MEANINGS["device"] and "nvidia-smi" in BUDGET_MEANINGS["reported"]

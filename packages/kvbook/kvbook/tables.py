@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from kvmath.formatting import fmt_number
 
-__all__ = ["Table", "check_table", "CHECK_COLUMNS"]
+__all__ = ["Table", "Dropdown", "check_table", "CHECK_COLUMNS"]
 
 Header = Union[str, tuple]
 Format = Union[str, Callable[[Any], str], None]
@@ -228,3 +228,65 @@ def check_table(rows: Sequence[Sequence[Any]], caption: str | None = None) -> Ta
             raise ValueError(f"rows[{i}] must be (quantity, source, exact[, why]), got {row!r}")
         body.append(row + [None] * (4 - len(row)))
     return Table(CHECK_COLUMNS, body, caption=caption, align="lrrl")
+
+
+class Dropdown:
+    """Notes keyed by a table's row, shown on demand: a collapsed ``<details>`` list in HTML.
+
+    For a column too long to sit in a table (chapter 13's "what each row left
+    unknown", a paragraph per row): the table keeps the short columns and this
+    holds the long one under its row ids, closed until the reader opens it
+    (HTML renders ``<details>`` the same in the built book, JupyterLab and
+    JupyterLite). The plain-text form names what it holds and how many notes,
+    not the notes themselves: it is the notebook's stored fallback, and the
+    notes' source (a data file) is where a terminal reads them.
+
+    Parameters
+    ----------
+    summary : str
+        The dropdown's one visible line.
+    notes : sequence of (key, text)
+        One entry per row: the row's id and its note.
+
+    Raises
+    ------
+    ValueError
+        If ``summary`` is empty, there are no notes, or a key repeats.
+
+    Examples
+    --------
+    >>> d = Dropdown("What each row assumes", [("row-1", "clocks unknown"), ("row-2", "batch <b>guessed</b>")])
+    >>> print(d)
+    What each row assumes: 2 notes (a dropdown in HTML)
+    >>> d.to_html().splitlines()[1]
+    '<summary>What each row assumes</summary>'
+    >>> d.to_html().splitlines()[4]
+    '<dt>row-2</dt><dd>batch &lt;b&gt;guessed&lt;/b&gt;</dd>'
+    """
+
+    def __init__(self, summary: str, notes: Sequence[Sequence[Any]]) -> None:
+        if not isinstance(summary, str) or not summary.strip():
+            raise ValueError(f"summary must be a non-empty string, got {summary!r}")
+        self.summary = summary
+        self.notes = [(str(k), str(v)) for k, v in notes]
+        if not self.notes:
+            raise ValueError("notes must hold at least one (key, text) pair, got none")
+        keys = [k for k, _ in self.notes]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"notes: each key once, got {repeated} more than once")
+
+    def to_html(self) -> str:
+        """A closed ``<details class="kvmath-dropdown">`` holding a ``<dl>`` of the notes."""
+        out = ['<details class="kvmath-dropdown">', f"<summary>{html.escape(self.summary)}</summary>", "<dl>"]
+        out.extend(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in self.notes)
+        out += ["</dl>", "</details>"]
+        return "\n".join(out)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __repr__(self) -> str:
+        return f"{self.summary}: {len(self.notes)} notes (a dropdown in HTML)"
+
+    __str__ = __repr__

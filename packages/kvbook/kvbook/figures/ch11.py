@@ -19,8 +19,11 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
 
     Solid: static batches, prefill included (``Deployment.frontier``); dashed:
     continuous batching's steady state (``Deployment.steady_state``); each
-    curve ends at the largest batch whose caches fit (dot). The vertical line
-    is the limit ``tpot_limit_s`` per output token.
+    curve ends at the largest batch whose caches fit (dot). Both charge a
+    mixture of experts' weights at the k-expert floor (the bound); dotted, for
+    such a model, its static batches under uniform routing (an estimate: a
+    batch touches more experts). The vertical line is the limit
+    ``tpot_limit_s`` per output token.
     """
     import kvbook.plots as kp
 
@@ -39,6 +42,12 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
         last = np.flatnonzero(fits)[-1]
         ax.plot([f.tokens_per_s_per_user[last, 0]], [f.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
                 ms=5)
+        if on_chip.model.n_experts:
+            u = on_chip.frontier(s_in, s_out, batch=grid, tpot_limit_s=tpot_limit_s, routing="uniform")
+            ax.plot(u.tokens_per_s_per_user[fits, 0], u.throughput_per_chip[fits, 0], color=kp.COLORS[i], ls=":",
+                    label=f"{name}, static, uniform routing")
+            ax.plot([u.tokens_per_s_per_user[last, 0]], [u.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
+                    ms=5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tokens/s per user (1 / time per output token)")
@@ -145,9 +154,12 @@ CHIPS = [("H200", "h200"), ("H100 SXM", "h100-sxm"), ("MI300X", "mi300x")]
 @figure
 def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200", s_in: int = 1000,
                  s_out: int = 1000, price_per_chip_hour: float = 2.00):
-    """The steady-state frontier of ``model`` on one ``chip``, the point at ``batch`` and its cost per million tokens.
+    """The steady-state frontier of ``model`` on one ``chip``, the point at ``batch`` and its cost per million output tokens.
 
     ``price_per_chip_hour`` is the reader's price (any currency), not a quote.
+    A mixture of experts is drawn under uniform routing (an estimate: the
+    k-expert floor would keep its small-batch speed at every batch), a dense
+    model at its bound; the readout says which.
     """
     import kvbook.plots as kp
     from kvbook.interactive import Choice, Slider, interactive_figure
@@ -169,6 +181,7 @@ def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200",
 
         def update(batch, model, chip):
             served = kvmath.Deployment(model, chip)
+            routing = "uniform" if served.model.n_experts else "floor"
             f = served.frontier(s_in, s_out, batch=CURVE)
             fits = f.fits[:, 0]
             if not fits.any():
@@ -176,18 +189,19 @@ def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200",
                 point.set_visible(False)
                 note.set_text(f"{model}: the weights do not fit on one {chip}")
                 return
-            s = served.steady_state(CURVE[fits], s_in, s_out)
+            s = served.steady_state(CURVE[fits], s_in, s_out, routing=routing)
             curve.set_data(s.tokens_per_s_per_user, s.output_tokens_per_s_per_chip)
             curve.set_visible(True)
             top = int(f.max_batch[0])
             b = min(batch, top)
-            p = served.steady_state(b, s_in, s_out, price_per_chip_hour=price_per_chip_hour)
+            p = served.steady_state(b, s_in, s_out, price_per_chip_hour=price_per_chip_hour, routing=routing)
             point.set_data([float(p.tokens_per_s_per_user)], [float(p.output_tokens_per_s_per_chip)])
             point.set_visible(True)
             capped = f", the largest that fits ({batch} chosen)" if batch > top else ""
-            note.set_text(f"B = {b}{capped}: {float(p.tokens_per_s_per_user):.0f} tok/s per user, "
+            kind = ", uniform routing (an estimate)" if routing == "uniform" else ""
+            note.set_text(f"B = {b}{capped}{kind}: {float(p.tokens_per_s_per_user):.0f} tok/s per user, "
                           f"{float(p.output_tokens_per_s_per_chip):,.0f} tok/s per chip\n"
-                          f"{float(p.cost_per_million_tokens):.3f} per million tokens at "
+                          f"{float(p.cost_per_million_tokens):.3f} per million output tokens at "
                           f"{price_per_chip_hour:.2f} per chip-hour")
 
         return update
@@ -201,6 +215,6 @@ def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200",
         },
         main="batch",
         figsize=(7, 3.8),
-        caption="Steady-state serving frontier with the operating point at batch B and its cost per million tokens",
+        caption="Steady-state serving frontier with the operating point at batch B and its cost per million output tokens",
         fixed_limits=True,
     )

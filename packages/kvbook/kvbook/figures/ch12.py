@@ -36,6 +36,7 @@ def mbu(rows: list, run_phi: float, run_phi_row: str = "7"):
     decode row, top to bottom reversed; row ``run_phi_row`` also gets its
     whole-run phi ``run_phi`` (required: its ``bound_for`` ratio), a diamond.
     The dotted line is gpt-fast's observed A100 bandwidth, over its rows only.
+    Bars are coloured by source, each named in the legend.
     """
     from matplotlib.ticker import PercentFormatter
 
@@ -46,8 +47,11 @@ def mbu(rows: list, run_phi: float, run_phi_row: str = "7"):
     fig, ax = kp.new_figure((7.2, 4.4))
     rows = list(rows)[::-1]
     y = np.arange(len(rows))
+    named = set()
     for i, (key, _, source, share) in enumerate(rows):
-        ax.barh(i, share, color=colors[source], height=0.65)
+        # each source named once in the legend (review C12-1: the colours were explained nowhere on the figure)
+        ax.barh(i, share, color=colors[source], height=0.65, label=None if source in named else source)
+        named.add(source)
         ax.text(share, i, f" {share:.0%}", va="center", fontsize=8)
         if key == run_phi_row:
             ax.plot([run_phi], [i], "D", color="0.15", ms=6, label=f"row {run_phi_row}: whole-run \u03c6")
@@ -59,8 +63,8 @@ def mbu(rows: list, run_phi: float, run_phi_row: str = "7"):
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("model bandwidth utilisation (of the datasheet bandwidth)")
     ax.grid(axis="y", visible=False)
-    ax.set_ylim(-0.6, len(rows) + 0.9)  # room for the legend above the top row
-    ax.legend(loc="upper center", ncol=2, fontsize=8)
+    ax.set_ylim(-0.6, len(rows) + 1.9)  # room for the legend's two lines above the top row
+    ax.legend(loc="upper center", ncol=3, fontsize=8)
     kp.close(fig)  # shown once, as the cell's result
     return fig
 
