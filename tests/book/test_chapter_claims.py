@@ -456,3 +456,39 @@ def test_chapter11_changed_numbers_by_hand():
     step = (weights + B * 1500 * kv + B / 999 * 1000 * kv) / bandwidth("h200")
     assert B * (2 * c["per_token"] + 4 * L * h * dh * 1500) / bf16("h200") < step  # memory-bound
     assert shown['f"{fmt_seconds(mix_paged_uniform.time_per_output_token_s, 1)}"'] == f"{step * 1e3:.1f} ms" == "29.3 ms"
+
+
+def test_chapter15_the_2025_families_caches_from_their_config_files():
+    """Chapter 15's paragraph on four 2025 families, from the config.json files by hand (bf16 cache, 2 B an element;
+    Mamba-2 state in the config's dtype, float32 in the Granite copy read): per token and layer 2 h_kv d_h x 2 B."""
+    import json
+
+    configs = DATA.parents[1] / "tests" / "data" / "hf_configs"
+    glm = json.loads((configs / "zai-org--GLM-4.7" / "config.json").read_text())
+    mav = json.loads((configs / "reconstructed" / "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json").read_text())
+    mav = mav.get("text_config", mav)
+    gr = json.loads((configs / "reconstructed" / "ibm-granite--granite-4.0-h-micro.json").read_text())
+    S = 131_072
+
+    def per_token(c, head_dim=None):
+        return 2 * c["num_key_value_heads"] * (head_dim or c["head_dim"]) * 2
+
+    glm_gb = glm["num_hidden_layers"] * per_token(glm) * S / 1e9
+    n_global = mav["no_rope_layers"].count(0)                  # NoPE layers attend globally, the rest in chunks
+    chunked_gb = (mav["num_hidden_layers"] - n_global) * per_token(mav) * mav["attention_chunk_size"] / 1e9
+    global_gb = n_global * per_token(mav) * S / 1e9
+    n_attn = gr["layer_types"].count("attention")
+    d_inner = gr["mamba_expand"] * gr["hidden_size"]
+    conv = (gr["mamba_d_conv"] - 1) * (d_inner + 2 * gr["mamba_n_groups"] * gr["mamba_d_state"])
+    ssm = gr["mamba_n_heads"] * gr["mamba_d_head"] * gr["mamba_d_state"]
+    state_mb = (len(gr["layer_types"]) - n_attn) * (conv + ssm) * 4 / 1e6
+    attn_gb = n_attn * per_token(gr, gr["hidden_size"] // gr["num_attention_heads"]) * S / 1e9
+    nb = json.loads((DATA.parents[1] / "notebooks" / "15_bring_your_own_model.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown"
+                and "The families released in 2025" in "".join(c["source"]))
+    shown = [e["result"]["data"]["text/plain"].strip("'\"") for e in cell["metadata"]["user_expressions"]]
+    for value, text in [(glm_gb, f"{glm_gb:.1f}"), (chunked_gb, f"{chunked_gb:.2f}"), (global_gb, f"{global_gb:.2f}"),
+                        (state_mb, f"{state_mb:.1f}"), (attn_gb, f"{attn_gb:.2f}")]:
+        assert text in shown, (value, text, shown)
+    assert (glm_gb, chunked_gb, global_gb, state_mb, attn_gb) == pytest.approx((49.39, 1.208, 6.442, 77.38, 1.074),
+                                                                                rel=1e-3)
