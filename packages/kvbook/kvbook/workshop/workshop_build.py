@@ -186,7 +186,9 @@ def add_facilitator_note(nb: dict, notebook: str) -> dict:
         return out
     at = next(i for i, c in enumerate(out["cells"])
               if c["cell_type"] == "markdown" and re.search(r"^# ", "".join(c["source"]), re.M))
-    out["cells"].insert(at + 1, {"cell_type": "markdown", "metadata": {}, "source": note})
+    # a cell id of its own (nbformat 4.5 requires one), fixed per chapter so the copies build alike
+    out["cells"].insert(at + 1, {"cell_type": "markdown", "id": f"facilitator-note-{notebook[:2]}", "metadata": {},
+                                 "source": note})
     return out
 
 
