@@ -9,7 +9,7 @@ calibration table (``kvmath/data/measurements.csv``):
 
     t_\\text{est} = t_\\text{step} + L\\,t_\\text{layer}
       + \\max\\Big(\\frac{t_\\text{kv}}{\\eta_\\text{mem}}, \\frac{t_\\text{attn}}{\\eta_\\text{mm}}\\Big)
-      + f_\\text{moe} \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
+      + \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
         \\frac{t_\\text{wc}}{\\eta_\\text{mm}}\\Big)
       + n_\\text{act} \\frac{T L w\\, b_\\text{act}}{W \\eta_\\text{mem}}
       + t_\\text{coll}
@@ -33,7 +33,12 @@ the arithmetic overlap, so each kernel is the larger of its two. With every
 efficiency at most 1 and every cost at least 0 the estimate is never below
 the bound; the bounds themselves do not change. A mixture of experts is
 priced reading the experts a uniform router touches (:data:`ROUTING`), not
-the bound's floor.
+the bound's floor, at the dense rate: no factor for the experts is fitted,
+because the table's rows refute the one that was (its fit, pulled up by the
+slow large-batch rows, made every batch-1 row, where no expert can be
+busier than another, slower than measured) and the rows that could identify
+load imbalance, those with experts spread over chips, are four, fewer than a
+parameter needs.
 
 The collectives ``t_coll`` are priced the one way kvmath estimates
 collectives anywhere: the chain of :meth:`kvmath.Deployment.comm_estimate`,
@@ -89,9 +94,6 @@ PARAMETERS = (
     ("dequant_flops_per_weight", "FLOP", ("quantized",),
      "work to unpack one weight stored in fewer bytes than the format it multiplies at, counted at the chip's "
      "matmul rate (block scales, bit unpacking)"),
-    ("moe_weight_factor", "x", ("moe",),
-     "a mixture of experts' weight work against a dense pass of the same bytes: the chosen experts' scattered "
-     "small matrices and the busiest expert group's extra tokens (load imbalance)"),
     ("matmul_efficiency", "fraction", ("prefill",),
      "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
     ("activation_passes", "count", ("large_batch",),
@@ -119,7 +121,6 @@ class EstimateParameters:
     layer_overhead_s: ArrayLike
     step_overhead_s: ArrayLike
     dequant_flops_per_weight: ArrayLike
-    moe_weight_factor: ArrayLike
     matmul_efficiency: ArrayLike
     activation_passes: ArrayLike
     unfused_activation_passes: ArrayLike
@@ -257,7 +258,7 @@ class _Constants:
     """What the estimate of a deployment's passes needs besides their terms; ``flags`` collects, as passes are
     priced, each collective whose curve is a stand-in (:attr:`Estimate.flags`)."""
 
-    __slots__ = ("dep", "layers", "dequant", "moe", "algorithm", "flags", "act_width", "unfused")
+    __slots__ = ("dep", "layers", "dequant", "algorithm", "flags", "act_width", "unfused")
 
     def __init__(self, dep: Deployment, engine: str | None):
         b_w = _bulk_weight_bytes(dep)
@@ -265,7 +266,7 @@ class _Constants:
         # sub-byte weights unpacked to a wider format first
         b_compute = _COMPUTE_BYTES[dep.formats.compute] if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
         self.dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
-        self.layers, self.moe = dep.model.n_layers, bool(dep.model.n_experts)
+        self.layers = dep.model.n_layers
         self.act_width = activation_width(dep)
         self.unfused = engine in UNFUSED_ENGINES
         self.algorithm, self.flags = engine_algorithm(engine), {}
@@ -308,7 +309,8 @@ def activation_width(dep: Deployment) -> float:
     --------
     Llama 2 7B (d = 4096, d_ff = 11008) on one chip and over eight; Mixtral 8x7B (two experts of 14336 a token):
 
-    >>> activation_width(Deployment("llama-2-7b", "a100-80gb")), activation_width(Deployment("llama-2-7b", "a100-80gb", "tp=8"))
+    >>> one, eight = Deployment("llama-2-7b", "a100-80gb"), Deployment("llama-2-7b", "a100-80gb", "tp=8")
+    >>> activation_width(one), activation_width(eight)
     (15104.0, 5472.0)
     >>> activation_width(Deployment("mixtral-8x7b", "a100-80gb"))
     32768.0
@@ -379,8 +381,7 @@ def _fixed_s(c: _Constants, p: EstimateParameters):
 
 def _weights_s(t: Step, c: _Constants, p: EstimateParameters):
     read = t.weight_read_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
-    term = np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
-    return term * p.moe_weight_factor if c.moe else term
+    return np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
 
 
 def _pass_s(t: Step, c: _Constants, p: EstimateParameters, comm):
@@ -608,7 +609,7 @@ def _mixed_step_s(dep: Deployment, step, p: EstimateParameters, c: _Constants):
     read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
         + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
     work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
-    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _comm_s(comm, p, c)
+    return _fixed_s(c, p) + work + _comm_s(comm, p, c)
 
 
 def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
@@ -750,8 +751,6 @@ def _to_params(x: np.ndarray) -> EstimateParameters:
         v = x[..., i, None]  # a trailing axis, so that a chunk axis of a pass broadcasts beside it
         if unit == "fraction":
             values[name] = 1 / (1 + np.exp(-v))
-        elif unit == "x":
-            values[name] = 1 + np.exp(v)
         else:
             values[name] = np.exp(v)
     return EstimateParameters(**values)
@@ -761,14 +760,14 @@ def _to_coordinates(p: EstimateParameters) -> np.ndarray:
     out = []
     for name, unit, *_rest in PARAMETERS:
         v = float(getattr(p, name))
-        out.append(math.log(v / (1 - v)) if unit == "fraction" else math.log(v - 1) if unit == "x" else math.log(v))
+        out.append(math.log(v / (1 - v)) if unit == "fraction" else math.log(v))
     return np.array(out)
 
 
 #: Where the fit starts: round physical values (datasheet-level efficiencies, microseconds of overhead).
 _START = EstimateParameters(memory_efficiency=0.85, layer_overhead_s=30e-6, step_overhead_s=300e-6,
                             dequant_flops_per_weight=10.0,
-                            moe_weight_factor=1.3, matmul_efficiency=0.6, activation_passes=8.0,
+                            matmul_efficiency=0.6, activation_passes=8.0,
                             unfused_activation_passes=8.0)
 
 
