@@ -97,13 +97,12 @@ PARAMETERS = (
     ("matmul_efficiency", "fraction", ("prefill",),
      "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
     ("activation_passes", "count", ("large_batch",),
-     "times each token's activations of a layer on the chip (its hidden vector and its MLP's intermediate, "
-     ":func:`activation_width`) are written and read between kernels (norms, residual adds, rotary embedding, the "
-     "MLP's gate, quantising activations), at the pass's bandwidth, in an engine that fuses its elementwise work "
-     "(:data:`UNFUSED_ENGINES` names those that do not): what a pass of many tokens moves besides its weights and "
-     "cache"),
+     "times each token's activations of a layer on the chip (its hidden vector and its MLP's intermediate) are "
+     "written and read between kernels (norms, residual adds, rotary embedding, the MLP's gate, quantising "
+     "activations), at the pass's bandwidth, in an engine that fuses its elementwise work: what a pass of many "
+     "tokens moves besides its weights and cache"),
     ("unfused_activation_passes", "count", ("prefill",),
-     "the same passes in an engine that runs each elementwise op as a kernel of its own (:data:`UNFUSED_ENGINES`), "
+     "the same passes in an engine that runs each elementwise op as a kernel of its own (llama.cpp, eager PyTorch), "
      "each writing its output for the next to read"),
 )
 #: Rows per fitted parameter a regime must hold (the issue's "at most one parameter per 5 rows").
