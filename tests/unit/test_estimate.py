@@ -289,7 +289,9 @@ def test_an_unfused_engine_moves_its_activations_more_often():
     """Llama 3 8B prefill of 512 tokens on an RTX 4090: llama.cpp (one kernel per ggml op) against an engine that
     fuses its elementwise work differ by exactly the two fitted pass counts over 512 tokens x 32 layers x
     (4096 + 14336) bf16 values at the fitted bandwidth."""
-    assert set(E.UNFUSED_ENGINES) <= set(__import__("kvmath.calibration").calibration.ENGINES)
+    from kvmath.calibration import ENGINES
+
+    assert set(E.UNFUSED_ENGINES) <= set(ENGINES)
     dep = km.Deployment("llama-3-8b", "rtx-4090")
     fused, unfused = (E.estimate_prefill(dep, 1, 512, engine=e).estimate_s for e in ("TensorRT-LLM", "llama.cpp"))
     width = 4096 + 14336
