@@ -9,9 +9,9 @@ calibration table (``kvmath/data/measurements.csv``):
 
     t_\\text{est} = t_\\text{step} + L\\,t_\\text{layer}
       + \\max\\Big(\\frac{t_\\text{kv}}{\\eta_\\text{mem}}, \\frac{t_\\text{attn}}{\\eta_\\text{mm}}\\Big)
-      + f_\\text{moe} \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
+      + \\max\\Big(t_\\text{w}\\big(\\tfrac{1}{\\eta_\\text{mem}} + q\\,\\tfrac{W}{C\\,b_w}\\big),
         \\frac{t_\\text{wc}}{\\eta_\\text{mm}}\\Big)
-      + n_\\text{act} \\frac{T L d\\, b_\\text{act}}{W \\eta_\\text{mem}}
+      + n_\\text{act} \\frac{T L w\\, b_\\text{act}}{W \\eta_\\text{mem}}
       + t_\\text{coll}
 
 per pass (a decode step, a prefill or one of its chunks), with ``t_kv``,
@@ -19,7 +19,11 @@ per pass (a decode step, a prefill or one of its chunks), with ``t_kv``,
 ``attention_compute_s``, ``weight_read_s`` and ``weight_compute_s``, ``L``
 its layers, ``W`` and ``C`` the chip's bandwidth and FLOP rate, ``b_w``
 the bytes of a stored weight, ``T`` the pass's tokens on the chip and
-``d b_act`` the bytes of one token's hidden vector. Why a sum where the
+``w b_act`` the bytes of one token's activations of a layer on the chip
+(:func:`activation_width`: its hidden vector and its MLP's intermediate),
+which the elementwise kernels between the matmuls write and read ``n_act``
+times, a count that depends on whether the engine fuses them
+(:data:`UNFUSED_ENGINES`). Why a sum where the
 bound takes a max: a pass is a chain of kernels (the attention over the
 caches, the weight matmuls, the elementwise kernels between them, the
 collectives between layers), each limited by its own resource and each
@@ -29,7 +33,12 @@ the arithmetic overlap, so each kernel is the larger of its two. With every
 efficiency at most 1 and every cost at least 0 the estimate is never below
 the bound; the bounds themselves do not change. A mixture of experts is
 priced reading the experts a uniform router touches (:data:`ROUTING`), not
-the bound's floor.
+the bound's floor, at the dense rate: no factor for the experts is fitted,
+because the table's rows refute the one that was (its fit, pulled up by the
+slow large-batch rows, made every batch-1 row, where no expert can be
+busier than another, slower than measured) and the rows that could identify
+load imbalance, those with experts spread over chips, are four, fewer than a
+parameter needs.
 
 The collectives ``t_coll`` are priced the one way kvmath estimates
 collectives anywhere: the chain of :meth:`kvmath.Deployment.comm_estimate`,
@@ -85,15 +94,16 @@ PARAMETERS = (
     ("dequant_flops_per_weight", "FLOP", ("quantized",),
      "work to unpack one weight stored in fewer bytes than the format it multiplies at, counted at the chip's "
      "matmul rate (block scales, bit unpacking)"),
-    ("moe_weight_factor", "x", ("moe",),
-     "a mixture of experts' weight work against a dense pass of the same bytes: the chosen experts' scattered "
-     "small matrices and the busiest expert group's extra tokens (load imbalance)"),
     ("matmul_efficiency", "fraction", ("prefill",),
      "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
-    ("activation_vectors", "count", ("prefill", "large_batch"),
-     "hidden-size activation vectors each token writes and reads per layer between kernels (norms, residual adds, "
-     "rotary embedding, the MLP's gate, quantising activations), read at the pass's bandwidth: what a pass of many "
+    ("activation_passes", "count", ("large_batch",),
+     "times each token's activations of a layer on the chip (its hidden vector and its MLP's intermediate) are "
+     "written and read between kernels (norms, residual adds, rotary embedding, the MLP's gate, quantising "
+     "activations), at the pass's bandwidth, in an engine that fuses its elementwise work: what a pass of many "
      "tokens moves besides its weights and cache"),
+    ("unfused_activation_passes", "count", ("prefill",),
+     "the same passes in an engine that runs each elementwise op as a kernel of its own (llama.cpp, eager PyTorch), "
+     "each writing its output for the next to read"),
 )
 #: Rows per fitted parameter a regime must hold (the issue's "at most one parameter per 5 rows").
 ROWS_PER_PARAMETER = 5
@@ -110,9 +120,9 @@ class EstimateParameters:
     layer_overhead_s: ArrayLike
     step_overhead_s: ArrayLike
     dequant_flops_per_weight: ArrayLike
-    moe_weight_factor: ArrayLike
     matmul_efficiency: ArrayLike
-    activation_vectors: ArrayLike
+    activation_passes: ArrayLike
+    unfused_activation_passes: ArrayLike
 
     @staticmethod
     def fitted() -> "EstimateParameters":
@@ -247,7 +257,7 @@ class _Constants:
     """What the estimate of a deployment's passes needs besides their terms; ``flags`` collects, as passes are
     priced, each collective whose curve is a stand-in (:attr:`Estimate.flags`)."""
 
-    __slots__ = ("dep", "layers", "dequant", "moe", "algorithm", "flags")
+    __slots__ = ("dep", "layers", "dequant", "algorithm", "flags", "act_width", "unfused")
 
     def __init__(self, dep: Deployment, engine: str | None):
         b_w = _bulk_weight_bytes(dep)
@@ -255,7 +265,9 @@ class _Constants:
         # sub-byte weights unpacked to a wider format first
         b_compute = _COMPUTE_BYTES[dep.formats.compute] if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
         self.dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
-        self.layers, self.moe = dep.model.n_layers, bool(dep.model.n_experts)
+        self.layers = dep.model.n_layers
+        self.act_width = activation_width(dep)
+        self.unfused = engine in UNFUSED_ENGINES
         self.algorithm, self.flags = engine_algorithm(engine), {}
         self.dep = dep
         if dep.link is None and dep.chip.link is not None and dep.n_chips > 1:
@@ -268,6 +280,50 @@ class _Constants:
 _COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
 
 
+#: Engines that run each elementwise op (a norm, a residual add, the rotary embedding, the MLP's gate) as a kernel
+#: of its own, so that every op writes its output to memory for the next to read, with why. Every other engine of
+#: :data:`kvmath.calibration.ENGINES` fuses them into the matmuls' prologues and epilogues or into one another
+#: (TensorRT-LLM's fused norm-quantise and gated-MLP plugins; vLLM's and SGLang's ``fused_add_rms_norm`` and
+#: ``silu_and_mul`` kernels; gpt-fast through torch.compile's Inductor; XLA for JAX; TVM for MLC LLM; ExLlama's and
+#: DeepSeek's own kernels); their passes are :data:`PARAMETERS`' ``activation_passes``.
+UNFUSED_ENGINES = {
+    "llama.cpp": "ggml builds one graph node per op (rms_norm, mul, add, rope, soft_max, silu, ...) and its CUDA and "
+                 "Metal backends launch about one kernel per node (ggml-cuda.cu's ggml_cuda_compute_forward; later "
+                 "builds fuse a few pairs, such as a norm and its multiply)",
+    "PyTorch": "Meta's reference code runs eagerly: one kernel per torch op",
+}
+
+
+def activation_width(dep: Deployment) -> float:
+    """Values of one token's activations of a layer on one chip: its hidden vector and its MLP's intermediate.
+
+    The residual stream is ``d`` values on every chip (tensor parallelism
+    replicates it between the all-reduces); the MLP's intermediate is ``d_ff``
+    split over the ``tp`` chips, and in a mixture of experts the ``k`` routed
+    experts' and the shared experts' intermediates (each ``d_ff_expert``), a
+    layer of the model's dense ones counting its own ``d_ff``. Averaged over
+    the layers.
+
+    Examples
+    --------
+    Llama 2 7B (d = 4096, d_ff = 11008) on one chip and over eight; Mixtral 8x7B (two experts of 14336 a token):
+
+    >>> one, eight = Deployment("llama-2-7b", "a100-80gb"), Deployment("llama-2-7b", "a100-80gb", "tp=8")
+    >>> activation_width(one), activation_width(eight)
+    (15104.0, 5472.0)
+    >>> activation_width(Deployment("mixtral-8x7b", "a100-80gb"))
+    32768.0
+    """
+    m = dep.model
+    if m.n_experts:
+        dense = m.n_dense_layers or 0
+        experts = (m.top_k + (m.n_shared_experts or 0)) * m.d_ff_expert
+        mlp = (dense * m.d_ff + (m.n_layers - dense) * experts) / m.n_layers
+    else:
+        mlp = m.d_ff
+    return float(m.d_model + mlp / dep.layout.tp)
+
+
 def _constants(dep: Deployment, engine: str | None = None) -> _Constants:
     return _Constants(dep, engine)
 
@@ -275,8 +331,9 @@ def _constants(dep: Deployment, engine: str | None = None) -> _Constants:
 def _collectives(c: _Constants, step, *, stage: bool = False):
     """``(seconds, activation_s)`` of a pass: its collectives at measured curves
     (:meth:`kvmath.Deployment.comm_estimate`'s chain at the pass's tokens; ``stage``: a prefill pass of one
-    pipeline stage, its group's chain over ``pp``, as the bound splits it), and one hidden-size activation vector
-    per token and layer of the chip at its bandwidth. The one pricing of collectives."""
+    pipeline stage, its group's chain over ``pp``, as the bound splits it), and one pass over each token's
+    activations of each layer of the chip (:func:`activation_width` values) at its bandwidth. The one pricing of
+    collectives."""
     from .requests import _without_pipeline
 
     dep = c.dep
@@ -291,7 +348,7 @@ def _chain(c: _Constants, tokens, group: Deployment):
     share = 1.0 / pp if group.layout.pp != pp else 1.0
     seconds, flags = group._comm_measured(tokens, c.algorithm)
     c.flags.update(flags)
-    activation_s = tokens * (c.layers / pp) * c.dep.model.d_model * c.dep.b_act / c.dep.chip.bandwidth
+    activation_s = tokens * (c.layers / pp) * c.act_width * c.dep.b_act / c.dep.chip.bandwidth
     return seconds * share, activation_s
 
 
@@ -323,20 +380,20 @@ def _fixed_s(c: _Constants, p: EstimateParameters):
 
 def _weights_s(t: Step, c: _Constants, p: EstimateParameters):
     read = t.weight_read_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
-    term = np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
-    return term * p.moe_weight_factor if c.moe else term
+    return np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
 
 
 def _pass_s(t: Step, c: _Constants, p: EstimateParameters, comm):
     """The estimate of one pass (the module text's equation), from its bound's terms and its collectives."""
     attention = np.maximum(t.kv_read_s / p.memory_efficiency, t.attention_compute_s / p.matmul_efficiency)
-    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _comm_s(comm, p)
+    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _comm_s(comm, p, c)
 
 
-def _comm_s(comm, p: EstimateParameters):
-    """A pass's collectives at measured curves and its tokens' activation traffic between kernels at the fitted
-    bandwidth (:func:`_collectives`'s two figures, priced)."""
-    return comm[0] + comm[1] * p.activation_vectors / p.memory_efficiency
+def _comm_s(comm, p: EstimateParameters, c: _Constants):
+    """A pass's collectives at measured curves and its tokens' activation traffic between kernels, the engine's
+    fitted passes at the fitted bandwidth (:func:`_collectives`'s two figures, priced)."""
+    n = p.unfused_activation_passes if c.unfused else p.activation_passes
+    return comm[0] + comm[1] * n / p.memory_efficiency
 
 
 # ----- what each bound runs, priced: closures of the parameters ----------------------------------------
@@ -368,7 +425,7 @@ def _decode_pricer(dep: Deployment, batch, lo, hi, c: _Constants):
     def price(p):
         total = 0.0
         for kv, att, t1, first, last, steps, comm in pieces:
-            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _comm_s(comm, p)
+            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _comm_s(comm, p, c)
             total = total + steps * per_step + _sum_max2((kv[0] / p.memory_efficiency, kv[1] / p.memory_efficiency),
                                                          (att[0] / p.matmul_efficiency, att[1] / p.matmul_efficiency),
                                                          first, last)
@@ -551,7 +608,7 @@ def _mixed_step_s(dep: Deployment, step, p: EstimateParameters, c: _Constants):
     read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
         + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
     work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
-    return _fixed_s(c, p) + (work * p.moe_weight_factor if c.moe else work) + _comm_s(comm, p)
+    return _fixed_s(c, p) + work + _comm_s(comm, p, c)
 
 
 def estimate_steady_state(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
@@ -693,8 +750,6 @@ def _to_params(x: np.ndarray) -> EstimateParameters:
         v = x[..., i, None]  # a trailing axis, so that a chunk axis of a pass broadcasts beside it
         if unit == "fraction":
             values[name] = 1 / (1 + np.exp(-v))
-        elif unit == "x":
-            values[name] = 1 + np.exp(v)
         else:
             values[name] = np.exp(v)
     return EstimateParameters(**values)
@@ -704,14 +759,15 @@ def _to_coordinates(p: EstimateParameters) -> np.ndarray:
     out = []
     for name, unit, *_rest in PARAMETERS:
         v = float(getattr(p, name))
-        out.append(math.log(v / (1 - v)) if unit == "fraction" else math.log(v - 1) if unit == "x" else math.log(v))
+        out.append(math.log(v / (1 - v)) if unit == "fraction" else math.log(v))
     return np.array(out)
 
 
 #: Where the fit starts: round physical values (datasheet-level efficiencies, microseconds of overhead).
 _START = EstimateParameters(memory_efficiency=0.85, layer_overhead_s=30e-6, step_overhead_s=300e-6,
                             dequant_flops_per_weight=10.0,
-                            moe_weight_factor=1.3, matmul_efficiency=0.6, activation_vectors=8.0)
+                            matmul_efficiency=0.6, activation_passes=8.0,
+                            unfused_activation_passes=8.0)
 
 
 #: Where Huber's loss turns linear, in log units: a row more than about 20% off counts by its distance.
@@ -918,6 +974,6 @@ def parameter_table() -> list[dict]:
              "rows": parameter_rows(name)} for name, unit, home, meaning in PARAMETERS]
 
 
-__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
+__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "UNFUSED_ENGINES", "activation_width", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
            "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
            "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]

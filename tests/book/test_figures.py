@@ -85,14 +85,14 @@ CH16_PITFALLS = (
 
 #: Chapter 13's out-of-sample rows as computed when written: (id, regime, log(measured / estimate), interval ends).
 CH13_ESTIMATE_ROWS = (
-    ("gf-7b-bf16", "batch1", 0.0004, -0.2165, 0.1004),
-    ("gf-7b-tp8", "multi_chip", -0.5075, -0.3466, 0.7306),
-    ("trt-7b-a100-b60", "large_batch", -0.0464, -0.3878, 0.2290),
-    ("trt-7b-h100-ttft", "prefill", -0.2297, -0.2023, 0.8861),
-    ("meta-65b-tp8", "multi_chip", 1.3276, -0.3820, 0.4862),
-    ("xd-4090-8b-q4km", "quantized", 0.0653, -0.2013, 0.1672),
-    ("gg-spark-gptoss", "moe", -0.1240, -0.6769, 0.8543),
-    ("pov-qwen30-gb200-128-2048", "moe", 0.7988, -0.4690, 0.8640),
+    ("gf-7b-bf16", "batch1", -0.0050, -0.2364, 0.0894),
+    ("gf-7b-tp8", "multi_chip", -0.5165, -0.1705, 0.7490),
+    ("trt-7b-a100-b60", "large_batch", -0.0724, -0.4100, 0.2025),
+    ("trt-7b-h100-ttft", "prefill", -0.4097, -0.6176, 0.1848),
+    ("meta-65b-tp8", "multi_chip", 1.3206, -0.2396, 0.6174),
+    ("xd-4090-8b-q4km", "quantized", 0.0316, -0.2134, 0.1518),
+    ("gg-spark-gptoss", "moe", 0.0976, -0.2782, 0.8668),
+    ("pov-qwen30-gb200-128-2048", "moe", 0.7998, -0.3149, 0.8955),
 )
 
 #: "chNN.name" -> the chapter's keyword arguments for each figure with required parameters.

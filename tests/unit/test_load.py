@@ -231,28 +231,27 @@ def test_size_with_estimate_times_by_hand():
 
     2,000 tokens in and 2 out (one decode step), loose targets (TTFT p90 10 s, TPOT 1 s): a layout serves a rate
     where its replicas are stable, rho = rate / dp x (t_p + 1 step x b) < 1, with t_p the estimated prefill of
-    the 2,000-token prompt (kvmath.estimate.estimate_prefill: 63.15 ms; its 80% interval 33.80 .. 115.89 ms) and
+    the 2,000-token prompt (kvmath.estimate.estimate_prefill: 67.84 ms; its 80% interval 31.15 .. 79.13 ms) and
     b the steepest chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
-    (243 fit): (34.14 - 20.12 ms) / 128 = 109.6 us (low end 78.3 us, high end 136.5 us). One H100 at 10 req/s:
-    10 x (63.15 ms + 0.11 ms) = 0.633, stable: 1 chip; at 20 req/s 1.265: two replicas (dp=2) at 0.633 each.
-    Low end: 20 x (33.80 ms + 0.08 ms) = 0.678: 1 chip at both rates. High end: 10 x (115.89 ms + 0.14 ms) = 1.160
-    on one chip: 2; at 20 req/s even two replicas are past 1 (10 x 115.89 ms) and so is tp=2 (its own prefill
-    estimate times 20): 4 chips."""
+    (243 fit): (35.74 - 21.23 ms) / 128 = 113.3 us (low end 78.9 us, high end 136.2 us). One H100 at 10 req/s:
+    10 x (67.84 ms + 0.11 ms) = 0.680, stable: 1 chip; at 20 req/s 1.359: two replicas (dp=2) at 0.680 each.
+    Low end: 20 x (31.15 ms + 0.08 ms) = 0.625: 1 chip at both rates. High end: 10 x (79.13 ms + 0.14 ms) = 0.793
+    on one chip: 1; at 20 req/s 1.585: two replicas at 0.793 each, 2 chips."""
     from kvmath.estimate import estimate_prefill, estimate_step
 
     s = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0], times="estimate")
     assert s.times == "estimate" and (s.at_low.times, s.at_high.times) == ("estimate_low", "estimate_high")
     assert s.n_chips.tolist() == [1, 2] and s.layout == ["tp=1", "dp=2"]
-    assert s.at_low.n_chips.tolist() == [1, 1] and s.at_high.n_chips.tolist() == [2, 4]
+    assert s.at_low.n_chips.tolist() == [1, 1] and s.at_high.n_chips.tolist() == [1, 2]
     assert H100.capacity(2001).max_batch == 243                       # so the chords stop at 256 sequences
     prefill, step = estimate_prefill(H100, 1, 2000), estimate_step(H100, np.array([128.0, 256.0]), 2001)
     for result, field in ((s, "estimate_s"), (s.at_low, "estimate_low_s")):
         t_p, t = getattr(prefill, field), getattr(step, field)
         rho_one_chip = np.array([10.0, 20.0]) * (t_p + (t[1] - t[0]) / 128)
         assert result.utilisation == pytest.approx(rho_one_chip / result.n_chips, rel=1e-9)
-    assert s.utilisation[0] == pytest.approx(0.6326, abs=1e-4) and s.at_low.utilisation[1] == pytest.approx(0.6775, abs=1e-4)
-    assert 10 * prefill.estimate_high_s > 1 and 20 * estimate_prefill(
-        Deployment("llama-3-8b", "h100-sxm", "tp=2"), 1, 2000).estimate_high_s > 1   # neither 2-chip layout serves 20
+    assert s.utilisation[0] == pytest.approx(0.6796, abs=1e-4) and s.at_low.utilisation[1] == pytest.approx(0.6247, abs=1e-4)
+    # the high end: the prefill alone keeps one chip below 1 at 10 req/s and not at 20
+    assert 10 * prefill.estimate_high_s < 1 < 20 * prefill.estimate_high_s and s.at_high.layout == ["tp=1", "dp=2"]
     # the bounds' sizing is unchanged and says so
     bound = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0])
     assert bound.times == "bound" and bound.at_low is None and bound.n_chips.tolist() == [1, 1]
@@ -402,7 +401,7 @@ def test_commands_json_is_the_results_to_dict(capsys):
                 "--tpot-s", "1", "--max-chips", "8", "--times", "estimate")
     assert est == size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=[10.0, 20.0],
                        times="estimate").to_dict()
-    assert est["times"] == "estimate" and est["at_low"]["n_chips"] == [1, 1] and est["at_high"]["n_chips"] == [2, 4]
+    assert est["times"] == "estimate" and est["at_low"]["n_chips"] == [1, 1] and est["at_high"]["n_chips"] == [1, 2]
     load = _json(capsys, "load", *BASE, "--input", "2000", "--output", "200", "--rate", "4", "--times", "estimate")
     assert load == serving_load(H100, 4.0, 2000, 200, times="estimate").to_dict() and load["times"] == "estimate"
     assert _json(capsys, "energy", *BASE, "--context", "1", "--power-cap", "50") == \
@@ -423,7 +422,7 @@ def test_the_text_says_which_times_and_the_interval_ends(capsys):
     out = capsys.readouterr().out.splitlines()
     assert "from the step estimates' times" in out[0]
     goodput = size("llama-3-8b", "h100-sxm", 8, 10.0, 1.0, 2000, 2, arrival_rate=20.0, times="estimate").goodput_rps
-    assert out[2].endswith(f"2 chip(s), dp=2, goodput {goodput:,.2f} req/s; chips at the 80% interval's ends: 1 .. 4")
+    assert out[2].endswith(f"2 chip(s), dp=2, goodput {goodput:,.2f} req/s; chips at the 80% interval's ends: 1 .. 2")
     assert main(["load", *BASE, "--input", "2000", "--output", "200", "--rate", "4", "--times", "estimate"]) == 0
     text = capsys.readouterr().out
     assert "step estimates' times" in text and "interval's low end" in text and "at its high end" in text
