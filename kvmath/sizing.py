@@ -148,8 +148,7 @@ def _meets(engine, rate, ttft_target, tpot_target, p):
 
 def _stable_limit(engine) -> float:
     """The rate (whole deployment's) at which a replica's utilisation reaches 1."""
-    slope = max(b for _, b in engine.lines)
-    return engine.dp / (engine.mean_prefill_s + engine.steps * slope)
+    return engine.dp / (engine.mean_prefill_s + engine.steps * engine.slope)
 
 
 def _rate_for_users(engine, users, think_s):

@@ -274,6 +274,83 @@ def test_estimate_times_bracket_the_load_and_the_chips():
     assert np.all(chips[0] <= chips[1]) and np.all(chips[1] <= chips[2]) and np.any(chips[0] < chips[2])
 
 
+def _request_flops(model, s_in, s_out):
+    """Matmul FLOPs one request needs at least: every prompt token through every matrix but the LM head, the LM
+    head for the last prompt token (the first output), and every matrix for each later output token."""
+    g = model.matmul_params_by_group()
+    p, head = sum(g.values()), g["lm_head"]
+    return 2 * (p - head) * s_in + 2 * head + 2 * p * (s_out - 1)
+
+
+def test_expert_parallel_replicas_share_the_groups_compute():
+    """gpt-oss-120b on four H100s as dp=4,ep=4 (R25-1): a replica's prefill gets one chip's compute, not the four
+    chips its experts are spread over. One 2,000-token prompt is 2 (5.1311e9 - 0.5791e9) x 2,000 + 2 x 0.5791e9 =
+    1.8209e13 matmul FLOPs (config.json: 4.5535e9 active matmul parameters beside the LM head's 201,088 x 2,880),
+    at least 18.40 ms at 989.4e12 FLOP/s; the replicas, priced as one prompt on the deployment, took 8.21 ms."""
+    from kvmath.load import _Engine
+
+    dep = Deployment("gpt-oss-120b", "h100-sxm", "dp=4,ep=4")
+    flops = _request_flops(dep.model, 2000, 1)
+    assert flops == pytest.approx(1.8209e13, rel=1e-4)
+    engine = _Engine(dep, np.array([2000.0]), np.array([200.0]))
+    assert engine.prefill_s[0] >= flops / C and engine.prefill_s[0] == pytest.approx(19.07e-3, rel=1e-3)
+    assert engine.prefill_s[0] == km.requests.prefill_bound(dep, 4, 2000)   # four prompts, one per replica, at once
+
+
+def test_goodput_never_needs_more_flops_than_the_chips_have():
+    """Over every mixture-of-experts preset and every chip whose weights fit on up to 8 chips: the sized layout's
+    goodput times each request's matmul FLOPs (2,000 in, 200 out) stays within its chips' peak bf16 FLOP/s. Before
+    replicas shared their expert group, mixtral-8x7b on M3 Max chips (dp=4,ep=4) needed 2.42 times the peak."""
+    from kvmath.hardware import chip_names, get_chip
+    from kvmath.models import get_model, model_names
+
+    worst, sized = 0.0, 0
+    for name in model_names():
+        model = get_model(name)
+        if not model.n_experts:
+            continue
+        flops = _request_flops(model, 2000, 200)
+        for chip in chip_names():
+            s = size(model, chip, 8, 10.0, 1.0, 2000, 200, arrival_rate=1.0)
+            if s.feasible:
+                sized += 1
+                worst = max(worst, s.goodput_rps * flops / (s.n_chips * get_chip(chip).flops_for_format("bf16")))
+    assert sized > 200 and 0.5 < worst <= 1.0
+
+
+def test_the_estimated_decode_step_is_its_priced_counts():
+    """The estimate's decode step t_d(N) passes through every priced count (R25-2), for a dense model (convex) and
+    a mixture of experts (concave), and its interval's ends cover each count's own regime's interval.
+
+    Llama 3 8B on an H100, 2,000 in and 200 out, at 8 req/s, the high end: one sequence is priced in the batch1
+    regime, more in large_batch, whose interval is the wider; each end takes the wider interval for every count, so
+    counts of two or more are exactly estimate_step's and one sequence is above its own high end. The utilisation
+    is 8 x (t_p high + 199 b), b the last chord's slope (128 to 256 sequences, 142.5 us); it was 2.66 from the
+    first chord's 1,089.5 us
+    extended to every count."""
+    from kvmath.estimate import estimate_prefill, estimate_step
+    from kvmath.load import _Engine
+
+    for dep in (H100, Deployment("mixtral-8x7b", "h100-sxm", "tp=2")):
+        for field in ("estimate_s", "estimate_low_s", "estimate_high_s"):
+            engine = _Engine(dep, np.array([2000.0]), np.array([200.0]), times=field.removesuffix("_s"))
+            n = engine.knots
+            priced = getattr(estimate_step(dep, n[1:] * dep.layout.dp, engine.context), field)
+            one = getattr(estimate_step(dep, n[:1] * dep.layout.dp, engine.context), field)
+            assert engine.step_s(n[1:]) == pytest.approx(priced, rel=1e-12)
+            assert (engine.step_s(n[0]) >= one) if field == "estimate_high_s" else (engine.step_s(n[0]) <= one * (1 + 1e-12))
+            for rate in (0.5, 2.0):                                       # N solves N = k t_d(N)
+                f = engine.at_rate(rate)
+                k = rate * engine.steps / (1 - f["prefill_utilisation"])
+                assert f["running"] == pytest.approx(k * engine.step_s(f["running"]), rel=1e-9)
+    high = serving_load(H100, 8.0, 2000, 200, times="estimate").at_high
+    t = estimate_step(H100, np.array([128.0, 256.0]), 2100).estimate_high_s
+    b = (t[1] - t[0]) / 128
+    assert b == pytest.approx(142.5e-6, rel=1e-3) and H100.capacity(2100).max_batch < 256   # the last chord runs
+    assert high.utilisation == pytest.approx(8 * (estimate_prefill(H100, 1, 2000).estimate_high_s + 199 * b), rel=1e-9)
+    assert high.utilisation == pytest.approx(1.154, abs=1e-3)
+
+
 def test_size_says_infeasible_and_vectorises():
     s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, arrival_rate=1000.0)
     assert s.feasible is False and s.n_chips == 0 and s.layout == ""
