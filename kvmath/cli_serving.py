@@ -91,14 +91,17 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         return p
 
     if only in (None, "load"):
+        from .load import MAX_SIMULATED_REQUESTS, REPLICAS
+
         p = common("load", "utilisation, queueing, TTFT and TPOT percentiles at an arrival rate (kvmath.load)")
         p.add_argument("--rate", type=_numbers, required=True, action=_Once,
                        help="requests/s, or several comma-separated (required)")
         p.add_argument("--percentiles", type=_numbers, default=np.array([50.0, 90.0, 99.0]), action=_Once,
                        help="comma-separated, each in (0, 100) (default: 50,90,99)")
         p.add_argument("--simulate", type=_number, action=_Once,
-                       help="also simulate the scheduler with this many requests per replica (default: none)")
-        p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed (default: 0)")
+                       help=f"also simulate the scheduler with this many requests on each of {REPLICAS} replicas, at most "
+                            f"{MAX_SIMULATED_REQUESTS // REPLICAS:,} (default: none)")
+        p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed, a whole number, 0 or more (default: 0)")
         add_times_option(p)
         add_prefix_options(p)
     if only in (None, "size"):
@@ -121,7 +124,8 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         p.add_argument("--batch", type=_number, default=1, action=_Once, help="sequences per step (default: 1)")
         p.add_argument("--context", type=_number, required=True, action=_Once, help="tokens in each cache (required)")
         p.add_argument("--power-cap", type=_number, action=_Once,
-                       help="watts per chip the chip is capped at: the step cannot spend its energy faster (default: none)")
+                       help="watts per chip the chip is capped at, at most its board power: the step slows, its energy "
+                            "assumed unchanged (default: none)")
         p.add_argument("--pj-per-flop", type=_number, default=0.0, action=_Once,
                        help="picojoules per FLOP counted in the floor (default: 0, no sourced figure)")
     if only in (None, "offload"):
@@ -162,14 +166,14 @@ def _add_serving_parsers(sub, only: str | None) -> None:
 # ----- one function per command ---------------------------------------------------------------
 
 def _load(args) -> _Answer:
-    from .load import serving_load
+    from .load import seed_value, serving_load, simulated_requests
 
     dep = _request_deployment(args)
     rate = positive("--rate", args.rate)
     pct = _percentiles("--percentiles", args.percentiles)
-    sim = None if args.simulate is None else int(positive_int("--simulate", args.simulate))
+    sim = None if args.simulate is None else simulated_requests("--simulate", args.simulate)
     load = serving_load(dep, rate, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
-                        percentiles=pct, simulate_requests=sim, seed=int(args.seed), times=args.times,
+                        percentiles=pct, simulate_requests=sim, seed=seed_value("--seed", args.seed), times=args.times,
                         **_prefix_kwargs(args))
     return _Answer(load.to_dict(), lambda: _print_load(load))
 
@@ -246,22 +250,42 @@ def _energy(args) -> _Answer:
     cap = None if args.power_cap is None else positive("--power-cap", args.power_cap)
     from .validation import non_negative
 
+    if cap is not None:
+        board = _sourced_board_power(dep.chip.name)
+        if board is not None and cap > board:
+            raise ValueError(f"--power-cap must be at most {dep.chip.name}'s board power, {board:g} W (a cap above it "
+                             f"does not bind), got {args.power_cap!r}")
+
     e = energy_per_token(dep, positive("--batch", args.batch), positive_int("--context", args.context),
                          power_cap_w=cap, pj_per_flop=non_negative("--pj-per-flop", args.pj_per_flop))
-    return _Answer(e.to_dict(), lambda: _print_energy(e))
+    return _Answer(e.to_dict(), lambda: _print_energy(e, dep.chip.name))
 
 
-def _print_energy(e) -> None:
+def _sourced_board_power(chip_name: str):
+    """The chip's sourced board power in watts, or None where energy.csv has none."""
+    from .energy import chip_board_power_w
+
+    try:
+        return chip_board_power_w(chip_name)
+    except ValueError:
+        return None
+
+
+def _print_energy(e, chip_name: str) -> None:
     print(f"energy, B = {e.batch:g}, S = {e.context:g}, {e.n_chips} chip(s)")
     print(f"  bytes read per chip      {fmt_bytes(e.bytes_read_per_chip)}  (at {e.pj_per_bit} pJ/bit)")
     print(f"  floor per output token   {e.joules_per_token_floor:.4g} J  ({e.tokens_per_mwh_ceiling:.3g} tokens/MWh at most)")
     if e.power_cap_w is not None:
-        print(f"  step under the cap       {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
+        print(f"  step bound under the cap {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
     if e.joules_per_token_estimate is not None:
-        power = e.board_power_w if e.power_cap_w is None else min(e.board_power_w, e.power_cap_w)
-        print(f"  board power x step       {e.joules_per_token_estimate:.4g} J per token  (estimate, 80% interval "
-              f"{e.joules_per_token_estimate_low:.4g} .. {e.joules_per_token_estimate_high:.4g} J; "
-              f"{power:g} W per chip for the step's estimate {fmt_seconds(e.estimate_step_s)})")
+        power = e.board_power_w if e.power_cap_w is None else e.power_cap_w
+        capped = "" if e.power_cap_w is None else (f", slowed {e.board_power_w / e.power_cap_w:.3g}x from "
+                                                    f"{e.board_power_w:g} W: the cap is assumed to save no energy")
+        print(f"  board power x step       {e.joules_per_token_estimate:.4g} J per token  (estimate, decode only, "
+              f"80% interval {e.joules_per_token_estimate_low:.4g} .. {e.joules_per_token_estimate_high:.4g} J; "
+              f"{power:g} W per chip for the step's estimate {fmt_seconds(e.estimate_step_s)}{capped})")
+    else:
+        print(f"  no sourced board power for {chip_name} (kvmath/data/energy.csv): no estimate, the floor only")
 
 
 def _offload(args) -> _Answer:

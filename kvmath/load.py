@@ -67,7 +67,7 @@ import numpy as np
 
 from .deployment import Deployment
 from .results import Result
-from .validation import ArrayLike, as_number, choice, instance, plain, positive, positive_int
+from .validation import ArrayLike, as_number, as_scalar, choice, instance, one_int, plain, positive, positive_int
 
 #: The percentiles reported by default.
 PERCENTILES = (50.0, 90.0, 99.0)
@@ -77,6 +77,12 @@ TIMES = ("bound", "estimate")
 #: The times of the answers at the estimate's interval ends (``at_low``, ``at_high``), and the Estimate field each
 #: reads: an estimated engine is priced by one of these three.
 _ESTIMATE_FIELDS = {"estimate": "estimate_s", "estimate_low": "estimate_low_s", "estimate_high": "estimate_high_s"}
+
+#: The most requests one simulation runs, over all its replicas: it keeps about a dozen float64 arrays of
+#: replicas x requests (about 0.1 GB at this size), and its time grows with the square of the requests per replica.
+MAX_SIMULATED_REQUESTS = 1_000_000
+#: Replicas :func:`simulate` runs by default.
+REPLICAS = 8
 
 #: Where each field's value sits in :func:`kvmath.estimate.interval_s`'s answer.
 _INTERVAL_INDEX = {"estimate_s": 0, "estimate_low_s": 1, "estimate_high_s": 2}
@@ -426,6 +432,8 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
     engine = _Engine(dep, s_in, s_out, _prefix_args(prefix_tokens, prefix_hit_rate, block_size), times)
     simulated = None
     if simulate_requests is not None:
+        simulated_requests("simulate_requests", simulate_requests)
+        seed = seed_value("seed", seed)
         if np.ndim(rate) > 1 or np.size(rate) > 16:
             raise ValueError(f"simulate_requests runs one simulation per rate: give at most 16 rates, got "
                              f"arrival_rate of shape {np.shape(rate)}")
@@ -475,7 +483,7 @@ def _lengths(input_tokens, output_tokens):
 # ----- the simulation ---------------------------------------------------------------------------
 
 def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
-             n_requests: int = 2000, replicas: int = 8, seed: int = 0, percentiles: ArrayLike = PERCENTILES,
+             n_requests: int = 2000, replicas: int = REPLICAS, seed: int = 0, percentiles: ArrayLike = PERCENTILES,
              times: str = "bound", _engine: _Engine | None = None) -> SimulatedLoad:
     """The prefill-priority scheduler of the module text, run request by request on ``replicas`` seeded replicas.
 
@@ -490,8 +498,9 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
     """
     instance("dep", dep, Deployment, "a kvmath.Deployment")
     rate = float(positive("arrival_rate", arrival_rate))
-    n = int(positive_int("n_requests", n_requests))
-    r = int(positive_int("replicas", replicas))
+    r = one_int("replicas", replicas)
+    n = simulated_requests("n_requests", n_requests, r)
+    seed = seed_value("seed", seed)
     pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
     engine = _Engine(dep, s_in, s_out, times=_times(times, None)) if _engine is None else _engine
@@ -512,6 +521,24 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
                          queue_wait_s=float(w.mean()), ttft_s=float(t.mean()), tpot_s=float(np.mean(d)),
                          queue_wait_percentiles_s=np.percentile(w, pct), ttft_percentiles_s=np.percentile(t, pct),
                          tpot_percentiles_s=np.percentile(d, pct))
+
+
+def simulated_requests(name: str, n_requests, replicas: int = REPLICAS) -> int:
+    """``n_requests`` per replica as an int, refused by ``name`` past :data:`MAX_SIMULATED_REQUESTS` over the replicas."""
+    n = one_int(name, n_requests)
+    if n * replicas > MAX_SIMULATED_REQUESTS:
+        raise ValueError(f"{name} must be at most {MAX_SIMULATED_REQUESTS // replicas:,} requests per replica "
+                         f"({replicas} replicas, at most {MAX_SIMULATED_REQUESTS:,} requests in all, which the "
+                         f"simulation holds in memory at once), got {n_requests!r}")
+    return n
+
+
+def seed_value(name: str, seed) -> int:
+    """A seed as a Python int: a whole number, 0 or more (numpy's generators take no other)."""
+    x = as_scalar(name, seed)
+    if not np.isfinite(x) or x < 0 or x != np.floor(x) or x >= 2.0**63:
+        raise ValueError(f"{name} must be a whole number, 0 or more, got {seed!r}")
+    return int(x)
 
 
 def run_scheduler(arrival_s, prefill_s, decode_steps, input_tokens, step_s):

@@ -383,6 +383,18 @@ def test_reload_or_recompute():
     assert reload_or_recompute(H100, 4096, link="nvme-pcie4-x4").pays is False   # 7.88 GB/s: 68 ms > 62 ms
 
 
+def test_a_reload_runs_on_the_replica_that_holds_the_sequence():
+    """A 32,768-token prefix (4.295 GB of cache) over PCIe 5: 68.17 ms on one H100, and on each of 8 data-parallel
+    replicas too (it was 8.52 ms, the cache split over every replica's link, R25-5); on tp=2 its two chips halve
+    it (34.09 ms). The recompute is one replica's prefill either way."""
+    kv = 32768 * KV_TOKEN
+    one, dp8 = (reload_or_recompute(Deployment("llama-3-8b", "h100-sxm", lay), 32768) for lay in ("tp=1", "dp=8"))
+    assert one.reload_s == pytest.approx(kv / 63e9 + 0.5e-6, rel=1e-12) == pytest.approx(68.17e-3, abs=1e-5)
+    assert dp8.reload_s == one.reload_s and dp8.recompute_s == one.recompute_s
+    tp2 = reload_or_recompute(Deployment("llama-3-8b", "h100-sxm", "tp=2,dp=4"), 32768)
+    assert tp2.reload_s == pytest.approx(kv / (2 * 63e9) + 0.5e-6, rel=1e-12)
+
+
 # ----- energy ----------------------------------------------------------------------------------
 
 def test_energy_per_token_at_batch_1_by_hand():
@@ -401,7 +413,7 @@ def test_energy_per_token_at_batch_1_by_hand():
 
 def test_the_energy_estimate_is_board_power_times_the_step_estimate():
     """700 W (the H100 SXM's TDP) for the estimate's step, per token, with the estimate's 80% interval; under a 50 W
-    cap, 50 W for at least the 5.8 ms the floor's joules take at 50 W."""
+    cap, 50 W for 700 / 50 times the step (the module text's assumption: a cap saves no energy)."""
     from kvmath.estimate import estimate_step
 
     est = estimate_step(H100, 1, 1)
@@ -413,12 +425,29 @@ def test_the_energy_estimate_is_board_power_times_the_step_estimate():
     assert e.estimate_regime == est.regime == "batch1"
     b64 = energy_per_token(H100, 64, 1024)                                  # 64 tokens a step share the board
     assert b64.joules_per_token_estimate == pytest.approx(700 * estimate_step(H100, 64, 1024).estimate_s / 64)
-    capped = energy_per_token(H100, 1, 1, power_cap_w=50)
-    slowest = float(capped.joules_per_step_floor) / 50
-    assert capped.joules_per_token_estimate == pytest.approx(50 * max(est.estimate_s, slowest), rel=1e-12)
+    capped = energy_per_token(H100, 1, 1, power_cap_w=50)              # 14 times as long at 50 W: as many joules
+    assert capped.estimate_step_s == pytest.approx(est.estimate_s * 700 / 50, rel=1e-12)
+    assert capped.joules_per_token_estimate == pytest.approx(700 * est.estimate_s, rel=1e-12)
 
 
 MEASURED_ENERGY = ROOT / "tests" / "data" / "energy_measurements.csv"
+
+
+def test_a_power_cap_slows_the_estimated_step_and_saves_nothing():
+    """Llama 3 8B on one H100 at batch 1 capped at 300 W (R25-9): the board's 700 W step estimate (6.68 ms, 4.68 J)
+    runs 700 / 300 = 2.33 times as long, 15.59 ms, at 300 W: the same 4.68 J (it was 2.00 J, a saving for free).
+    The floor's bound under the cap is max(the strict bound, the floor's 0.2882 J / 300 W = 0.96 ms). A cap above
+    the 700 W board power does not bind and is refused by name."""
+    free = energy_per_token(H100, 1, 1)
+    capped = energy_per_token(H100, 1, 1, power_cap_w=300.0)
+    assert capped.estimate_step_s == pytest.approx(free.estimate_step_s * 700 / 300, rel=1e-12)
+    assert capped.estimate_step_s == pytest.approx(15.59e-3, abs=1e-5)
+    for end in ("", "_low", "_high"):
+        assert getattr(capped, f"joules_per_token_estimate{end}") == pytest.approx(
+            getattr(free, f"joules_per_token_estimate{end}"), rel=1e-12)
+    assert capped.step_s == max(free.step_s, free.joules_per_step_floor / 300.0)
+    with pytest.raises(ValueError, match="power_cap_w must be at most h100-sxm's board power, 700 W"):
+        energy_per_token(H100, 1, 1, power_cap_w=1000.0)
 
 
 def test_the_energy_floor_stays_below_every_published_measurement():
@@ -548,6 +577,12 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--percentile", "100"], "--percentile"),
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--ttft-s", "-1"], "--ttft-s"),
     (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
+    (["energy", *BASE, "--context", "1", "--power-cap", "1000"], "--power-cap"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "-1"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "nan"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "1.5"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "100000000"], "--simulate"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "125001"], "--simulate"),
     (["offload", *BASE, "--batch", "1", "--context", "8", "--what", "experts", "--fraction", "0.5"], "experts"),
     (["offload", "--model", "mixtral-8x7b", "--hardware", "h200", "--batch", "1", "--context", "8", "--what",
       "experts", "--fraction", "1.5"], "--fraction"),
