@@ -130,6 +130,24 @@ def test_the_load_model_against_the_simulation_with_decode_steps():
     assert again.ttft_s == sim.ttft_s                                  # seeded: deterministic
 
 
+@pytest.mark.parametrize("rate", [4.0, 10.0, 17.0])
+def test_the_closed_forms_percentiles_against_the_simulation(rate):
+    """R25-7: at utilisations 0.18, 0.46 and 0.78 (the last the one-chip goodput for a 20 ms TPOT), the closed forms'
+    mean TTFT, p90 and p99 TTFT and mean TPOT against the simulated scheduler (8 replicas of 1,000 requests), each
+    within kvmath.load.CLOSED_FORM_BANDS; the p99 TTFT and the TPOT below the simulation's (optimistic)."""
+    from kvmath.load import CLOSED_FORM_BANDS
+
+    load = serving_load(H100, rate, 2000, 200, simulate_requests=1000, percentiles=[90, 99])
+    sim = load.simulated
+    ttft = np.asarray(load.ttft_percentiles_s).ravel()
+    gaps = {"ttft_mean": float(load.ttft_s) / sim.ttft_s - 1, "ttft_p90": ttft[0] / sim.ttft_percentiles_s[0] - 1,
+            "ttft_p99": ttft[1] / sim.ttft_percentiles_s[1] - 1, "tpot_mean": float(load.tpot_s) / sim.tpot_s - 1}
+    assert float(load.utilisation) == pytest.approx({4.0: 0.183, 10.0: 0.456, 17.0: 0.776}[rate], abs=1e-3)
+    for key, (lo, hi) in CLOSED_FORM_BANDS.items():
+        assert lo <= gaps[key] <= hi, (key, gaps[key])
+    assert gaps["ttft_p99"] < 0 and gaps["tpot_mean"] < 0
+
+
 def test_utilisation_by_hand_and_instability():
     """rho = lambda (t_p + (S_out - 1) b): a 2,000-token prefill is compute-bound (29.3 ms) and each running
     sequence adds its cache at the mean context 2,100 to every step (131,072 x 2,100 B at 3.35 TB/s)."""
