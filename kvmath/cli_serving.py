@@ -22,7 +22,7 @@ from .cli import (
 )
 from .formatting import fmt_bytes, fmt_seconds
 from .prefix import unit_interval
-from .validation import positive, positive_int
+from .validation import non_negative, positive, positive_int
 
 
 def _numbers(text: str) -> np.ndarray | float:
@@ -109,7 +109,7 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         p.add_argument("--max-chips", type=_number, required=True, action=_Once, help="most chips a layout may use (required)")
         p.add_argument("--rate", type=_numbers, action=_Once, help="requests/s, or several comma-separated (required unless --users is given)")
         p.add_argument("--users", type=_numbers, action=_Once, help="concurrent users (a closed loop), instead of --rate (no default: one of the two is required)")
-        p.add_argument("--think-s", type=_numbers, default=0.0, action=_Once,
+        p.add_argument("--think-s", type=_numbers, action=_Once,
                        help="with --users: seconds each user waits between requests (default: 0)")
         p.add_argument("--ttft-s", type=_numbers, required=True, action=_Once,
                        help="target on the time to first token at --percentile, seconds (required; comma-separated for several)")
@@ -187,10 +187,18 @@ def _print_load(load) -> None:
     print(f"load: {load.input_tokens:,.0f} in, {load.output_tokens:,.0f} out, {load.n_chips} chip(s) "
           f"(an estimate from {_TIMES_TEXT[load.times]})")
     _print_load_rows(load)
+    sims = [] if load.simulated is None else np.atleast_1d(load.simulated).tolist()
+    for sim in sims:
+        pcts = "  ".join(f"p{p:g} {fmt_seconds(t)}" for p, t in zip(sim.percentiles, sim.ttft_percentiles_s))
+        print(f"  simulated at {sim.arrival_rate:g} req/s ({sim.replicas} x {sim.n_requests:,d} requests): TTFT "
+              f"{fmt_seconds(sim.ttft_s)} ({pcts}), TPOT {fmt_seconds(sim.tpot_s)}")
     for end in (load.at_low, load.at_high):
         if end is not None:
             print(f" {_TIMES_TEXT[end.times]}:")
             _print_load_rows(end)
+    if load.at_low is not None:
+        print(" (the ends put every prefill and step at once at its estimate's 80% interval end: not an interval on "
+              "TTFT or TPOT)")
 
 
 def _print_load_rows(load) -> None:
@@ -215,8 +223,11 @@ def _size(args) -> _Answer:
         raise ValueError("kvmath size needs --hardware (the chip to count)")
     if (args.rate is None) == (args.users is None):
         raise ValueError("give one of --rate and --users")
+    if args.users is None and args.think_s is not None:
+        raise ValueError("--think-s needs --users (a closed loop of users); with --rate it has no meaning")
+    think = 0.0 if args.think_s is None else non_negative("--think-s", args.think_s)
     demand = dict(arrival_rate=positive("--rate", args.rate)) if args.users is None else dict(
-        users=positive("--users", args.users), think_s=args.think_s)
+        users=positive("--users", args.users), think_s=think)
     pct = float(_percentiles("--percentile", args.percentile)[0])
     from .cli import _chip
 
@@ -248,8 +259,6 @@ def _energy(args) -> _Answer:
 
     dep = _request_deployment(args)
     cap = None if args.power_cap is None else positive("--power-cap", args.power_cap)
-    from .validation import non_negative
-
     if cap is not None:
         board = _sourced_board_power(dep.chip.name)
         if board is not None and cap > board:

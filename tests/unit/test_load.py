@@ -566,6 +566,17 @@ def test_bad_times_exit_2_with_one_line_naming_the_option(capsys, argv):
     assert "--times" in err and "bound" in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_load_text_prints_the_simulation_and_what_the_ends_mean(capsys):
+    """R25-16, R25-12: `load --simulate` shows the simulated figures in text too (they were JSON-only), and the
+    interval ends say they put every step at once at its end."""
+    assert main(["load", *BASE, "--input", "200", "--output", "20", "--rate", "2", "--simulate", "100",
+                 "--times", "estimate"]) == 0
+    out = capsys.readouterr().out
+    sim = simulate(H100, 2.0, 200, 20, n_requests=100, times="estimate")
+    assert f"simulated at 2 req/s (8 x 100 requests): TTFT {km.formatting.fmt_seconds(sim.ttft_s)}" in out
+    assert "every prefill and step at once" in out
+
+
 def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     r = _json(capsys, "size", *BASE, "--input", "2000", "--output", "200", "--rate", "1000", "--ttft-s", "0.5",
               "--tpot-s", "0.02", "--max-chips", "2")
@@ -596,6 +607,12 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--ttft-s", "-1"], "--ttft-s"),
     (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
     (["energy", *BASE, "--context", "1", "--power-cap", "1000"], "--power-cap"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "-1", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "nan", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "4", "--think-s", "5", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
     (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "-1"], "--seed"),
     (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "nan"], "--seed"),
     (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "1.5"], "--seed"),
