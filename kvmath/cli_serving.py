@@ -356,17 +356,27 @@ def _speculate(args) -> _Answer:
             s = speculative_decode(dep, batch, context, gamma, acceptance, args.draft, **options)
         else:
             raise ValueError(text) from None
-    data = {**s.to_dict(), "break_even_batch": even}
-    return _Answer(data, lambda: _print_speculate(s, even))
+    try:
+        fits = int(np.min(dep.capacity(int(np.max(context))).max_batch))   # the break-even search ignores memory
+    except ValueError:
+        fits = None
+    data = {**s.to_dict(), "break_even_batch": even, "max_batch_that_fits": fits}
+    return _Answer(data, lambda: _print_speculate(s, even, fits))
 
 
-def _print_speculate(s, even) -> None:
+def _print_speculate(s, even, fits=None) -> None:
     print(f"speculative decoding: {float(s.expected_tokens):.3g} tokens per verify step")
     print(f"  plain step               {fmt_seconds(s.plain_step_s)}")
     print(f"  verify step + draft      {fmt_seconds(s.verify_step_s)} + {fmt_seconds(s.draft_s)}")
     print(f"  speed-up                 {float(s.speedup):.2f}x  (an estimate: the acceptance is an assumption)")
-    where = ("pays at every batch up to 1e7" if even is None else "never pays" if even == 0
-             else f"stops paying above batch {even:,.0f}")
+    if even is not None and even == 0:
+        where = "never pays"
+    elif fits is not None and (even is None or even >= fits):
+        where = f"pays at every batch that fits (up to {fits:,d} at this context)"
+    elif even is None:
+        where = "pays at every batch up to 1e7"
+    else:
+        where = f"stops paying above batch {even:,.0f}"
     print(f"  break-even               {where}")
 
 
@@ -385,6 +395,8 @@ def _disaggregate(args) -> _Answer:
         link = Link.preset(args.transfer_link)
     except ValueError as err:
         raise ValueError(f"--transfer-link: {err}") from None
+    if positive_int("--output", args.output) < 2:
+        raise ValueError(f"--output must be at least 2 (a decode step to disaggregate), got {args.output!r}")
     d = disaggregate(dep, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
                      decode_batch=opts.get("decode_batch"), ttft_target_s=opts.get("ttft_s"),
                      tpot_target_s=opts.get("tpot_s"), percentile=pct, link=link)

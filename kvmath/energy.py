@@ -54,8 +54,9 @@ cap above the board power does not bind and is refused.
 **The estimate** is board power times the step's **estimate**
 (:func:`kvmath.estimate.estimate_step`, fitted on published measurements,
 with its regime's 80% interval), per token: the board at its full power
-(its TDP, ``kvmath/data/energy.csv``, or the cap) for as long as a real
-engine takes. :func:`board_energy_per_token` takes any step time, so a
+(its TDP, ``kvmath/data/energy.csv``) for as long as a real engine takes,
+the decode step only (a request's prefill is priced apart, by feeding
+:func:`board_energy_per_token` a prefill's time). :func:`board_energy_per_token` takes any step time, so a
 measured one can feed it too. An estimate, not a bound either way: a board
 below its TDP spends less, one whose host and idle chips are counted more.
 """

@@ -250,7 +250,7 @@ def test_size_with_estimate_times_by_hand():
     2,000 tokens in and 2 out (one decode step), loose targets (TTFT p90 10 s, TPOT 1 s): a layout serves a rate
     where its replicas are stable, rho = rate / dp x (t_p + 1 step x b) < 1, with t_p the estimated prefill of
     the 2,000-token prompt (kvmath.estimate.estimate_prefill: 63.15 ms; its 80% interval 33.80 .. 115.89 ms) and
-    b the steepest chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
+    b the last chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
     (243 fit): (34.14 - 20.12 ms) / 128 = 109.6 us (low end 78.3 us, high end 136.5 us). One H100 at 10 req/s:
     10 x (63.15 ms + 0.11 ms) = 0.633, stable: 1 chip; at 20 req/s 1.265: two replicas (dp=2) at 0.633 each.
     Low end: 20 x (33.80 ms + 0.08 ms) = 0.678: 1 chip at both rates. High end: 10 x (115.89 ms + 0.14 ms) = 1.160
@@ -344,8 +344,7 @@ def test_the_estimated_decode_step_is_its_priced_counts():
     regime, more in large_batch, whose interval is the wider; each end takes the wider interval for every count, so
     counts of two or more are exactly estimate_step's and one sequence is above its own high end. The utilisation
     is 8 x (t_p high + 199 b), b the last chord's slope (128 to 256 sequences, 142.5 us); it was 2.66 from the
-    first chord's 1,089.5 us
-    extended to every count."""
+    first chord's 1,089.5 us extended to every count."""
     from kvmath.estimate import estimate_prefill, estimate_step
     from kvmath.load import _Engine
 
@@ -577,6 +576,18 @@ def test_load_text_prints_the_simulation_and_what_the_ends_mean(capsys):
     assert "every prefill and step at once" in out
 
 
+def test_speculate_says_it_pays_at_every_batch_that_fits(capsys):
+    """R25-18: DeepSeek-V3 on 8 MI300X at 4,096 tokens pays at every batch the search tries (up to 1e7), but only the
+    batches its memory holds can run: the text says so and --json carries that batch."""
+    argv = ["speculate", "--model", "deepseek-v3", "--hardware", "mi300x", "--parallel", "tp=8", "--context", "4096",
+            "--batch", "64", "--gamma", "1", "--tokens-per-step", "1.8"]
+    fits = int(Deployment("deepseek-v3", "mi300x", "tp=8").capacity(4096).max_batch)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"pays at every batch that fits (up to {fits:,d} at this context)" in out and "1e7" not in out
+    assert _json(capsys, *argv)["max_batch_that_fits"] == fits
+
+
 def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     r = _json(capsys, "size", *BASE, "--input", "2000", "--output", "200", "--rate", "1000", "--ttft-s", "0.5",
               "--tpot-s", "0.02", "--max-chips", "2")
@@ -607,6 +618,7 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--ttft-s", "-1"], "--ttft-s"),
     (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
     (["energy", *BASE, "--context", "1", "--power-cap", "1000"], "--power-cap"),
+    (["disaggregate", *BASE, "--input", "20", "--output", "1"], "--output"),
     (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "-1", "--ttft-s", "1",
       "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
     (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "nan", "--ttft-s", "1",
