@@ -190,7 +190,7 @@ def test_the_load_model_against_a_measured_vllm_sweep():
 
     At 16 req/s it cannot: the modelled scheduler prefills each prompt alone, re-reading the weights (47 ms per
     prompt, estimated), where vLLM puts prompts and decodes in one step and shares the read, so the closed forms
-    find the estimated load past saturation (utilisation 1.46) and the simulated queue grows through the run: every
+    find the estimated load past saturation (utilisation 1.44) and the simulated queue grows through the run: every
     simulated percentile is above the measured one (the measured run is a 12.5 s transient too). Fed the bounds
     instead, the model is optimistic at every rate: TTFT and TPOT below every measured median.
     """
