@@ -235,10 +235,10 @@ def _size(args) -> _Answer:
              positive("--ttft-s", args.ttft_s), positive("--tpot-s", args.tpot_s),
              int(positive_int("--input", args.input)), int(positive_int("--output", args.output)), percentile=pct,
              weights=args.weight_dtype, kv=args.kv_dtype, times=args.times, **demand)
-    return _Answer(s.to_dict(), lambda: _print_size(s))
+    return _Answer(s.to_dict(), lambda: _print_size(s, demand.get("users")))
 
 
-def _print_size(s) -> None:
+def _print_size(s, users=None) -> None:
     print(f"size: {s.model} on {s.chip}, TTFT p{s.percentile:g} and mean TPOT targets "
           f"(an estimate from {_TIMES_TEXT[s.times]})")
     rows = zip(*(np.atleast_1d(x) for x in (s.arrival_rate, s.ttft_target_s, s.tpot_target_s, s.feasible, s.n_chips,
@@ -251,7 +251,8 @@ def _print_size(s) -> None:
         if ends is not None:  # the interval's ends: 0 chips is none meeting it
             low, high = ("none" if e[i] == 0 else f"{int(e[i])}" for e in ends)
             where += f"; chips at the 80% interval's ends: {low} .. {high}"
-        print(f"  {rate:g} req/s, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
+        load = f"{rate:g} req/s" if np.isfinite(rate) else f"{np.broadcast_to(users, np.shape(s.feasible)).ravel()[i]:g} users"
+        print(f"  {load}, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
 
 
 def _energy(args) -> _Answer:

@@ -368,6 +368,18 @@ def test_the_estimated_decode_step_is_its_priced_counts():
     assert high.utilisation == pytest.approx(1.154, abs=1e-3)
 
 
+def test_users_no_layout_serves_have_no_rate():
+    """R25-17: a closed loop no layout serves has no arrival rate (NaN, JSON null), not the first layout's
+    saturation rate nor the user count; a served one keeps the rate solved at its layout, where the loop closes:
+    rate x (TTFT + 199 TPOT) = users."""
+    s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, users=[10.0, 1e9])
+    assert s.feasible.tolist() == [True, False] and np.isnan(s.arrival_rate[1])
+    load = serving_load(H100, s.arrival_rate[0], 2000, 200)
+    assert s.arrival_rate[0] * (float(load.ttft_s) + 199 * float(load.tpot_s)) == pytest.approx(10.0, rel=1e-6)
+    none = size("deepseek-v3", "h100-sxm", 1, 0.5, 0.02, 2000, 200, users=10.0)
+    assert none.layouts_tried == [] and np.isnan(none.arrival_rate) and none.to_dict()["arrival_rate"] is None
+
+
 def test_size_says_infeasible_and_vectorises():
     s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, arrival_rate=1000.0)
     assert s.feasible is False and s.n_chips == 0 and s.layout == ""
