@@ -302,7 +302,9 @@ def _offload(args) -> _Answer:
     from .offload import expert_offload, kv_offload
 
     dep = _request_deployment(args)
-    batch, context = positive("--batch", args.batch), positive_int("--context", args.context)
+    # a KV cache is one whole sequence's; experts are read by a mean batch's tokens, which may be fractional
+    batch = (positive_int if args.what == "kv" else positive)("--batch", args.batch)
+    context = positive_int("--context", args.context)
     try:
         from .links import Link
 

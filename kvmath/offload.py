@@ -100,8 +100,8 @@ def kv_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, link: L
     Parameters
     ----------
     dep : Deployment
-    batch, context : float or array
-        Sequences in the step and their cached tokens.
+    batch, context : int or array
+        Sequences in the step (whole: a cache is one sequence's) and their cached tokens.
     link : Link or str
         What joins the chip to the memory the rest of the cache lives in (default ``"pcie5-x16"``).
     host_bytes : float or array, optional
@@ -120,7 +120,7 @@ def kv_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, link: L
     (119, 690.3, False)
     """
     instance("dep", dep, Deployment, "a kvmath.Deployment")
-    batch, context = positive("batch", batch), positive_int("context", context)
+    batch, context = positive_int("batch", batch), positive_int("context", context)   # a cache is a whole sequence's
     link = _link(link)
     broadcast(batch=batch, context=context, host_bytes=host_bytes)
     cap = dep.capacity(context, budget=budget)

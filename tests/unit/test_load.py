@@ -631,6 +631,7 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
     (["energy", *BASE, "--context", "1", "--power-cap", "1000"], "--power-cap"),
     (["disaggregate", *BASE, "--input", "20", "--output", "1"], "--output"),
+    (["offload", *BASE, "--batch", "1.5", "--context", "8"], "--batch"),
     (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "-1", "--ttft-s", "1",
       "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
     (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "nan", "--ttft-s", "1",
