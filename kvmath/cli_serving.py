@@ -22,7 +22,7 @@ from .cli import (
 )
 from .formatting import fmt_bytes, fmt_seconds
 from .prefix import unit_interval
-from .validation import positive, positive_int
+from .validation import non_negative, positive, positive_int
 
 
 def _numbers(text: str) -> np.ndarray | float:
@@ -91,14 +91,17 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         return p
 
     if only in (None, "load"):
+        from .load import MAX_SIMULATED_REQUESTS, REPLICAS
+
         p = common("load", "utilisation, queueing, TTFT and TPOT percentiles at an arrival rate (kvmath.load)")
         p.add_argument("--rate", type=_numbers, required=True, action=_Once,
                        help="requests/s, or several comma-separated (required)")
         p.add_argument("--percentiles", type=_numbers, default=np.array([50.0, 90.0, 99.0]), action=_Once,
                        help="comma-separated, each in (0, 100) (default: 50,90,99)")
         p.add_argument("--simulate", type=_number, action=_Once,
-                       help="also simulate the scheduler with this many requests per replica (default: none)")
-        p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed (default: 0)")
+                       help=f"also simulate the scheduler with this many requests on each of {REPLICAS} replicas, at most "
+                            f"{MAX_SIMULATED_REQUESTS // REPLICAS:,} (default: none)")
+        p.add_argument("--seed", type=_number, default=0, action=_Once, help="the simulation's seed, a whole number, 0 or more (default: 0)")
         add_times_option(p)
         add_prefix_options(p)
     if only in (None, "size"):
@@ -106,7 +109,7 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         p.add_argument("--max-chips", type=_number, required=True, action=_Once, help="most chips a layout may use (required)")
         p.add_argument("--rate", type=_numbers, action=_Once, help="requests/s, or several comma-separated (required unless --users is given)")
         p.add_argument("--users", type=_numbers, action=_Once, help="concurrent users (a closed loop), instead of --rate (no default: one of the two is required)")
-        p.add_argument("--think-s", type=_numbers, default=0.0, action=_Once,
+        p.add_argument("--think-s", type=_numbers, action=_Once,
                        help="with --users: seconds each user waits between requests (default: 0)")
         p.add_argument("--ttft-s", type=_numbers, required=True, action=_Once,
                        help="target on the time to first token at --percentile, seconds (required; comma-separated for several)")
@@ -121,7 +124,8 @@ def _add_serving_parsers(sub, only: str | None) -> None:
         p.add_argument("--batch", type=_number, default=1, action=_Once, help="sequences per step (default: 1)")
         p.add_argument("--context", type=_number, required=True, action=_Once, help="tokens in each cache (required)")
         p.add_argument("--power-cap", type=_number, action=_Once,
-                       help="watts per chip the chip is capped at: the step cannot spend its energy faster (default: none)")
+                       help="watts per chip the chip is capped at, at most its board power: the step slows, its energy "
+                            "assumed unchanged (default: none)")
         p.add_argument("--pj-per-flop", type=_number, default=0.0, action=_Once,
                        help="picojoules per FLOP counted in the floor (default: 0, no sourced figure)")
     if only in (None, "offload"):
@@ -162,14 +166,14 @@ def _add_serving_parsers(sub, only: str | None) -> None:
 # ----- one function per command ---------------------------------------------------------------
 
 def _load(args) -> _Answer:
-    from .load import serving_load
+    from .load import seed_value, serving_load, simulated_requests
 
     dep = _request_deployment(args)
     rate = positive("--rate", args.rate)
     pct = _percentiles("--percentiles", args.percentiles)
-    sim = None if args.simulate is None else int(positive_int("--simulate", args.simulate))
+    sim = None if args.simulate is None else simulated_requests("--simulate", args.simulate)
     load = serving_load(dep, rate, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
-                        percentiles=pct, simulate_requests=sim, seed=int(args.seed), times=args.times,
+                        percentiles=pct, simulate_requests=sim, seed=seed_value("--seed", args.seed), times=args.times,
                         **_prefix_kwargs(args))
     return _Answer(load.to_dict(), lambda: _print_load(load))
 
@@ -183,10 +187,18 @@ def _print_load(load) -> None:
     print(f"load: {load.input_tokens:,.0f} in, {load.output_tokens:,.0f} out, {load.n_chips} chip(s) "
           f"(an estimate from {_TIMES_TEXT[load.times]})")
     _print_load_rows(load)
+    sims = [] if load.simulated is None else np.atleast_1d(load.simulated).tolist()
+    for sim in sims:
+        pcts = "  ".join(f"p{p:g} {fmt_seconds(t)}" for p, t in zip(sim.percentiles, sim.ttft_percentiles_s))
+        print(f"  simulated at {sim.arrival_rate:g} req/s ({sim.replicas} x {sim.n_requests:,d} requests): TTFT "
+              f"{fmt_seconds(sim.ttft_s)} ({pcts}), TPOT {fmt_seconds(sim.tpot_s)}")
     for end in (load.at_low, load.at_high):
         if end is not None:
             print(f" {_TIMES_TEXT[end.times]}:")
             _print_load_rows(end)
+    if load.at_low is not None:
+        print(" (the ends put every prefill and step at once at its estimate's 80% interval end: not an interval on "
+              "TTFT or TPOT)")
 
 
 def _print_load_rows(load) -> None:
@@ -211,8 +223,11 @@ def _size(args) -> _Answer:
         raise ValueError("kvmath size needs --hardware (the chip to count)")
     if (args.rate is None) == (args.users is None):
         raise ValueError("give one of --rate and --users")
+    if args.users is None and args.think_s is not None:
+        raise ValueError("--think-s needs --users (a closed loop of users); with --rate it has no meaning")
+    think = 0.0 if args.think_s is None else non_negative("--think-s", args.think_s)
     demand = dict(arrival_rate=positive("--rate", args.rate)) if args.users is None else dict(
-        users=positive("--users", args.users), think_s=args.think_s)
+        users=positive("--users", args.users), think_s=think)
     pct = float(_percentiles("--percentile", args.percentile)[0])
     from .cli import _chip
 
@@ -220,10 +235,10 @@ def _size(args) -> _Answer:
              positive("--ttft-s", args.ttft_s), positive("--tpot-s", args.tpot_s),
              int(positive_int("--input", args.input)), int(positive_int("--output", args.output)), percentile=pct,
              weights=args.weight_dtype, kv=args.kv_dtype, times=args.times, **demand)
-    return _Answer(s.to_dict(), lambda: _print_size(s))
+    return _Answer(s.to_dict(), lambda: _print_size(s, demand.get("users")))
 
 
-def _print_size(s) -> None:
+def _print_size(s, users=None) -> None:
     print(f"size: {s.model} on {s.chip}, TTFT p{s.percentile:g} and mean TPOT targets "
           f"(an estimate from {_TIMES_TEXT[s.times]})")
     rows = zip(*(np.atleast_1d(x) for x in (s.arrival_rate, s.ttft_target_s, s.tpot_target_s, s.feasible, s.n_chips,
@@ -236,7 +251,8 @@ def _print_size(s) -> None:
         if ends is not None:  # the interval's ends: 0 chips is none meeting it
             low, high = ("none" if e[i] == 0 else f"{int(e[i])}" for e in ends)
             where += f"; chips at the 80% interval's ends: {low} .. {high}"
-        print(f"  {rate:g} req/s, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
+        load = f"{rate:g} req/s" if np.isfinite(rate) else f"{np.broadcast_to(users, np.shape(s.feasible)).ravel()[i]:g} users"
+        print(f"  {load}, TTFT <= {fmt_seconds(ttft)}, TPOT <= {fmt_seconds(tpot)}: {where}")
 
 
 def _energy(args) -> _Answer:
@@ -244,31 +260,51 @@ def _energy(args) -> _Answer:
 
     dep = _request_deployment(args)
     cap = None if args.power_cap is None else positive("--power-cap", args.power_cap)
-    from .validation import non_negative
+    if cap is not None:
+        board = _sourced_board_power(dep.chip.name)
+        if board is not None and cap > board:
+            raise ValueError(f"--power-cap must be at most {dep.chip.name}'s board power, {board:g} W (a cap above it "
+                             f"does not bind), got {args.power_cap!r}")
 
     e = energy_per_token(dep, positive("--batch", args.batch), positive_int("--context", args.context),
                          power_cap_w=cap, pj_per_flop=non_negative("--pj-per-flop", args.pj_per_flop))
-    return _Answer(e.to_dict(), lambda: _print_energy(e))
+    return _Answer(e.to_dict(), lambda: _print_energy(e, dep.chip.name))
 
 
-def _print_energy(e) -> None:
+def _sourced_board_power(chip_name: str):
+    """The chip's sourced board power in watts, or None where energy.csv has none."""
+    from .energy import chip_board_power_w
+
+    try:
+        return chip_board_power_w(chip_name)
+    except ValueError:
+        return None
+
+
+def _print_energy(e, chip_name: str) -> None:
     print(f"energy, B = {e.batch:g}, S = {e.context:g}, {e.n_chips} chip(s)")
     print(f"  bytes read per chip      {fmt_bytes(e.bytes_read_per_chip)}  (at {e.pj_per_bit} pJ/bit)")
     print(f"  floor per output token   {e.joules_per_token_floor:.4g} J  ({e.tokens_per_mwh_ceiling:.3g} tokens/MWh at most)")
     if e.power_cap_w is not None:
-        print(f"  step under the cap       {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
+        print(f"  step bound under the cap {fmt_seconds(e.step_s)}  ({e.power_cap_w:g} W per chip)")
     if e.joules_per_token_estimate is not None:
-        power = e.board_power_w if e.power_cap_w is None else min(e.board_power_w, e.power_cap_w)
-        print(f"  board power x step       {e.joules_per_token_estimate:.4g} J per token  (estimate, 80% interval "
-              f"{e.joules_per_token_estimate_low:.4g} .. {e.joules_per_token_estimate_high:.4g} J; "
-              f"{power:g} W per chip for the step's estimate {fmt_seconds(e.estimate_step_s)})")
+        power = e.board_power_w if e.power_cap_w is None else e.power_cap_w
+        capped = "" if e.power_cap_w is None else (f", slowed {e.board_power_w / e.power_cap_w:.3g}x from "
+                                                    f"{e.board_power_w:g} W: the cap is assumed to save no energy")
+        print(f"  board power x step       {e.joules_per_token_estimate:.4g} J per token  (estimate, decode only, "
+              f"80% interval {e.joules_per_token_estimate_low:.4g} .. {e.joules_per_token_estimate_high:.4g} J; "
+              f"{power:g} W per chip for the step's estimate {fmt_seconds(e.estimate_step_s)}{capped})")
+    else:
+        print(f"  no sourced board power for {chip_name} (kvmath/data/energy.csv): no estimate, the floor only")
 
 
 def _offload(args) -> _Answer:
     from .offload import expert_offload, kv_offload
 
     dep = _request_deployment(args)
-    batch, context = positive("--batch", args.batch), positive_int("--context", args.context)
+    # a KV cache is one whole sequence's; experts are read by a mean batch's tokens, which may be fractional
+    batch = (positive_int if args.what == "kv" else positive)("--batch", args.batch)
+    context = positive_int("--context", args.context)
     try:
         from .links import Link
 
@@ -323,17 +359,27 @@ def _speculate(args) -> _Answer:
             s = speculative_decode(dep, batch, context, gamma, acceptance, args.draft, **options)
         else:
             raise ValueError(text) from None
-    data = {**s.to_dict(), "break_even_batch": even}
-    return _Answer(data, lambda: _print_speculate(s, even))
+    try:
+        fits = int(np.min(dep.capacity(int(np.max(context))).max_batch))   # the break-even search ignores memory
+    except ValueError:
+        fits = None
+    data = {**s.to_dict(), "break_even_batch": even, "max_batch_that_fits": fits}
+    return _Answer(data, lambda: _print_speculate(s, even, fits))
 
 
-def _print_speculate(s, even) -> None:
+def _print_speculate(s, even, fits=None) -> None:
     print(f"speculative decoding: {float(s.expected_tokens):.3g} tokens per verify step")
     print(f"  plain step               {fmt_seconds(s.plain_step_s)}")
     print(f"  verify step + draft      {fmt_seconds(s.verify_step_s)} + {fmt_seconds(s.draft_s)}")
     print(f"  speed-up                 {float(s.speedup):.2f}x  (an estimate: the acceptance is an assumption)")
-    where = ("pays at every batch up to 1e7" if even is None else "never pays" if even == 0
-             else f"stops paying above batch {even:,.0f}")
+    if even is not None and even == 0:
+        where = "never pays"
+    elif fits is not None and (even is None or even >= fits):
+        where = f"pays at every batch that fits (up to {fits:,d} at this context)"
+    elif even is None:
+        where = "pays at every batch up to 1e7"
+    else:
+        where = f"stops paying above batch {even:,.0f}"
     print(f"  break-even               {where}")
 
 
@@ -352,6 +398,8 @@ def _disaggregate(args) -> _Answer:
         link = Link.preset(args.transfer_link)
     except ValueError as err:
         raise ValueError(f"--transfer-link: {err}") from None
+    if positive_int("--output", args.output) < 2:
+        raise ValueError(f"--output must be at least 2 (a decode step to disaggregate), got {args.output!r}")
     d = disaggregate(dep, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
                      decode_batch=opts.get("decode_batch"), ttft_target_s=opts.get("ttft_s"),
                      tpot_target_s=opts.get("tpot_s"), percentile=pct, link=link)

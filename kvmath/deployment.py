@@ -520,8 +520,9 @@ class Deployment:
             fraction ``prefix_hit_rate`` (default 1) of the sequences that hit
             it hold no copy of its :func:`kvmath.prefix.reused_tokens` (whole
             blocks of ``block_size``, default vLLM's 16), which every chip that
-            holds such a sequence stores once. ``max_tokens`` stays the token
-            slots the memory holds.
+            holds such a sequence stores once (a prefix longer than ``context``
+            shares only the context's whole blocks, as ``reused_tokens`` cuts
+            it). ``max_tokens`` stays the token slots the memory holds.
         draft : Model or str, optional
             A separate draft model for speculative decoding, held on the same
             chips in the same layout: its weights take memory beside the

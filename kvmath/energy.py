@@ -39,13 +39,24 @@ every published measured energy per token the tests hold it against
 
 **A power cap** ``P`` (watts per chip) bounds the step's time from below:
 the chip cannot spend its floor's joules faster than ``P``, so
-``t >= max(t_step, E_chip / P)``.
+``t >= max(t_step, E_chip / P)``. For the estimate, a capped chip lowers
+its clocks until it draws no more than ``P`` (NVIDIA's NVML names this
+clock event ``SwPowerCap``: "the clocks have been optimized to ensure not to
+exceed currently set power limits",
+https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlClocksEventReasons.html).
+No source gives how much slower a step runs, so the estimate **assumes** the
+step's energy stays what it is at board power: the step takes
+``P_board / P`` times as long and the energy per token is unchanged. The
+estimate claims no saving from a cap (lower voltages at lower clocks save
+some in practice: an upper estimate of the slowdown, and of the energy). A
+cap above the board power does not bind and is refused.
 
 **The estimate** is board power times the step's **estimate**
 (:func:`kvmath.estimate.estimate_step`, fitted on published measurements,
 with its regime's 80% interval), per token: the board at its full power
-(its TDP, ``kvmath/data/energy.csv``, or the cap) for as long as a real
-engine takes. :func:`board_energy_per_token` takes any step time, so a
+(its TDP, ``kvmath/data/energy.csv``) for as long as a real engine takes,
+the decode step only (a request's prefill is priced apart, by feeding
+:func:`board_energy_per_token` a prefill's time). :func:`board_energy_per_token` takes any step time, so a
 measured one can feed it too. An estimate, not a bound either way: a board
 below its TDP spends less, one whose host and idle chips are counted more.
 """
@@ -119,7 +130,8 @@ class Energy(Result):
     step_s : the step's lower bound, under the cap where given (``max(t, E_chip / P)``).
     board_power_w : the board power the estimate used (None where no source gives one).
     estimate_step_s, estimate_step_low_s, estimate_step_high_s : the step's estimate and its 80% interval
-        (:func:`kvmath.estimate.estimate_step`; under the cap, at least ``E_chip / P``).
+        (:func:`kvmath.estimate.estimate_step`; under a cap ``P``, ``P_board / P`` times as long, at least
+        ``E_chip / P``: the module text's assumption).
     estimate_regime : the calibration regime whose errors set that interval.
     joules_per_token_estimate, tokens_per_mwh_estimate : board power times ``estimate_step_s``, per token (None
         without a board power); ``joules_per_token_estimate_low`` / ``_high`` the interval's ends.
@@ -159,14 +171,15 @@ def energy_per_token(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, p
     --------
     Llama 3 8B on one H100 at batch 1: the step reads 15.01 GB of bf16 weights (every matrix, the LM head
     included, but one row of the embedding table), 15.01e9 x 8 x 2.4 pJ, 0.29 J a token at least; the board's
-    700 W for the step's estimate (7.0 ms) is about 4.9 J:
+    700 W for the step's estimate (6.75 ms) is 4.72 J. Like every estimate here, it counts the decode step
+    only: a request's prefill is not in it.
 
     >>> from kvmath import Deployment
     >>> e = energy_per_token(Deployment("llama-3-8b", "h100-sxm"), 1, 1)
     >>> round(float(e.joules_per_token_floor), 3), f"{float(e.tokens_per_mwh_ceiling):.3g}"
     (0.288, '1.25e+10')
     >>> round(float(e.joules_per_token_estimate), 2), e.estimate_regime
-    (4.68, 'batch1')
+    (4.72, 'batch1')
     """
     from .estimate import estimate_step
 
@@ -197,7 +210,14 @@ def energy_per_token(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, p
     joules = [None, None, None]
     tokens = None
     if board is not None:
-        power = board if cap is None else np.minimum(board, cap)
+        power = board
+        if cap is not None:
+            if np.any(np.asarray(cap) > board):
+                raise ValueError(f"power_cap_w must be at most {dep.chip.name}'s board power, {board:g} W (a cap above "
+                                 f"it does not bind), got {power_cap_w!r}")
+            # the clocks drop until the board draws the cap: the step's energy at board power, spent at the cap
+            times = [np.maximum(x * board / cap, slowest) for x in times]
+            power = cap
         joules = [board_energy_per_token(dep, x, tokens_per_step, board_power_w=power) for x in times]
         tokens = plain(J_PER_MWH / np.asarray(joules[0]))
     return Energy(batch=step.batch, context=step.context, n_chips=dep.n_chips, bytes_read_per_chip=plain(moved),

@@ -490,13 +490,24 @@ class Estimate(Result):
     is_lower_bound: bool = False
 
 
+def interval_s(bound_s, estimate_s, regimes) -> tuple:
+    """``(estimate, low, high)`` seconds: an estimate kept at or above its bound, and the 80% interval that covers
+    every regime in ``regimes`` (the lowest low end and the highest high end of their errors), the low end never
+    below the bound. One regime gives :class:`Estimate`'s interval; several give one interval for a curve that
+    crosses regimes (:mod:`kvmath.load`'s decode step over running counts), so its ends stay as convex in the
+    count as the estimate is, instead of jumping where the regime changes."""
+    errors = [regime_errors()[r] for r in regimes]
+    estimate_s = np.maximum(estimate_s, bound_s)
+    low = np.maximum(bound_s, estimate_s * math.exp(min(e.log_low for e in errors)))
+    return estimate_s, low, np.maximum(low, estimate_s * math.exp(max(e.log_high for e in errors)))
+
+
 def _estimate(bound_s, estimate_s, regime: str, c: _Constants) -> Estimate:
     e = regime_errors()[regime]
-    estimate_s = np.maximum(estimate_s, bound_s)
-    low = np.maximum(bound_s, estimate_s * math.exp(e.log_low))
+    estimate_s, low, high = interval_s(bound_s, estimate_s, (regime,))
     return Estimate(bound_s=plain(bound_s), estimate_s=plain(estimate_s), estimate_low_s=plain(low),
-                    estimate_high_s=plain(np.maximum(low, estimate_s * math.exp(e.log_high))), regime=regime,
-                    regime_rows=e.rows, pooled=e.pooled, flags=dict(c.flags))
+                    estimate_high_s=plain(high), regime=regime, regime_rows=e.rows, pooled=e.pooled,
+                    flags=dict(c.flags))
 
 
 def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,

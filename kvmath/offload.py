@@ -100,8 +100,8 @@ def kv_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, link: L
     Parameters
     ----------
     dep : Deployment
-    batch, context : float or array
-        Sequences in the step and their cached tokens.
+    batch, context : int or array
+        Sequences in the step (whole: a cache is one sequence's) and their cached tokens.
     link : Link or str
         What joins the chip to the memory the rest of the cache lives in (default ``"pcie5-x16"``).
     host_bytes : float or array, optional
@@ -120,7 +120,7 @@ def kv_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, link: L
     (119, 690.3, False)
     """
     instance("dep", dep, Deployment, "a kvmath.Deployment")
-    batch, context = positive("batch", batch), positive_int("context", context)
+    batch, context = positive_int("batch", batch), positive_int("context", context)   # a cache is a whole sequence's
     link = _link(link)
     broadcast(batch=batch, context=context, host_bytes=host_bytes)
     cap = dep.capacity(context, budget=budget)
@@ -203,7 +203,8 @@ class Reload(Result):
     ----------
     prefix_tokens : the prefix's tokens; ``link`` the link's name.
     kv_bytes : its cache (one sequence, the whole deployment).
-    reload_s : ``kv_bytes / (W_link n_chips) + alpha`` (each chip reloads its share over its own link).
+    reload_s : ``kv_bytes / (W_link n_replica) + alpha``: the ``n_replica = n_chips / dp`` chips of the replica
+        that holds the sequence each reload their share over their own link.
     recompute_s : the prefill bound of those tokens alone.
     pays : ``reload_s < recompute_s``.
     """
@@ -238,7 +239,8 @@ def reload_or_recompute(dep: Deployment, prefix_tokens: ArrayLike, *, link: Link
     p = positive_int("prefix_tokens", prefix_tokens)
     link = _link(link)
     kv = dep._plan.kv_per_seq(np.asarray(p, dtype=float))
-    reload_s = kv / (link.bandwidth * dep.n_chips) + link.latency_s
+    # one sequence's cache lives on one data-parallel replica: its chips reload it, each its share over its own link
+    reload_s = kv / (link.bandwidth * (dep.n_chips // dep.layout.dp)) + link.latency_s
     recompute = prefill_bound(dep, 1, p)
     return Reload(prefix_tokens=plain(p), link=link.name, kv_bytes=plain(kv), reload_s=plain(reload_s),
                   recompute_s=plain(recompute), pays=_flag(reload_s < recompute))

@@ -54,7 +54,8 @@ class Sizing(Result):
     Attributes
     ----------
     model, chip : names.
-    arrival_rate : requests/s (given, or solved from ``users``).
+    arrival_rate : requests/s (given, or solved from ``users`` at the chosen layout: NaN, JSON null, where no
+        layout serves the users).
     ttft_target_s, tpot_target_s, percentile : the targets, and the TTFT percentile they apply to.
     feasible : whether any layout up to ``max_chips`` meets the pair.
     n_chips : the fewest chips that do (0 where none).
@@ -148,8 +149,7 @@ def _meets(engine, rate, ttft_target, tpot_target, p):
 
 def _stable_limit(engine) -> float:
     """The rate (whole deployment's) at which a replica's utilisation reaches 1."""
-    slope = max(b for _, b in engine.lines)
-    return engine.dp / (engine.mean_prefill_s + engine.steps * slope)
+    return engine.dp / (engine.mean_prefill_s + engine.steps * engine.slope)
 
 
 def _rate_for_users(engine, users, think_s):
@@ -245,8 +245,10 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
         best = np.where(take, index, best)
         best_chips = np.where(take, layout.n_chips, best_chips)
     feasible = best >= 0
+    # a closed loop's rate is its chosen layout's; where no layout serves the users there is none (NaN)
+    first = demand.copy() if users is None else np.full(n, np.nan)
     out = dict(ttft=np.full(n, np.nan), tpot=np.full(n, np.nan), util=np.full(n, np.nan), goodput=np.zeros(n),
-               rate=rates[0] if engines else demand.copy())
+               rate=first)
     # among the layouts with the fewest chips that meet the pair, the least loaded (the most headroom)
     load = np.full((len(engines), n), np.inf)
     for index, (layout, engine) in enumerate(engines):

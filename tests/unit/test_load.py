@@ -130,6 +130,24 @@ def test_the_load_model_against_the_simulation_with_decode_steps():
     assert again.ttft_s == sim.ttft_s                                  # seeded: deterministic
 
 
+@pytest.mark.parametrize("rate", [4.0, 10.0, 17.0])
+def test_the_closed_forms_percentiles_against_the_simulation(rate):
+    """R25-7: at utilisations 0.18, 0.46 and 0.78 (the last the one-chip goodput for a 20 ms TPOT), the closed forms'
+    mean TTFT, p90 and p99 TTFT and mean TPOT against the simulated scheduler (8 replicas of 1,000 requests), each
+    within kvmath.load.CLOSED_FORM_BANDS; the p99 TTFT and the TPOT below the simulation's (optimistic)."""
+    from kvmath.load import CLOSED_FORM_BANDS
+
+    load = serving_load(H100, rate, 2000, 200, simulate_requests=1000, percentiles=[90, 99])
+    sim = load.simulated
+    ttft = np.asarray(load.ttft_percentiles_s).ravel()
+    gaps = {"ttft_mean": float(load.ttft_s) / sim.ttft_s - 1, "ttft_p90": ttft[0] / sim.ttft_percentiles_s[0] - 1,
+            "ttft_p99": ttft[1] / sim.ttft_percentiles_s[1] - 1, "tpot_mean": float(load.tpot_s) / sim.tpot_s - 1}
+    assert float(load.utilisation) == pytest.approx({4.0: 0.183, 10.0: 0.456, 17.0: 0.776}[rate], abs=1e-3)
+    for key, (lo, hi) in CLOSED_FORM_BANDS.items():
+        assert lo <= gaps[key] <= hi, (key, gaps[key])
+    assert gaps["ttft_p99"] < 0 and gaps["tpot_mean"] < 0
+
+
 def test_utilisation_by_hand_and_instability():
     """rho = lambda (t_p + (S_out - 1) b): a 2,000-token prefill is compute-bound (29.3 ms) and each running
     sequence adds its cache at the mean context 2,100 to every step (131,072 x 2,100 B at 3.35 TB/s)."""
@@ -172,7 +190,7 @@ def test_the_load_model_against_a_measured_vllm_sweep():
 
     At 16 req/s it cannot: the modelled scheduler prefills each prompt alone, re-reading the weights (47 ms per
     prompt, estimated), where vLLM puts prompts and decodes in one step and shares the read, so the closed forms
-    find the estimated load past saturation (utilisation 1.46) and the simulated queue grows through the run: every
+    find the estimated load past saturation (utilisation 1.44) and the simulated queue grows through the run: every
     simulated percentile is above the measured one (the measured run is a 12.5 s transient too). Fed the bounds
     instead, the model is optimistic at every rate: TTFT and TPOT below every measured median.
     """
@@ -232,7 +250,7 @@ def test_size_with_estimate_times_by_hand():
     2,000 tokens in and 2 out (one decode step), loose targets (TTFT p90 10 s, TPOT 1 s): a layout serves a rate
     where its replicas are stable, rho = rate / dp x (t_p + 1 step x b) < 1, with t_p the estimated prefill of
     the 2,000-token prompt (kvmath.estimate.estimate_prefill: 67.84 ms; its 80% interval 31.15 .. 79.13 ms) and
-    b the steepest chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
+    b the last chord of the estimated decode step that runs, between 128 and 256 sequences at 2,001 tokens
     (243 fit): (35.74 - 21.23 ms) / 128 = 113.3 us (low end 78.9 us, high end 136.2 us). One H100 at 10 req/s:
     10 x (67.84 ms + 0.11 ms) = 0.680, stable: 1 chip; at 20 req/s 1.359: two replicas (dp=2) at 0.680 each.
     Low end: 20 x (31.15 ms + 0.08 ms) = 0.625: 1 chip at both rates. High end: 10 x (79.13 ms + 0.14 ms) = 0.793
@@ -273,6 +291,94 @@ def test_estimate_times_bracket_the_load_and_the_chips():
     assert np.all(chips[0] <= chips[1]) and np.all(chips[1] <= chips[2]) and np.any(chips[0] < chips[2])
 
 
+def _request_flops(model, s_in, s_out):
+    """Matmul FLOPs one request needs at least: every prompt token through every matrix but the LM head, the LM
+    head for the last prompt token (the first output), and every matrix for each later output token."""
+    g = model.matmul_params_by_group()
+    p, head = sum(g.values()), g["lm_head"]
+    return 2 * (p - head) * s_in + 2 * head + 2 * p * (s_out - 1)
+
+
+def test_expert_parallel_replicas_share_the_groups_compute():
+    """gpt-oss-120b on four H100s as dp=4,ep=4 (R25-1): a replica's prefill gets one chip's compute, not the four
+    chips its experts are spread over. One 2,000-token prompt is 2 (5.1311e9 - 0.5791e9) x 2,000 + 2 x 0.5791e9 =
+    1.8209e13 matmul FLOPs (config.json: 4.5535e9 active matmul parameters beside the LM head's 201,088 x 2,880),
+    at least 18.40 ms at 989.4e12 FLOP/s; the replicas, priced as one prompt on the deployment, took 8.21 ms."""
+    from kvmath.load import _Engine
+
+    dep = Deployment("gpt-oss-120b", "h100-sxm", "dp=4,ep=4")
+    flops = _request_flops(dep.model, 2000, 1)
+    assert flops == pytest.approx(1.8209e13, rel=1e-4)
+    engine = _Engine(dep, np.array([2000.0]), np.array([200.0]))
+    assert engine.prefill_s[0] >= flops / C and engine.prefill_s[0] == pytest.approx(19.07e-3, rel=1e-3)
+    assert engine.prefill_s[0] == km.requests.prefill_bound(dep, 4, 2000)   # four prompts, one per replica, at once
+
+
+def test_goodput_never_needs_more_flops_than_the_chips_have():
+    """Over every mixture-of-experts preset and every chip whose weights fit on up to 8 chips: the sized layout's
+    goodput times each request's matmul FLOPs (2,000 in, 200 out) stays within its chips' peak bf16 FLOP/s. Before
+    replicas shared their expert group, mixtral-8x7b on M3 Max chips (dp=4,ep=4) needed 2.42 times the peak."""
+    from kvmath.hardware import chip_names, get_chip
+    from kvmath.models import get_model, model_names
+
+    worst, sized = 0.0, 0
+    for name in model_names():
+        model = get_model(name)
+        if not model.n_experts:
+            continue
+        flops = _request_flops(model, 2000, 200)
+        for chip in chip_names():
+            s = size(model, chip, 8, 10.0, 1.0, 2000, 200, arrival_rate=1.0)
+            if s.feasible:
+                sized += 1
+                worst = max(worst, s.goodput_rps * flops / (s.n_chips * get_chip(chip).flops_for_format("bf16")))
+    assert sized > 200 and 0.5 < worst <= 1.0
+
+
+def test_the_estimated_decode_step_is_its_priced_counts():
+    """The estimate's decode step t_d(N) passes through every priced count (R25-2), for a dense model (convex) and
+    a mixture of experts (concave), and its interval's ends cover each count's own regime's interval.
+
+    Llama 3 8B on an H100, 2,000 in and 200 out, at 8 req/s, the high end: one sequence is priced in the batch1
+    regime, more in large_batch, whose interval is the wider; each end takes the wider interval for every count, so
+    counts of two or more are exactly estimate_step's and one sequence is above its own high end. The utilisation
+    is 8 x (t_p high + 199 b), b the last chord's slope (128 to 256 sequences, 142.0 us): 0.859 with the estimate
+    refitted at this stop; it was 2.66 from the first chord's 1,089.5 us extended to every count."""
+    from kvmath.estimate import estimate_prefill, estimate_step
+    from kvmath.load import _Engine
+
+    for dep in (H100, Deployment("mixtral-8x7b", "h100-sxm", "tp=2")):
+        for field in ("estimate_s", "estimate_low_s", "estimate_high_s"):
+            engine = _Engine(dep, np.array([2000.0]), np.array([200.0]), times=field.removesuffix("_s"))
+            n = engine.knots
+            priced = getattr(estimate_step(dep, n[1:] * dep.layout.dp, engine.context), field)
+            one = getattr(estimate_step(dep, n[:1] * dep.layout.dp, engine.context), field)
+            assert engine.step_s(n[1:]) == pytest.approx(priced, rel=1e-12)
+            assert (engine.step_s(n[0]) >= one) if field == "estimate_high_s" else (engine.step_s(n[0]) <= one * (1 + 1e-12))
+            for rate in (0.5, 2.0):                                       # N solves N = k t_d(N)
+                f = engine.at_rate(rate)
+                k = rate * engine.steps / (1 - f["prefill_utilisation"])
+                assert f["running"] == pytest.approx(k * engine.step_s(f["running"]), rel=1e-9)
+    high = serving_load(H100, 8.0, 2000, 200, times="estimate").at_high
+    t = estimate_step(H100, np.array([128.0, 256.0]), 2100).estimate_high_s
+    b = (t[1] - t[0]) / 128
+    assert b == pytest.approx(142.0e-6, rel=1e-3) and H100.capacity(2100).max_batch < 256   # the last chord runs
+    assert high.utilisation == pytest.approx(8 * (estimate_prefill(H100, 1, 2000).estimate_high_s + 199 * b), rel=1e-9)
+    assert high.utilisation == pytest.approx(0.859, abs=1e-3)
+
+
+def test_users_no_layout_serves_have_no_rate():
+    """R25-17: a closed loop no layout serves has no arrival rate (NaN, JSON null), not the first layout's
+    saturation rate nor the user count; a served one keeps the rate solved at its layout, where the loop closes:
+    rate x (TTFT + 199 TPOT) = users."""
+    s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, users=[10.0, 1e9])
+    assert s.feasible.tolist() == [True, False] and np.isnan(s.arrival_rate[1])
+    load = serving_load(H100, s.arrival_rate[0], 2000, 200)
+    assert s.arrival_rate[0] * (float(load.ttft_s) + 199 * float(load.tpot_s)) == pytest.approx(10.0, rel=1e-6)
+    none = size("deepseek-v3", "h100-sxm", 1, 0.5, 0.02, 2000, 200, users=10.0)
+    assert none.layouts_tried == [] and np.isnan(none.arrival_rate) and none.to_dict()["arrival_rate"] is None
+
+
 def test_size_says_infeasible_and_vectorises():
     s = size("llama-3-8b", "h100-sxm", 2, 0.5, 0.02, 2000, 200, arrival_rate=1000.0)
     assert s.feasible is False and s.n_chips == 0 and s.layout == ""
@@ -305,6 +411,18 @@ def test_reload_or_recompute():
     assert reload_or_recompute(H100, 4096, link="nvme-pcie4-x4").pays is False   # 7.88 GB/s: 68 ms > 62 ms
 
 
+def test_a_reload_runs_on_the_replica_that_holds_the_sequence():
+    """A 32,768-token prefix (4.295 GB of cache) over PCIe 5: 68.17 ms on one H100, and on each of 8 data-parallel
+    replicas too (it was 8.52 ms, the cache split over every replica's link, R25-5); on tp=2 its two chips halve
+    it (34.09 ms). The recompute is one replica's prefill either way."""
+    kv = 32768 * KV_TOKEN
+    one, dp8 = (reload_or_recompute(Deployment("llama-3-8b", "h100-sxm", lay), 32768) for lay in ("tp=1", "dp=8"))
+    assert one.reload_s == pytest.approx(kv / 63e9 + 0.5e-6, rel=1e-12) == pytest.approx(68.17e-3, abs=1e-5)
+    assert dp8.reload_s == one.reload_s and dp8.recompute_s == one.recompute_s
+    tp2 = reload_or_recompute(Deployment("llama-3-8b", "h100-sxm", "tp=2,dp=4"), 32768)
+    assert tp2.reload_s == pytest.approx(kv / (2 * 63e9) + 0.5e-6, rel=1e-12)
+
+
 # ----- energy ----------------------------------------------------------------------------------
 
 def test_energy_per_token_at_batch_1_by_hand():
@@ -323,7 +441,7 @@ def test_energy_per_token_at_batch_1_by_hand():
 
 def test_the_energy_estimate_is_board_power_times_the_step_estimate():
     """700 W (the H100 SXM's TDP) for the estimate's step, per token, with the estimate's 80% interval; under a 50 W
-    cap, 50 W for at least the 5.8 ms the floor's joules take at 50 W."""
+    cap, 50 W for 700 / 50 times the step (the module text's assumption: a cap saves no energy)."""
     from kvmath.estimate import estimate_step
 
     est = estimate_step(H100, 1, 1)
@@ -335,12 +453,29 @@ def test_the_energy_estimate_is_board_power_times_the_step_estimate():
     assert e.estimate_regime == est.regime == "batch1"
     b64 = energy_per_token(H100, 64, 1024)                                  # 64 tokens a step share the board
     assert b64.joules_per_token_estimate == pytest.approx(700 * estimate_step(H100, 64, 1024).estimate_s / 64)
-    capped = energy_per_token(H100, 1, 1, power_cap_w=50)
-    slowest = float(capped.joules_per_step_floor) / 50
-    assert capped.joules_per_token_estimate == pytest.approx(50 * max(est.estimate_s, slowest), rel=1e-12)
+    capped = energy_per_token(H100, 1, 1, power_cap_w=50)              # 14 times as long at 50 W: as many joules
+    assert capped.estimate_step_s == pytest.approx(est.estimate_s * 700 / 50, rel=1e-12)
+    assert capped.joules_per_token_estimate == pytest.approx(700 * est.estimate_s, rel=1e-12)
 
 
 MEASURED_ENERGY = ROOT / "tests" / "data" / "energy_measurements.csv"
+
+
+def test_a_power_cap_slows_the_estimated_step_and_saves_nothing():
+    """Llama 3 8B on one H100 at batch 1 capped at 300 W (R25-9): the board's 700 W step estimate (6.75 ms, 4.72 J)
+    runs 700 / 300 = 2.33 times as long, 15.75 ms, at 300 W: the same 4.72 J (it was 2.02 J, a saving for free).
+    The floor's bound under the cap is max(the strict bound, the floor's 0.2882 J / 300 W = 0.96 ms). A cap above
+    the 700 W board power does not bind and is refused by name."""
+    free = energy_per_token(H100, 1, 1)
+    capped = energy_per_token(H100, 1, 1, power_cap_w=300.0)
+    assert capped.estimate_step_s == pytest.approx(free.estimate_step_s * 700 / 300, rel=1e-12)
+    assert capped.estimate_step_s == pytest.approx(15.75e-3, abs=1e-5)
+    for end in ("", "_low", "_high"):
+        assert getattr(capped, f"joules_per_token_estimate{end}") == pytest.approx(
+            getattr(free, f"joules_per_token_estimate{end}"), rel=1e-12)
+    assert capped.step_s == max(free.step_s, free.joules_per_step_floor / 300.0)
+    with pytest.raises(ValueError, match="power_cap_w must be at most h100-sxm's board power, 700 W"):
+        energy_per_token(H100, 1, 1, power_cap_w=1000.0)
 
 
 def test_the_energy_floor_stays_below_every_published_measurement():
@@ -441,6 +576,29 @@ def test_bad_times_exit_2_with_one_line_naming_the_option(capsys, argv):
     assert "--times" in err and "bound" in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_load_text_prints_the_simulation_and_what_the_ends_mean(capsys):
+    """R25-16, R25-12: `load --simulate` shows the simulated figures in text too (they were JSON-only), and the
+    interval ends say they put every step at once at its end."""
+    assert main(["load", *BASE, "--input", "200", "--output", "20", "--rate", "2", "--simulate", "100",
+                 "--times", "estimate"]) == 0
+    out = capsys.readouterr().out
+    sim = simulate(H100, 2.0, 200, 20, n_requests=100, times="estimate")
+    assert f"simulated at 2 req/s (8 x 100 requests): TTFT {km.formatting.fmt_seconds(sim.ttft_s)}" in out
+    assert "every prefill and step at once" in out
+
+
+def test_speculate_says_it_pays_at_every_batch_that_fits(capsys):
+    """R25-18: DeepSeek-V3 on 8 MI300X at 4,096 tokens pays at every batch the search tries (up to 1e7), but only the
+    batches its memory holds can run: the text says so and --json carries that batch."""
+    argv = ["speculate", "--model", "deepseek-v3", "--hardware", "mi300x", "--parallel", "tp=8", "--context", "4096",
+            "--batch", "64", "--gamma", "1", "--tokens-per-step", "1.8"]
+    fits = int(Deployment("deepseek-v3", "mi300x", "tp=8").capacity(4096).max_batch)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"pays at every batch that fits (up to {fits:,d} at this context)" in out and "1e7" not in out
+    assert _json(capsys, *argv)["max_batch_that_fits"] == fits
+
+
 def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     r = _json(capsys, "size", *BASE, "--input", "2000", "--output", "200", "--rate", "1000", "--ttft-s", "0.5",
               "--tpot-s", "0.02", "--max-chips", "2")
@@ -470,6 +628,20 @@ def test_targets_no_layout_meets_exit_0_with_feasible_false(capsys):
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--percentile", "100"], "--percentile"),
     (["disaggregate", *BASE, "--input", "20", "--output", "2", "--ttft-s", "-1"], "--ttft-s"),
     (["energy", *BASE, "--context", "1", "--power-cap", "-5"], "--power-cap"),
+    (["energy", *BASE, "--context", "1", "--power-cap", "1000"], "--power-cap"),
+    (["disaggregate", *BASE, "--input", "20", "--output", "1"], "--output"),
+    (["offload", *BASE, "--batch", "1.5", "--context", "8"], "--batch"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "-1", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--users", "10", "--think-s", "nan", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
+    (["size", *BASE, "--input", "20", "--output", "2", "--rate", "4", "--think-s", "5", "--ttft-s", "1",
+      "--tpot-s", "1", "--max-chips", "2"], "--think-s"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "-1"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "nan"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "50", "--seed", "1.5"], "--seed"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "100000000"], "--simulate"),
+    (["load", *BASE, "--input", "20", "--output", "2", "--rate", "1", "--simulate", "125001"], "--simulate"),
     (["offload", *BASE, "--batch", "1", "--context", "8", "--what", "experts", "--fraction", "0.5"], "experts"),
     (["offload", "--model", "mixtral-8x7b", "--hardware", "h200", "--batch", "1", "--context", "8", "--what",
       "experts", "--fraction", "1.5"], "--fraction"),

@@ -116,30 +116,42 @@ def day_load(model: str = "llama-3-8b", chip: str = "h100-sxm", max_chips: int =
              tpot_target_s: float = 0.02):
     """A day's request rate (top) and the fewest chips that serve each hour within the targets (bottom).
 
-    ``kvmath.sizing.size`` over the 24 hours of :func:`day_rates` in one call:
-    TTFT at the 90th percentile within ``ttft_target_s``, mean TPOT within
-    ``tpot_target_s``; the dashed line is the chips a deployment sized for the
-    peak keeps all day.
+    ``kvmath.sizing.size`` over the 24 hours of :func:`day_rates`, one call
+    per kind of times: TTFT at the 90th percentile within ``ttft_target_s``,
+    mean TPOT within ``tpot_target_s``. The bottom panel draws the sizing from
+    the step bounds and from the step estimates, with the estimates' 80%
+    interval shaded (crosses: hours no layout of up to ``max_chips`` serves at
+    its high end); the dashed line is the bounds' peak kept all day.
     """
     import kvbook.plots as kp
     from kvmath.sizing import size
 
     rates = day_rates(peak_rps, trough_rps)
-    sized = size(model, chip, max_chips, ttft_target_s, tpot_target_s, s_in, s_out, arrival_rate=rates)
+    targets = (model, chip, max_chips, ttft_target_s, tpot_target_s, s_in, s_out)
+    bound = size(*targets, arrival_rate=rates)
+    est = size(*targets, arrival_rate=rates, times="estimate")
     hours = np.arange(24)
-    fig, (top, bottom) = kp.new_figure((7, 4.6), nrows=2, sharex=True)
+    fig, (top, bottom) = kp.new_figure((7, 4.8), nrows=2, sharex=True)
     top.step(hours, rates, where="mid", color=kp.COLORS[0])
     top.set_ylabel("requests/s")
     top.set_ylim(0, peak_rps * 1.15)
-    chips = np.asarray(sized.n_chips)
-    bottom.step(hours, chips, where="mid", color=kp.COLORS[1], label="fewest chips that meet the targets")
-    bottom.axhline(chips.max(), color="0.4", ls="--", lw=1, label="sized for the peak")
+    chips = np.asarray(bound.n_chips)
+    low = np.asarray(est.at_low.n_chips, dtype=float)
+    served = np.asarray(est.at_high.feasible)
+    high = np.where(served, np.asarray(est.at_high.n_chips, dtype=float), max_chips)
+    bottom.fill_between(hours, low, high, step="mid", color=kp.COLORS[2], alpha=0.25, lw=0,
+                        label="estimates' 80% interval")
+    bottom.step(hours, np.asarray(est.n_chips), where="mid", color=kp.COLORS[2], label="from the step estimates")
+    bottom.plot(hours[~served], np.full((~served).sum(), max_chips), "x", color=kp.COLORS[2], ms=5,
+                label=f"high end: more than {max_chips} chips")
+    bottom.step(hours, chips, where="mid", color=kp.COLORS[1], label="from the step bounds")
+    bottom.axhline(chips.max(), color="0.4", ls="--", lw=1, label="bounds, sized for the peak")
     bottom.set_ylabel("chips")
-    bottom.set_ylim(0, chips.max() * 1.35 + 1)
+    bottom.set_ylim(0, max_chips * 1.9)
     bottom.set_xlabel("hour of the day")
     bottom.set_xlim(-0.5, 23.5)
     bottom.set_xticks(range(0, 24, 3))
-    bottom.legend(loc="upper left", fontsize=8)
+    bottom.legend(loc="upper left", fontsize=8, ncol=2)
     kp.close(fig)  # shown once, as the cell's result
     return fig
 
