@@ -72,10 +72,14 @@ def _format_value(value: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def preset_ids() -> frozenset:
-    """Every model and chip preset id (``llama-2-7b``, ``h100-sxm``): names for code, never a label a reader sees."""
+    """Model and chip preset ids (``llama-2-7b``, ``h100-sxm``): names for code, never a label a reader sees.
+
+    An id that is also its preset's display name (``gpt-oss-20b``, as OpenAI writes it) is left out.
+    """
     import kvmath
 
-    return frozenset(kvmath.Model.presets()) | frozenset(kvmath.Chip.presets())
+    return frozenset(n for kind in (kvmath.Model, kvmath.Chip) for n in kind.presets()
+                     if kind.preset(n).display_name != n)
 
 
 def _checked_default(values: list, default: Any, what: str) -> Any:
