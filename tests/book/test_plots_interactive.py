@@ -13,6 +13,7 @@ import pytest
 matplotlib.use("Agg")
 
 from kvbook import plots
+from kvbook.figures import chip_options
 from kvbook.interactive import Choice, Slider, interactive_figure
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
@@ -308,7 +309,7 @@ def same_renders(setup, controls, moves, fast=True, **kw):
 
 def test_a_move_blits_and_gives_the_pixels_of_a_full_redraw():
     kinds, fig = same_renders(lambda f: Recorder()(f), {"batch": Slider(BATCHES, default=16),
-                                           "chip": Choice(["h100-sxm", "a100-80gb"])},
+                                           "chip": Choice(chip_options(["h100-sxm", "a100-80gb"]))},
                               [{"batch": b} for b in BATCHES] + [{"chip": "a100-80gb"}],
                               figsize=(4, 3), dpi=50)
     assert kinds[0] == "full"  # the first move after the first draw learns what update touches

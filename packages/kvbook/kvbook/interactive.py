@@ -19,7 +19,7 @@ them::
         setup,
         controls={
             "batch": Slider([1, 2, 4, 8, 16, 32], default=16, label="batch B"),
-            "chip": Choice(["h100-sxm", "a100-80gb"], default="h100-sxm"),
+            "chip": Choice([("NVIDIA H100 SXM", "h100-sxm"), ("NVIDIA A100-80GB SXM", "a100-80gb")], default="h100-sxm"),
         },
         main="batch",
     )
@@ -47,6 +47,7 @@ matplotlib settings.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import itertools
@@ -67,6 +68,18 @@ def _format_value(value: Any) -> str:
 
         return fmt_number(value)
     return str(value)
+
+
+@functools.lru_cache(maxsize=1)
+def preset_ids() -> frozenset:
+    """Model and chip preset ids (``llama-2-7b``, ``h100-sxm``): names for code, never a label a reader sees.
+
+    An id that is also its preset's display name (``gpt-oss-20b``, as OpenAI writes it) is left out.
+    """
+    import kvmath
+
+    return frozenset(n for kind in (kvmath.Model, kvmath.Chip) for n in kind.presets()
+                     if kind.preset(n).display_name != n)
 
 
 def _checked_default(values: list, default: Any, what: str) -> Any:
@@ -161,8 +174,9 @@ class Choice(Slider):
     Raises
     ------
     ValueError
-        If there are no options, a pair is malformed, values repeat, or
-        ``default`` is not one of the values.
+        If there are no options, a pair is malformed, values repeat,
+        ``default`` is not one of the values, or a label is a model or chip
+        preset id (the reader sees display names).
 
     Examples
     --------
@@ -186,6 +200,10 @@ class Choice(Slider):
                 pairs.append((str(opt[0]), opt[1]))
             else:
                 pairs.append((str(opt), opt))
+        ids = [lab for lab, _ in pairs if lab in preset_ids()]
+        if ids:
+            raise ValueError(f"options show preset ids {ids} to the reader: label each with its display name "
+                             "(kvbook.figures.model_options / chip_options)")
         values = [v for _, v in pairs]
         self.values = values
         self.default = _checked_default(values, default, "the options' values")

@@ -25,6 +25,23 @@ from typing import Callable
 #: kipply's A100 bandwidth: the A100-40GB's 1.555 TB/s rounded to 1.5 TB/s, as the thread does (chapters 0 and 8).
 KIPPLY_BANDWIDTH = 1.5e12
 
+def model_options(names=None) -> list[tuple[str, str]]:
+    """``(display name, preset id)`` pairs for a model :class:`~kvbook.interactive.Choice` (every preset by default).
+
+    A reader sees "Llama 2 7B", not ``llama-2-7b``: ids are for code and the CLI.
+    """
+    import kvmath
+
+    return [(kvmath.Model.preset(n).display_name, n) for n in (kvmath.Model.presets() if names is None else names)]
+
+
+def chip_options(names=None) -> list[tuple[str, str]]:
+    """``(display name, preset id)`` pairs for a chip :class:`~kvbook.interactive.Choice` (every preset by default)."""
+    import kvmath
+
+    return [(kvmath.Chip.preset(n).display_name, n) for n in (kvmath.Chip.presets() if names is None else names)]
+
+
 #: Every registered figure function, by "chNN.name".
 REGISTRY: dict[str, Callable] = {}
 

@@ -8,7 +8,7 @@ import kvmath
 from kvmath import formulas as F
 from kvmath.formatting import fmt_seconds
 
-from . import figure
+from . import chip_options, figure
 
 
 # The chapter counts the bytes of every weight matmul exactly, activations included (eq. roofline-matmul);
@@ -143,7 +143,7 @@ def roofline_live(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int 
     from kvbook.interactive import Choice, Slider, interactive_figure
 
     m = kvmath.Model.preset(model)
-    chip_options = [(kvmath.Chip.preset(n).display_name, n) for n in kvmath.Chip.presets()]
+    chip_choices = chip_options()
     i_range = np.geomspace(0.25, 8192, 256)
 
     def setup(fig):
@@ -183,7 +183,7 @@ def roofline_live(model: str = "llama-3-8b", chip: str = "h100-sxm", batch: int 
     return interactive_figure(
         setup,
         controls={
-            "chip": Choice(chip_options, default=chip, label="chip"),
+            "chip": Choice(chip_choices, default=chip, label="chip"),
             "batch": Slider(BATCHES, default=batch, label="batch size B"),
         },
         main="batch",

@@ -10,7 +10,7 @@ from kvmath.formatting import fmt_bytes, fmt_number
 from kvmath.memory import memory_budget
 from kvmath.units import dtype_bytes
 
-from . import figure
+from . import chip_options, figure, model_options
 
 
 @figure
@@ -89,8 +89,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
     from kvbook.interactive import Choice, Slider, interactive_figure
 
     context_grid = np.unique(np.geomspace(1024, 2**20, 96).astype(int))
-    model_options = [(kvmath.Model.preset(n).display_name, n) for n in kvmath.Model.presets()]
-    chip_options = [(kvmath.Chip.preset(n).display_name, n) for n in kvmath.Chip.presets()]
+    model_choices, chip_choices = model_options(), chip_options()
 
     def setup(fig):
         ax = fig.add_subplot()
@@ -163,7 +162,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
     return interactive_figure(
         setup,
         controls={
-            "model": Choice(model_options, default=model, label="model"),
+            "model": Choice(model_choices, default=model, label="model"),
             "context": Slider(
                 CONTEXTS,
                 default=context,
@@ -172,7 +171,7 @@ def kvcache_live(model: str = "codellama-7b", context: int = 8192, batch: int = 
             ),
             "batch": Slider(BATCHES, default=batch, label="batch B"),
             "kv_dtype": Choice(KV_DTYPES, default=kv_dtype, label="KV dtype"),
-            "chip": Choice(chip_options, default=chip, label="chip"),
+            "chip": Choice(chip_choices, default=chip, label="chip"),
         },
         main="context",
         figsize=(7.0, 4.2),

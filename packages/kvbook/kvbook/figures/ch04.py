@@ -8,7 +8,7 @@ import kvmath
 from kvmath import formulas as F
 from kvmath.units import dtype_bytes
 
-from . import figure
+from . import chip_options, figure
 
 
 def _b_crit(chip, weights: str, math: str) -> float:
@@ -153,7 +153,7 @@ def bcrit_live(batch: int = 128, chip: str = "h100-sxm", weights: str = "bf16", 
     # the weights a step reads and multiplies (the embedding is only looked up)
     P70 = kvmath.Model.preset(model).matmul_params_per_token()
     B_GRID = np.geomspace(1, 2048, 97)
-    CHIP_OPTIONS = [(kvmath.Chip.preset(n).display_name, n) for n in kvmath.Chip.presets()]
+    CHIP_OPTIONS = chip_options()
 
     def setup(fig):
         ax = fig.add_subplot()

@@ -9,7 +9,7 @@ from kvmath import formulas as F
 from kvmath.formatting import fmt_number
 from kvmath.units import KiB
 
-from . import figure
+from . import chip_options, figure, model_options
 
 
 # The chapter's rule for the cache a model would keep without sharing; its figure and its check cells both
@@ -291,8 +291,8 @@ def share_live(kv_heads: int = 8, model: str = "llama-2-70b", chip: str = "h100-
         share_setup,
         controls={
             "kv_heads": Slider(KV_HEAD_STEPS, default=kv_heads, label="KV heads h_kv (at most)"),
-            "model": Choice(SHARE_MODELS, default=model, label="model"),
-            "chip": Choice(SHARE_CHIPS, default=chip, label="chip"),
+            "model": Choice(model_options(SHARE_MODELS), default=model, label="model"),
+            "chip": Choice(chip_options(SHARE_CHIPS), default=chip, label="chip"),
         },
         main="kv_heads",
         figsize=(7.6, 4.2),  # about the column's width, so the text shows near its size

@@ -10,7 +10,7 @@ import kvmath
 from kvmath import formulas as F
 from kvmath.units import GiB
 
-from . import KIPPLY_BANDWIDTH, figure
+from . import KIPPLY_BANDWIDTH, figure, model_options
 
 #: kipply's notes: 52e9 parameters of 2 bytes on 3 GPUs of 40 GB, 2,048-token sequences.
 P_SOURCE, N_GPU, GPU_BYTES, CONTEXT = 52e9, 3, 40e9, 2048
@@ -374,7 +374,7 @@ def planner(model: str = "kipply-52b", chip: str = "a100-kipply", n_chips: int =
     return interactive_figure(
         planner_setup,
         controls={
-            "model": Choice(PLANNER_MODELS, default=model, label="model"),
+            "model": Choice(model_options(PLANNER_MODELS), default=model, label="model"),
             "chip": Choice(
                 [(c.display_name, k) for k, c in PLANNER_CHIPS.items()],
                 default=chip,

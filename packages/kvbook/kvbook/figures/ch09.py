@@ -7,7 +7,7 @@ import numpy as np
 import kvmath
 from kvmath import formulas as F
 
-from . import figure
+from . import figure, model_options
 
 #: The models of the experts-touched figure.
 FIG_MODELS = ["mixtral-8x7b", "qwen3-235b-a22b", "deepseek-v3"]
@@ -128,7 +128,7 @@ def weight_bytes_read(batch: int = 16, model: str = "deepseek-v3", tokens_per_se
     import kvbook.plots as kp
     from kvbook.interactive import Choice, Slider, interactive_figure
 
-    MODEL_OPTIONS = [(kvmath.Model.preset(n).display_name, n) for n in moe_presets()]
+    MODEL_OPTIONS = model_options(moe_presets())
     GRID = np.geomspace(1, 2048, 97)
 
     def setup(fig):
