@@ -304,7 +304,7 @@ def test_each_front_page_links_what_its_folder_holds(variant):
 
 @pytest.mark.browser
 def test_the_learners_front_page_reads_on_a_phone_and_says_what_works_from_disk(browser, tmp_path):
-    """Opened from a USB stick (file://) at 390 px (review R21-12, R21-13): the page fits the screen at a readable
+    """Opened from a USB stick (a file: URL) at 390 px (review R21-12, R21-13): the page fits the screen at a readable
     size, and a notice says that the live notebooks need a server and how to start one; served, the notice is hidden."""
     (tmp_path / "index.html").write_text(kit.index_page("learner"))
     page = browser.new_page(viewport={"width": 390, "height": 844})
