@@ -198,12 +198,17 @@ class _Engine:
         self.context = float(np.mean(self.s_in) + np.mean(self.s_out) / 2)
         lay = dep.layout
         self.dp = lay.dp
-        n1 = self.n1 = float(lay.pp)                                     # a full micro-batch per stage: affine above
+        n1 = float(lay.pp)                                               # a full micro-batch per stage: affine above
         cap = dep.capacity(max(1, math.ceil(self.context)), **({} if prefix is None else dict(
             prefix_tokens=prefix[0], prefix_hit_rate=prefix[1], block_size=prefix[2])))
         self.max_running = float(cap.max_batch) / lay.dp
         self.knots = None
         if self.field:
+            from .estimate import regime_of
+
+            # the regimes the running counts fall in (one sequence a stage, and more), whose widest interval every
+            # count takes: fixed for the engine, so found once, not at each of the simulation's steps
+            self.regimes = sorted({regime_of(dep, lay.dp * n) for n in (n1, 2 * n1)})
             self.lines = self._estimate_lines(n1)
             self.slope = self.lines[-1][1]
         else:
@@ -237,11 +242,10 @@ class _Engine:
         chord through that jump, extended to every count by the max of lines, would set every step and the
         utilisation (for Llama 3 8B on an H100, a slope 8 times the others').
         """
-        from .estimate import estimate_step, interval_s, regime_of
+        from .estimate import estimate_step, interval_s
 
         e = estimate_step(self.dep, np.maximum(running, 1.0) * self.dp, context)
-        regimes = sorted({regime_of(self.dep, self.dp * n) for n in (self.n1, 2 * self.n1)})
-        return np.asarray(interval_s(e.bound_s, e.estimate_s, regimes)[_INTERVAL_INDEX[self.field]])
+        return np.asarray(interval_s(e.bound_s, e.estimate_s, self.regimes)[_INTERVAL_INDEX[self.field]])
 
     def strict_s(self, running, context):
         """A decode step of ``running`` sequences per replica at ``context``: the bound, or the estimate."""

@@ -446,9 +446,8 @@ def _prefill_bound(dep, batch, input_tokens, chunk_tokens, overhead_s, efficienc
                    prefix=None, routing="floor") -> ArrayLike:
     """:func:`prefill_bound`'s body (``routing``: the experts its passes read, ``"floor"`` for the bound)."""
     model, layout = dep.model, dep.layout
-    opts = dict(overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency))
-    if routing != "floor":
-        opts["routing"] = routing
+    opts = dict(overhead_s=non_negative("overhead_s", overhead_s), efficiency=fraction("efficiency", efficiency),
+                routing=routing)
     s_in = positive_int("input_tokens", input_tokens)
     batch = positive("batch", batch)
     broadcast(batch=batch, input_tokens=input_tokens)
@@ -511,7 +510,7 @@ def _prefill_passes(dep: Deployment, batch, s_in, chunk_tokens, last_mlp: bool, 
                                      for x in (batch, opts["efficiency"], opts["overhead_s"]))
     step = _pass(_without_pipeline(dep), batch, end, tokens_per_seq=np.maximum(size, 1), overhead_s=overhead_s,
                  efficiency=efficiency, prefill=True, last_mlp_logits_only=last_mlp, attention=attention,
-                 routing=opts.get("routing", "floor"),
+                 routing=opts["routing"],
                  lm_head_tokens=np.where(done + size >= s, 1.0, 0.0))
     if layout.pp > 1:
         step = _stage_of(step, layout.pp, dep._plan.weight_resident)

@@ -25,6 +25,7 @@ from typing import Callable
 #: kipply's A100 bandwidth: the A100-40GB's 1.555 TB/s rounded to 1.5 TB/s, as the thread does (chapters 0 and 8).
 KIPPLY_BANDWIDTH = 1.5e12
 
+
 def model_options(names=None) -> list[tuple[str, str]]:
     """``(display name, preset id)`` pairs for a model :class:`~kvbook.interactive.Choice` (every preset by default).
 
