@@ -105,8 +105,13 @@ def speculative_decode(
     instance("deployment", deployment, Deployment, "a Deployment")
     gamma = one_int("gamma", gamma)
     if draft is not None:  # named as the draft, not as the model a deployment would call it
-        draft = get_model(draft) if isinstance(draft, str) else instance("draft", draft, Model,
-                                                                       "a Model, a preset name or None")
+        if isinstance(draft, str):
+            try:
+                draft = get_model(draft)
+            except ValueError as err:
+                raise ValueError(f"draft: {err}") from None
+        else:
+            draft = instance("draft", draft, Model, "a Model, a preset name or None")
         try:
             drafting = deployment.replace(model=draft)
         except ValueError as err:

@@ -163,3 +163,13 @@ def test_capacity_with_a_draft_refuses_what_it_does_not_size_by_name():
         dep.capacity(8192, draft="llama-3.2-1b", engine="vllm")
     with pytest.raises(ValueError, match="draft"):
         dep.capacity(8192, draft="no-such-model")
+
+
+def test_an_unknown_draft_preset_is_refused_naming_the_draft():
+    """A misspelt draft preset names the argument, as every other bad draft does (found by the contract fuzz)."""
+    import pytest
+
+    import kvmath
+
+    with pytest.raises(ValueError, match=r"^draft: unknown model 'llama2-7b'; did you mean 'llama-2-7b'"):
+        kvmath.Deployment("codellama-7b", "h100-sxm").speculate(1, 128, 4, 0.8, draft="llama2-7b")
