@@ -148,3 +148,31 @@ def test_instructor_build_shows_a_facilitator_note_in_every_chapter():
         text = page_text(built / "notebooks" / f"{notebook}.html")
         assert "(instructor build)" in text and "Watch for" in text, notebook
         assert "Watch for" not in page_text(LEARNER / "notebooks" / f"{notebook}.html")
+
+
+def test_every_tracked_top_level_entry_is_copied_linked_or_named_as_not_read():
+    """The kits' copies of the sources once left out ``_static/`` (review R21b-1): a new top-level entry must be
+    decided on."""
+    import subprocess
+
+    tracked = {line.split("/")[0] for line in subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()}
+    listed = [*workshop_build.COPIED, *workshop_build.LINKED, *workshop_build.NOT_READ]
+    assert len(listed) == len(set(listed)), "an entry is listed twice"
+    assert tracked - {"node_modules"} == set(listed) - {"node_modules"}, (
+        sorted(tracked - set(listed)), sorted(set(listed) - tracked - {"node_modules"}))
+    assert "_static" in workshop_build.COPIED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["learner", "instructor"])
+def test_a_kit_book_carries_the_books_own_stylesheet_and_script(variant):
+    """Review R21b-1: without them the footer's source link was a 404, the PDF printed the toggle bars and the
+    tables overflowed a phone. The files are the book's own (byte for byte), and every page links them."""
+    built = workshop_build.SRC / variant / "_build" / "html"
+    _need(built)
+    for name in ("kvmath.css", "kvmath.js"):
+        assert (built / "_static" / name).read_bytes() == (ROOT / "_static" / name).read_bytes(), name
+    for page in ("book/intro.html", "notebooks/08_fitting_52b.html", "book/teaching/run-it.html"):
+        text = (built / page).read_text()
+        assert "_static/kvmath.css" in text and "_static/kvmath.js" in text, (variant, page)
