@@ -44,6 +44,12 @@ def test_nothing_is_clipped(pdf):
     assert "prefill FLOPs (causal)" in text
     h100 = kvmath.Chip.preset("h100-sxm")
     assert f"{h100.runtime_bytes / 2**30:.2f} GiB" in text
+    # the chip table's last column, its bf16 ridge point, was cut at the page's right edge (review R21b-2)
+    lines = text.splitlines()
+    for name in handout.CHIPS:
+        line = next(l for l in lines if l.split() and l.split()[0] == name)
+        last = line.split()[-1].replace("\u2009", "").replace(",", "")
+        assert last == f"{kvmath.Chip.preset(name).ridge_point('bf16'):.0f}", (name, line)
 
 
 def test_numbers_come_from_kvmath():

@@ -58,7 +58,10 @@ table { border-collapse: collapse; width: 100%; }
 th, td { padding: 0.35mm 1.2mm; border-bottom: 0.3pt solid #ccc; vertical-align: top; }
 th { text-align: left; font-weight: 600; border-bottom: 0.6pt solid #555; }
 td:first-child { white-space: nowrap; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+/* numbers stay on one line; the heads may wrap, or the chip table is wider than the page and its last column is cut
+   (review R21b-2) */
+td.n { white-space: nowrap; }
 .small { font-size: 7.4pt; color: #333; }
 .formulas td:first-child { width: 36%; }
 .cols { columns: 2; column-gap: 6mm; }
