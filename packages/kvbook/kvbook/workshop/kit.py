@@ -69,6 +69,11 @@ _FROM_DISK = (
     '<a href="http://localhost:8000/">http://localhost:8000/</a>.</p>'
     "<script>if (location.protocol === 'file:') document.getElementById('from-disk').hidden = false;</script>")
 
+#: The room's notebooks as the learner's front page opens them: the Notebook interface's list of the chapters, and
+#: JupyterLab on the first chapter.
+LITE_CHAPTERS = "lite/tree/index.html?path=notebooks"
+LITE_LAB = "lite/lab/index.html?path=notebooks/01_roofline.ipynb"
+
 #: Each folder's front page: its title, the links to what it holds (href, text, what it is), the text of the
 #: link to its PDF, and a note under the list.
 FRONT_PAGES = {
@@ -76,10 +81,14 @@ FRONT_PAGES = {
         title="kvmath workshop",
         items=[
             ('book/index.html', "The book", "learner edition: every exercise, no solutions"),
-            ('lite/lab/index.html?path=notebooks/01_roofline.ipynb', "The notebooks, live in your browser",
-             "JupyterLite: run, edit and re-run every chapter; nothing is installed, nothing leaves "
-             "this room; the first start took about "
-             f"{round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's stand-in"),
+            # the Notebook interface: one chapter per page at any width. JupyterLab on a phone gave the
+            # notebook 62 px beside its file browser (review R21b-4); it stays one link below, for laptops.
+            (LITE_CHAPTERS, "The notebooks, live in your browser",
+             "JupyterLite: the chapters, each opening on a page of its own, on a laptop or a phone; run, edit "
+             "and re-run every chapter; nothing is installed, nothing leaves this room; the first start took "
+             f"about {round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's "
+             "stand-in"),
+            (LITE_LAB, "The same notebooks in JupyterLab", "tabs and a file browser, for a laptop's screen"),
             ('handout.pdf', "Handout", "two A4 pages"),
         ],
         pdf=("The book as one PDF", "the learner edition, to print or keep"),
