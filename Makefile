@@ -7,7 +7,7 @@
 #                 page's live figures in the browser, every notebook run in
 #                 the workshop's JupyterLite)
 #   make runtime  vendor the in-browser Python (Pyodide, numpy, matplotlib)
-#   make lab      JupyterLab on notebooks/, with kvmath and kvbook installed
+#   make lab      JupyterLab on copies of the chapters (_build/lab/) linked to the built book
 #   make pdf      print the built book as one PDF (_build/html/kvmath-book.pdf): contents,
 #                 bookmarks, page numbers, links inside the PDF
 #   make refresh  re-execute every notebook in place (low-churn metadata), then store each
@@ -200,9 +200,14 @@ workshop: env assets chromium learner instructor handout answer-key lite
 	$(VPY) -m kvbook.workshop.kit
 
 # --- live notebooks ------------------------------------------------------------
+# The chapters' copies in _build/lab/notebooks/, their references and citations linked to the built book, which the
+# server serves at /book/ (packages/kvbook/kvbook/lab.py); the book is built first if there is none.
 lab: env
+	@[ -f $(HTML)/index.html ] || $(MAKE) book
+	$(VPY) -m kvbook.lab
 	@ROOT=; [ "$$(id -u)" = 0 ] && ROOT=--allow-root; \
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$ROOT
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=_build/lab/notebooks \
+	  --ServerApp.jpserver_extensions=kvbook.lab=True $$ROOT
 
 # SMALL=1: commit no images or interactive frames (the build makes them again).
 refresh: env

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvbook.workshop.book_links import LearnerBook, LinkError, left_roles
+from kvbook.workshop.book_links import BuiltBook, LinkError, left_roles
 
-BOOK = LearnerBook(
+BOOK = BuiltBook(
     titles={"notebooks/04_critical_batch": "Critical batch size", "book/notation": "Notation"},
     labels={"fig-step-at-batch-1": ("notebooks/01_roofline", "fig-step-at-batch-1", "One decode step ..."),
             "thread-unsaid": ("notebooks/07_thread_256k", "thread-unsaid", "What the thread leaves unsaid")},
@@ -74,6 +74,6 @@ def test_left_roles_lists_what_jupyterlab_myst_cannot_resolve():
 
 def test_a_links_text_is_escaped_as_html():
     """The link is HTML in the Markdown: a title's "&" or "<" stays text, not markup."""
-    book = LearnerBook(titles={"book/qa": "Q&A: <B> and B_crit"}, labels={}, numbers={}, equations={},
+    book = BuiltBook(titles={"book/qa": "Q&A: <B> and B_crit"}, labels={}, numbers={}, equations={},
                        citations={}, cite_texts={})
     assert book.rewrite("{doc}`../book/qa`", HERE) == link("Q&amp;A: &lt;B&gt; and B_crit", "/book/book/qa.html")

@@ -1,17 +1,18 @@
 """A chapter opened in JupyterLab (`make lab`'s environment) reads as it does in the book.
 
-Starts JupyterLab from this environment headless on localhost, on a copy of the
-chapters (so nothing is written into notebooks/), opens one chapter in a fresh
-workspace and reads its Markdown cells twice: as opened (the numbers come from
-the results `make refresh` stored, before any cell runs) and after Run All (the
-kernel evaluates every inline expression again, through jupyterlab-myst). Each
-time every number the book prints in a paragraph is in that paragraph, and no
-role, label, directive fence or numpy repr shows.
+Starts JupyterLab from this environment headless on localhost, as `make lab` does: on copies
+of the chapters written by kvbook.lab (into a temporary folder, so nothing is written into
+notebooks/ or _build/lab/), with the server extension that serves the built book at /book/.
+Opens one chapter in a fresh workspace and reads its Markdown cells twice: as opened (the
+numbers come from the results `make refresh` stored, before any cell runs) and after Run All
+(the kernel evaluates every inline expression again, through jupyterlab-myst). Each time every
+number the book prints in a paragraph is in that paragraph, and no role, label, directive fence
+or numpy repr shows; every reference and citation is a link into the book that the server
+serves (review R21-9: citations showed as bare keys).
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser.rendered_prose import EDIT, edit_code_cell, markdown_texts, prose_problems
+from kvbook import lab as kvbook_lab
+
+from tests.browser.rendered_prose import EDIT, book_link_problems, edit_code_cell, markdown_texts, prose_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = EDIT["notebook"]
@@ -37,14 +40,16 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
-    shutil.copytree(ROOT / "notebooks", root / "notebooks")
-    (root / "tests").symlink_to(ROOT / "tests")  # the chapters read ../tests/data
+    if not (kvbook_lab.BOOK_BUILD / "html" / "index.html").exists():
+        pytest.fail("the built book is missing: make book")
+    assert kvbook_lab.prepare(root) == []
     port = _free_port()
     jupyter = Path(sys.executable).with_name("jupyter")
     proc = subprocess.Popen(
         [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
          f"--ServerApp.root_dir={root / 'notebooks'}", "--allow-root", "--LabApp.news_url=None",
+         "--ServerApp.jpserver_extensions=kvbook.lab=True",
          "--LabServerApp.workspaces_dir=" + str(root / "workspaces")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
@@ -87,6 +92,17 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_i
         page.wait_for_timeout(3000)
         opened = markdown_texts(page)
         assert not prose_problems(nb, opened), prose_problems(nb, opened)[:10]
+        # references and citations are links into the book, which this server serves (review R21-9)
+        served = root / "served"
+        served.mkdir(exist_ok=True)
+        if not (served / "book").exists():
+            (served / "book").symlink_to(kvbook_lab.BOOK_BUILD / "html")
+        source = nbformat.read(ROOT / "notebooks" / CHAPTER, as_version=4)
+        links = book_link_problems(source, nb, page, served)
+        assert not links, links[:10]
+        href = page.evaluate("() => document.querySelector('.jp-MarkdownCell a[href^=\"/book/\"]').getAttribute('href')")
+        with urllib.request.urlopen(url + href.lstrip("/").split("#")[0], timeout=10) as reply:
+            assert reply.status == 200 and b"<title>" in reply.read()
         # code the book hides opens collapsed (review R21-2): one input placeholder per such cell, none other
         hidden = sum(1 for c in nb.cells if c.cell_type == "code" and c.metadata.get("jupyter", {}).get("source_hidden"))
         assert hidden and page.locator(".jp-CodeCell .jp-InputPlaceholder").count() == hidden

@@ -1,12 +1,13 @@
-"""The room's notebooks point into the learner book: cross-references and citations as links.
+"""Notebooks opened outside the book point into it: cross-references and citations as links.
 
 In the built book Sphinx resolves ``{doc}``, ``{ref}``, ``{numref}``, ``{eq}`` and the
 ``{cite}`` roles against the whole book. jupyterlab-myst, rendering one notebook in
 JupyterLite, sees only that notebook: another chapter shows as its file name, a figure
-label or a citation key as a warning. The lite copies of the chapters (``workshop_lite``)
-therefore get each such role rewritten as a link to the page of the learner book
-that the kit serves beside them, with the text the book prints there ("Critical batch
-size", "Fig. 3.2", "kipply, 2022"). Targets and texts come from the learner build's own
+label or a citation key as a warning (jupyterlab-myst resolves no citations: its issue #127). The
+copies of the chapters that readers open, the room's (``workshop_lite``, into the learner book
+the kit serves beside them) and ``make lab``'s (:mod:`kvbook.lab`, into the built book that
+JupyterLab serves at ``/book/``), therefore get each such role rewritten as a link to the book's page, with the text the book prints there ("Critical batch
+size", "Fig. 3.2", "kipply, 2022"). Targets and texts come from that build's own
 Sphinx environment (``_build/.doctrees/environment.pickle``: the titles, the labels, the
 figure and equation numbers, sphinxcontrib-bibtex's citations) and, for a citation's
 text, from the anchors of its built pages, so a link says what the book says.
@@ -14,7 +15,7 @@ An ``{eq}`` to an equation of the same notebook is left to jupyterlab-myst, whic
 and links the notebook's own equations.
 
 The links are root-relative (``/book/…``): the learner folder is served at the root of
-its server (book/teaching/run-it.md), and JupyterLab treats any relative link as a file
+its server (book/teaching/run-it.md), ``make lab``'s server serves the book there too, and JupyterLab treats any relative link as a file
 of its own drive. Each is an inline HTML anchor that opens in a new tab, so the notebook
 and its kernel stay where they are.
 """
@@ -36,12 +37,12 @@ _FIGURE_NAME = {"figure": "Fig. {}", "table": "Table {}", "code-block": "Listing
 
 
 class LinkError(ValueError):
-    """A role whose target the learner book does not have."""
+    """A role whose target the book does not have."""
 
 
 @dataclass(frozen=True)
-class LearnerBook:
-    """What the learner book holds for the roles, and where it is served.
+class BuiltBook:
+    """What a built book holds for the roles, and where it is served.
 
     titles: {docname: title}; labels: {label: (docname, anchor id, section title)};
     numbers: {docname: {kind: {anchor id: (n, ...)}}} (Sphinx's ``toc_fignumbers``);
@@ -58,11 +59,11 @@ class LearnerBook:
     base: str = "/book/"
 
     @classmethod
-    def from_build(cls, build: Path, base: str = "/book/") -> "LearnerBook":
+    def from_build(cls, build: Path, base: str = "/book/") -> "BuiltBook":
         """Read a built book: ``build`` holds ``.doctrees/environment.pickle`` and ``html/``."""
         env_path = Path(build) / ".doctrees" / "environment.pickle"
         if not env_path.exists():
-            raise LinkError(f"{env_path} missing: build the learner book first (make learner)")
+            raise LinkError(f"{env_path} missing: build the book first (make book, or make learner for the learner book)")
         with env_path.open("rb") as f:
             env = pickle.load(f)
         cite = env.domaindata["cite"]
@@ -95,15 +96,15 @@ class LearnerBook:
             if anchor in numbered:
                 number = ".".join(str(n) for n in numbered[anchor])
                 return f"({number})" if kind == "displaymath" else _FIGURE_NAME.get(kind, "{}").format(number)
-        raise LinkError(f"{{{role}}}`{anchor}`: the learner book numbers no such figure or equation")
+        raise LinkError(f"{{{role}}}`{anchor}`: the book numbers no such figure or equation")
 
     def _citation(self, key: str, textual: bool) -> str:
         if key not in self.citations:
-            raise LinkError(f"citation {key!r}: not in the learner book's bibliography")
+            raise LinkError(f"citation {key!r}: not in the book's bibliography")
         docname, anchor = self.citations[key]
         text = self.cite_texts.get(anchor)
         if text is None:
-            raise LinkError(f"citation {key!r}: no page of the learner book cites it")
+            raise LinkError(f"citation {key!r}: no page of the book cites it")
         if textual and ", " in text:
             author, year = text.rsplit(", ", 1)
             text = f"{author} ({year})"
@@ -120,18 +121,18 @@ class LearnerBook:
         if role == "doc":
             docname = posixpath.normpath(posixpath.join(posixpath.dirname(here), target))
             if docname not in self.titles:
-                raise LinkError(f"{{doc}}`{target}` in {here}: the learner book has no page {docname!r}")
+                raise LinkError(f"{{doc}}`{target}` in {here}: the book has no page {docname!r}")
             return self.anchor(text or self.titles[docname], self.url(docname))
         if role == "eq":
             docname = self.equations.get(target)
             if docname is None:
-                raise LinkError(f"{{eq}}`{target}` in {here}: the learner book has no such equation")
+                raise LinkError(f"{{eq}}`{target}` in {here}: the book has no such equation")
             if docname == here:
                 return None
             anchor = f"equation-{target}"
             return self.anchor(self._number(docname, anchor, role), self.url(docname, anchor))
         if target not in self.labels:
-            raise LinkError(f"{{{role}}}`{target}` in {here}: the learner book has no such label")
+            raise LinkError(f"{{{role}}}`{target}` in {here}: the book has no such label")
         docname, anchor, title = self.labels[target]
         if role == "numref":
             number = self._number(docname, anchor, role)
@@ -149,7 +150,7 @@ class LearnerBook:
         return ROLE.sub(one, markdown)
 
 
-def left_roles(markdown: str, here: str, book: LearnerBook) -> list[str]:
+def left_roles(markdown: str, here: str, book: BuiltBook) -> list[str]:
     """The roles a lite copy's Markdown still holds that jupyterlab-myst cannot resolve (none after rewrite)."""
     left = []
     for m in ROLE.finditer(markdown):

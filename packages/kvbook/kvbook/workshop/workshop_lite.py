@@ -194,7 +194,7 @@ def _fill(path: str) -> int:
 
 
 def learner_contents(contents: Path, names: list[str] | None = None, jobs: int | None = None,
-                     book: book_links.LearnerBook | None = None) -> list[Path]:
+                     book: book_links.BuiltBook | None = None) -> list[Path]:
     """Write the learner's lite copies of the notebooks (all, or ``names``) and the files they read.
 
     Each copy is run once in a local kernel and its Markdown cells' inline expressions
@@ -232,7 +232,7 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
     return out
 
 
-def check_notebooks(folder: Path, book: book_links.LearnerBook | None = None) -> list[str]:
+def check_notebooks(folder: Path, book: book_links.BuiltBook | None = None) -> list[str]:
     """Problems of the lite copies in ``folder``: a solution left, an ``{eval}`` without its result, code the book
     hides shown open, and with
     ``book``, a cross-reference or citation that is not a link to it."""
@@ -275,7 +275,7 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
     (src / "static").mkdir(parents=True)
     shutil.copytree(cache, src / "static" / "pyodide")
     contents = src / "contents"
-    book = book_links.LearnerBook.from_build(workshop_build.SRC / "learner" / "_build")
+    book = book_links.BuiltBook.from_build(workshop_build.SRC / "learner" / "_build")
     notebooks = learner_contents(contents, book=book)
     problems = check_notebooks(contents / "notebooks", book)
     if problems:

@@ -1,0 +1,118 @@
+"""``make lab``: the chapters in JupyterLab, reading as they do in the book.
+
+JupyterLab with jupyterlab-myst renders a chapter's MyST and its inline expressions, but it
+sees one notebook at a time: a reference to another chapter shows as a file name and a
+citation as its bare key (jupyterlab-myst resolves no citations; review R21-9). So
+``make lab`` opens copies of the chapters in ``_build/lab/notebooks/``, each one the chapter
+as committed (solutions, outputs and stored inline results included) with its
+cross-references and citations rewritten as links into the built book
+(:mod:`kvbook.workshop.book_links`), and its Jupyter server serves that book at ``/book/``
+(this module is also that server extension: ``--ServerApp.jpserver_extensions=kvbook.lab=True``).
+
+The copies are the reader's to edit. A copy is written when it is missing, or when its
+chapter in ``notebooks/`` changed since it was written and the reader has not edited it;
+an edited copy is kept, and a line says that a newer chapter is waiting. The chapters read
+``../tests/data/``, copied beside them.
+
+Usage::
+
+    python -m kvbook.lab          # write or refresh the copies (make lab runs it, then JupyterLab)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from kvbook.repo import ROOT
+from kvbook.workshop import book_links, workshop_lite
+
+OUT = ROOT / "_build" / "lab"
+BOOK_BUILD = ROOT / "_build"  # .doctrees/ and html/ of `make book`
+#: What each copy was written from and as: {notebook: {"source": sha256, "written": sha256}}.
+MANIFEST = ".kvbook-lab.json"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _shown(path: Path) -> str:
+    """A path as a reader at the repository's root would type it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def lab_notebook(nb: dict, stem: str, book: book_links.BuiltBook) -> dict:
+    """The chapter ``nb`` with its Markdown's cross-references and citations as links into ``book``."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = book.rewrite("".join(cell["source"]), "notebooks/" + stem)
+    return nb
+
+
+def prepare(out: Path = OUT, build: Path = BOOK_BUILD) -> list[str]:
+    """Write or refresh the copies in ``out``; returns one line per edited copy kept over a newer chapter."""
+    book = book_links.BuiltBook.from_build(build)
+    (out / "notebooks").mkdir(parents=True, exist_ok=True)
+    for path in workshop_lite.data_files():
+        target = out / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    kept = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        source = path.read_bytes()
+        target = out / "notebooks" / path.name
+        seen = manifest.get(path.name)
+        if target.exists() and seen:
+            if seen["source"] == _digest(source):
+                continue
+            if _digest(target.read_bytes()) != seen["written"]:
+                kept.append(f"{_shown(target)}: your edited copy is kept; notebooks/{path.name} "
+                            "changed since (delete the copy to get the new chapter)")
+                continue
+        data = (json.dumps(lab_notebook(json.loads(source), path.stem, book), indent=1, ensure_ascii=False)
+                + "\n").encode()
+        target.write_bytes(data)
+        manifest[path.name] = {"source": _digest(source), "written": _digest(data)}
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return kept
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "kvbook.lab"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    """Serve the built book at ``<base_url>book/``, where the copies' links point."""
+    from jupyter_server.utils import url_path_join
+    from tornado.web import StaticFileHandler
+
+    html = BOOK_BUILD / "html"
+    pattern = url_path_join(serverapp.web_app.settings["base_url"], r"book/(.*)")
+    serverapp.web_app.add_handlers(".*$", [(pattern, StaticFileHandler,
+                                            {"path": str(html), "default_filename": "index.html"})])
+    serverapp.log.info("kvbook.lab: the book in %s is served at %sbook/", html,
+                       serverapp.web_app.settings["base_url"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        kept = prepare()
+    except book_links.LinkError as e:
+        print(f"make lab: {e}", file=sys.stderr)
+        return 2
+    for line in kept:
+        print(line)
+    print(f"make lab: the chapters are in {_shown(OUT / 'notebooks')}/, linked to the book in "
+          f"{_shown(BOOK_BUILD / 'html')}/ (served at /book/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
