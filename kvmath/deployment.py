@@ -593,8 +593,9 @@ class Deployment:
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
                       max_tokens=np.floor(free / per_token_chip) * groups, max_batch=max_batch,
                       n_chips=self.n_chips, engine=None, prefix_kv_bytes_per_chip=held_once)
-        if engine is None and engine_options:  # they would size nothing: refused, not ignored
-            raise ValueError(f"{sorted(engine_options)[0]} applies with engine='vllm' only; give engine='vllm' or "
+        given = sorted(k for k, v in engine_options.items() if v is not None)
+        if engine is None and given:  # they would size nothing: refused, not ignored
+            raise ValueError(f"{given[0]} applies with engine='vllm' only; give engine='vllm' or "
                              "leave it out")
         if engine is not None:
             choice("engine", engine, ("vllm",))
