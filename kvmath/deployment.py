@@ -626,7 +626,8 @@ class Deployment:
         # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
         total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
         # vLLM's hybrid rules: given ones only, so that vllm_engine's defaults stay the one place they are set
-        rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule)) if v is not None}
+        rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule))
+                 if v is not None}
         return vllm_engine(self.model, total, max_len,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),

@@ -469,8 +469,8 @@ _BOUND = {
                                                      km.Deployment("llama-3-8b", "h100-sxm"), n_requests=100),
     "sizing.size@llama": lambda: functools.partial(importlib.import_module("kvmath.sizing").size, "llama-3-8b",
                                                    "h100-sxm"),
-    "energy.energy_per_token@llama": lambda: functools.partial(importlib.import_module("kvmath.energy").energy_per_token,
-                                                               km.Deployment("llama-3-8b", "h100-sxm")),
+    "energy.energy_per_token@llama": lambda: functools.partial(
+        importlib.import_module("kvmath.energy").energy_per_token, km.Deployment("llama-3-8b", "h100-sxm")),
 }
 #: Public names that are not functions of numbers: constants, classes and listings, each with where it is checked.
 NOT_IN_TABLE = {

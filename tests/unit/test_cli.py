@@ -356,7 +356,8 @@ def test_engine_rules_default_to_the_librarys(capsys):
                 for k in ("mamba_cache_mode", "tokens_rule")}
     assert defaults == {"mamba_cache_mode": "none", "tokens_rule": "blocks"}
     plain = json.loads(text(capsys, *NEXT_TP4, "--json"))
-    assert plain == json.loads(text(capsys, *NEXT_TP4, "--mamba-cache-mode", "none", "--tokens-rule", "blocks", "--json"))
+    given = json.loads(text(capsys, *NEXT_TP4, "--mamba-cache-mode", "none", "--tokens-rule", "blocks", "--json"))
+    assert plain == given
     assert plain["engine"]["blocks_per_request"] == 121 + 3  # one state page per linear group
     # the text names the cache mode of a hybrid model, given or not; a model without linear layers shows neither
     assert "mamba_cache_mode none;" in text(capsys, *NEXT_TP4)
