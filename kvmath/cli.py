@@ -323,6 +323,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
+        _add_vllm_rules(capacity, "with --engine vllm: ")
         from .cli_serving import add_prefix_options
         add_prefix_options(capacity)
 
@@ -381,6 +382,37 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _vllm_default(name: str):
+    """The default of :func:`kvmath.memory.vllm_kv_cache`'s argument ``name``, read from its signature."""
+    import inspect
+
+    from .memory import vllm_kv_cache
+
+    return inspect.signature(vllm_kv_cache).parameters[name].default
+
+
+def _add_vllm_rules(p, applies: str) -> None:
+    """``--mamba-cache-mode`` and ``--tokens-rule``: vLLM's hybrid rules (:func:`kvmath.memory.vllm_kv_cache`).
+
+    The defaults shown are the library's own (read from its signature), so the two cannot disagree; an option
+    not given is not passed on."""
+    from .memory import VLLM_MAMBA_CACHE_MODES, VLLM_TOKEN_RULES
+
+    default = {k: _vllm_default(k) for k in ("mamba_cache_mode", "tokens_rule")}
+    p.add_argument("--mamba-cache-mode", type=str.lower, choices=VLLM_MAMBA_CACHE_MODES, action=_Once,
+                   help=f"{applies}how vLLM caches a linear (Mamba, Gated DeltaNet) layer's state, its "
+                        "CacheConfig.mamba_cache_mode (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py "
+                        "at commit 001cabc1): none, one state page per request (prefix caching off; vLLM's default "
+                        "through v0.11); align, two, the running state and the one kept at the last block boundary "
+                        "(what vLLM selects for Gated DeltaNet models with prefix caching on); all, one per attention "
+                        f"block of max_model_len (default: {default['mamba_cache_mode']})")
+    p.add_argument("--tokens-rule", type=str.lower, choices=VLLM_TOKEN_RULES, action=_Once,
+                   help=f"{applies}what vLLM's 'GPU KV cache size: N tokens' line counts (_report_kv_cache_config, "
+                        "vllm/v1/core/kv_cache_utils.py): blocks, num_blocks // groups x the smallest block size "
+                        "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (later releases, "
+                        f"such as v0.29.0) (default: {default['tokens_rule']})")
+
+
 def _add_check_config(checks) -> None:
     """``kvmath check config FILE --<figure> N``: :func:`kvmath.config_check.check_config` from the command line."""
     p = checks.add_parser("config", help="a calculator's or engine's figure for a config.json, against kvmath's",
@@ -411,6 +443,7 @@ def _add_check_config(checks) -> None:
                                                                   "vLLM's for the engine)")):
         p.add_argument(opt, type=_number, action=_Once,
                        help=f"with --vllm-tokens: {text}" + (f" (default: {default})" if default else ""))
+    _add_vllm_rules(p, "with --vllm-tokens: ")
     p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
                    help="cached keys and values (default: bf16)")
     p.add_argument("--json", action=_OnceFlag, help="print the result's to_dict() as JSON (default: text)")
@@ -432,7 +465,8 @@ def _check_config(args) -> "_Answer":
     quantity = next(q for q in figures if getattr(args, q) is not None)
     needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",)}
     applies = {"tokens": "seq_bytes", "available_gib": "vllm_tokens", "max_model_len": "vllm_tokens",
-               "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens"}
+               "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens",
+               "mamba_cache_mode": "vllm_tokens", "tokens_rule": "vllm_tokens"}
     for dest, owner in applies.items():
         if getattr(args, dest) is not None and owner != quantity:
             raise ValueError(f"{_option(args, dest)} applies to {figures[owner]} only")
@@ -450,6 +484,9 @@ def _check_config(args) -> "_Answer":
         for dest in ("max_model_len", "block_size", "tensor_parallel", "max_num_batched_tokens"):
             if getattr(args, dest) is not None:
                 kw[dest] = int(positive_int(_option(args, dest), getattr(args, dest)))
+        for dest in ("mamba_cache_mode", "tokens_rule"):
+            if getattr(args, dest) is not None:
+                kw[dest] = getattr(args, dest)
     r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype, **kw)
     return _Answer(r.to_dict(), lambda: _print_check_config(r))
 
@@ -788,7 +825,8 @@ def _capacity(args) -> _Answer:
     from .cli_serving import _prefix_kwargs
     prefix = _prefix_kwargs(args)
     # --block-size sizes vLLM's pool, or the blocks a cached prefix reuses
-    engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version") + (() if prefix else ("block_size",))
+    engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version", "mamba_cache_mode", "tokens_rule") + (
+        () if prefix else ("block_size",))
     if args.engine is None:
         given = [_option(args, o) for o in engine_options if getattr(args, o) is not None]
         if given:
@@ -820,6 +858,9 @@ def _capacity(args) -> _Answer:
     engine = {}
     if args.engine:
         engine = dict(engine="vllm", vllm_version=args.vllm_version or "v1")
+        for dest in ("mamba_cache_mode", "tokens_rule"):  # given ones only: the library's defaults stand otherwise
+            if getattr(args, dest) is not None:
+                engine[dest] = getattr(args, dest)
         if args.gpu_memory_utilization is not None:
             engine["gpu_memory_utilization"] = fraction("--gpu-memory-utilization", args.gpu_memory_utilization)
         if args.block_size is not None:
@@ -892,8 +933,10 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
     if e is not None:
         from .memory import GPU_MEMORY_UTILIZATION
         util = GPU_MEMORY_UTILIZATION if args.gpu_memory_utilization is None else args.gpu_memory_utilization
+        rules = [f"{dest} {getattr(args, dest) or _vllm_default(dest)}" for dest in ("mamba_cache_mode", "tokens_rule")
+                 if getattr(args, dest) or (dest == "mamba_cache_mode" and "linear" in e.group_kinds)]
         print(f"vLLM ({args.vllm_version or 'v1'}, TP={dep.layout.tp}, gpu_memory_utilization "
-              f"{util:.2f}; overheads are estimates)")
+              f"{util:.2f}{''.join(', ' + r for r in rules)}; overheads are estimates)")
         print("  per rank")
         estimated = "  (estimate: reported total less 0.5 GiB)" if hbm is not None or dep.chip.runtime_bytes is None else ""
         _row("CUDA runtime total", fmt_bytes(e.total_bytes) + estimated, 4)

@@ -153,7 +153,8 @@ def _kv_terms(model, layers, quantity, tokens, kv_bytes):
 def check_config(config, quantity: str, figure: float, *, tokens: int | None = None,
                  available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int = 16,
                  tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str = "bf16",
-                 rtol: float | None = None) -> ConfigCheck:
+                 rtol: float | None = None, mamba_cache_mode: str | None = None,
+                 tokens_rule: str | None = None) -> ConfigCheck:
     """Compare a figure for ``config`` with kvmath's and name the readings of the config that give it.
 
     Parameters
@@ -168,6 +169,10 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         ``seq_bytes`` only: the sequence's length.
     available_kv_bytes, max_model_len, block_size, tensor_parallel, max_num_batched_tokens :
         ``vllm_tokens`` only: the engine's KV memory per rank ("Available KV cache memory") and settings.
+    mamba_cache_mode, tokens_rule : str, optional
+        ``vllm_tokens`` only: how vLLM caches linear layers' states and what its tokens line counts
+        (:data:`kvmath.memory.VLLM_MAMBA_CACHE_MODES`, :data:`kvmath.memory.VLLM_TOKEN_RULES`; default
+        :func:`kvmath.memory.vllm_kv_cache`'s).
     kv_dtype : str
         The cached element format (default bf16).
     rtol : float, optional
@@ -192,6 +197,9 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
     from .validation import choice
 
     quantity = choice("quantity", quantity, QUANTITIES)
+    rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule)) if v is not None}
+    if rules and quantity != "vllm_tokens":  # they would change nothing: refused, not ignored
+        raise ValueError(f"{next(iter(rules))} applies to vllm_tokens only, got quantity {quantity!r}")
     figure = float(positive("figure", figure))
     rtol = RTOL["tokens" if quantity == "vllm_tokens" else "bytes"] if rtol is None else float(positive("rtol", rtol))
     data, _, _ = _load(config)
@@ -226,7 +234,7 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
             raise ValueError("available_kv_bytes (vLLM's 'Available KV cache memory') is needed for vllm_tokens")
         avail = float(positive("available_kv_bytes", available_kv_bytes))
         kw = dict(block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel,
-                  max_num_batched_tokens=max_num_batched_tokens)
+                  max_num_batched_tokens=max_num_batched_tokens, **rules)
 
         def value(m, **more):
             return float(vllm_kv_cache(m, avail, max_model_len, **{**kw, **more}).tokens)

@@ -514,7 +514,8 @@ class Deployment:
         engine : str, optional
             ``"vllm"`` adds vLLM's own KV sizing (:func:`kvmath.memory.vllm_engine`,
             an estimate; ``engine_options`` go to it: ``gpu_memory_utilization``,
-            ``max_model_len``, ``vllm_version``; and ``block_size``).
+            ``max_model_len``, ``vllm_version``, ``mamba_cache_mode``, ``tokens_rule``;
+            and ``block_size``). Options without ``engine`` are refused by name.
         prefix_tokens, prefix_hit_rate, block_size : optional
             A shared prompt prefix (prefix caching, :mod:`kvmath.prefix`): the
             fraction ``prefix_hit_rate`` (default 1) of the sequences that hit
@@ -592,6 +593,10 @@ class Deployment:
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,
                       max_tokens=np.floor(free / per_token_chip) * groups, max_batch=max_batch,
                       n_chips=self.n_chips, engine=None, prefix_kv_bytes_per_chip=held_once)
+        given = sorted(k for k, v in engine_options.items() if v is not None)
+        if engine is None and given:  # they would size nothing: refused, not ignored
+            raise ValueError(f"{given[0]} applies with engine='vllm' only; give engine='vllm' or "
+                             "leave it out")
         if engine is not None:
             choice("engine", engine, ("vllm",))
             if block_size is not None:
@@ -601,7 +606,8 @@ class Deployment:
                            for k, v in result.items()})
 
     def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
-              block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1"):
+              block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1",
+              mamba_cache_mode: str | None = None, tokens_rule: str | None = None):
         from .memory import (
             BLOCK_SIZE,
             GPU_MEMORY_UTILIZATION,
@@ -619,12 +625,15 @@ class Deployment:
                              "requests")
         # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
         total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
+        # vLLM's hybrid rules: given ones only, so that vllm_engine's defaults stay the one place they are set
+        rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule))
+                 if v is not None}
         return vllm_engine(self.model, total, max_len,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
                            block_size=BLOCK_SIZE if block_size is None else block_size,
                            weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
-                           engine=vllm_version)
+                           engine=vllm_version, **rules)
 
     def fewest_chips(self, budget: str = "device", hbm_bytes: float | None = None,
                      engine: str | None = None) -> "Deployment":

@@ -71,7 +71,7 @@ import numpy as np
 from .deployment import Deployment
 from .presets import PresetTable, lookup
 from .results import Result
-from .validation import ArrayLike, broadcast, instance, non_negative, plain, positive
+from .validation import ArrayLike, ResultOverflow, broadcast, checked, instance, non_negative, plain, positive
 
 #: pJ per bit accessed in HBM2 (O'Connor et al., MICRO 2017).
 HBM2_PJ_PER_BIT = 3.97
@@ -162,6 +162,7 @@ class Energy(Result):
     is_lower_bound: bool = True
 
 
+@checked  # finite inputs whose joules overflow float64 are refused naming them (ResultOverflow), never inf
 def energy_per_token(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, pj_per_bit: float = DRAM_PJ_PER_BIT,
                      pj_per_flop: float = 0.0, power_cap_w: ArrayLike | None = None,
                      board_power_w: ArrayLike | None = None) -> Energy:
@@ -203,6 +204,8 @@ def energy_per_token(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, p
         slowest = chip_j / cap  # the chip cannot spend the floor's joules faster than the cap allows
         t = np.maximum(t, slowest)
         times = [np.maximum(x, slowest) for x in times]
+    if not (np.all(np.isfinite(chip_j)) and all(np.all(np.isfinite(x)) for x in (t, *times))):
+        raise ResultOverflow("energy_per_token")  # @checked names the inputs (pj_per_bit, power_cap_w, ...)
     try:
         board = _board(dep, board_power_w)
     except ValueError:

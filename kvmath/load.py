@@ -69,7 +69,8 @@ import numpy as np
 
 from .deployment import Deployment
 from .results import Result
-from .validation import ArrayLike, as_number, as_scalar, choice, instance, one_int, plain, positive, positive_int
+from .validation import (ArrayLike, ResultOverflow, as_number, as_scalar, choice, instance, one_int, plain, positive,
+                         positive_int)
 
 #: The percentiles reported by default.
 PERCENTILES = (50.0, 90.0, 99.0)
@@ -463,6 +464,10 @@ def serving_load(dep: Deployment, arrival_rate: ArrayLike, input_tokens: ArrayLi
 def _load(engine: _Engine, rate, pct, s_in, s_out, **extra) -> Load:
     """The closed forms of ``engine`` at ``rate`` as a :class:`Load` (``extra``: its simulation and interval ends)."""
     f = engine.at_rate(rate)
+    if not (np.all(np.isfinite(f["utilisation"])) and np.all(np.isfinite(f["prefill_utilisation"]))):
+        # a finite rate so high that rho overflows float64: refused naming it, never an inf utilisation
+        raise ResultOverflow(f"serving_load: the utilisation overflows float64 (it would be inf) for "
+                             f"arrival_rate={rate!r}")
     f = {k: np.where(f["stable"], v, np.nan) if k in ("running", "step_s", "tpot_s", "wait_s") else v
          for k, v in f.items()}  # an unstable rate has no steady state: undefined (NaN, JSON null), not inf
     ttft = f["wait_s"] + engine.mean_prefill_s
@@ -517,6 +522,14 @@ def simulate(dep: Deployment, arrival_rate: float, input_tokens: ArrayLike, outp
     pct = [float(p) for p in np.atleast_1d(_percentile(percentiles))]
     s_in, s_out = _lengths(input_tokens, output_tokens)
     engine = _Engine(dep, s_in, s_out, times=_times(times, None)) if _engine is None else _engine
+    # the clocks are absolute seconds: past a span of 2**52 x 1e-3 of the shortest prefill, float64 keeps less
+    # than a thousandth of it, and the waits and times to first token it returns would be silently rounded
+    span = n * dep.layout.dp / rate
+    shortest = float(np.min(engine.prefill_s))
+    if not span * 2.0**-52 <= 1e-3 * shortest:
+        raise ValueError(f"arrival_rate {arrival_rate!r} is too low to simulate: {n:,} arrivals span {span:.3g} s, "
+                         f"where float64 cannot resolve the {shortest:.3g} s prefill; give at least "
+                         f"{n * dep.layout.dp * 2.0**-52 / (1e-3 * shortest):.3g} requests/s")
     rng = np.random.default_rng(int(seed))
     arrivals = np.cumsum(rng.exponential(dep.layout.dp / rate, size=(r, n)), axis=1)
     pick = rng.integers(0, max(engine.prefill_s.size, engine.s_out.size), size=(r, n))

@@ -147,6 +147,18 @@ VALID.update({
     "optactdtype": st.one_of(st.none(), st.sampled_from(["bf16", "fp8", "FP8"])),
     "optmodelpreset": st.one_of(st.none(), st.sampled_from(_MODELS), st.just("llama-3.2-1b")),
     "optvllm": st.sampled_from([None, "vllm", "VLLM"]),
+    # the newer keywords (issue 27 item 6): the load model's service times, vLLM's hybrid rules, a power cap
+    "times": st.sampled_from(["bound", "estimate", "ESTIMATE"]),
+    # request lengths, few enough tokens that the load model prices them quickly; and ones with a decode step
+    # (one output token has no time per output token: a documented NaN)
+    "length": st.one_of(st.integers(1, 4096), st.sampled_from([2**20, 10**6])),
+    "decoded": st.one_of(st.integers(2, 4096), st.sampled_from([2**20, 10**6])),
+    "mambamode": st.sampled_from(["none", "align", "all", "ALIGN"]),
+    "optmambamode": st.sampled_from([None, "none", "align", "all", "All"]),
+    "tokensrule": st.sampled_from(["blocks", "concurrency", "CONCURRENCY"]),
+    "opttokensrule": st.sampled_from([None, "blocks", "concurrency", "Blocks"]),
+    # watts per chip, up to the H100's 700 W board power (a cap above it does not bind and is refused by name)
+    "powercap": st.one_of(st.none(), st.floats(1e-3, 700.0), st.just(700)),
 })
 _NUMBERS_NOT_NONE = [v for v in _NOT_NUMBERS if v is not None]
 INVALID.update({
@@ -190,6 +202,15 @@ INVALID.update({
     "optactdtype": ["bf8", "", 2, 0.5, b"bf16", ["bf16"]],
     "optmodelpreset": [3, b"x", {"n_layers": 32}, [1.0], "llama2-7b", _CHIPS[0]],
     "optvllm": ["sglang", "", 3, b"vllm"],
+    # outside the choices (a near miss, an internal value, another engine's word), not a string, NaN, a bool
+    "length": INVALID["count"],
+    "decoded": INVALID["count"],
+    "times": ["bounds", "", "estimate_low", "measured", 3, None, True, math.nan, "1", b"bound", ["bound"]],
+    "mambamode": ["aligned", "", "prefix", "auto", 1, None, True, math.nan, "0", b"align", ["all"]],
+    "optmambamode": ["aligned", "", "auto", 1, True, math.nan, "0", b"align", ["all"]],
+    "tokensrule": ["tokens", "", "block", "concurrent", 2, None, True, math.nan, "1", b"blocks", ["blocks"]],
+    "opttokensrule": ["tokens", "", "block", 2, True, math.nan, "1", b"blocks"],
+    "powercap": _NUMBERS_NOT_NONE + [0, 0.0, -1, -700.0, -1e-300, np.array([300.0, -1.0]), 701, 1e6],
 })
 
 # ----- the table of public functions --------------------------------------------
@@ -278,16 +299,16 @@ FUNCTIONS = {
     "Deployment.prefill": dict(**_DEPLOYMENT, batch="pos", input_tokens="count"),
     "Deployment.request": dict(**_DEPLOYMENT, batch="count", input_tokens="count", output_tokens="count",
                                chunk_tokens="chunk", price_per_chip_hour="optpos", efficiency="frac",
-                               overhead_s="nonneg", last_mlp_logits_only="flag"),
+                               overhead_s="nonneg", last_mlp_logits_only="flag", routing="routing"),
     "Deployment.mixed_step": dict(**_DEPLOYMENT, batch="pos", context="count", chunk_tokens="whole0",
-                                  chunk_start="whole0", overhead_s="nonneg"),
+                                  chunk_start="whole0", overhead_s="nonneg", routing="routing"),
     "Deployment.steady_state": dict(**_DEPLOYMENT, batch="pos", input_tokens="count", output_tokens="count",
-                                    price_per_chip_hour="optpos", overhead_s="nonneg"),
+                                    price_per_chip_hour="optpos", overhead_s="nonneg", routing="routing"),
     "Deployment.frontier": dict(**_DEPLOYMENT, input_tokens="count", output_tokens="count", batch="optcount",
                                 tpot_limit_s="optpos", chunk_tokens="chunk", budget="budget", hbm_bytes="optpos",
-                                price_per_chip_hour="optpos"),
+                                price_per_chip_hour="optpos", routing="routing"),
     "Deployment.capacity": dict(**_DEPLOYMENT, context="pos", budget="budget", hbm_bytes="optpos",
-                                engine="optvllm"),
+                                engine="optvllm", mamba_cache_mode="optmambamode", tokens_rule="opttokensrule"),
     "Deployment.fewest_chips": dict(**_DEPLOYMENT, budget="budget", hbm_bytes="optpos", engine="optvllm"),
     "Deployment.critical_batch": dict(**_DEPLOYMENT, routing="routing"),
     "Deployment.speculate": dict(**_DEPLOYMENT, batch="pos", context="pos", gamma="one", acceptance="frac0",
@@ -306,13 +327,23 @@ FUNCTIONS = {
                                block_size="one", weights="weights", kv_dtype="kvdtype", tensor_parallel="one",
                                max_num_batched_tokens="optcount", max_num_seqs="optcount", weight_bytes="optnonneg",
                                activation_peak_bytes="optnonneg", non_torch_bytes="nonneg", hybrid="flag",
-                               engine="engine"),
+                               engine="engine", mamba_cache_mode="mambamode", tokens_rule="tokensrule"),
     "memory.vllm_kv_cache": dict(model="modelobj", available_kv_bytes="nonneg", max_model_len="count", block_size="one",
                                  kv_dtype="kvdtype", tensor_parallel="one", layers="optcount",
-                                 max_num_batched_tokens="optcount", hybrid="flag", engine="engine"),
+                                 max_num_batched_tokens="optcount", hybrid="flag", engine="engine",
+                                 mamba_cache_mode="mambamode", tokens_rule="tokensrule"),
     "memory.vllm_kv_groups": dict(model="modelobj", hybrid="flag"),
     "memory.vllm_max_num_batched_tokens": dict(max_model_len="count", engine="engine", large_gpu="flag"),
     "memory.vllm_page_bytes": dict(model="modelobj", block_size="one", kv_dtype="kvdtype", tensor_parallel="one"),
+    # load, sizing and energy, through the keywords added since the first contract (issue 27 item 6): a Deployment
+    # bound (Llama 3 8B on one H100, 700 W board power), the rest drawn; lengths kept to "int" (the load model
+    # prices every length drawn) and the simulation to 100 requests a replica (each call a fraction of a second)
+    "load.serving_load@llama": dict(arrival_rate="pos", input_tokens="length", output_tokens="length", times="times"),
+    "load.simulate@llama": dict(arrival_rate="pos", input_tokens="length", output_tokens="decoded", times="times"),
+    "sizing.size@llama": dict(max_chips="chips", ttft_target_s="pos", tpot_target_s="pos", input_tokens="length",
+                              output_tokens="length", arrival_rate="pos", times="times"),
+    "energy.energy_per_token@llama": dict(batch="pos", context="pos", pj_per_bit="pos", pj_per_flop="nonneg",
+                                          power_cap_w="powercap"),
     # layouts and links (n_chips and shard of the old functions reach ParallelLayout's tp and kv_split)
     "layout.parse_layout": dict(text="layouttext"),
     "ParallelLayout": dict(tp="chips", cp="chips", dp="chips", pp="chips", ep="chips", kv_split="shard"),
@@ -402,6 +433,12 @@ for _name in ("Deployment.capacity", "Deployment.fewest_chips"):
                              "context must be a whole number",  # and whole tokens
                              "no memory left for the KV cache")  # vLLM's profile leaves none: documented
 DOMAIN_ERRORS["Deployment.frontier"] += ("must exceed the driver's reserve",)
+# vLLM's options without engine="vllm" would size nothing: a combination refused by name
+DOMAIN_ERRORS["Deployment.capacity"] += ("applies with engine='vllm' only",)
+# the simulation's absolute clocks cannot resolve a prefill over the span of a vanishing rate's arrivals
+DOMAIN_ERRORS["load.simulate@llama"] = ("is too low to simulate",)
+# a cap below the board power slows the clocks; above it, it does not bind (documented)
+DOMAIN_ERRORS["energy.energy_per_token@llama"] = ("must be at most",)
 _BOUND = {
     "Model.kv_bytes_per_token@mistral": lambda: km.Model.preset("mistral-7b-v0.1").kv_bytes_per_token,
     "Model.kv_bytes_per_seq@gemma": lambda: km.Model.preset("gemma-2-9b").kv_bytes_per_seq,
@@ -426,6 +463,14 @@ _BOUND = {
     "Chip.flops_for_format@h100": lambda: km.Chip.preset("h100-sxm").flops_for_format,
     "Chip.ridge_point@b200": lambda: km.Chip.preset("b200").ridge_point,
     "Deployment.replace@tp2": lambda: km.Deployment("llama-3-8b", "h100-sxm", "tp=2").replace,
+    "load.serving_load@llama": lambda: functools.partial(importlib.import_module("kvmath.load").serving_load,
+                                                         km.Deployment("llama-3-8b", "h100-sxm")),
+    "load.simulate@llama": lambda: functools.partial(importlib.import_module("kvmath.load").simulate,
+                                                     km.Deployment("llama-3-8b", "h100-sxm"), n_requests=100),
+    "sizing.size@llama": lambda: functools.partial(importlib.import_module("kvmath.sizing").size, "llama-3-8b",
+                                                   "h100-sxm"),
+    "energy.energy_per_token@llama": lambda: functools.partial(
+        importlib.import_module("kvmath.energy").energy_per_token, km.Deployment("llama-3-8b", "h100-sxm")),
 }
 #: Public names that are not functions of numbers: constants, classes and listings, each with where it is checked.
 NOT_IN_TABLE = {
@@ -526,6 +571,23 @@ def _numbers(result) -> list:
         return [n for k in rest for n in _numbers(getattr(result, k))] + [
             np.where(decoding, result.tokens_per_s_per_user, 0.0),
             np.where(decoding, result.time_per_output_token_s, 0.0)]
+    if isinstance(result, importlib.import_module("kvmath.sizing").Sizing):
+        # documented: NaN (JSON null) times and utilisation where no layout meets the pair; check the rest
+        feasible = np.asarray(result.feasible)
+        rest = ("arrival_rate", "ttft_target_s", "tpot_target_s", "percentile", "n_chips", "goodput_rps",
+                "goodput_tokens_per_s_per_chip")
+        return [n for k in rest for n in _numbers(getattr(result, k))] + [
+            np.where(feasible, getattr(result, k), 0.0) for k in ("ttft_s", "tpot_s", "utilisation")] + [
+            n for end in (result.at_low, result.at_high) for n in _numbers(end)]
+    if isinstance(result, importlib.import_module("kvmath.load").Load):
+        # documented: NaN (JSON null) waits, times and running sequences where the load is unstable (rho >= 1)
+        stable = np.asarray(result.utilisation) < 1
+        rest = ("arrival_rate", "input_tokens", "output_tokens", "n_chips", "utilisation", "prefill_utilisation",
+                "percentiles", "goodput_tokens_per_s_per_chip")
+        return [n for k in rest for n in _numbers(getattr(result, k))] + [
+            np.where(stable, getattr(result, k), 0.0) for k in ("running", "queue_wait_s", "ttft_s", "tpot_s",
+                                                                 "ttft_percentiles_s")] + [
+            n for part in (result.simulated, result.at_low, result.at_high) for n in _numbers(part)]
     if isinstance(result, km.Deployment):  # what it precomputed: the matmul rate and the chips
         return [result.flops, result.n_chips]
     if isinstance(result, LayerSpec):
@@ -534,6 +596,8 @@ def _numbers(result) -> list:
         return [n for v in result.values() for n in _numbers(v)]
     if isinstance(result, tuple):
         return [n for v in result for n in _numbers(v)]
+    if isinstance(result, list) and result and all(isinstance(v, str) for v in result):  # labels (a Sizing's layouts)
+        return []
     if dataclasses.is_dataclass(result):
         names = [f.name for f in dataclasses.fields(result)]
         names += [k for c in type(result).__mro__ for k, v in vars(c).items()

@@ -319,6 +319,81 @@ def test_engine_refuses_what_vllm_refuses(capsys):
     assert "block_size must be one of" in fails(capsys, *CAP, "--engine", "vllm", "--block-size", "1e12")
 
 
+#: Qwen3-Next on 4 H100s, sized by vLLM (issue 23: --mamba-cache-mode and --tokens-rule)
+NEXT_TP4 = ["capacity", "--config", NEXT, "--hardware", "h100-sxm", "--chips", "4", "--context", "32768",
+            "--engine", "vllm"]
+
+
+@pytest.mark.parametrize("mode, linear_pages", [("none", 1), ("align", 2), ("all", 121)])
+@pytest.mark.parametrize("rule", ["blocks", "concurrency"])
+def test_engine_mamba_cache_mode_and_tokens_rule_by_hand(capsys, mode, linear_pages, rule):
+    """From the config's rows, per rank at TP=4: 2 KV heads over 4 ranks keep 1 (vLLM replicates them), 1 x 256
+    x 2 (K, V) x 2 B = 1,024 B per token and full layer; a Gated DeltaNet state of conv (2 x 16 x 128 + 32 x
+    128) / 4 = 2,048 channels x (kernel 4 - 1) + 32 / 4 = 8 heads x 128 x 128 = 137,216 elements x 2 B =
+    274,432 B. Attention block 16 x cdiv(274,432, 16 x 1,024) = 16 x 17 = 272 tokens, page 272 x 1,024 =
+    278,528 B. 12 full + 36 linear layers: groups of 12, 1 full + 3 linear. A 32,768-token request takes
+    cdiv(32,768, 272) = 121 full blocks and, in each linear group, 1 state page ("none"), 2 ("align") or one per
+    attention block, cdiv(32,768, 272) = 121 ("all"). Blocks floor(floor(KV bytes / 278,528) / 12), the KV bytes
+    being the engine's memory profile (tested in test_memory); tokens blocks // 4 x 272 ("blocks") or
+    floor(concurrency x 32,768) ("concurrency")."""
+    r = json.loads(text(capsys, *NEXT_TP4, "--mamba-cache-mode", mode, "--tokens-rule", rule, "--json"))["engine"]
+    assert (r["state_bytes"], r["block_size"], r["page_bytes"]) == (274_432, 272, 278_528)
+    assert (r["num_groups"], r["group_size"]) == (4, 12)
+    blocks = int(r["available_kv_bytes"] // 278_528) // 12
+    assert r["num_blocks"] == blocks and r["blocks_per_request"] == 121 + 3 * linear_pages
+    assert r["max_concurrency"] == pytest.approx(blocks / (121 + 3 * linear_pages), rel=1e-15)
+    hand = blocks // 4 * 272 if rule == "blocks" else blocks * 32768 // (121 + 3 * linear_pages)
+    assert r["tokens"] == hand
+    out = text(capsys, *NEXT_TP4, "--mamba-cache-mode", mode, "--tokens-rule", rule)
+    assert f"mamba_cache_mode {mode}, tokens_rule {rule};" in out
+    assert f"{r['max_concurrency']:.2f}x at 32,768 tokens" in out and f"{r['tokens']:,} tokens" in out
+
+
+def test_engine_rules_default_to_the_librarys(capsys):
+    import inspect
+
+    defaults = {k: inspect.signature(km.memory.vllm_engine).parameters[k].default
+                for k in ("mamba_cache_mode", "tokens_rule")}
+    assert defaults == {"mamba_cache_mode": "none", "tokens_rule": "blocks"}
+    plain = json.loads(text(capsys, *NEXT_TP4, "--json"))
+    given = json.loads(text(capsys, *NEXT_TP4, "--mamba-cache-mode", "none", "--tokens-rule", "blocks", "--json"))
+    assert plain == given
+    assert plain["engine"]["blocks_per_request"] == 121 + 3  # one state page per linear group
+    # the text names the cache mode of a hybrid model, given or not; a model without linear layers shows neither
+    assert "mamba_cache_mode none;" in text(capsys, *NEXT_TP4)
+    assert "mamba_cache_mode" not in text(capsys, *CAP, "--engine", "vllm")
+    with pytest.raises(SystemExit):
+        main(["capacity", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    mode = usage.partition("--mamba-cache-mode {none,align,all} with --engine vllm:")[2].partition("--tokens-rule")[0]
+    rule = usage.partition("--tokens-rule {blocks,concurrency} with --engine vllm:")[2].partition("--prefix")[0]
+    assert mode.endswith("(default: none) ") and "MambaSpec.max_memory_usage_bytes" in mode
+    assert rule.endswith("(default: blocks) ") and "_report_kv_cache_config" in rule
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--mamba-cache-mode", "aligned"], "argument --mamba-cache-mode: invalid choice: 'aligned'"),
+    (["--mamba-cache-mode", ""], "argument --mamba-cache-mode: invalid choice"),
+    (["--tokens-rule", "tokens"], "argument --tokens-rule: invalid choice: 'tokens'"),
+    (["--tokens-rule", "1"], "argument --tokens-rule: invalid choice"),
+    (["--mamba-cache-mode", "align", "--mamba-cache-mode", "all"], "--mamba-cache-mode given twice"),
+])
+def test_engine_rules_refuse_what_is_not_a_choice(capsys, argv, named):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*NEXT_TP4, *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_engine_rules_without_the_engine_are_refused(capsys):
+    # they would size nothing: refused by name, not ignored
+    assert "--mamba-cache-mode needs --engine vllm" in fails(capsys, *CAP, "--mamba-cache-mode", "align")
+    assert "--tokens-rule needs --engine vllm" in fails(capsys, *CAP, "--tokens-rule", "concurrency")
+    # and in Python: an engine option without the engine
+    with pytest.raises(ValueError, match="mamba_cache_mode applies with engine='vllm' only"):
+        Deployment("llama-3-8b", "h100-sxm").capacity(8192, mamba_cache_mode="align")
+
+
 def test_kv_per_token_is_labelled_an_average(capsys):
     # gpt-oss-20b at 131,072 tokens averages 24,600 B/token (half its 24 layers keep a 128-token window);
     # a token in every layer would take 49,152: the label says which one is shown

@@ -94,6 +94,46 @@ def test_cli_text_json_and_exit_codes(capsys):
     assert data == check_config(NEXT_PATH, "seq_bytes", 64_684_032, tokens=1024).to_dict() and data["matches"]
 
 
+#: The vLLM 0.10.2 log's settings (tests/data/vllm_logs.json) as `check config` options: Qwen3-Next at TP=2
+VLLM_LOG = ["--available-gib", "44.59", "--max-model-len", "262144", "--tensor-parallel", "2",
+            "--max-num-batched-tokens", "8192"]
+
+
+@pytest.mark.parametrize("mode, pages", [("none", 1), ("align", 2), ("all", 482)])
+def test_cli_vllm_tokens_under_each_mamba_cache_mode_and_tokens_rule(capsys, mode, pages):
+    # by hand (tests/unit/test_vllm_hybrid.py's log test): 7,162 blocks of 544 tokens in 4 groups; a
+    # 262,144-token request takes cdiv(262,144, 544) = 482 full blocks and, in each of the 3 linear groups, 1
+    # state page ("none"), 2 ("align") or 482 ("all"). The "blocks" line is 7,162 // 4 x 544 = 973,760 in
+    # every mode; the "concurrency" line floor(7,162 x 262,144 / blocks a request): 3,871,083 (485),
+    # 3,847,285 (488), 973,794 (1,928)
+    hand = {"none": 3_871_083, "align": 3_847_285, "all": 973_794}[mode]
+    assert 7162 * 262_144 // (482 + 3 * pages) == hand
+    for rule, tokens in (("blocks", 973_760), ("concurrency", hand)):
+        assert main(["check", "config", NEXT_PATH, "--vllm-tokens", str(tokens), *VLLM_LOG,
+                     "--mamba-cache-mode", mode, "--tokens-rule", rule, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["kvmath"] == tokens and data["matches"]
+    # the default is the library's: "none" and "blocks"
+    assert main(["check", "config", NEXT_PATH, "--vllm-tokens", "973760", *VLLM_LOG, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kvmath"] == 973_760
+    kw = dict(available_kv_bytes=44.59 * 2**30, max_model_len=262_144, tensor_parallel=2, max_num_batched_tokens=8192)
+    assert check_config(NEXT, "vllm_tokens", hand, mamba_cache_mode=mode, tokens_rule="concurrency", **kw).matches
+
+
+def test_cli_vllm_rules_refused_by_name(capsys):
+    for argv, named in ((["--mamba-cache-mode", "ALIGNED"], "argument --mamba-cache-mode: invalid choice"),
+                        (["--tokens-rule", "block"], "argument --tokens-rule: invalid choice")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["check", "config", NEXT_PATH, "--vllm-tokens", "5", *VLLM_LOG, *argv])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and named in err
+    # they change only the vLLM figure: with another one they are refused, in the CLI and in Python
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "5", "--tokens-rule", "blocks"]) == 2
+    assert "--tokens-rule applies to --vllm-tokens only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="mamba_cache_mode applies to vllm_tokens only"):
+        check_config(NEXT, "kv_bytes_per_token", 5, mamba_cache_mode="align")
+
+
 @pytest.mark.parametrize("argv, named", [
     (["--seq-bytes", "5"], "--seq-bytes needs --tokens"),
     (["--vllm-tokens", "5"], "--vllm-tokens needs --available-gib"),

@@ -650,3 +650,32 @@ def test_new_commands_exit_2_with_one_line_naming_the_option(capsys, argv, optio
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert option in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ----- refusals the contract fuzz found (issue 27 item 6): overflow and lost precision, never inf or a rounded 0 --
+
+def test_energy_whose_joules_overflow_is_refused_naming_the_inputs():
+    # 15.01e9 B x 8 bits x 1e300 pJ x 1e-12 overflows float64: a named refusal, not inf joules or an internal
+    # "step_s must be finite"
+    dep = Deployment("llama-3-8b", "h100-sxm")
+    with pytest.raises(km.ResultOverflow, match=r"energy_per_token: the result overflows.*pj_per_bit=1e\+300"):
+        energy_per_token(dep, 1, 1, pj_per_bit=1e300, power_cap_w=700)
+    with pytest.raises(km.ResultOverflow, match="pj_per_bit"):
+        energy_per_token(dep, 1, 1, pj_per_bit=1e300)
+
+
+def test_a_rate_whose_utilisation_overflows_is_refused_naming_it():
+    dep = Deployment("llama-3-8b", "h100-sxm")
+    with pytest.raises(km.ResultOverflow, match=r"utilisation overflows float64.*arrival_rate=1\.7e\+308"):
+        serving_load(dep, 1.7e308, 1, 2**20)
+
+
+def test_a_rate_too_low_for_the_simulations_clocks_is_refused_naming_it():
+    # at 1e-300 requests/s the arrivals span ~1e303 s, where a 5 ms prefill rounds away: the simulation
+    # returned a TTFT of 0.0 s; a rate of one request a day still resolves it
+    dep = Deployment("llama-3-8b", "h100-sxm")
+    with pytest.raises(ValueError, match="arrival_rate 1e-300 is too low to simulate"):
+        simulate(dep, 1e-300, 1, 2, n_requests=100)
+    day = simulate(dep, 1 / 86400, 1, 2, n_requests=100)
+    prefill = dep.request(1, 1, 1).ttft_s
+    assert day.ttft_s == pytest.approx(prefill, rel=1e-6) and day.queue_wait_s == 0.0
