@@ -436,9 +436,13 @@ def print_book(html: Path, target: Path, book_parts: list[Part]) -> dict:
         first = tab.pdf(**PDF_OPTIONS)
         pages = destination_pages(first)
         first_part = "kvmath-part-" + str(next(i for i, p in enumerate(book_parts) if p.caption))
-        # Filling in the contents' numbers can move a target that sits at a page break (the instructor book's
-        # exercise 13.4 moved by one page once): print again with the numbers of the last print, as LaTeX reruns,
-        # until nothing moves. Three passes at most: a layout that keeps moving is an error, not a number.
+        # The contents' numbers must be the pages of the targets they name. Filling them in can move a target: print
+        # again with the numbers of the last print, as LaTeX reruns, until none of those targets moves; three
+        # prints at most, since a layout that keeps moving is an error, not a number. Only the contents' targets
+        # count: an anchor the contents does not name (the instructor book's exercise 13.4, at a page break)
+        # can land on either side of the break from one print to the next, and no printed number depends on it.
+        listed = set(tab.evaluate("() => [...document.querySelectorAll('.kvmath-toc-page')]"
+                                  ".map(e => e.dataset.target)")) | {first_part}
         for _ in range(3):
             body_start = pages.get(first_part, 0)
             numbers = {a: label(i, body_start) for a, i in pages.items()}
@@ -446,7 +450,7 @@ def print_book(html: Path, target: Path, book_parts: list[Part]) -> dict:
                               e => { e.textContent = numbers[e.dataset.target] || ''; })""", numbers)
             final = tab.pdf(outline=True, tagged=True, **PDF_OPTIONS)
             again = destination_pages(final)
-            moved = sorted(a for a in pages if again.get(a) != pages[a])
+            moved = sorted(a for a in listed if again.get(a) != pages.get(a))
             if not moved:
                 break
             pages = again

@@ -1,11 +1,13 @@
 """What a reader of a notebook sees in JupyterLab or JupyterLite: the rendered Markdown cells, and what must not show.
 
-Shared by the JupyterLab test (tests/browser/test_lab.py) and the JupyterLite tests (test_lite.py).
+Shared by the JupyterLab test (tests/browser/test_lab.py), the JupyterLite tests (test_lite.py) and the benchmark of
+the chapters' times in the room (benchmarks/time_lite_chapters.py).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from kvbook.inline import result_text
 
@@ -45,6 +47,54 @@ _READ_CELLS = """async () => {
   }
   return seen;
 }"""
+
+
+#: How far a notebook's run has got: the toolbar's execution indicator, which JupyterLab and the Notebook interface
+#: keep "busy" until every cell scheduled has run, and the prompts on the page. The prompts alone cannot tell: a
+#: cell whose code the book hides has none (JupyterLab detaches a hidden input), nor has a cell JupyterLab has not
+#: drawn, so a wait on the prompts ended while the last, hidden cells still ran (review R21b-5).
+RUN_STATE = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)') || document;
+  const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator')
+                 || document.querySelector('.jp-Notebook-ExecutionIndicator');
+  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]
+                  .map(e => e.textContent);
+  return {status: indicator ? indicator.dataset.status : null, prompts};
+}"""
+
+
+def last_count(state: dict) -> int:
+    """The highest execution count among the prompts shown (0 before any cell ran)."""
+    return max([int(n) for p in state["prompts"] for n in re.findall(r"\d+", p)], default=0)
+
+
+def run_all_cells(page, timeout_s: float, on_poll=None) -> float:
+    """Run > Run All Cells, as a reader does, and wait until every cell has run; the seconds it took.
+
+    The run has started once the indicator was seen busy, a cell waits (``[*]``) or the prompts changed (a run too
+    short to be seen busy); it has ended when, after that, the indicator says idle and no shown cell waits, seen
+    twice half a second apart (the indicator turns idle a moment after the last cell). ``on_poll`` is called with
+    each state read (a benchmark notes when the first result shows)."""
+    initial = page.evaluate(RUN_STATE)
+    page.locator(".jp-Notebook").first.click()
+    page.get_by_text("Run", exact=True).first.click()
+    page.get_by_text("Run All Cells", exact=True).first.click()
+    start = time.time()
+    started, seen = False, 0
+    while time.time() < start + timeout_s:
+        state = page.evaluate(RUN_STATE)
+        if state["status"] is None:
+            raise AssertionError("no execution indicator in the notebook's toolbar: the run's end cannot be seen")
+        if on_poll is not None:
+            on_poll(state)
+        waiting = any("*" in p for p in state["prompts"])
+        started = started or state["status"] == "busy" or waiting or state["prompts"] != initial["prompts"]
+        seen = seen + 1 if started and state["status"] == "idle" and not waiting else 0
+        if seen == 2:
+            return time.time() - start
+        time.sleep(0.5)
+    raise AssertionError(f"cells still running after {timeout_s} s: indicator {state['status']}, "
+                         f"prompts {state['prompts'][:20]}")
 
 
 def markdown_texts(page) -> dict[int, str]:

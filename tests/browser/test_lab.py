@@ -25,7 +25,8 @@ import pytest
 
 from kvbook import lab as kvbook_lab
 
-from tests.browser.rendered_prose import EDIT, book_link_problems, edit_code_cell, markdown_texts, prose_problems
+from tests.browser.rendered_prose import (EDIT, book_link_problems, edit_code_cell, markdown_texts, prose_problems,
+                                          run_all_cells)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = EDIT["notebook"]
@@ -69,16 +70,9 @@ def lab(tmp_path_factory):
 
 
 def _run_all(page) -> None:
-    """Run All Cells from the Run menu, and wait until every cell has run and jupyterlab-myst has asked the kernel
-    for the inline expressions (it does so after each Markdown cell runs)."""
-    page.locator(".jp-Notebook").first.click()
-    page.get_by_text("Run", exact=True).first.click()
-    page.get_by_text("Run All Cells", exact=True).first.click()
-    page.wait_for_timeout(1000)
-    page.wait_for_function(
-        "() => { const p = [...document.querySelectorAll('.jp-InputArea-prompt')].map(e => e.textContent);"
-        " return p.length && p.some(t => /\\[\\d+\\]/.test(t)) && !p.some(t => t.includes('*')); }",
-        timeout=180_000)
+    """Run All Cells from the Run menu, wait until every cell has run, and give jupyterlab-myst time to ask the
+    kernel for the inline expressions (it does so after each Markdown cell runs)."""
+    run_all_cells(page, 180)
     page.wait_for_timeout(3000)
 
 

@@ -77,21 +77,6 @@ def server():
     srv.shutdown()
 
 
-def _prompts(page):
-    return page.locator(".jp-Notebook .jp-Cell .jp-InputArea-prompt").all_inner_texts()
-
-
-def _wait_idle(page, timeout_s):
-    """Until no cell shows [*] and at least one has run."""
-    end = time.time() + timeout_s
-    while time.time() < end:
-        prompts = _prompts(page)
-        if prompts and not any("*" in p for p in prompts) and any(p.strip("[]: ") for p in prompts):
-            return prompts
-        time.sleep(0.5)
-    raise AssertionError(f"cells still busy after {timeout_s} s: {_prompts(page)[:20]}")
-
-
 @contextlib.contextmanager
 def _lite_page(browser, server, lan=True):
     """A page on the lite site; every request off localhost aborted and recorded.
@@ -134,17 +119,16 @@ def _lite_page(browser, server, lan=True):
 
 def _run_all(page, server, notebook, timeout_s=300):
     """Open a notebook, Run All Cells; (seconds to the first result, to the last, tracebacks)."""
+    from tests.browser.rendered_prose import last_count, run_all_cells
+
     t0 = time.time()
     page.goto(server + "lite/notebooks/index.html?path=" + notebook)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
-    page.locator(".jp-Notebook").first.click()
-    page.get_by_text("Run", exact=True).first.click()
-    page.get_by_text("Run All Cells", exact=True).first.click()
-    page.wait_for_function("() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
-                           ".some(e => /\\[\\d+\\]/.test(e.textContent))", timeout=timeout_s * 1000)
-    first_result = time.time() - t0
-    _wait_idle(page, timeout_s)
+    first = []  # when the first cell's result shows (the kernel's start, mostly)
+    run_all_cells(page, timeout_s, on_poll=lambda state: first or not last_count(state)
+                  or first.append(time.time() - t0))
+    first_result = first[0]
     all_cells = time.time() - t0
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
@@ -219,7 +203,7 @@ def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
 def test_lite_prose_follows_an_edited_input(server, browser):
     """The inline expressions are evaluated again by the room's Pyodide kernel (kvbook.pyodide_expressions):
     a reader who changes an input and runs the chapter again reads the new number in the prose."""
-    from tests.browser.rendered_prose import EDIT, edit_code_cell, markdown_texts
+    from tests.browser.rendered_prose import EDIT, edit_code_cell, markdown_texts, run_all_cells
 
     with _lite_page(browser, server) as (page, off, loaded):
         _, _, tracebacks = _run_all(page, server, "notebooks/" + EDIT["notebook"])
@@ -227,11 +211,8 @@ def test_lite_prose_follows_an_edited_input(server, browser):
         page.wait_for_timeout(2000)
         assert EDIT["before"] in markdown_texts(page)[EDIT["prose_cell"]]
         edit_code_cell(page, EDIT["cell"], EDIT["old"], EDIT["new"])
-        page.get_by_text("Run", exact=True).first.click()
-        page.get_by_text("Run All Cells", exact=True).first.click()
-        page.wait_for_timeout(1000)
-        _wait_idle(page, 300)
-        page.wait_for_timeout(2000)
+        run_all_cells(page, 300)
+        page.wait_for_timeout(2000)  # jupyterlab-myst asks the kernel for the expressions after the cells ran
         edited = markdown_texts(page)[EDIT["prose_cell"]]
     assert EDIT["after"] in edited, edited
     assert not off, off[:5]
