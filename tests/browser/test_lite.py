@@ -152,6 +152,31 @@ def test_the_served_folder_offers_no_answer_key_or_instructor_page(server):
 
 
 @pytest.mark.slow
+def test_a_chapter_opened_from_the_front_page_fills_a_phones_width(server, browser):
+    """Review R21b-4: the front page's live link opened JupyterLab, whose file browser left the notebook 62 px of a
+    390-px phone. Each chapter's link now opens it alone, in the Notebook interface, as wide as the screen."""
+    from kvbook.workshop import kit
+
+    ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    ctx.add_init_script("Object.defineProperty(Navigator.prototype, 'serviceWorker', {get: () => undefined});")
+    try:
+        page = ctx.new_page()
+        page.goto(server)
+        chapters = kit.live_chapters()
+        assert len(chapters) == len(CHAPTERS)
+        href, text = chapters[2]
+        page.get_by_text(text, exact=True).click()
+        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell .myst", timeout=180_000)
+        assert page.url == server + href
+        width = page.evaluate("() => document.querySelector('.jp-Notebook').getBoundingClientRect().width")
+        assert width >= 360, width
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+        assert page.locator(".jp-DirListing").count() == 0 or not page.locator(".jp-DirListing").first.is_visible()
+    finally:
+        ctx.close()
+
+
+@pytest.mark.slow
 def test_lite_runs_edits_and_reruns_a_notebook_offline(server, browser):
     with _lite_page(browser, server) as (page, off, loaded):
         first_result, all_cells, tracebacks = _run_all(page, server, NOTEBOOK)

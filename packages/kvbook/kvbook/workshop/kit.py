@@ -57,7 +57,7 @@ LAYOUT = {
 }
 
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:40em;margin:3em auto;padding:0 1em;line-height:1.5}"
-          "a{font-size:1.2em}")
+          "a{font-size:1.2em}.chapters a{font-size:1em}.chapters li{margin:.4em 0}")
 
 
 #: Shown only where the page is opened from disk (a USB stick; review R21-12): the book and the handout work there,
@@ -69,10 +69,18 @@ _FROM_DISK = (
     '<a href="http://localhost:8000/">http://localhost:8000/</a>.</p>'
     "<script>if (location.protocol === 'file:') document.getElementById('from-disk').hidden = false;</script>")
 
-#: The room's notebooks as the learner's front page opens them: the Notebook interface's list of the chapters, and
-#: JupyterLab on the first chapter.
-LITE_CHAPTERS = "lite/tree/index.html?path=notebooks"
+#: The room's notebooks as the learner's front page opens them: each chapter in JupyterLite's Notebook interface, one
+#: chapter a page at any width (JupyterLab on a phone gave the notebook 62 px beside its file browser; review
+#: R21b-4), and JupyterLab on the first chapter, for a laptop.
+LITE_CHAPTER = "lite/notebooks/index.html?path=notebooks/{}.ipynb"
 LITE_LAB = "lite/lab/index.html?path=notebooks/01_roofline.ipynb"
+
+
+def live_chapters() -> list[tuple[str, str]]:
+    """(href, "n. title") of each chapter live in the room, in book order, the sample chapter last as in the book."""
+    return [(LITE_CHAPTER.format(name), f"{int(name[:2])}. {workshop_pages.chapter(name)['title']}")
+            for name in workshop_pages.chapter_names()]
+
 
 #: Each folder's front page: its title, the links to what it holds (href, text, what it is), the text of the
 #: link to its PDF, and a note under the list.
@@ -81,13 +89,10 @@ FRONT_PAGES = {
         title="kvmath workshop",
         items=[
             ('book/index.html', "The book", "learner edition: every exercise, no solutions"),
-            # the Notebook interface: one chapter per page at any width. JupyterLab on a phone gave the
-            # notebook 62 px beside its file browser (review R21b-4); it stays one link below, for laptops.
-            (LITE_CHAPTERS, "The notebooks, live in your browser",
-             "JupyterLite: the chapters, each opening on a page of its own, on a laptop or a phone; run, edit "
-             "and re-run every chapter; nothing is installed, nothing leaves this room; the first start took "
-             f"about {round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's "
-             "stand-in"),
+            (None, "The notebooks, live in your browser",
+             "JupyterLite: each chapter on a page of its own, on a laptop or a phone; run, edit and re-run it; "
+             "nothing is installed, nothing leaves this room; the first start took about "
+             f"{round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's stand-in"),
             (LITE_LAB, "The same notebooks in JupyterLab", "tabs and a file browser, for a laptop's screen"),
             ('handout.pdf', "Handout", "two A4 pages"),
         ],
@@ -116,8 +121,13 @@ def index_page(variant: str, pdf: bool = True) -> str:
     page = FRONT_PAGES[variant]
     items = page["items"] + ([(pdf_name(variant), *page["pdf"])] if pdf else [])
     title, note = page["title"], page["note"]
-    lis = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a> ({html.escape(what)})</li>'
-                    for href, text, what in items)
+    def item(href, text, what):
+        if href is not None:
+            return f'<li><a href="{html.escape(href)}">{html.escape(text)}</a> ({html.escape(what)})</li>'
+        chapters = "".join(f'<li><a href="{html.escape(h)}">{html.escape(t)}</a></li>' for h, t in live_chapters())
+        return f"<li>{html.escape(text)} ({html.escape(what)}):<ul class=\"chapters\">{chapters}</ul></li>"
+
+    lis = "\n".join(item(*entry) for entry in items)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>\n'
             f"<style>{_STYLE}</style></head>\n<body>\n<h1>{title}</h1>\n<ul>\n{lis}\n</ul>\n{note}\n</body></html>\n")
