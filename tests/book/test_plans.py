@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvbook.workshop import workshop_pages
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = yaml.safe_load((ROOT / "book" / "teaching" / "plans.yaml").read_text())
 PLANS = {p["id"]: p for p in DATA["plans"]}
@@ -140,7 +142,6 @@ def test_every_plan_page_is_left_out_of_the_learner_build():
 def test_each_plans_introduction_counts_its_live_steps_and_chapters(plan_id):
     """The counts in a plan's introduction come from its blocks (review R21-7: the half and full day said "four" and
     "five" live steps for five and six). Counted here from the YAML: live steps, and the chapters its blocks cite."""
-    from kvbook.workshop import workshop_pages
 
     plan = PLANS[plan_id]
     steps = sum(len(b.get("live", [])) for b in plan["blocks"])
@@ -157,8 +158,9 @@ def test_each_plans_introduction_counts_its_live_steps_and_chapters(plan_id):
 def test_run_it_states_the_kits_first_load_as_the_plans_measured_it():
     """run-it gives the first start once, in minutes rounded from the measured first_load_s (review R21-11: it said
     "one to two minutes" in one place and "about three" in another, against 188 s measured)."""
-    words = {2: "two", 3: "three", 4: "four", 5: "five"}
-    minutes = round(TIMINGS["first_load_s"] / 60)
+    said = workshop_pages.first_load_words(TIMINGS)
+    assert said == {1: "about one minute", 2: "about two minutes", 3: "about three minutes"}[
+        max(1, round(TIMINGS["first_load_s"] / 60))]
     text = " ".join((ROOT / "book" / "teaching" / "run-it.md").read_text().split())
-    assert f"took about {words[minutes]} minutes on the stand-in" in text
+    assert f"took {said} on the stand-in" in text
     assert "one to two minutes" not in text

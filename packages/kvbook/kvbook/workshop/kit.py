@@ -91,8 +91,8 @@ FRONT_PAGES = {
             ('book/index.html', "The book", "learner edition: every exercise, no solutions"),
             (None, "The notebooks, live in your browser",
              "JupyterLite: each chapter on a page of its own, on a laptop or a phone; run, edit and re-run it; "
-             "nothing is installed, nothing leaves this room; the first start took about "
-             f"{round(workshop_pages.live_timings()['first_load_s'] / 60)} minutes on a slow laptop's stand-in"),
+             "nothing is installed, nothing leaves this room; the first start took "
+             f"{workshop_pages.first_load_words()} on a slow laptop's stand-in"),
             (LITE_LAB, "The same notebooks in JupyterLab", "tabs and a file browser, for a laptop's screen"),
             ('handout.pdf', "Handout", "two A4 pages"),
         ],

@@ -102,6 +102,14 @@ def live_timings() -> dict:
     return load("plans.yaml")["live_timings"]
 
 
+def first_load_words(timings: dict | None = None) -> str:
+    """The kit's first load as run-it and the front page say it: "about one minute", "about three minutes"."""
+    timings = live_timings() if timings is None else timings
+    minutes = max(1, round(timings["first_load_s"] / 60))
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}.get(minutes, str(minutes))
+    return f"about {words} minute" + ("s" if minutes > 1 else "")
+
+
 def live_seconds(notebook: str, timings: dict | None = None) -> float | None:
     """A chapter's measured seconds in the room's JupyterLite: the slower of the throttles."""
     timings = live_timings() if timings is None else timings
