@@ -125,10 +125,10 @@ def _run_all(page, server, notebook, timeout_s=300):
     page.goto(server + "lite/notebooks/index.html?path=" + notebook)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
-    first = []  # when the first cell's result shows (the kernel's start, mostly)
+    first = []  # when the first shown cell's result shows (the kernel's start, mostly)
     run_all_cells(page, timeout_s, on_poll=lambda state: first or not last_count(state)
                   or first.append(time.time() - t0))
-    first_result = first[0]
+    first_result = first[0] if first else None  # a chapter whose code is all hidden shows no count
     all_cells = time.time() - t0
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
