@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -45,23 +44,11 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def lab_notebook(nb: dict, stem: str, book: book_links.BuiltBook) -> dict:
-    """The chapter ``nb`` with its Markdown's cross-references and citations as links into ``book``."""
-    nb = json.loads(json.dumps(nb))
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown":
-            cell["source"] = book.rewrite("".join(cell["source"]), "notebooks/" + stem)
-    return nb
-
-
 def prepare(out: Path = OUT, build: Path = BOOK_BUILD) -> list[str]:
     """Write or refresh the copies in ``out``; returns one line per edited copy kept over a newer chapter."""
     book = book_links.BuiltBook.from_build(build)
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    for path in workshop_lite.data_files():
-        target = out / path.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+    workshop_lite.copy_data_files(out)
     manifest_path = out / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     kept = []
@@ -76,7 +63,7 @@ def prepare(out: Path = OUT, build: Path = BOOK_BUILD) -> list[str]:
                 kept.append(f"{_shown(target)}: your edited copy is kept; notebooks/{path.name} "
                             "changed since (delete the copy to get the new chapter)")
                 continue
-        data = (json.dumps(lab_notebook(json.loads(source), path.stem, book), indent=1, ensure_ascii=False)
+        data = (json.dumps(book.rewrite_notebook(json.loads(source), path.stem), indent=1, ensure_ascii=False)
                 + "\n").encode()
         target.write_bytes(data)
         manifest[path.name] = {"source": _digest(source), "written": _digest(data)}

@@ -23,6 +23,7 @@ and its kernel stay where they are.
 from __future__ import annotations
 
 import html
+import json
 import pickle
 import posixpath
 import re
@@ -141,6 +142,14 @@ class BuiltBook:
         else:
             text = text or title
         return self.anchor(text, self.url(docname, anchor))
+
+    def rewrite_notebook(self, nb: dict, stem: str) -> dict:
+        """A copy of the chapter ``nb`` (notebooks/``stem``) with every Markdown cell rewritten (:meth:`rewrite`)."""
+        nb = json.loads(json.dumps(nb))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                cell["source"] = self.rewrite("".join(cell["source"]), "notebooks/" + stem)
+        return nb
 
     def rewrite(self, markdown: str, here: str) -> str:
         """``markdown`` of the page ``here`` with every role this module rewrites as a link to the book."""

@@ -135,6 +135,14 @@ def data_files() -> list[Path]:
                   if p.is_file())
 
 
+def copy_data_files(dest: Path) -> None:
+    """Copy every file of :data:`DATA` to the same place under ``dest``, where a copy of the chapters reads it."""
+    for path in data_files():
+        target = dest / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+
+
 def build_files_wheel(out_dir: Path, version: str = "0.1.0") -> Path:
     """A pure wheel ``kvmath_lite_files``: the ``DATA`` files and the module that places them (deterministic)."""
     dist = f"kvmath_lite_files-{version}.dist-info"
@@ -206,18 +214,12 @@ def learner_contents(contents: Path, names: list[str] | None = None, jobs: int |
     if names is not None:
         paths = [p for p in paths if p.stem in names]
     (contents / "notebooks").mkdir(parents=True, exist_ok=True)
-    for path in data_files():
-        target = contents / path.relative_to(ROOT)
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+    copy_data_files(contents)
     out = []
     for path in paths:
         nb = lite_notebook(workshop_build.learner_notebook(json.loads(path.read_text())))
         if book is not None:
-            for cell in nb["cells"]:
-                if cell["cell_type"] == "markdown":
-                    cell["source"] = book.rewrite("".join(cell["source"]), "notebooks/" + path.stem)
+            nb = book.rewrite_notebook(nb, path.stem)
         target = contents / "notebooks" / path.name
         target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         out.append(target)
