@@ -823,7 +823,7 @@ def _print_notes_decode(args, n: int, t, b_crit: float) -> None:
 def _capacity(args) -> _Answer:
     context = positive_int("--context", args.context)
     from .cli_serving import _prefix_kwargs
-    prefix = _prefix_kwargs(args)
+    prefix = _prefix_kwargs(args, "--context", context)
     # --block-size sizes vLLM's pool, or the blocks a cached prefix reuses
     engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version", "mamba_cache_mode", "tokens_rule") + (
         () if prefix else ("block_size",))
@@ -925,8 +925,20 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
     _row("weights" if c.n_chips == 1 else "weights per chip", fmt_bytes(c.weight_bytes_per_chip) + chips)
     _row("KV budget on 1 chip(s)" if c.n_chips == 1 else "KV budget per chip", fmt_bytes(c.kv_budget_bytes_per_chip))
     _row(f"KV per token (average over S = {c.context:,.0f})", f"{c.kv_bytes_per_token:,.0f} B")
-    _row(f"tokens that fit on {c.n_chips} chip(s)", f"{c.max_tokens:,.0f}")
-    _row(f"batch at S = {c.context:,.0f}", f"{c.max_batch:,.0f}")
+    _row(f"tokens that fit on {c.n_chips} chip(s)", f"{c.max_tokens:,.0f}" + ("  (cache slots, without sharing)"
+                                                                            if args.prefix_tokens is not None else ""))
+    if args.prefix_tokens is None:
+        _row(f"batch at S = {c.context:,.0f}", f"{c.max_batch:,.0f}")
+    else:  # said, with what it buys (R25b-3): the batch below counts on it
+        from .memory import BLOCK_SIZE
+        from .prefix import reused_tokens
+
+        block = args.block_size or BLOCK_SIZE
+        hit = 1.0 if args.prefix_hit_rate is None else args.prefix_hit_rate
+        reused = reused_tokens(args.prefix_tokens, block, c.context, prompt_name="--context")
+        _row("shared prefix, held once per chip", f"{fmt_bytes(c.prefix_kv_bytes_per_chip)}  ({reused:,.0f} of its "
+             f"{args.prefix_tokens:,.0f} tokens in whole blocks of {block}, hit rate {hit:g})")
+        _row(f"batch at S = {c.context:,.0f}, with the prefix", f"{c.max_batch:,.0f}")
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     _row("critical batch B_crit", f"{formulas.critical_batch(dep.flops, dep.chip.bandwidth, b_w):.1f}")
     e = c.engine
@@ -1008,7 +1020,7 @@ def _prefill(args) -> _Answer:
     s_in = int(positive_int("--input", args.input))
     from .cli_serving import _prefix_kwargs
     one_pass = dep.prefill(batch, s_in)
-    req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args), **_prefix_kwargs(args))
+    req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args), **_prefix_kwargs(args, "--input", s_in))
     data = {"prefill": one_pass.to_dict(), "request": req.to_dict()}
     est = None
     if args.estimate:
@@ -1044,7 +1056,7 @@ def _run(args) -> _Answer:
     s_out = int(positive_int("--output", args.output))
     price = None if args.price_per_hour is None else float(non_negative("--price-per-hour", args.price_per_hour))
     from .cli_serving import _prefix_kwargs
-    prefix = _prefix_kwargs(args)
+    prefix = _prefix_kwargs(args, "--input", s_in)
     r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price, **prefix)
     data, est = r.to_dict(), None
     if args.estimate:

@@ -38,14 +38,18 @@ def _percentiles(option: str, value) -> np.ndarray:
     return p
 
 
-def _prefix_kwargs(args) -> dict:
-    """--prefix-tokens, --prefix-hit-rate and --block-size as the library's prefix arguments (checked, named)."""
+def _prefix_kwargs(args, prompt_option: str, prompt: int) -> dict:
+    """--prefix-tokens, --prefix-hit-rate and --block-size as the library's prefix arguments (checked, named): the
+    prefix is the start of every prompt, so no longer than ``prompt`` tokens (the value of ``prompt_option``)."""
     if args.prefix_tokens is None:
         for dest, option in (("prefix_hit_rate", "--prefix-hit-rate"), ("block_size", "--block-size")):
             if getattr(args, dest, None) is not None and args.command != "capacity":
                 raise ValueError(f"{option} needs --prefix-tokens (the shared prefix's length)")
         return {}
     out = {"prefix_tokens": float(positive_int("--prefix-tokens", args.prefix_tokens))}
+    if out["prefix_tokens"] > prompt:
+        raise ValueError(f"--prefix-tokens {out['prefix_tokens']:,.0f} is longer than {prompt_option} {prompt:,.0f}: a "
+                         "shared prefix is the start of every prompt, so at most its length")
     if args.prefix_hit_rate is not None:
         out["prefix_hit_rate"] = float(unit_interval("--prefix-hit-rate", args.prefix_hit_rate))
     if args.block_size is not None:
@@ -172,9 +176,13 @@ def _load(args) -> _Answer:
     rate = positive("--rate", args.rate)
     pct = _percentiles("--percentiles", args.percentiles)
     sim = None if args.simulate is None else simulated_requests("--simulate", args.simulate)
-    load = serving_load(dep, rate, int(positive_int("--input", args.input)), int(positive_int("--output", args.output)),
-                        percentiles=pct, simulate_requests=sim, seed=seed_value("--seed", args.seed), times=args.times,
-                        **_prefix_kwargs(args))
+    s_in = int(positive_int("--input", args.input))
+    prefix = _prefix_kwargs(args, "--input", s_in)
+    if prefix and args.times != "bound":  # said with the options, not serving_load's argument names (R25b-5)
+        raise ValueError(f"--times {args.times} prices no cached prefix (the estimate is fitted on runs without one): "
+                         "give --prefix-tokens with --times bound, or drop it")
+    load = serving_load(dep, rate, s_in, int(positive_int("--output", args.output)), percentiles=pct,
+                        simulate_requests=sim, seed=seed_value("--seed", args.seed), times=args.times, **prefix)
     return _Answer(load.to_dict(), lambda: _print_load(load))
 
 
@@ -324,9 +332,15 @@ def _offload(args) -> _Answer:
 
 def _print_offload(o) -> None:
     print(f"offload of {o.kind} over {o.link}, B = {o.batch:g}, S = {o.context:g}")
-    print(f"  moved per step           {fmt_bytes(o.offloaded_bytes_per_step)} in {fmt_seconds(o.link_s)}")
+    moved = o.offloaded_bytes_per_step
+    print(f"  moved per step           {f'{fmt_bytes(moved)} in {fmt_seconds(o.link_s)}' if moved else 'nothing'}")
     print(f"  step, lower bound        {fmt_seconds(o.step_s)}  (the chip alone: {fmt_seconds(o.chip_step_s)})")
     print(f"  sequences that fit       {o.max_batch_chip:,.0f} on the chip, {o.max_batch:,.0f} with offload")
+    if o.offloaded_bytes_per_step == 0:  # nothing crosses the link: no verdict on offloading (R25b-4)
+        why = (f"B = {o.batch:g} fits on the chip" if o.kind == "kv" else "no expert is off the chip (--fraction 0)")
+        print(f"  tokens/s                 {o.tokens_per_s:,.0f} ({o.tokens_per_s_chip_only:,.0f} at the chip's "
+              f"largest batch): nothing to offload, {why}")
+        return
     print(f"  tokens/s                 {o.tokens_per_s:,.0f} against {o.tokens_per_s_chip_only:,.0f} without: "
           f"{'pays' if o.pays else 'does not pay'}")
 

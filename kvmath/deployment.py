@@ -521,9 +521,10 @@ class Deployment:
             fraction ``prefix_hit_rate`` (default 1) of the sequences that hit
             it hold no copy of its :func:`kvmath.prefix.reused_tokens` (whole
             blocks of ``block_size``, default vLLM's 16), which every chip that
-            holds such a sequence stores once (a prefix longer than ``context``
-            shares only the context's whole blocks, as ``reused_tokens`` cuts
-            it). ``max_tokens`` stays the token slots the memory holds.
+            holds such a sequence stores once (``prefix_tokens`` at most
+            ``context``: the prefix is the start of each sequence).
+            ``max_tokens`` stays the token slots the memory holds (without a
+            prefix); ``max_batch`` counts the sequences that fit with it.
         draft : Model or str, optional
             A separate draft model for speculative decoding, held on the same
             chips in the same layout: its weights take memory beside the
@@ -576,10 +577,11 @@ class Deployment:
             draft_seq, draft_chip = chip_bytes(drafting)
             kv_seq, per_seq_chip = kv_seq + draft_seq, per_seq_chip + draft_chip
         groups = lay.dp * seqs_per_group  # chips that each hold whole, different sequences
+        per_token_chip = per_seq_chip / context  # a token slot's bytes on the busiest chip, before any sharing
         held_once = 0.0
         if prefix is not None:
             p, h, b = prefix
-            shared = shared_kv_bytes(plan, np.ceil(context), reused_tokens(p, b, context))
+            shared = shared_kv_bytes(plan, np.ceil(context), reused_tokens(p, b, context, prompt_name="context"))
             if lay.kv_split != "batch":  # split by heads as the rest of the cache (it holds no linear state)
                 shared = plan._chip_share(shared + plan.state_bytes) - plan._chip_share(plan.state_bytes)
             shared = shared / lay.cp * plan.stage
@@ -587,7 +589,6 @@ class Deployment:
             held_once = np.where(np.asarray(h) > 0, shared, 0.0)
         max_batch = np.floor(np.maximum(free - held_once, 0.0) / per_seq_chip) * groups
         per_token = kv_seq / context  # averaged over the sequence: windows and linear states included
-        per_token_chip = per_seq_chip / context
         result = dict(context=context, budget=budget, memory_per_chip_bytes=memory,
                       weight_bytes_per_chip=weights, kv_budget_bytes_per_chip=free,
                       kv_bytes_per_token=per_token, kv_bytes_per_seq=kv_seq,

@@ -33,10 +33,12 @@ import numpy as np
 from .validation import ArrayLike, non_negative, plain, positive_int
 
 
-def reused_tokens(prefix_tokens: ArrayLike, block_size: ArrayLike, input_tokens: ArrayLike | None = None) -> ArrayLike:
+def reused_tokens(prefix_tokens: ArrayLike, block_size: ArrayLike, input_tokens: ArrayLike | None = None, *,
+                  prompt_name: str = "input_tokens") -> ArrayLike:
     """Prompt tokens a request reuses from a cached prefix of ``prefix_tokens``: whole blocks, never the last token.
 
-    ``floor(min(P, S_in - 1) / b) * b`` (``S_in`` omitted: ``floor(P / b) * b``).
+    ``floor(min(P, S_in - 1) / b) * b`` (``S_in`` omitted: ``floor(P / b) * b``). The prefix is the start of every
+    prompt, so one longer than the prompt is refused, naming ``prompt_name`` (the caller's name for ``S_in``).
 
     Examples
     --------
@@ -55,7 +57,11 @@ def reused_tokens(prefix_tokens: ArrayLike, block_size: ArrayLike, input_tokens:
     if np.any(np.asarray(p) != np.floor(p)):
         raise ValueError(f"prefix_tokens must be whole numbers of tokens, got {prefix_tokens!r}")
     if input_tokens is not None:
-        s_in = positive_int("input_tokens", input_tokens)
+        s_in = positive_int(prompt_name, input_tokens)
+        longer = np.asarray(p) > np.asarray(s_in)
+        if np.any(longer):
+            raise ValueError(f"prefix_tokens ({prefix_tokens!r}) is longer than {prompt_name} ({input_tokens!r}): a "
+                             "shared prefix is the start of every prompt, so at most its length"[:300])
         p = np.minimum(p, np.asarray(s_in, dtype=float) - 1)
     return plain(np.floor(np.asarray(p, dtype=float) / b) * b)
 

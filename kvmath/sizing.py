@@ -11,7 +11,8 @@ within ``tpot_target_s``. The answer is the layout with the fewest chips that
 does, and its **goodput**: the
 highest rate at which it still meets both targets (DistServe's definition:
 the rate it serves within the service-level objectives). Between layouts of as
-many chips that both meet a pair, the one less utilised at its rate is taken.
+many chips that both meet a pair, the one with the higher goodput is taken
+(the most headroom above the rate asked).
 
 The service times are the step model's bounds (``times="bound"``, the
 default) or the estimates of :mod:`kvmath.estimate` (``times="estimate"``),
@@ -249,15 +250,17 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
     first = demand.copy() if users is None else np.full(n, np.nan)
     out = dict(ttft=np.full(n, np.nan), tpot=np.full(n, np.nan), util=np.full(n, np.nan), goodput=np.zeros(n),
                rate=first)
-    # among the layouts with the fewest chips that meet the pair, the least loaded (the most headroom)
-    load = np.full((len(engines), n), np.inf)
+    # among the layouts with the fewest chips that meet the pair, the one with the most headroom: the highest goodput
+    # (review R25b-2: the least utilised at the offered rate is not it; for Llama 3.1 70B on 8 RTX 4090s, tp=4,pp=2
+    # is less utilised than tp=8 at 1 req/s but meets the targets only up to 1.27 req/s, tp=8 up to 2.13)
+    goodput = np.full((len(engines), n), -np.inf)
     for index, (layout, engine) in enumerate(engines):
         tied = feasible & (layout.n_chips == best_chips)
         if tied.any():
-            ok, f, _ = _meets(engine, rates[index, tied], ttft_t[tied], tpot_t[tied], p)
-            load[index, tied] = np.where(ok, f["utilisation"], np.inf)
+            ok, _, _ = _meets(engine, rates[index, tied], ttft_t[tied], tpot_t[tied], p)
+            goodput[index, tied] = np.where(ok, _goodput(engine, ttft_t[tied], tpot_t[tied], p), -np.inf)
     if engines:
-        best = np.where(feasible, np.argmin(load, axis=0), -1)
+        best = np.where(feasible, np.argmax(goodput, axis=0), -1)
     for index, (layout, engine) in enumerate(engines):
         mine = best == index
         if not mine.any():
@@ -265,7 +268,7 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
         rate = rates[index, mine]
         _, f, ttft = _meets(engine, rate, ttft_t[mine], tpot_t[mine], p)
         out["ttft"][mine], out["tpot"][mine], out["util"][mine] = ttft, f["tpot_s"], f["utilisation"]
-        out["goodput"][mine] = _goodput(engine, ttft_t[mine], tpot_t[mine], p)
+        out["goodput"][mine] = goodput[index, mine]
         out["rate"][mine] = rate
     chips = np.array([lay.n_chips for lay, _ in engines] + [0])
     texts = np.array([layout_text(lay) for lay, _ in engines] + [""], dtype=object)
