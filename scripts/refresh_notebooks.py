@@ -130,14 +130,19 @@ def refresh(path: Path, timeout: int = 120, keep_images: bool = True) -> float:
 
 
 def main(argv: list[str]) -> int:
-    keep_images = "--small" not in argv
-    argv = [a for a in argv if a != "--small"]
-    if not argv:
-        print(__doc__.splitlines()[2])
-        return 2
-    for name in argv:
-        path = Path(name)
-        seconds = refresh(path, keep_images=keep_images)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="scripts/refresh_notebooks.py",
+                                     description="Re-execute notebooks in place, keeping only metadata that does not churn.")
+    parser.add_argument("--small", action="store_true",
+                        help="leave out what the book build makes again (images, interactive frames)")
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK", help="an .ipynb file")
+    args = parser.parse_args(argv)  # --help prints the usage; an unknown option exits 2 naming it
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {missing[0]}")
+    for path in args.notebooks:
+        seconds = refresh(path, keep_images=not args.small)
         print(f"refreshed {path} in {seconds:.1f} s")
     return 0
 

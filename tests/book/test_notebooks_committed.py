@@ -221,3 +221,20 @@ def test_no_sentence_sends_the_reader_to_a_kernel_for_a_control_the_page_runs(pa
     text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     said = re.findall(r"[^.]*\b(?:in|needs?|with) a live kernel[^.]*\.", text, re.I)
     assert not said, f"{path.name}: {said}"
+
+
+@pytest.mark.parametrize("tool", ["refresh_notebooks", "kvbook.inline"])
+def test_the_refresh_tools_answer_help_and_refuse_a_missing_notebook(tool, capsys):
+    """--help prints the usage and exits 0 (it was read as a notebook's path, a traceback); a path that is not a
+    file and an unknown option each exit 2 with one line naming it."""
+    import importlib
+
+    main = importlib.import_module(tool).main
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "NOTEBOOK" in capsys.readouterr().out
+    for argv, named in ((["no-such.ipynb"], "no such notebook: no-such.ipynb"), (["--bogus", "x.ipynb"], "--bogus")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and named in err.splitlines()[-1]

@@ -243,9 +243,19 @@ def fill(path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    for name in argv:
-        n = fill(Path(name))
-        print(f"{name}: {n} inline expressions filled")
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kvbook.inline",
+                                     description="Evaluate each notebook's inline expressions and store the results "
+                                                 "in its Markdown cells' metadata (in place).")
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK", help="an .ipynb file")
+    args = parser.parse_args(argv)  # --help prints the usage; an unknown option exits 2 naming it
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {missing[0]}")
+    for path in args.notebooks:
+        n = fill(path)
+        print(f"{path}: {n} inline expressions filled")
     return 0
 
 
