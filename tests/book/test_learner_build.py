@@ -80,6 +80,25 @@ def test_stripping_removes_every_solution(notebook):
         assert len(stripped["cells"]) < len(nb["cells"])
 
 
+@pytest.mark.parametrize("notebook", CHAPTERS)
+def test_a_name_an_exercise_gives_the_reader_is_bound_in_the_learners_copy(notebook):
+    """An exercise that points the reader at a name of the page (in backticks, a name some code cell binds) must
+    leave it bound once the solutions are gone: chapter 13's exercise 1 asked learners to compare with a
+    measurement that only its solution held (review R21b-3); it is now M1_MAX_MEASURED, bound outside it."""
+    from kvbook.inline import names_bound
+
+    nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+    learner = workshop_build.strip_solutions(nb)
+    everywhere = set().union(*(names_bound("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "code"))
+    kept = set().union(set(), *(names_bound("".join(c["source"])) for c in learner["cells"]
+                                if c["cell_type"] == "code"))
+    statements = re.findall(r"\{exercise-start\}.*?\{exercise-end\}", _text(learner["cells"]), flags=re.S)
+    named = {n for text in statements for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text)} & everywhere
+    assert named <= kept, f"{notebook}: exercises name {sorted(named - kept)}, bound only in solutions"
+    if notebook == "13_calibration":
+        assert "M1_MAX_MEASURED" in named
+
+
 def test_stripping_a_gated_solution_keeps_what_follows():
     nb = {"cells": [
         {"cell_type": "markdown", "metadata": {}, "source":
