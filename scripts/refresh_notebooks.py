@@ -42,6 +42,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from kvbook.cell_view import collapse_as_the_book_hides
+from kvbook.inline import parse_notebook_args
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -136,11 +137,7 @@ def main(argv: list[str]) -> int:
                                      description="Re-execute notebooks in place, keeping only metadata that does not churn.")
     parser.add_argument("--small", action="store_true",
                         help="leave out what the book build makes again (images, interactive frames)")
-    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK", help="an .ipynb file")
-    args = parser.parse_args(argv)  # --help prints the usage; an unknown option exits 2 naming it
-    missing = [str(p) for p in args.notebooks if not p.is_file()]
-    if missing:
-        parser.error(f"no such notebook: {missing[0]}")
+    args = parse_notebook_args(parser, argv)
     for path in args.notebooks:
         seconds = refresh(path, keep_images=not args.small)
         print(f"refreshed {path} in {seconds:.1f} s")

@@ -242,17 +242,25 @@ def fill(path: Path) -> int:
     return count
 
 
+def parse_notebook_args(parser, argv: list[str]):
+    """``argv`` parsed by ``parser`` with one or more notebook paths added (``args.notebooks``), each an existing file:
+    the command line of this module and of scripts/refresh_notebooks.py. ``--help`` prints the usage and exits 0; an
+    unknown option or a missing notebook exits 2 with one line naming it."""
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK", help="an .ipynb file")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {missing[0]}")
+    return args
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m kvbook.inline",
                                      description="Evaluate each notebook's inline expressions and store the results "
                                                  "in its Markdown cells' metadata (in place).")
-    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK", help="an .ipynb file")
-    args = parser.parse_args(argv)  # --help prints the usage; an unknown option exits 2 naming it
-    missing = [str(p) for p in args.notebooks if not p.is_file()]
-    if missing:
-        parser.error(f"no such notebook: {missing[0]}")
+    args = parse_notebook_args(parser, argv)
     for path in args.notebooks:
         n = fill(path)
         print(f"{path}: {n} inline expressions filled")
