@@ -930,14 +930,12 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
     if args.prefix_tokens is None:
         _row(f"batch at S = {c.context:,.0f}", f"{c.max_batch:,.0f}")
     else:  # said, with what it buys (R25b-3): the batch below counts on it
-        from .memory import BLOCK_SIZE
-        from .prefix import reused_tokens
+        from .prefix import check_prefix, reused_tokens
 
-        block = args.block_size or BLOCK_SIZE
-        hit = 1.0 if args.prefix_hit_rate is None else args.prefix_hit_rate
-        reused = reused_tokens(args.prefix_tokens, block, c.context, prompt_name="--context")
+        prefix, hit, block = check_prefix(args.prefix_tokens, args.prefix_hit_rate, args.block_size)  # its defaults
+        reused = reused_tokens(prefix, block, c.context, prompt_name="--context")
         _row("shared prefix, held once per chip", f"{fmt_bytes(c.prefix_kv_bytes_per_chip)}  ({reused:,.0f} of its "
-             f"{args.prefix_tokens:,.0f} tokens in whole blocks of {block}, hit rate {hit:g})")
+             f"{args.prefix_tokens:,.0f} tokens in whole blocks of {block:g}, hit rate {hit:g})")
         _row(f"batch at S = {c.context:,.0f}, with the prefix", f"{c.max_batch:,.0f}")
     b_w = dtype_bytes(args.weight_dtype, argument="--weight-dtype")
     _row("critical batch B_crit", f"{formulas.critical_batch(dep.flops, dep.chip.bandwidth, b_w):.1f}")

@@ -336,7 +336,7 @@ def _print_offload(o) -> None:
     print(f"  moved per step           {f'{fmt_bytes(moved)} in {fmt_seconds(o.link_s)}' if moved else 'nothing'}")
     print(f"  step, lower bound        {fmt_seconds(o.step_s)}  (the chip alone: {fmt_seconds(o.chip_step_s)})")
     print(f"  sequences that fit       {o.max_batch_chip:,.0f} on the chip, {o.max_batch:,.0f} with offload")
-    if o.offloaded_bytes_per_step == 0:  # nothing crosses the link: no verdict on offloading (R25b-4)
+    if not moved:  # nothing crosses the link: no verdict on offloading (R25b-4)
         why = (f"B = {o.batch:g} fits on the chip" if o.kind == "kv" else "no expert is off the chip (--fraction 0)")
         print(f"  tokens/s                 {o.tokens_per_s:,.0f} ({o.tokens_per_s_chip_only:,.0f} at the chip's "
               f"largest batch): nothing to offload, {why}")

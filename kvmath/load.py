@@ -306,7 +306,7 @@ class _Engine:
         # below one sequence price a fraction of a sequence's weights and experts (review R25b-1: Mixtral on two
         # H100s at 0.01 req/s, 2.90 ms a token against the simulation's 6.16 ms).
         one = float(self.step_s(np.float64(1.0)))
-        light = k * one < 1     # the least root of N = k t_d(N) is below 1 exactly then (N - k t_d(N) rises past it)
+        light = stable & (k * one < 1)  # the least root of N = k t_d(N) is below 1 exactly then (N - k t_d(N) rises)
         running = np.where(light, k * one, self._running(k, stable))
         step = np.where(stable, self.step_s(np.where(stable, np.maximum(running, 1.0), 1.0)), np.inf)
         tpot = step / free

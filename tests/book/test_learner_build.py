@@ -90,7 +90,7 @@ def test_a_name_an_exercise_gives_the_reader_is_bound_in_the_learners_copy(noteb
     nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
     learner = workshop_build.strip_solutions(nb)
     everywhere = set().union(*(names_bound("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "code"))
-    kept = set().union(set(), *(names_bound("".join(c["source"])) for c in learner["cells"]
+    kept = set().union(*(names_bound("".join(c["source"])) for c in learner["cells"]
                                 if c["cell_type"] == "code"))
     statements = re.findall(r"\{exercise-start\}.*?\{exercise-end\}", _text(learner["cells"]), flags=re.S)
     named = {n for text in statements for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text)} & everywhere

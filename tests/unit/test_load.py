@@ -79,6 +79,28 @@ def test_capacity_holds_a_shared_prefix_once():
     assert H100.capacity(2000, prefix_tokens=1500, prefix_hit_rate=0.0).max_batch == 243
 
 
+def test_capacity_says_the_prefix_and_counts_slots_without_it(capsys):
+    """R25b-3, at 2,000 tokens with a 1,500-token prefix (1,488 reused, as above): the slots are 80 GB less the
+    8,030,261,248 parameters' bf16 bytes (Llama 3 8B's published count), over 131,072 B: 487,819 whatever is shared
+    (it printed the batch's tokens, the prefix counted per sequence). The text names the prefix's 1,488 x 131,072 B
+    = 0.195 GB (0.20 GB to two decimals) and the batch of 949 it buys. A prefix longer than the prompt is refused
+    by name, in the library and on the command line."""
+    c = H100.capacity(2000, prefix_tokens=1500)
+    assert c.max_tokens == H100.capacity(2000).max_tokens == np.floor((80e9 - 2 * 8_030_261_248) / KV_TOKEN) == 487819
+    assert main(["capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "2000",
+                 "--prefix-tokens", "1500"]) == 0
+    out = capsys.readouterr().out
+    assert "487,819  (cache slots, without sharing)" in out
+    assert "0.20 GB (0.18 GiB)  (1,488 of its 1,500 tokens in whole blocks of 16, hit rate 1)" in out
+    assert "batch at S = 2,000, with the prefix      949" in out
+    with pytest.raises(ValueError, match="prefix_tokens .* is longer than context"):
+        H100.capacity(2000, prefix_tokens=2001)
+    assert main(["capacity", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--context", "2000",
+                 "--prefix-tokens", "2001"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--prefix-tokens 2,001 is longer than --context 2,000: a shared "
+                                                    "prefix is the start of every prompt, so at most its length")
+
+
 def test_prefix_bad_input_is_named():
     for kwargs, word in ((dict(prefix_tokens=240, prefix_hit_rate=1.5), "prefix_hit_rate"),
                          (dict(prefix_tokens=-1), "prefix_tokens"), (dict(prefix_tokens=240, block_size=0), "block_size"),
