@@ -253,14 +253,27 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
     # among the layouts with the fewest chips that meet the pair, the one with the most headroom: the highest goodput
     # (review R25b-2: the least utilised at the offered rate is not it; for Llama 3.1 70B on 8 RTX 4090s, tp=4,pp=2
     # is less utilised than tp=8 at 1 req/s but meets the targets only up to 1.27 req/s, tp=8 up to 2.13)
-    goodput = np.full((len(engines), n), -np.inf)
-    for index, (layout, engine) in enumerate(engines):
-        tied = feasible & (layout.n_chips == best_chips)
-        if tied.any():
-            ok, _, _ = _meets(engine, rates[index, tied], ttft_t[tied], tpot_t[tied], p)
-            goodput[index, tied] = np.where(ok, _goodput(engine, ttft_t[tied], tpot_t[tied], p), -np.inf)
-    if engines:
-        best = np.where(feasible, np.argmax(goodput, axis=0), -1)
+    top = np.full(n, -np.inf)
+    # the tied layouts most likely to win first: a layout's goodput is below its stable limit, and one that does not
+    # meet the targets at the goodput found so far cannot beat it (meeting them is monotone in the rate), so it needs
+    # one check instead of a bisection; the winner is the same as bisecting every tied layout (lowest index on a tie)
+    order = sorted(range(len(engines)), key=lambda i: -_stable_limit(engines[i][1]))
+    for index in order:
+        layout, engine = engines[index]
+        tied = feasible & (layout.n_chips == best_chips) & (_stable_limit(engine) >= top)
+        if not tied.any():
+            continue
+        ok, _, _ = _meets(engine, rates[index, tied], ttft_t[tied], tpot_t[tied], p)
+        rival = np.isfinite(top[tied])
+        at_top = np.where(rival, top[tied], 0.0)
+        ok &= ~rival | _meets(engine, np.maximum(at_top, 1e-300), ttft_t[tied], tpot_t[tied], p)[0]
+        if not ok.any():
+            continue
+        where = np.flatnonzero(tied)[ok]
+        g = _goodput(engine, ttft_t[where], tpot_t[where], p)
+        win = (g > top[where]) | ((g == top[where]) & (index < best[where]))
+        top[where[win]], best[where[win]] = g[win], index
+    goodput = top
     for index, (layout, engine) in enumerate(engines):
         mine = best == index
         if not mine.any():
@@ -268,7 +281,7 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
         rate = rates[index, mine]
         _, f, ttft = _meets(engine, rate, ttft_t[mine], tpot_t[mine], p)
         out["ttft"][mine], out["tpot"][mine], out["util"][mine] = ttft, f["tpot_s"], f["utilisation"]
-        out["goodput"][mine] = goodput[index, mine]
+        out["goodput"][mine] = goodput[mine]
         out["rate"][mine] = rate
     chips = np.array([lay.n_chips for lay, _ in engines] + [0])
     texts = np.array([layout_text(lay) for lay, _ in engines] + [""], dtype=object)

@@ -311,6 +311,38 @@ def test_between_layouts_of_as_many_chips_size_takes_the_most_goodput():
     assert s.goodput_rps == pytest.approx(found["tp=8"][1], rel=1e-12)
 
 
+@pytest.mark.parametrize("model, chip, most", [("llama-3.1-70b", "rtx-4090", 8), ("llama-3-8b", "h100-sxm", 16),
+                                                ("mixtral-8x7b", "h100-sxm", 8)])
+def test_size_bisects_only_the_tied_layouts_that_can_win(model, chip, most):
+    """size skips the goodput bisection of a tied layout that misses the targets at the goodput found so far; the
+    layout it picks must be the one a bisection of every tied layout picks (highest goodput, the first on a tie).
+    The brute force here bisects every layout with the fewest chips that meets each pair (24 rates, 0.1 to 50
+    req/s, seeded TTFT and TPOT targets), and the goodput size reports must be the winner's bisection, exactly."""
+    from kvmath.hardware import get_chip
+    from kvmath.models import get_model
+    from kvmath.sizing import _engines, _goodput, _meets, layout_text
+
+    rng = np.random.default_rng(7)
+    rates, ttft, tpot = np.geomspace(0.1, 50, 24), rng.uniform(0.2, 3.0, 24), rng.uniform(0.02, 0.12, 24)
+    s = size(model, chip, most, ttft, tpot, 2000, 200, arrival_rate=rates)
+    engines = _engines(get_model(model), get_chip(chip), most, (2000.0,), (200.0,), "bf16", "bf16", "bound")
+    meets = np.array([_meets(engine, rates, ttft, tpot, 90.0)[0] for _, engine in engines])
+    chips = np.array([lay.n_chips for lay, _ in engines])
+    ties = 0
+    for i in range(rates.size):
+        fewest = chips[meets[:, i]].min(initial=10 ** 9)
+        tied = [j for j in np.flatnonzero(meets[:, i]) if chips[j] == fewest]
+        if not tied:
+            assert not s.feasible[i]
+            continue
+        ties += len(tied) > 1
+        g = [float(_goodput(engines[j][1], ttft[i:i + 1], tpot[i:i + 1], 90.0)[0]) for j in tied]
+        win = tied[int(np.argmax(g))]
+        assert (s.n_chips[i], s.layout[i]) == (fewest, layout_text(engines[win][0]))
+        assert s.goodput_rps[i] == max(g)
+    assert ties > 0  # the case holds pairs where layouts tie, or it tests nothing
+
+
 def test_size_with_estimate_times_by_hand():
     """The chips `size` picks fed the estimate's times, and at its interval's ends, by hand from those times.
 
