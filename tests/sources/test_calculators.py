@@ -125,3 +125,53 @@ def test_embedding_table_read_every_step_overcounts_untied_models_only():
         assert extra == pytest.approx((m.vocab - 1) * m.d_model * 2, rel=1e-12)
     tied = km.Model.preset("llama-3.2-1b")
     assert tied.active_param_count() * 2 == pytest.approx(tied.weight_bytes_read(1), rel=1e-12)
+
+
+def test_moe_active_parameters_are_the_floor_not_a_batch_of_64():
+    # Mixtral 8x7B's config.json (models.csv): 32 layers, hidden 4096, 32 heads, 8 KV heads of 128, expert MLP 14336,
+    # vocab 32000, 8 experts, top 2, untied embeddings. Per layer: attention q, o 4096 x 4096, k, v 4096 x 1024;
+    # an expert three 4096 x 14336 matrices; the router 4096 x 8.
+    m = km.Model.preset("mixtral-8x7b")
+    attention, expert, router, head = 2 * 4096 * 4096 + 2 * 4096 * 1024, 3 * 4096 * 14336, 4096 * 8, 32000 * 4096
+    assert (attention, expert) == (41_943_040, 176_160_768)
+    calculator = 2 * (32 * (attention + 2 * expert + router) + head)       # k experts a layer, any batch
+    assert calculator == m.matmul_params_per_token() * 2 == 25_497_174_016
+    touched = 8 * (1 - (1 - 2 / 8) ** 64)                                  # uniform routing, 64 tokens
+    assert 8 - touched == pytest.approx(8.0726e-8, rel=1e-4)
+    norms = 32 * 2 * 4096 + 4096                                           # two RMSNorms a layer and the last one
+    uniform = 2 * (32 * (attention + router + touched * expert) + norms + head + 64 * 4096)  # 64 input rows looked up
+    assert m.weight_bytes_read(64, routing="uniform") == pytest.approx(uniform, rel=1e-12)
+    assert calculator / uniform == pytest.approx(0.2737, abs=5e-5)
+    # the floor is the calculator's figure plus the embedding's one row and the norms
+    assert m.weight_bytes_read(1) == pytest.approx(calculator + 2 * (norms + 4096), rel=1e-12)
+
+
+def test_a_cache_split_over_more_chips_than_kv_heads_is_copied():
+    # Llama 3.1 405B (models.csv): 126 layers, 8 KV heads of 128: 2 x 126 x 8 x 128 x 2 B = 516,096 B a token.
+    # On tp = 16 each KV head sits on 2 chips, so a chip holds 1 of the 8: 64,512 B a token, not 516,096 / 16.
+    m = km.Model.preset("llama-3.1-405b")
+    assert m.kv_bytes_per_token() == 2 * 126 * 8 * 128 * 2 == 516_096
+    for tp, held in ((16, 516_096 // 8), (32, 516_096 // 8)):
+        cap = km.Deployment(m, "h100-sxm", f"tp={tp}").capacity(8192)
+        budget = cap.kv_budget_bytes_per_chip
+        assert cap.max_batch == budget // (held * 8192)
+        calculator = budget // (516_096 / tp * 8192)
+        assert calculator / cap.max_batch == pytest.approx(tp / 8, rel=0.02)   # the batch is a whole number
+    cap16 = km.Deployment(m, "h100-sxm", "tp=16").capacity(8192)
+    assert (int(cap16.kv_budget_bytes_per_chip // (32_256 * 8192)), int(cap16.max_batch)) == (110, 55)
+
+
+def test_a_links_two_directions_are_not_its_rate():
+    # links.csv, nvlink5: 900e9 B/s a direction, stated as 1800e9 bidirectional; 0.5 us a hop (assumed).
+    # One layer's all-reduce in an 8,192-token prefill of Llama 3.1 70B (hidden 8192, bf16) on 8 chips, ring:
+    # 2 x 7/8 x 134,217,728 B = 234,881,024 B each way, in 14 hops.
+    from kvmath.links import allreduce_time, get_link
+
+    link = get_link("nvlink5")
+    assert (link.bandwidth, link.stated_bandwidth, link.stated_as) == (900e9, 1800e9, "bidirectional")
+    sent = 2 * 7 / 8 * 8192 * 8192 * 2
+    assert sent == 234_881_024
+    kvmath_s = allreduce_time(8192 * 8192 * 2, 8, link, "ring")
+    assert kvmath_s == pytest.approx(sent / 900e9 + 14 * 0.5e-6, rel=1e-12)    # 267.98 us
+    calculator_s = sent / 1800e9                                                # 130.49 us
+    assert calculator_s / kvmath_s == pytest.approx(0.48694, abs=5e-5)

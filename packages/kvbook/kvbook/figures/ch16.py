@@ -82,13 +82,13 @@ def ratios(pitfalls: list):
     import kvbook.plots as kp
 
     labels = [label for label, _, _ in pitfalls]
-    fig, ax = kp.new_figure((8, 4.6))
+    fig, ax = kp.new_figure((8, 1.6 + len(labels) / 3))    # a third of an inch a pitfall
     for y, (label, ratio, others) in enumerate(pitfalls):
         ax.plot(others, [y] * len(others), "o", mfc="none", color="0.55", ms=6, zorder=2)
         ax.plot([ratio], [y], "o", color=kp.COLORS[0] if ratio > 1 else kp.COLORS[1], ms=8, zorder=3)
     ax.axvline(1.0, color="0.3", lw=1)
     ax.set_xscale("log")
-    ax.set_xlim(0.3, 200)                                 # room for the left label inside the axes
+    ax.set_xlim(0.03, 200)                                # room for the left label inside the axes
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels)
