@@ -175,3 +175,20 @@ def test_a_links_two_directions_are_not_its_rate():
     assert kvmath_s == pytest.approx(sent / 900e9 + 14 * 0.5e-6, rel=1e-12)    # 267.98 us
     calculator_s = sent / 1800e9                                                # 130.49 us
     assert calculator_s / kvmath_s == pytest.approx(0.48694, abs=5e-5)
+
+
+def test_a_sparse_headline_rate_halves_a_compute_bound_prefill():
+    # hardware.csv: the H200 row's source gives 'BF16 1,979 and FP8 3,958 TFLOPS with sparsity'; the row keeps the
+    # dense 989.4e12 (the H100 datasheet's rates, whose headline figures assume 2:4 sparsity).
+    from kvmath.requests import prefill_bound, prefill_chip_step
+
+    h200 = km.Chip.preset("h200")
+    assert "1,979" in h200.source and "with sparsity" in h200.source
+    assert h200.flops("bf16") == 989.4e12 and round(2 * h200.flops("bf16") / 1e12) == 1979
+    # Llama 3 8B, one prompt of 8,192 tokens: the weights' and the causal attention's FLOPs at one chip's dense
+    # rate; the bytes are far behind at this length, so the bound is the FLOPs over the rate, and the headline halves it
+    dep = km.Deployment("llama-3-8b", h200)
+    step = prefill_chip_step(dep, 1, 8192)
+    flops = step.weight_flops + step.attention_flops
+    assert float(prefill_bound(dep, 1, 8192)) == pytest.approx(flops / 989.4e12, rel=1e-12)
+    assert (flops / (2 * 989.4e12)) / float(prefill_bound(dep, 1, 8192)) == pytest.approx(0.5, rel=1e-12)
