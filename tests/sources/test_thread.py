@@ -112,3 +112,19 @@ def test_mqa_with_tp2_reads_the_whole_cache_on_each_gpu_unless_sharded_by_batch(
     assert by_heads == kv
     assert (7e9 + by_heads) / 1e9 == pytest.approx(75.7, abs=0.05)  # ~76 GB per GPU per step
     assert (7e9 + by_batch) / 1e9 == pytest.approx(41.4, abs=0.05)  # ~41 GB
+
+
+def test_what_tensor_parallelism_adds_to_the_mqa_step():
+    # Chapter 7's "what the tensor-parallel split adds": 2 all-reduces in each of 32 layers, of 16 x 4096 bf16
+    # values (131,072 B), on 2 A100s over NVLink 3 (links.csv: 300e9 B/s a direction, 0.5 us a hop assumed, 10.14 us
+    # measured by nccl-tests for a small all-reduce on two A100s).
+    from kvmath.links import allreduce_estimate, allreduce_time, get_link
+
+    nv3, message = get_link("nvlink3"), 16 * 4096 * 2
+    assert message == 131_072
+    # on two chips every algorithm sends half the message each way; the floor is one hop
+    assert 64 * allreduce_time(message, 2, nv3) == pytest.approx(64 * (message / 2 / 300e9 + 0.5e-6), rel=1e-12)
+    assert 64 * allreduce_estimate(message, 2, nv3) == pytest.approx(64 * (10.14e-6 + message / 2 / 300e9), rel=1e-12)
+    assert 64 * (10.14e-6 + message / 2 / 300e9) == pytest.approx(676.92e-6, abs=5e-9)
+    # one KV head: W_K and W_V (4096 x 128 each, 32 layers, bf16) whole on both GPUs, half of it beyond their share
+    assert 2 * 4096 * 128 * 32 * 2 * (1 - 1 / 2) == 33_554_432
