@@ -122,9 +122,10 @@ def test_what_tensor_parallelism_adds_to_the_mqa_step():
 
     nv3, message = get_link("nvlink3"), 16 * 4096 * 2
     assert message == 131_072
-    # on two chips every algorithm sends half the message each way; the floor is one hop
-    assert 64 * allreduce_time(message, 2, nv3) == pytest.approx(64 * (message / 2 / 300e9 + 0.5e-6), rel=1e-12)
-    assert 64 * allreduce_estimate(message, 2, nv3) == pytest.approx(64 * (10.14e-6 + message / 2 / 300e9), rel=1e-12)
-    assert 64 * (10.14e-6 + message / 2 / 300e9) == pytest.approx(676.92e-6, abs=5e-9)
+    # on two chips the fewest bytes any algorithm sends are 2 (N - 1) / N = 1 message each way; the floor is one hop
+    assert 64 * allreduce_time(message, 2, nv3) == pytest.approx(64 * (message / 300e9 + 0.5e-6), rel=1e-12)
+    assert 64 * (message / 300e9 + 0.5e-6) == pytest.approx(59.96e-6, abs=5e-9)
+    assert 64 * allreduce_estimate(message, 2, nv3) == pytest.approx(64 * (10.14e-6 + message / 300e9), rel=1e-12)
+    assert 64 * (10.14e-6 + message / 300e9) == pytest.approx(676.92e-6, abs=5e-9)
     # one KV head: W_K and W_V (4096 x 128 each, 32 layers, bf16) whole on both GPUs, half of it beyond their share
     assert 2 * 4096 * 128 * 32 * 2 * (1 - 1 / 2) == 33_554_432
