@@ -40,6 +40,40 @@ def test_every_row_loads(m):
         parse_layout(m.layout).check(m.model_preset)
 
 
+def _display_column(csv_name: str) -> dict[str, str]:
+    """Preset id -> its ``display_name`` cell, read from the data file itself (not through kvmath's loaders)."""
+    import csv
+
+    data = Path(km.__file__).resolve().parent / "data"
+    with open(data / csv_name, encoding="utf-8", newline="") as f:
+        return {row["name"]: row["display_name"] for row in csv.DictReader(f)}
+
+
+def test_describe_names_a_row_by_its_ids_or_its_display_names():
+    """``describe()`` is ``configuration`` (the preset ids); ``describe(display_names=True)`` puts the presets'
+    display names, the ``display_name`` column of models.csv and hardware.csv, in their place and changes
+    nothing else."""
+    models, chips = _display_column("models.csv"), _display_column("hardware.csv")
+    m = km.calibration.get_measurement("gf-70b-tp2")  # gpt-fast's Llama 2 70B, bf16, tp=2 on A100-80GBs
+    assert (m.model, m.chip) == ("llama-2-70b", "a100-80gb")
+    assert m.describe() == m.configuration == "llama-2-70b on 2x a100-80gb (tp=2), B=1, in/out 5/200, bf16"
+    shown = m.describe(display_names=True)
+    assert (models["llama-2-70b"], chips["a100-80gb"]) == ("Llama 2 70B", "NVIDIA A100-80GB SXM")
+    assert shown == "Llama 2 70B on 2x NVIDIA A100-80GB SXM (tp=2), B=1, in/out 5/200, bf16"
+    # every row: the same text with each id replaced by its display name, and no preset id left in it
+    for row in ROWS:
+        text = row.describe(display_names=True)
+        model = models.get(row.model) or EXTRA_MODELS[row.model].display_name
+        ids = row.describe()
+        assert text == ids.replace(f"{row.model} on ", f"{model} on ", 1).replace(
+            f"x {row.chip}", f"x {chips[row.chip]}", 1), row.id
+        # an id that is its own display name (OpenAI writes gpt-oss-20b) is the one that may stay
+        assert model and (model == row.model or not text.startswith(f"{row.model} ")), row.id
+        assert chips[row.chip] != row.chip and f"x {row.chip}" not in text, row.id
+    with pytest.raises(ValueError, match="display_names must be True or False"):
+        m.describe(display_names="yes")
+
+
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
 def test_no_measurement_beats_its_bound(m):
     c = km.calibration.bound_for(m)
