@@ -270,7 +270,8 @@ CH12, CH13 = "12_reality_check.ipynb", "13_calibration.ipynb"
 ONE_RATIO = re.compile(r"""^f(['"])\{(?P<ref>[\w.]+(?:\[["'][\w.-]+["']\])?(?:\.cal)?|bound_for\(\w+\))"""
                        r"""\.ratio:(?P<spec>[^}]+)\}\1$""")
 # the names the two chapters give single rows' Calibrations (BY_ID["id"] and chapter 12's CAL["key"] resolve alone)
-NAMED = {CH12: {"r6.cal": "key:6", "r7.cal": "key:7", "r10.cal": "key:10", "bound_for(META)": "meta-65b-tp8"},
+NAMED = {CH12: {"r6.cal": "key:6", "r7.cal": "key:7", "r10.cal": "key:10", "bound_for(META)": "meta-65b-tp8",
+                "worst.cal": "highest:12"},  # worst: the highest ratio of chapter 12's rows (its ROW_IDS)
          CH13: {"ds": "ds-v3-decode", "closest": "highest"}}  # closest: the row with the highest ratio
 
 
@@ -311,6 +312,8 @@ def _row_of(notebook: str, ref: str, keys: dict[str, str]) -> str:
     assert named, f"{notebook} prints the ratio of {ref!r}: name its row in NAMED"
     if named == "highest":
         return max(ROWS, key=lambda m: km.calibration.bound_for(m).ratio).id
+    if named == "highest:12":
+        return max(keys.values(), key=lambda row: km.calibration.bound_for(row).ratio)
     return keys[named[4:]] if named.startswith("key:") else named
 
 
