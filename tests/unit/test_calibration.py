@@ -349,8 +349,10 @@ def _output_lines(notebook: str) -> list[str]:
                      for o in c.get("outputs", [])).splitlines()
 
 
-def _table_column(notebook: str, marker: str, column: str) -> dict[str, str]:
-    """Row (first cell) -> the cell under ``column`` of the first committed text table whose text holds ``marker``."""
+def _table_column(notebook: str, marker: str, column: str, every: bool = False) -> dict[str, str]:
+    """Row (first cell) -> the cell under ``column`` of the first committed text table whose text holds ``marker``
+    (with ``every``, of all such tables together: chapter 13 shows one per regime; a row in two fails)."""
+    found: dict[str, str] = {}
     for cell in _cells(notebook):
         for o in cell.get("outputs", []):
             text = "".join(o.get("data", {}).get("text/plain", ""))
@@ -359,8 +361,14 @@ def _table_column(notebook: str, marker: str, column: str) -> dict[str, str]:
                 at = next(i for i, ln in enumerate(lines) if column in ln)
                 head = re.split(r"\s{2,}", lines[at].strip())
                 col = head.index(column)
-                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 2:])}
-    raise AssertionError(f"{notebook} shows no table holding {marker!r}")
+                table = {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 2:])}
+                if not every:
+                    return table
+                assert not table.keys() & found.keys(), f"{notebook}: rows in two tables: {table.keys() & found.keys()}"
+                found.update(table)
+    if not found:
+        raise AssertionError(f"{notebook} shows no table holding {marker!r}")
+    return found
 
 
 def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
@@ -377,9 +385,10 @@ def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
         row, spec, expr, text = printed[nb][0]
         wrong = dict(printed, **{nb: [(row, spec, expr, text + "0"), *printed[nb][1:]]})
         assert any(expr in str(b) for b in _ratio_mismatches(wrong)), nb
-    # chapter 13's table of every measurement (two decimals) and chapter 12's tables (percent) of its rows
-    ch13 = _table_column(CH13, "published measurements and kvmath's bound", "phi")
-    assert len(ch13) >= 50
+    # chapter 13's tables of every measurement, one per regime (two decimals), and chapter 12's tables (percent)
+    # of its rows
+    ch13 = _table_column(CH13, "published measurements and kvmath's bound", "phi", every=True)
+    assert len(ch13) == len(ROWS) >= 50
     for m in ROWS:
         assert ch13[m.id] == f"{km.calibration.bound_for(m).ratio:.2f}", (m.id, ch13[m.id])
     keys = _row_keys()
