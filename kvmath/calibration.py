@@ -94,7 +94,7 @@ HELD_OUT = {
 #: LLaMA 65B: Touvron et al. 2023, Table 2 (80 layers, d = 8192, 64 heads), d_ff = 22016 from its params.json.
 EXTRA_MODELS = {
     "llama-65b": Model(name="llama-65b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=64, head_dim=128,
-                       d_ff=22016, vocab=32000),
+                       d_ff=22016, vocab=32000, display_name="LLaMA 65B"),
 }
 
 
@@ -220,14 +220,38 @@ class Measurement:
 
     @property
     def configuration(self) -> str:
-        """A short description: chips, layout, batch, lengths, formats."""
-        chip = self.chip if isinstance(self.chip, str) else self.chip.name
+        """A short description: chips, layout, batch, lengths, formats (``describe()``, with preset ids)."""
+        return self.describe()
+
+    def describe(self, display_names: bool = False) -> str:
+        """A short description: model, chips, layout, batch, lengths, formats.
+
+        By default the model and the chip are named by their preset ids (``llama-2-7b on 1x a100-80gb``), the
+        names code and the command line take; with ``display_names`` by the names a reader knows them by, the
+        ``display_name`` of the preset (``Llama 2 7B on 1x NVIDIA A100-80GB SXM``; a model or chip without one
+        keeps its name). The rest of the text is the same either way.
+
+        Examples
+        --------
+        >>> m = get_measurement("gf-70b-tp2")
+        >>> m.describe()
+        'llama-2-70b on 2x a100-80gb (tp=2), B=1, in/out 5/200, bf16'
+        >>> m.describe(display_names=True)
+        'Llama 2 70B on 2x NVIDIA A100-80GB SXM (tp=2), B=1, in/out 5/200, bf16'
+        """
+        flag("display_names", display_names)
+        if display_names:
+            chip_spec = self.chip if isinstance(self.chip, Chip) else get_chip(self.chip)
+            chip = chip_spec.display_name or chip_spec.name
+            model = self.model_preset.display_name or self.model_preset.name
+        else:
+            chip = self.chip if isinstance(self.chip, str) else self.chip.name
+            model = self.model if isinstance(self.model, str) else self.model.name
         chips = f"{self.n_chips}x {chip}" + (f" ({self.layout})" if self.layout else "")
         w = self.weights if isinstance(self.weights, str) else (
             f"{self.weights:g} B/weight" if isinstance(self.weights, float)
             else "+".join(f"{v}" for v in dict.fromkeys(self.weights.values())))
         lengths = f"{self.input_tokens}/{self.output_tokens}"
-        model = self.model if isinstance(self.model, str) else self.model.name
         return f"{model} on {chips}, B={self.batch}, in/out {lengths}, {w}"
 
     def deployment(self) -> Deployment:

@@ -99,6 +99,40 @@ def test_a_name_an_exercise_gives_the_reader_is_bound_in_the_learners_copy(noteb
         assert "M1_MAX_MEASURED" in named
 
 
+@pytest.mark.parametrize("notebook", CHAPTERS)
+def test_every_name_the_learners_prose_reads_is_bound_before_it_outside_the_solutions(notebook):
+    """The learner's copy has no solutions, so each ``{eval}`` the copy keeps (in the exercises and everywhere
+    else) must read only names that a kept code cell above it binds, or builtins: a name bound only in a solution
+    would leave the prose unfilled (the kernel evaluates each expression where the reader meets it)."""
+    import builtins
+
+    from kvbook.inline import expressions, names_bound, names_read
+
+    nb = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+    bound, unbound = set(dir(builtins)), []
+    for i, cell in enumerate(workshop_build.strip_solutions(nb)["cells"]):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            bound |= names_bound(source)
+        elif cell["cell_type"] == "markdown":
+            unbound += [f"cell {i}: {expr!r} reads {sorted(names_read(expr) - bound)}"
+                        for expr in expressions(source) if names_read(expr) - bound]
+    assert not unbound, f"{notebook}: the learner's copy reads names no kept cell above binds:\n" + "\n".join(unbound)
+
+
+def test_the_check_of_the_learners_prose_catches_a_name_only_a_solution_binds(monkeypatch):
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": {}, "source": "A = 1\n", "outputs": []},
+        {"cell_type": "markdown", "metadata": {}, "source": "```{solution-start} ex-a\n:class: dropdown\n```\n"},
+        {"cell_type": "code", "metadata": {}, "source": "B = 2\n", "outputs": []},
+        {"cell_type": "markdown", "metadata": {}, "source": "```{solution-end}\n```\n\nA is {eval}`f\"{A}\"`, "
+                                                            "B {eval}`f\"{B + len([k for k in range(A)])}\"`.\n"},
+    ]}
+    monkeypatch.setattr(json, "loads", lambda text: nb)
+    with pytest.raises(AssertionError, match=r"reads \['B'\]"):
+        test_every_name_the_learners_prose_reads_is_bound_before_it_outside_the_solutions("00_sample_rhythm")
+
+
 def test_stripping_a_gated_solution_keeps_what_follows():
     nb = {"cells": [
         {"cell_type": "markdown", "metadata": {}, "source":

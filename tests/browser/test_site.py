@@ -256,18 +256,9 @@ def test_prose_matches_the_page(built_book):
     text anywhere a reader looks, no preset id in a select or a table, and every chapter ends with a takeaway."""
     from tests.browser.pagecheck import check_pages, format_problems
 
-    import warnings
-
-    from tests.book.reader_text import CHAPTERS
-
     reports = check_pages(built_book)
     assert sum(rel.startswith("notebooks/") for rel in reports) >= 17, sorted(reports)
-    # chapters 11, 12, 13 and 15 are not yet held to item 4 (issue 22 stays open for them): their count is reported
-    held = {rel: p for rel, p in reports.items() if not rel.startswith("notebooks/") or rel[10:-5] in CHAPTERS}
-    later = sum(len(p) for rel, p in reports.items() if rel not in held)
-    if later:
-        warnings.warn(f"{later} problems on the chapters not yet held to issue 22's item 4")
-    problems = format_problems(held)
+    problems = format_problems(reports)
     assert not problems, "pages whose text does not match what they show:\n" + problems
 
 

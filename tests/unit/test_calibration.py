@@ -40,6 +40,40 @@ def test_every_row_loads(m):
         parse_layout(m.layout).check(m.model_preset)
 
 
+def _display_column(csv_name: str) -> dict[str, str]:
+    """Preset id -> its ``display_name`` cell, read from the data file itself (not through kvmath's loaders)."""
+    import csv
+
+    data = Path(km.__file__).resolve().parent / "data"
+    with open(data / csv_name, encoding="utf-8", newline="") as f:
+        return {row["name"]: row["display_name"] for row in csv.DictReader(f)}
+
+
+def test_describe_names_a_row_by_its_ids_or_its_display_names():
+    """``describe()`` is ``configuration`` (the preset ids); ``describe(display_names=True)`` puts the presets'
+    display names, the ``display_name`` column of models.csv and hardware.csv, in their place and changes
+    nothing else."""
+    models, chips = _display_column("models.csv"), _display_column("hardware.csv")
+    m = km.calibration.get_measurement("gf-70b-tp2")  # gpt-fast's Llama 2 70B, bf16, tp=2 on A100-80GBs
+    assert (m.model, m.chip) == ("llama-2-70b", "a100-80gb")
+    assert m.describe() == m.configuration == "llama-2-70b on 2x a100-80gb (tp=2), B=1, in/out 5/200, bf16"
+    shown = m.describe(display_names=True)
+    assert (models["llama-2-70b"], chips["a100-80gb"]) == ("Llama 2 70B", "NVIDIA A100-80GB SXM")
+    assert shown == "Llama 2 70B on 2x NVIDIA A100-80GB SXM (tp=2), B=1, in/out 5/200, bf16"
+    # every row: the same text with each id replaced by its display name, and no preset id left in it
+    for row in ROWS:
+        text = row.describe(display_names=True)
+        model = models.get(row.model) or EXTRA_MODELS[row.model].display_name
+        ids = row.describe()
+        assert text == ids.replace(f"{row.model} on ", f"{model} on ", 1).replace(
+            f"x {row.chip}", f"x {chips[row.chip]}", 1), row.id
+        # an id that is its own display name (OpenAI writes gpt-oss-20b) is the one that may stay
+        assert model and (model == row.model or not text.startswith(f"{row.model} ")), row.id
+        assert chips[row.chip] != row.chip and f"x {row.chip}" not in text, row.id
+    with pytest.raises(ValueError, match="display_names must be True or False"):
+        m.describe(display_names="yes")
+
+
 @pytest.mark.parametrize("m", ROWS, ids=[m.id for m in ROWS])
 def test_no_measurement_beats_its_bound(m):
     c = km.calibration.bound_for(m)
@@ -236,7 +270,8 @@ CH12, CH13 = "12_reality_check.ipynb", "13_calibration.ipynb"
 ONE_RATIO = re.compile(r"""^f(['"])\{(?P<ref>[\w.]+(?:\[["'][\w.-]+["']\])?(?:\.cal)?|bound_for\(\w+\))"""
                        r"""\.ratio:(?P<spec>[^}]+)\}\1$""")
 # the names the two chapters give single rows' Calibrations (BY_ID["id"] and chapter 12's CAL["key"] resolve alone)
-NAMED = {CH12: {"r6.cal": "key:6", "r7.cal": "key:7", "r10.cal": "key:10", "bound_for(META)": "meta-65b-tp8"},
+NAMED = {CH12: {"r6.cal": "key:6", "r7.cal": "key:7", "r10.cal": "key:10", "bound_for(META)": "meta-65b-tp8",
+                "worst.cal": "highest:12"},  # worst: the highest ratio of chapter 12's rows (its ROW_IDS)
          CH13: {"ds": "ds-v3-decode", "closest": "highest"}}  # closest: the row with the highest ratio
 
 
@@ -277,6 +312,8 @@ def _row_of(notebook: str, ref: str, keys: dict[str, str]) -> str:
     assert named, f"{notebook} prints the ratio of {ref!r}: name its row in NAMED"
     if named == "highest":
         return max(ROWS, key=lambda m: km.calibration.bound_for(m).ratio).id
+    if named == "highest:12":
+        return max(keys.values(), key=lambda row: km.calibration.bound_for(row).ratio)
     return keys[named[4:]] if named.startswith("key:") else named
 
 
@@ -312,8 +349,10 @@ def _output_lines(notebook: str) -> list[str]:
                      for o in c.get("outputs", [])).splitlines()
 
 
-def _table_column(notebook: str, marker: str, column: str) -> dict[str, str]:
-    """Row (first cell) -> the cell under ``column`` of the first committed text table whose text holds ``marker``."""
+def _table_column(notebook: str, marker: str, column: str, every: bool = False) -> dict[str, str]:
+    """Row (first cell) -> the cell under ``column`` of the first committed text table whose text holds ``marker``
+    (with ``every``, of all such tables together: chapter 13 shows one per regime; a row in two fails)."""
+    found: dict[str, str] = {}
     for cell in _cells(notebook):
         for o in cell.get("outputs", []):
             text = "".join(o.get("data", {}).get("text/plain", ""))
@@ -322,8 +361,14 @@ def _table_column(notebook: str, marker: str, column: str) -> dict[str, str]:
                 at = next(i for i, ln in enumerate(lines) if column in ln)
                 head = re.split(r"\s{2,}", lines[at].strip())
                 col = head.index(column)
-                return {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 2:])}
-    raise AssertionError(f"{notebook} shows no table holding {marker!r}")
+                table = {cells[0]: cells[col] for cells in (re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 2:])}
+                if not every:
+                    return table
+                assert not table.keys() & found.keys(), f"{notebook}: rows in two tables: {table.keys() & found.keys()}"
+                found.update(table)
+    if not found:
+        raise AssertionError(f"{notebook} shows no table holding {marker!r}")
+    return found
 
 
 def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
@@ -340,9 +385,10 @@ def test_chapters_12_and_13_print_the_same_ratio_for_each_row():
         row, spec, expr, text = printed[nb][0]
         wrong = dict(printed, **{nb: [(row, spec, expr, text + "0"), *printed[nb][1:]]})
         assert any(expr in str(b) for b in _ratio_mismatches(wrong)), nb
-    # chapter 13's table of every measurement (two decimals) and chapter 12's tables (percent) of its rows
-    ch13 = _table_column(CH13, "published measurements and kvmath's bound", "phi")
-    assert len(ch13) >= 50
+    # chapter 13's tables of every measurement, one per regime (two decimals), and chapter 12's tables (percent)
+    # of its rows
+    ch13 = _table_column(CH13, "published measurements and kvmath's bound", "phi", every=True)
+    assert len(ch13) == len(ROWS) >= 50
     for m in ROWS:
         assert ch13[m.id] == f"{km.calibration.bound_for(m).ratio:.2f}", (m.id, ch13[m.id])
     keys = _row_keys()

@@ -279,7 +279,8 @@ class Dropdown:
     def to_html(self) -> str:
         """A closed ``<details class="kvmath-dropdown">`` holding a ``<dl>`` of the notes."""
         out = ['<details class="kvmath-dropdown">', f"<summary>{html.escape(self.summary)}</summary>", "<dl>"]
-        out.extend(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in self.notes)
+        # element text: only &, < and > need escaping (a note's quotes stay one byte each)
+        out.extend(f"<dt>{html.escape(k, quote=False)}</dt><dd>{html.escape(v, quote=False)}</dd>" for k, v in self.notes)
         out += ["</dl>", "</details>"]
         return "\n".join(out)
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import kvmath
 
-from . import figure
+from . import chip_options, figure, model_options
 
 #: The frontier figure's batches: 72 from 1 to 4,096 (each curve also gets its largest batch that fits).
 FRONTIER_BATCHES = np.unique(np.round(np.geomspace(1, 4096, 72)))
@@ -30,22 +30,23 @@ def serving_frontier(models: list = ("llama-3-8b", "mixtral-8x7b"), chip: str = 
     fig, ax = kp.new_figure((7, 3.8))
     for i, name in enumerate(models):
         on_chip = kvmath.Deployment(name, chip)
+        shown = on_chip.model.display_name or on_chip.model.name   # the legend names the model, not its preset id
         best = on_chip.frontier(s_in, s_out, tpot_limit_s=tpot_limit_s)  # every batch 1 .. 4096
         grid = np.union1d(FRONTIER_BATCHES, best.max_batch)             # the curve ends at the cap
         f = on_chip.frontier(s_in, s_out, batch=grid, tpot_limit_s=tpot_limit_s)
         s = on_chip.steady_state(grid, s_in, s_out)
         fits = f.fits[:, 0]
         ax.plot(f.tokens_per_s_per_user[fits, 0], f.throughput_per_chip[fits, 0], color=kp.COLORS[i],
-                label=f"{name}, static batches")
+                label=f"{shown}, static batches")
         ax.plot(np.asarray(s.tokens_per_s_per_user)[fits], np.asarray(s.output_tokens_per_s_per_chip)[fits],
-                color=kp.COLORS[i], ls="--", label=f"{name}, continuous (steady state)")
+                color=kp.COLORS[i], ls="--", label=f"{shown}, continuous (steady state)")
         last = np.flatnonzero(fits)[-1]
         ax.plot([f.tokens_per_s_per_user[last, 0]], [f.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
                 ms=5)
         if on_chip.model.n_experts:
             u = on_chip.frontier(s_in, s_out, batch=grid, tpot_limit_s=tpot_limit_s, routing="uniform")
             ax.plot(u.tokens_per_s_per_user[fits, 0], u.throughput_per_chip[fits, 0], color=kp.COLORS[i], ls=":",
-                    label=f"{name}, static, uniform routing")
+                    label=f"{shown}, static, uniform routing")
             ax.plot([u.tokens_per_s_per_user[last, 0]], [u.throughput_per_chip[last, 0]], "o", color=kp.COLORS[i],
                     ms=5)
     ax.set_xscale("log")
@@ -159,8 +160,9 @@ def day_load(model: str = "llama-3-8b", chip: str = "h100-sxm", max_chips: int =
 SLIDER_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 #: The live figure's curve: 96 batches from 1 to 4,096.
 CURVE = np.unique(np.round(np.geomspace(1, 4096, 96)))
-MODELS = [("Llama 3 8B", "llama-3-8b"), ("Mixtral 8x7B", "mixtral-8x7b"), ("Qwen2.5 7B", "qwen2.5-7b")]
-CHIPS = [("H200", "h200"), ("H100 SXM", "h100-sxm"), ("MI300X", "mi300x")]
+#: The live figure's choices, by the presets' display names.
+MODELS = model_options(["llama-3-8b", "mixtral-8x7b", "qwen2.5-7b"])
+CHIPS = chip_options(["h200", "h100-sxm", "mi300x"])
 
 
 @figure
@@ -199,7 +201,8 @@ def serving_live(batch: int = 64, model: str = "llama-3-8b", chip: str = "h200",
             if not fits.any():
                 curve.set_visible(False)
                 point.set_visible(False)
-                note.set_text(f"{model}: the weights do not fit on one {chip}")
+                note.set_text(f"{served.model.display_name or model}: the weights do not fit on one "
+                              f"{served.chip.display_name or chip}")
                 return
             s = served.steady_state(CURVE[fits], s_in, s_out, routing=routing)
             curve.set_data(s.tokens_per_s_per_user, s.output_tokens_per_s_per_chip)
