@@ -43,7 +43,9 @@ def _prefix_kwargs(args, prompt_option: str, prompt: int) -> dict:
     prefix is the start of every prompt, so no longer than ``prompt`` tokens (the value of ``prompt_option``)."""
     if args.prefix_tokens is None:
         for dest, option in (("prefix_hit_rate", "--prefix-hit-rate"), ("block_size", "--block-size")):
-            if getattr(args, dest, None) is not None and args.command != "capacity":
+            # capacity takes --block-size for its vLLM engine too; a hit rate without a prefix means nothing anywhere
+            # (review R25c-6: capacity ignored it)
+            if getattr(args, dest, None) is not None and not (dest == "block_size" and args.command == "capacity"):
                 raise ValueError(f"{option} needs --prefix-tokens (the shared prefix's length)")
         return {}
     out = {"prefix_tokens": float(positive_int("--prefix-tokens", args.prefix_tokens))}
@@ -218,8 +220,9 @@ def _print_load_rows(load) -> None:
             continue
         pcts = "  ".join(f"p{p:g} {fmt_seconds(np.asarray(load.ttft_percentiles_s)[k].reshape(-1)[i if rates.size > 1 else 0])}"
                          for k, p in enumerate(load.percentiles))
-        print(f"  {rate:g} req/s: utilisation {pick(load.utilisation):.2f}, TTFT {fmt_seconds(pick(load.ttft_s))} "
-              f"({pcts}), TPOT {fmt_seconds(pick(load.tpot_s))}")
+        print(f"  {rate:g} req/s: utilisation {pick(load.utilisation):.2f} (stable below 1), busy "
+              f"{pick(load.busy):.0%} of the time, TTFT {fmt_seconds(pick(load.ttft_s))} ({pcts}), "
+              f"TPOT {fmt_seconds(pick(load.tpot_s))}")
 
 
 def _size(args) -> _Answer:
@@ -276,7 +279,10 @@ def _energy(args) -> _Answer:
 
     e = energy_per_token(dep, positive("--batch", args.batch), positive_int("--context", args.context),
                          power_cap_w=cap, pj_per_flop=non_negative("--pj-per-flop", args.pj_per_flop))
-    return _Answer(e.to_dict(), lambda: _print_energy(e, dep.chip.name))
+    # the energy of a step is priced at any batch; whether that batch's caches fit is said beside it (review R25c-7)
+    most = int(dep.capacity(e.context).max_batch)
+    answer = {**e.to_dict(), "max_batch": most, "fits": bool(e.batch <= most)}
+    return _Answer(answer, lambda: _print_energy(e, dep.chip.name, most))
 
 
 def _sourced_board_power(chip_name: str):
@@ -289,8 +295,10 @@ def _sourced_board_power(chip_name: str):
         return None
 
 
-def _print_energy(e, chip_name: str) -> None:
+def _print_energy(e, chip_name: str, most: int) -> None:
     print(f"energy, B = {e.batch:g}, S = {e.context:g}, {e.n_chips} chip(s)")
+    if e.batch > most:
+        print(f"  B = {e.batch:g} does not fit: at most {most:,} sequences of {e.context:g} tokens (priced as if it did)")
     print(f"  bytes read per chip      {fmt_bytes(e.bytes_read_per_chip)}  (at {e.pj_per_bit} pJ/bit)")
     print(f"  floor per output token   {e.joules_per_token_floor:.4g} J  ({e.tokens_per_mwh_ceiling:.3g} tokens/MWh at most)")
     if e.power_cap_w is not None:
