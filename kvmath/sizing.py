@@ -252,7 +252,7 @@ def _sized(model, chip, engines, ttft_t, tpot_t, demand, think, p, shape, mean_o
                rate=first)
     # among the layouts with the fewest chips that meet the pair, the one with the most headroom: the highest goodput
     # (review R25b-2: the least utilised at the offered rate is not it; for Llama 3.1 70B on 8 RTX 4090s, tp=4,pp=2
-    # is less utilised than tp=8 at 1 req/s but meets the targets only up to 1.27 req/s, tp=8 up to 2.13)
+    # is less utilised than tp=8 at 1 req/s but meets the targets only up to 1.23 req/s, tp=8 up to 2.02)
     top = np.full(n, -np.inf)
     # the tied layouts most likely to win first: a layout's goodput is below its stable limit, and one that does not
     # meet the targets at the goodput found so far cannot beat it (meeting them is monotone in the rate), so it needs
