@@ -26,10 +26,17 @@ CHANGES = ROOT / "tests" / "data" / "book_text_changes.json"
 NUMBER = re.compile(r"\d[\d,.\u2009]*")
 
 
-def masked(lines: list[str], words: list[str] = ()) -> list[str]:
-    """A volatile page's lines with each number, and each of ``words``, replaced by '#'."""
+def masked(lines: list[str], words: list[str] = (), optional: list[str] = ()) -> list[str]:
+    """A volatile page's lines with each number, and each of ``words``, replaced by '#', and each of the
+    ``optional`` sentences (given masked) removed: those a measurement adds on some machines only."""
     choice = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")\b") if words else None
-    return [NUMBER.sub("#", choice.sub("#", line) if choice else line) for line in lines]
+    out = []
+    for line in lines:
+        line = NUMBER.sub("#", choice.sub("#", line) if choice else line)
+        for sentence in optional:
+            line = line.replace(" " + sentence, "").replace(sentence, "")
+        out.append(line)
+    return out
 
 
 def hunks(old: list[str], new: list[str]) -> list[tuple[list[str], list[str]]]:
@@ -48,8 +55,8 @@ def unlisted(record: dict, now: dict, changes: list[dict], volatile: dict | None
             continue
         old_lines, new_lines = record[page], now[page]
         if page in (volatile or {}):
-            words = volatile[page].get("words", [])
-            old_lines, new_lines = masked(old_lines, words), masked(new_lines, words)
+            words, optional = volatile[page].get("words", []), volatile[page].get("optional", [])
+            old_lines, new_lines = masked(old_lines, words, optional), masked(new_lines, words, optional)
         for old, new in hunks(old_lines, new_lines):
             key = (page, tuple(old), tuple(new))
             if key in listed:
@@ -84,6 +91,11 @@ def test_the_diff_finds_a_changed_number_and_a_stale_listing():
     chosen = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are left, far from the peak."]}
     record_chosen = {"p": ["It takes 3 GPUs.", "Then 16.00 GB are left, close to the peak."]}
     assert unlisted(record_chosen, chosen, [], {"p": {"why": "measured", "words": ["close to", "far from"]}}) == ([], [])
+    # a sentence that a measurement adds on some machines only is listed, masked, as optional
+    added = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are left, far from the peak. It ran at 3.1 GHz or more."]}
+    optional = {"p": {"why": "measured", "words": ["close to", "far from"], "optional": ["It ran at # GHz or more."]}}
+    assert unlisted(record_chosen, added, [], optional) == ([], [])
+    assert unlisted(record_chosen, added, [], {"p": {"why": "measured", "words": ["close to", "far from"]}})[0]
     worded = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are free."]}
     assert unlisted(record, worded, [], {"p": {"why": "measured"}})[0] == [
         "p:\n  - Then # GB are left.\n  + Then # GB are free."]
