@@ -139,7 +139,8 @@ poppler:
 pdf: env assets chromium book
 	$(VPY) scripts/make_pdf.py $(HTML)
 
-# The tests marked slow (pytest.ini) are left out: each takes over about 30 s.
+# The tests marked slow (pytest.ini) are left out: each takes over about 30 s, or repeats for every
+# chapter a check this target runs on a few (the layout of every figure frame).
 # The browser tests run and must find Chromium (they fail without it).
 test: env assets runtime chromium poppler book
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest -m "not slow" $(PYTEST_JOBS)

@@ -3,8 +3,8 @@
 ``kvbook.plots.layout_problems`` compares matplotlib's text extents with the
 figure, the axes and each other; ``InteractiveFigure.layout_problems`` runs
 it on every frame. The last test runs it on every interactive figure of
-every chapter (it executes the notebooks), and its ``slow`` variant (``make test-full``)
-renders every pair of control values there.
+every chapter (it executes the notebooks; ``make test`` keeps three chapters, ``make test-full``
+runs all), and its ``every-pair`` variant (``make test-full``) renders every pair of control values there.
 """
 
 from __future__ import annotations
@@ -274,13 +274,20 @@ def chapter_layout_problems(path: Path, every_pair: bool = False) -> list[str]:
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
+#: The chapters whose every frame ``make test`` lays out: one from each part of the book (the
+#: sample chapter, the decode arithmetic, serving). Each chapter costs a second execution of its
+#: notebook and a render of every frame (4 minutes for all 17 on two cores, a third of the suite),
+#: so the other chapters' frames are checked in ``make test-full`` only.
+FAST_LAYOUT = {"00_sample_rhythm", "04_critical_batch", "11_serving"}
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+
+@pytest.mark.parametrize("path", [p if p.stem in FAST_LAYOUT else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in NOTEBOOKS], ids=lambda p: p.stem)
 @pytest.mark.parametrize("every_pair", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["each-value", "every-pair"])
 def test_no_chapter_figure_fails_or_has_clipped_or_colliding_labels_at_any_frame(path, every_pair):
     """Every value of every control (the others at their defaults) is laid out cleanly; in the
-    slow variant (make test-full: about 3 minutes more in all), also every pair of values of any
-    two controls renders without an error or a NaN/inf in its text."""
+    every-pair variant (make test-full: about 3 minutes more in all), also every pair of values of
+    any two controls renders without an error or a NaN/inf in its text."""
     problems = chapter_layout_problems(path, every_pair)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
