@@ -533,6 +533,65 @@ def _blocks_per_request(key, block: int | None, mml: ArrayLike, mnbt: ArrayLike,
     return _cdiv(mml, block)
 
 
+def _request_blocks(groups, blocks: dict, block_size: int, mml: ArrayLike, mnbt: ArrayLike, mamba_cache_mode: str):
+    """``(attention_block, blocks, per_request)``: the attention block size, each group's tokens per block (a
+    linear group's state page spanning one attention block where ``mamba_cache_mode`` is not "none":
+    ``mamba_block_size``), and the blocks one request of ``mml`` tokens takes summed over ``groups``."""
+    attention_block = min((bs for bs in blocks.values() if bs is not None), default=block_size)
+    if mamba_cache_mode != "none":
+        blocks = {k: (attention_block if bs is None else bs) for k, bs in blocks.items()}
+    per_request = sum(_blocks_per_request(k, blocks[k], mml, mnbt, mamba_cache_mode, attention_block)
+                      for k in groups)
+    return attention_block, blocks, per_request
+
+
+@checked
+def vllm_request_kv_bytes(
+    model, tokens: ArrayLike, *, kv_dtype: str | float = "bf16", block_size: int = BLOCK_SIZE,
+    tensor_parallel: int = 1, max_num_batched_tokens: ArrayLike | None = None, hybrid: bool = True,
+    mamba_cache_mode: str = "none",
+) -> ArrayLike:
+    """Bytes of KV cache one request of ``tokens`` tokens holds on one rank of vLLM's V1 engine.
+
+    What vLLM allocates, not the elements times their width: every group's whole blocks
+    (``cdiv(tokens, block_size)`` for full attention; :func:`vllm_kv_cache` gives each kind's count) of
+    ``page_bytes`` per layer, ``group_size`` layers a block. A quantized format's bytes are vLLM's: an fp8
+    cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
+    DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
+    indexer's keys beside it whatever the dtype. The layout, TP and the format are checked as
+    :func:`vllm_kv_cache` checks them (``ValueError`` naming the argument).
+
+    Examples
+    --------
+    Llama 3.1 8B (32 layers, 8 KV heads of 128), 1,000 tokens in fp8: 63 blocks of 16, not 1,000 tokens,
+    of ``2 x 8 x 128`` one-byte elements in each of 32 layers:
+
+    >>> from kvmath import Model
+    >>> vllm_request_kv_bytes(Model.preset("llama-3.1-8b"), 1000, kv_dtype="fp8")   # 63 x 16 x 2048 x 32
+    66060288
+    >>> vllm_request_kv_bytes(Model.preset("deepseek-v3.2"), 16, kv_dtype="fp8")   # 61 x 16 x (656 + 132)
+    769088
+    >>> vllm_request_kv_bytes(Model.preset("llama-3.1-8b"), 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: tokens must be > 0, got 0.0
+    """
+    mml = positive_int("tokens", tokens)
+    block_size = one_int("block_size", block_size)
+    if block_size not in VLLM_BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
+    hybrid = flag("hybrid", hybrid)
+    mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
+        positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
+    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
+    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
+    groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)
+    _, _, per_request = _request_blocks(groups, blocks, block_size, mml, mnbt, mamba_cache_mode)
+    return _whole(per_request * page * group_size, "request_bytes")
+
+
 def _large_gpu(chip: Chip | ArrayLike, total: ArrayLike) -> bool:
     """vLLM's test for its larger V1 defaults: 70 GiB or more, and not an A100."""
     name = chip.name if isinstance(chip, Chip) else ""
@@ -837,9 +896,7 @@ def vllm_kv_cache(
         group_size = one_int("layers", layers)
         if group_size > model.n_layers:
             raise ValueError(f"layers ({group_size}) exceeds the model's {model.n_layers} layers")
-    attention_block = min((bs for bs in blocks.values() if bs is not None), default=block_size)
-    if mamba_cache_mode != "none":  # a state page spans one attention block (mamba_block_size)
-        blocks = {k: (attention_block if bs is None else bs) for k, bs in blocks.items()}
+    attention_block, blocks, per_request = _request_blocks(groups, blocks, block_size, mml, mnbt, mamba_cache_mode)
     num_groups = len(groups)
     num_blocks = np.maximum(np.floor(np.floor(np.asarray(avail) / page) / group_size), 0)
     if np.any(num_blocks == 0):
@@ -847,8 +904,6 @@ def vllm_kv_cache(
                          "to start (\"No available memory for the cache blocks\")")
     smallest = attention_block if all(blocks[k] is not None for k in groups) else \
         np.minimum(np.asarray(mml), attention_block) if len(blocks) > 1 else np.asarray(mml)  # a linear group's is mml
-    per_request = sum(_blocks_per_request(k, blocks[k], mml, mnbt, mamba_cache_mode, attention_block)
-                      for k in groups)
     concurrency = num_blocks / per_request if engine == "v1" else num_blocks * block_size / np.asarray(mml)
     tokens = num_blocks // num_groups * smallest if tokens_rule == "blocks" else \
         np.floor(concurrency * np.asarray(mml))  # Python's int() of the same double product

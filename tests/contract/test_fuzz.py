@@ -335,6 +335,9 @@ FUNCTIONS = {
     "memory.vllm_kv_groups": dict(model="modelobj", hybrid="flag"),
     "memory.vllm_max_num_batched_tokens": dict(max_model_len="count", engine="engine", large_gpu="flag"),
     "memory.vllm_page_bytes": dict(model="modelobj", block_size="one", kv_dtype="kvdtype", tensor_parallel="one"),
+    "memory.vllm_request_kv_bytes": dict(model="modelobj", tokens="count", kv_dtype="kvdtype", block_size="one",
+                                         tensor_parallel="one", max_num_batched_tokens="optcount", hybrid="flag",
+                                         mamba_cache_mode="mambamode"),
     # load, sizing and energy, through the keywords added since the first contract (issue 27 item 6): a Deployment
     # bound (Llama 3 8B on one H100, 700 W board power), the rest drawn; lengths kept to "int" (the load model
     # prices every length drawn) and the simulation to 100 requests a replica (each call a fraction of a second)
@@ -392,6 +395,7 @@ DOMAIN_ERRORS = {
                              "which kvmath does not size as vLLM does"),
     # DeepSeek-V3.2's 'dsa' and KV-shared layers: vLLM's paging of them is not modelled, and said so by name
     "memory.vllm_kv_groups": ("which kvmath does not size as vLLM does",),
+    "memory.vllm_request_kv_bytes": ("must divide", "which kvmath does not size as vLLM does"),
     "hf_config.weights_from_hf_config": ("is not one kvmath reads",),
     "memory.vllm_engine": ("has no device_bytes", "has no runtime_bytes", "exceeds the free memory", "no memory left",
                            "must divide", "layers (a pipeline stage's share)", "which kvmath does not size as vLLM does"),
@@ -410,6 +414,7 @@ _VLLM_REFUSES = ("has no reported total", "no runtime total", "block_size must b
                  "cannot hold", "too large to count", "exceeds the model's")
 for _name in ("memory.memory_budget", "memory.runtime_total_bytes", "memory.vllm_engine", "memory.vllm_kv_cache",
               "memory.vllm_available_kv_bytes", "memory.vllm_kv_groups", "memory.vllm_page_bytes",
+              "memory.vllm_request_kv_bytes",
               "memory.vllm_max_num_batched_tokens", "memory.vllm_activation_peak_bytes", "formulas.kv_budget_bytes",
               "formulas.min_chips_for_weights", "Deployment.frontier", "Deployment.request", "Deployment.capacity",
               "Deployment.fewest_chips"):

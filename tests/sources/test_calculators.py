@@ -192,3 +192,55 @@ def test_a_sparse_headline_rate_halves_a_compute_bound_prefill():
     flops = step.weight_flops + step.attention_flops
     assert float(prefill_bound(dep, 1, 8192)) == pytest.approx(flops / 989.4e12, rel=1e-12)
     assert (flops / (2 * 989.4e12)) / float(prefill_bound(dep, 1, 8192)) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_a_quantized_cache_costs_its_scales_and_whole_pages():
+    # lmcache_kvcalc: int8 is 1 byte an element; DeepSeek models L x tokens x (kv_lora_rank + qk_rope_head_dim).
+    # vllm_quantized_kvcache: fp8 scales per tensor or per KV head, per layer, so 1 byte an element in the pages;
+    # vLLM's blocks are 16 tokens (CacheConfig), so 1,000 tokens hold cdiv(1000, 16) = 63 blocks = 1,008 tokens.
+    from kvmath.formats import get_format
+    from kvmath.memory import VLLM_FP8_DS_MLA_BYTES, vllm_request_kv_bytes
+
+    # Llama 3.1 8B (models.csv: 32 layers, 8 KV heads of 128)
+    m = km.Model.preset("llama-3.1-8b")
+    calculator = 1000 * 2 * 32 * 8 * 128 * 1
+    assert calculator == 65_536_000
+    assert vllm_request_kv_bytes(m, 1000, kv_dtype="fp8") == 1008 * 2 * 32 * 8 * 128 == 66_060_288
+    assert calculator / 66_060_288 == pytest.approx(0.99206, abs=5e-6)
+    assert vllm_request_kv_bytes(m, 1000, kv_dtype="fp8") * 2 == vllm_request_kv_bytes(m, 1000)   # exactly half
+    # DeepSeek-V3.2 (models.csv: 61 layers, latent 512, rope 64, indexer keys of 128): flashmla2025's fp8 latent is
+    # 512 fp8 values, 4 fp32 scales and 64 bf16 rope values; the indexer's keys 128 fp8 values and one fp32 scale
+    assert VLLM_FP8_DS_MLA_BYTES == 512 + 4 * 4 + 64 * 2 == 656
+    v32 = km.Model.preset("deepseek-v3.2")
+    calculator = 61 * 1000 * (512 + 64) * 1
+    assert calculator == 35_136_000
+    held = 1008 * 61 * (656 + 128 + 4)
+    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == held == 48_452_544
+    assert calculator / held == pytest.approx(0.725163, abs=5e-7)
+    assert held / (1008 * 61 * (576 * 2 + 132)) == pytest.approx(0.61371, abs=5e-6)   # fp8 over bf16, not a half
+    # flashinfer_nvfp4_kv: head_dim // 2 bytes and head_dim // 16 one-byte scales a token and head: 4.5 bits
+    assert (128 // 2 + 128 // 16) * 8 / 128 == 4.5 == get_format("nvfp4").bits_per_weight
+
+
+def test_a_prefill_holds_its_activation_peak_beside_the_weights_and_cache():
+    # Llama 3.1 8B (models.csv: 32 layers, hidden 4096, 32 heads, 8 KV heads of 128, MLP 14336 with 3 matrices,
+    # vocab 128256, untied): one prompt of 131,072 tokens in bf16, not chunked.
+    from kvmath.memory import vllm_activation_peak_bytes
+
+    m = km.Model.preset("llama-3.1-8b")
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096        # q, o; k, v; the MLP; two norms
+    params = 32 * layer + 2 * 128256 * 4096 + 4096                                   # two tables, the last norm
+    assert params == m.param_count() == 8_030_261_248
+    weights, cache = params * 2, 131_072 * 2 * 32 * 8 * 128 * 2
+    assert cache == m.kv_bytes_per_seq(131_072) == 17_179_869_184
+    # the residual stream (2 d) and one layer's MLP intermediates (3 d_ff) of every token in bf16, and the
+    # sampled position's fp32 logits
+    peak = 131_072 * (2 * 4096 + 3 * 14336) * 2 + 1 * 128256 * 4
+    assert vllm_activation_peak_bytes(m, 131_072, max_num_seqs=1) == peak == 13_422_285_824
+    calculator = weights + cache
+    assert calculator == 33_240_391_680
+    assert calculator / (calculator + peak) == pytest.approx(0.712355, abs=5e-7)
+    # the A100-40GB's reported 40,960 MiB holds the calculator's figure and not the peak
+    assert calculator < 40_960 * 2**20 < calculator + peak
+    # in chunks of 8,192 tokens the peak is 8,192 / 131,072 of the activations
+    assert vllm_activation_peak_bytes(m, 8192, max_num_seqs=1) == 8192 * 51_200 * 2 + 128256 * 4

@@ -34,6 +34,7 @@ from kvmath.memory import (
     vllm_kv_groups,
     vllm_max_num_batched_tokens,
     vllm_page_bytes,
+    vllm_request_kv_bytes,
 )
 import kvmath as km
 from tests.unit.test_hf_config import GPT_OSS, NEXT, edited
@@ -593,3 +594,42 @@ def test_every_budget_says_what_it_counts():
 
     assert tuple(BUDGET_MEANINGS) == BUDGETS
     assert "marketed" in BUDGET_MEANINGS["device"] and "nvidia-smi" in BUDGET_MEANINGS["reported"]
+
+
+# ----- one request's pages ----------------------------------------------
+
+
+@pytest.mark.parametrize("name, kv_dtype", [("llama-3.1-8b", "fp8"), ("gemma-2-9b", "bf16"), ("gpt-oss-20b", "bf16"),
+                                            ("deepseek-v3", "fp8"), ("deepseek-v3.2", "fp8"), ("deepseek-v3.2", "bf16")])
+@pytest.mark.parametrize("tokens", [1, 1000, 4096, 8191])
+def test_one_requests_pages_are_the_engines_blocks_per_request(name, kv_dtype, tokens):
+    # the pool's blocks over the blocks a request takes: the same pages, whatever the grouping
+    m = get_model(name)
+    kv = vllm_kv_cache(m, 400 * GiB, tokens, kv_dtype=kv_dtype)
+    assert vllm_request_kv_bytes(m, tokens, kv_dtype=kv_dtype) == kv.blocks_per_request * kv.page_bytes * kv.group_size
+
+
+def test_one_request_by_hand():
+    # Llama 3.1 8B (models.csv: 32 layers, 8 KV heads of 128): whole blocks of 16 tokens, 2 x 8 x 128 elements
+    m = get_model("llama-3.1-8b")
+    for tokens, kv_dtype, b in ((1000, "fp8", 1), (1000, "bf16", 2), (16, "fp8", 1), (17, "fp8", 1)):
+        assert vllm_request_kv_bytes(m, tokens, kv_dtype=kv_dtype) == -(-tokens // 16) * 16 * 2 * 8 * 128 * b * 32
+    # tensor parallelism: 8 KV heads over 16 ranks, one head on each
+    assert vllm_request_kv_bytes(m, 1000, tensor_parallel=16) == 63 * 16 * 2 * 1 * 128 * 2 * 32
+    # DeepSeek-V3.2 (61 layers, latent 512 + rope 64, indexer keys of 128): fp8_ds_mla's 656 B and the indexer's
+    # 128 fp8 + one fp32 scale = 132 B a token and layer; bf16: the latent's 1,152 B and the same indexer
+    v32 = get_model("deepseek-v3.2")
+    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == 1008 * 61 * (656 + 132)
+    assert vllm_request_kv_bytes(v32, 1000) == 1008 * 61 * (576 * 2 + 132)
+
+
+def test_one_request_refuses_bad_input():
+    m = get_model("llama-3.1-8b")
+    with pytest.raises(ValueError, match="tokens must be a whole number"):
+        vllm_request_kv_bytes(m, 10.5)
+    with pytest.raises(ValueError, match="block_size must be one of vLLM's"):
+        vllm_request_kv_bytes(m, 100, block_size=12)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        vllm_request_kv_bytes(m, 100, kv_dtype="fp7")
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        vllm_request_kv_bytes(get_model("llama-3-70b"), 100, tensor_parallel=3)

@@ -12,7 +12,7 @@ from . import chip_options, figure
 
 
 def _b_crit(chip, weights: str, math: str) -> float:
-    # equation bc-terms-equal: C of the compute dtype, b_w of the stored weights
+    # equation ms-bcrit: C of the compute dtype, b_w of the stored weights
     return F.critical_batch(chip.flops(math), chip.bandwidth, dtype_bytes(weights))
 
 

@@ -57,7 +57,7 @@ def per_gpu_bytes(dep, context, batch, w_gpu):
 
 
 def _tokens_per_s_per_seq_at(dep, w_gpu, context, batch, eff):
-    """Memory-bound tokens/s per sequence (equation thread-step-time): w_gpu plus dep's cache share per GPU."""
+    """Memory-bound tokens/s per sequence (chapter 7, step 3: the bytes over f W): w_gpu plus dep's cache share per GPU."""
     return F.tokens_per_s_per_seq(per_gpu_bytes(dep, context, batch, w_gpu) / (eff * dep.chip.bandwidth))
 
 
