@@ -239,8 +239,9 @@ def test_tensor_parallel_collectives_by_hand():
 
 def test_every_engine_has_its_all_reduce_and_stand_in_curves_are_flagged():
     """Engines that call NCCL (gpt-fast, Meta's PyTorch reference) take NCCL's curve; TensorRT-LLM, vLLM and SGLang
-    their custom kernels where faster. NVLink 5 (its latency read off a 1 KB point of a table without a GPU count)
-    and MI300X's Infinity Fabric (no published figure) are stand-ins the estimate flags."""
+    their custom kernels where faster. NVLink 5 (its custom kernel's times NVLink 4's, scaled by the one pair of
+    small-message times published on both) and MI300X's Infinity Fabric (no published figure) are stand-ins the
+    estimate flags."""
     from kvmath.calibration import ENGINES
 
     assert set(E.ENGINE_ALGORITHMS) == set(ENGINES)
