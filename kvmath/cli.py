@@ -231,8 +231,26 @@ def _add_layout_options(p: argparse.ArgumentParser, capacity: bool = False) -> N
 
 def _add_estimate_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate", action=_OnceFlag,
-                   help="beside every time, an estimate fitted on published measurements, its 80%% interval and "
-                        "its regime (kvmath.estimate; default: bounds only)")
+                   help="beside every time, an estimate fitted on published measurements, its 80%% interval, its "
+                        "regime and the regime's error out of sample (kvmath.estimate; default: bounds only)")
+    p.add_argument("--engine", action=_Once, help=_ENGINE_HELP)
+
+
+_ENGINE_HELP = ("the serving engine, which sets the all-reduce the estimate prices the collectives with "
+                "(kvmath.estimate.ENGINE_ALGORITHMS: NCCL for gpt-fast and PyTorch, the engine's own kernel for small "
+                "messages where faster for vLLM, SGLang and TensorRT-LLM; default: the fastest measured curve)")
+
+
+def _engine(args) -> str | None:
+    """``--engine``, checked: a name of :data:`kvmath.estimate.ENGINE_ALGORITHMS`, given only with ``--estimate``."""
+    if args.engine is None:
+        return None
+    from .estimate import ENGINE_ALGORITHMS
+
+    if not args.estimate:
+        raise ValueError("--engine sets the estimate's all-reduce: give --estimate too")
+    names = {name.lower(): name for name in ENGINE_ALGORITHMS}  # the table's spelling, matched in any case
+    return names[choice("--engine", args.engine, names)]
 
 
 def _add_check_commands(sub) -> None:
@@ -266,7 +284,7 @@ def _add_check_commands(sub) -> None:
     m.add_argument("--tokens-per-step", type=_number, default=1, action=_Once,
                    help="tokens each sequence gains per step (speculative decoding, MTP; default: 1)")
     m.add_argument("--per-chip", action=_OnceFlag, help="out_tok_s: the figure is per chip (default: all chips)")
-    m.add_argument("--engine", action=_Once, help="the serving engine, recorded in the answer (default: none)")
+    m.add_argument("--engine", action=_Once, help=_ENGINE_HELP + "; recorded in the answer")
     m.set_defaults(kv_shard=None)  # the layout's reader (_layout) asks for it; --parallel holds kv=batch here
     _add_check_config(kinds)
 
@@ -731,6 +749,7 @@ def _decode(args) -> _Answer:
     context = positive_int("--context", args.context)
     efficiency = fraction("--efficiency", args.efficiency)
     overhead_s = non_negative("--overhead-s", args.overhead_s)
+    engine = _engine(args)
     model = _model(args)
     if model is None:
         if args.estimate:
@@ -746,7 +765,7 @@ def _decode(args) -> _Answer:
 
         if not step.is_lower_bound:
             raise ValueError("--estimate prices the bound itself: drop --efficiency and --overhead-s")
-        est = estimate_step(dep, batch, context)
+        est = estimate_step(dep, batch, context, engine=engine)
         data["estimate"] = est.to_dict()
     return _Answer(data, lambda: _print_decode(args, dep, step, est))
 
@@ -767,13 +786,31 @@ def _notes_decode(args, batch, context, efficiency, overhead_s) -> _Answer:
     return _Answer(t.to_dict(), lambda: _print_notes_decode(args, n, t, formulas.critical_batch(flops, bandwidth, b_w)))
 
 
-def _print_estimate(e, indent: int = 2) -> None:
-    """One line: an estimate, its 80% interval and regime (a pooled interval said so)."""
+def _print_estimate(e) -> None:
+    """An estimate, its 80% interval and regime (a pooled interval said so), the regime's error out of sample,
+    and each stand-in it took, indented under the time it estimates."""
+    from .estimate import regime_errors, regimes_of
+
     pooled = ", too few rows: pooled interval" if e.pooled else ""
-    print(f"{' ' * indent}  estimate               {fmt_seconds(e.estimate_s)}  (80%: {fmt_seconds(e.estimate_low_s)} "
+    print(f"    estimate               {fmt_seconds(e.estimate_s)}  (80%: {fmt_seconds(e.estimate_low_s)} "
           f"to {fmt_seconds(e.estimate_high_s)}; regime {e.regime}, {e.regime_rows} rows{pooled})")
+    for regime in regimes_of(e):  # the issue's figures: each regime's median and 90th-percentile error
+        r = regime_errors()[regime]
+        print(f"      {regime} error out of sample: median {r.median_abs_error:.1%}, 90th percentile "
+              f"{r.p90_abs_error:.1%} ({r.rows} rows, {r.sources} sources)")
     for what, why in e.flags.items():  # a collective priced by a stand-in curve, or a link assumed
-        print(f"{' ' * indent}    stand-in: {what}: {why}")
+        print(f"      stand-in: {what}: {why}")
+
+
+def _print_engine(args, dep: Deployment) -> None:
+    """The all-reduce the estimate priced a multi-chip deployment's collectives with (``--engine``)."""
+    if dep.layout.weight_shards == 1:  # no all-reduce on the chain (one chip, or experts and data alone)
+        return
+    from .estimate import engine_algorithm
+
+    how = {"nccl": "NCCL's", "auto": "the fastest measured curve (an engine's own kernel for small messages)"}
+    engine = f"--engine {args.engine}" if args.engine else "no --engine"
+    print(f"  estimate's all-reduce    {how[engine_algorithm(_engine(args))]} ({engine})")
 
 
 def _print_decode(args, dep: Deployment, s, est=None) -> None:
@@ -789,7 +826,8 @@ def _print_decode(args, dep: Deployment, s, est=None) -> None:
     kind = "lower bound" if s.is_lower_bound else "estimate"
     print(f"  step, strict {kind:<11} {fmt_seconds(s.strict_s)}  ({s.binds}-bound)")
     if est is not None:
-        _print_estimate(est, 0)
+        _print_estimate(est)
+        _print_engine(args, dep)
     print(f"  step, no overlap         {fmt_seconds(s.no_overlap_s)}  (attention "
           f"{binds(s.kv_read_s, s.attention_compute_s)}-bound, weights {binds(s.weight_read_s, s.weight_compute_s)}-bound)")
     print(f"  tokens/s per sequence    {formulas.tokens_per_s_per_seq(s.strict_s):.2f}")
@@ -1020,13 +1058,13 @@ def _prefill(args) -> _Answer:
     one_pass = dep.prefill(batch, s_in)
     req = dep.request(batch, s_in, 1, chunk_tokens=_chunk(args), **_prefix_kwargs(args, "--input", s_in))
     data = {"prefill": one_pass.to_dict(), "request": req.to_dict()}
-    est = None
+    est, engine = None, _engine(args)
     if args.estimate:
         from .estimate import estimate_pass, estimate_request
 
         _refuse_estimate_with_prefix(args)
-        est = {"prefill": estimate_pass(dep, one_pass, prompt_tokens_per_pass=s_in),
-               "request": estimate_request(dep, batch, s_in, 1, chunk_tokens=_chunk(args))}
+        est = {"prefill": estimate_pass(dep, one_pass, prompt_tokens_per_pass=s_in, engine=engine),
+               "request": estimate_request(dep, batch, s_in, 1, chunk_tokens=_chunk(args), engine=engine)}
         data["estimate"] = {k: v.to_dict() for k, v in est.items()}
     return _Answer(data, lambda: _print_prefill(args, dep, one_pass, req, est))
 
@@ -1041,6 +1079,7 @@ def _print_prefill(args, dep, p, req, est=None) -> None:
     print(f"  one pass, lower bound    {fmt_seconds(p.strict_s)}  ({p.binds}-bound)")
     if est is not None:
         _print_estimate(est["prefill"])
+        _print_engine(args, dep)
     print(f"  TTFT, lower bound        {fmt_seconds(req.ttft_s)}")
     if est is not None:
         _print_estimate(est["request"].ttft)
@@ -1056,12 +1095,12 @@ def _run(args) -> _Answer:
     from .cli_serving import _prefix_kwargs
     prefix = _prefix_kwargs(args, "--input", s_in)
     r = dep.request(batch, s_in, s_out, chunk_tokens=_chunk(args), price_per_chip_hour=price, **prefix)
-    data, est = r.to_dict(), None
+    data, est, engine = r.to_dict(), None, _engine(args)
     if args.estimate:
         from .estimate import estimate_request
 
         _refuse_estimate_with_prefix(args)
-        est = estimate_request(dep, batch, s_in, s_out, chunk_tokens=_chunk(args))
+        est = estimate_request(dep, batch, s_in, s_out, chunk_tokens=_chunk(args), engine=engine)
         data["estimate"] = est.to_dict()
     return _Answer(data, lambda: _print_run(args, dep, r, est))
 
@@ -1077,6 +1116,7 @@ def _print_run(args, dep, r, est=None) -> None:
     print(f"  time to first token      {fmt_seconds(r.ttft_s)}")
     if est is not None:
         _print_estimate(est.ttft)
+        _print_engine(args, dep)
     print(f"  decode                   {fmt_seconds(r.decode_s)}  (no overlap: {fmt_seconds(r.decode_no_overlap_s)})")
     if est is not None and r.output_tokens > 1:
         _print_estimate(est.decode)

@@ -811,19 +811,28 @@ class _Measured(_Floor):
 
     Inside a node the all-reduce takes ``algorithm``'s curve on ``link``;
     across nodes NCCL's curve on ``node_link`` at the whole group's size
-    (the engines' custom kernels run inside a node only). ``flags`` collects
-    each collective whose curve is not a measurement at its size and link.
+    (the engines' custom kernels run inside a node only). An all-to-all
+    takes DeepEP's curve where its link has one (measured on nodes of H800s:
+    across nodes on ``node_link``, inside one on ``link``), never below the
+    floor of its own topology (:meth:`_Floor.all_to_all`: the two tiers
+    across nodes); without a curve, that floor. ``flags`` collects each
+    collective whose curve is not a measurement at its size and link.
     """
 
     def __init__(self, link, node_link, chips_per_node, algorithm: str):
         super().__init__(link, node_link, chips_per_node)
         self.algorithm, self.flags = algorithm, {}
 
-    def _estimate(self, kind, message, n, link, algorithm="auto"):
+    def _estimate(self, kind, message, n, link, algorithm="auto", floor=None, floor_name="the bound's formula"):
+        """The curve's estimate, or with ``floor`` (seconds, named ``floor_name``) the larger of the two, the floor
+        alone where the link has no curve."""
         t, used, _, _, lat_ok, bw_ok, gpus, _ = _estimate_terms(kind, message, n, link, algorithm)
+        no_curve = np.all(used == "floor")
+        if floor is not None:
+            t = floor if no_curve else np.maximum(t, floor)
         if not (np.all(lat_ok) and np.all(bw_ok)):
             self.flags[f"{kind} over {n} chips on {link.name}"] = (
-                "no measured curve: the bound's formula" if np.all(used == "floor") else
+                f"no measured curve: {floor_name}" if no_curve else
                 f"curve measured on {' and '.join(map(str, gpus))} GPUs"
                 + ("" if np.all(lat_ok) else ", latency not measured there")
                 + ("" if np.all(bw_ok) else ", bandwidth not measured there"))
@@ -840,7 +849,11 @@ class _Measured(_Floor):
     def all_to_all(self, share, ep: int):
         if ep <= 1 or self.link is None:
             return 0.0
-        return self._estimate("all_to_all", share, ep, self.node_link if self.spans(ep) else self.link)
+        across = self.two_tier and self.spans(ep)
+        link = self.node_link if self.spans(ep) else self.link
+        return self._estimate("all_to_all", share, ep, link, floor=super().all_to_all(share, ep),
+                              floor_name=("the two-tier floor (the network for other nodes, both paths for the "
+                                          "chip's own)" if across else "the bound's formula"))
 
     def hop(self, message, crosses: bool):
         hop_link = self.node_link if crosses else self.link

@@ -21,9 +21,14 @@ its layers, ``W`` and ``C`` the chip's bandwidth and FLOP rate, ``b_w``
 the bytes of a stored weight, ``T`` the pass's tokens on the chip and
 ``w b_act`` the bytes of one token's activations of a layer on the chip
 (:func:`activation_width`: its hidden vector and its MLP's intermediate),
-which the elementwise kernels between the matmuls write and read ``n_act``
-times, a count that depends on whether the engine fuses them
-(:data:`UNFUSED_ENGINES`). Why a sum where the
+and ``n_act`` a fitted cost per token and layer in units of one pass over
+them, one value for engines that fuse their elementwise kernels and one for
+those that do not (:data:`UNFUSED_ENGINES`): the elementwise traffic between
+the matmuls and whatever else grows with a pass's tokens and has no term of
+its own. ``q`` is charged on the weights stored in fewer bytes than they
+multiply at (:func:`_unpacked_weights`: a Q4_0 model's layers, not its
+16-bit head); ``W / (C b_w)`` above writes that per byte of a weight
+stored in ``b_w`` bytes. Why a sum where the
 bound takes a max: a pass is a chain of kernels (the attention over the
 caches, the weight matmuls, the elementwise kernels between them, the
 collectives between layers), each limited by its own resource and each
@@ -44,11 +49,17 @@ The collectives ``t_coll`` are priced the one way kvmath estimates
 collectives anywhere: the chain of :meth:`kvmath.Deployment.comm_estimate`,
 each collective at its measured latency-bandwidth curve
 (:func:`kvmath.links.collective_estimate`), with the all-reduce the
-serving engine runs (:data:`ENGINE_ALGORITHMS`). Where a curve is a
-stand-in (no published small-message time for NVLink 5 or MI300X's
-Infinity Fabric, no all-to-all curve at all) the estimate's ``flags`` say
-so. No fitted cost per collective is added: fitted on the table it went to
-a tenth of a microsecond, so the rows do not ask for one.
+serving engine runs (:data:`ENGINE_ALGORITHMS`), and expert parallelism's
+all-to-all at DeepEP's curve on H800 nodes where its links are those
+(inside a node, and across nodes at two tiers: NVLink for the chip's own
+node, the network port for the others). A layout wider than a node that
+names no network takes the chip's system's (:attr:`kvmath.Chip.network`),
+as the system is built; the bound does not. Where a curve is a stand-in
+(NVLink 5's small messages: the NVLink 4 kernels' times scaled by the one
+pair of small-message times published on both; MI300X's Infinity Fabric;
+an all-to-all off DeepEP's links, at its topology's floor) the estimate's
+``flags`` say so. No fitted cost per collective is added: fitted on the
+table it went to a tenth of a microsecond, so the rows do not ask for one.
 
 Each parameter has a home: the regime whose rows identify it
 (:data:`PARAMETERS`); a regime holds at most one parameter per five of its
@@ -72,14 +83,13 @@ a wider interval, and says so (``pooled``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from .deployment import Deployment, Step
 from .results import Result
-from .units import dtype_bytes
 from .validation import ArrayLike, instance, plain, positive, positive_int
 
 #: The fitted parameters, in the fit's order: (name, unit, home regimes, physical meaning).
@@ -97,13 +107,15 @@ PARAMETERS = (
     ("matmul_efficiency", "fraction", ("prefill",),
      "fraction of the peak FLOP rate compute-bound matmuls and attention reach"),
     ("activation_passes", "count", ("large_batch",),
-     "times each token's activations of a layer on the chip (its hidden vector and its MLP's intermediate) are "
-     "written and read between kernels (norms, residual adds, rotary embedding, the MLP's gate, quantising "
-     "activations), at the pass's bandwidth, in an engine that fuses its elementwise work: what a pass of many "
-     "tokens moves besides its weights and cache"),
+     "a cost per token and layer, in units of one pass over the token's activations of the layer on the chip (its "
+     "hidden vector and its MLP's intermediate) at the pass's bandwidth, in an engine that fuses its elementwise "
+     "work: everything that grows with a pass's tokens and has no term of its own, the elementwise traffic between "
+     "kernels (norms, residual adds, rotary embedding, the MLP's gate, quantising activations) and also attention "
+     "over caches of mixed lengths and GEMMs of a few hundred rows below peak; far more than the handful of passes "
+     "the elementwise kernels alone make"),
     ("unfused_activation_passes", "count", ("prefill",),
-     "the same passes in an engine that runs each elementwise op as a kernel of its own (llama.cpp, eager PyTorch), "
-     "each writing its output for the next to read"),
+     "the same cost per token and layer in an engine that runs each elementwise op as a kernel of its own "
+     "(llama.cpp, eager PyTorch), each writing its output for the next to read"),
 )
 #: Rows per fitted parameter a regime must hold (the issue's "at most one parameter per 5 rows").
 ROWS_PER_PARAMETER = 5
@@ -257,27 +269,94 @@ class _Constants:
     """What the estimate of a deployment's passes needs besides their terms; ``flags`` collects, as passes are
     priced, each collective whose curve is a stand-in (:attr:`Estimate.flags`)."""
 
-    __slots__ = ("dep", "layers", "dequant", "algorithm", "flags", "act_width", "unfused")
+    __slots__ = ("dep", "layers", "unpacked", "algorithm", "flags", "act_width", "unfused")
 
     def __init__(self, dep: Deployment, engine: str | None):
-        b_w = _bulk_weight_bytes(dep)
-        # weights multiply at the compute format given; without one, 8- and 16-bit weights at their own rate,
-        # sub-byte weights unpacked to a wider format first
-        b_compute = _COMPUTE_BYTES[dep.formats.compute] if dep.formats.compute else (b_w if b_w >= 1 else 2.0)
-        self.dequant = dep.chip.bandwidth / (dep.flops * b_w) if b_w < b_compute else 0.0
+        self.unpacked = _unpacked_weights(dep)
         self.layers = dep.model.n_layers
         self.act_width = activation_width(dep)
         self.unfused = engine in UNFUSED_ENGINES
         self.algorithm, self.flags = engine_algorithm(engine), {}
-        self.dep = dep
-        if dep.link is None and dep.chip.link is not None and dep.n_chips > 1:
-            # the bound may count no link; the chips still talk, over their own interconnect
-            self.dep = dep.replace(link=dep.chip.link)
-            self.flags["link"] = f"none given: collectives estimated on the {dep.chip.name}'s own {dep.chip.link.name}"
+        self.dep = _estimated_links(dep, self.flags)
+
+
+def _estimated_links(dep: Deployment, flags: dict) -> Deployment:
+    """The deployment whose links the estimate prices collectives on, with ``flags`` saying what it assumed.
+
+    The bound may count no link, or put a layout wider than a node on one
+    fabric: either only makes the bound lower, never wrong. The chips of a
+    real system still talk, over their own interconnect inside a node and
+    the system's network between nodes (:attr:`kvmath.Chip.network`: one
+    InfiniBand port per H100 or H800), so the estimate prices them there.
+    A network the deployment names is kept.
+    """
+    chip, link = dep.chip, dep.link
+    if dep.n_chips == 1 or (link is None and chip.link is None):
+        return dep
+    out = dep
+    if link is None:  # the chips still talk, over their own interconnect
+        out = dep.replace(link=chip.link)
+        flags["link"] = f"none given: collectives estimated on the {chip.name}'s own {chip.link.name}"
+    one_fabric = out.node_link is not None and out.node_link.name == out.link.name == chip.link_name
+    if not (one_fabric and out.n_chips > out.chips_per_node):
+        return out
+    nodes = f"{out.n_chips} chips span {-(-out.n_chips // out.chips_per_node)} nodes of {out.chips_per_node}"
+    if chip.network is None:
+        flags["network"] = (f"none given or known: the {nodes} and share the {out.link.name}, so the collectives "
+                            "between nodes are estimated too fast")
+        return out
+    try:
+        out = out.replace(node_link=chip.network)
+    except ValueError:  # a group straddles nodes unevenly: no two-tier routing to price it by
+        flags["network"] = f"none given: the {nodes}, but a group straddles them unevenly; one fabric assumed"
+        return out
+    flags["network"] = f"none given: the {nodes}, between which the estimate takes the {chip.name}'s {chip.network.name}"
+    return out
 
 
 #: Bytes of an element each compute format multiplies (a weight stored in fewer is unpacked first).
 _COMPUTE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
+#: Bytes per weight standing in for "none" in :func:`_unpacked_weights`' counting deployment (a byte count must be
+#: positive; this one adds a part in 10^15 to the count).
+_UNCOUNTED = 1e-15
+
+
+def _unpacked_weights(dep: Deployment) -> Deployment | None:
+    """A deployment whose weight bytes read count the weights ``dep``'s passes unpack (None: it unpacks none).
+
+    A group is unpacked where a weight is stored in fewer bytes than it
+    multiplies at: the compute format given, or else 8- and 16-bit weights
+    at their own rate and sub-byte weights at 16 bits. Bytes read are linear
+    in each group's bytes per weight, so a copy of ``dep`` with one byte a
+    weight in those groups, and next to none in the others, reads as many
+    bytes as the passes unpack weights, sharded and routed as ``dep`` is.
+    (An unquantized head beside Q4_0 layers is not unpacked.)
+    """
+    from .models import _group_bytes
+
+    compute = dep.formats.compute
+    per = _group_bytes(dep.formats.weights, dep.model.tied_embeddings)
+    marks = {g: b < (_COMPUTE_BYTES[compute] if compute else (b if b >= 1 else 2.0)) for g, b in per.items()}
+    if not any(marks.values()):
+        return None
+    counting = {g: 1.0 if unpacked else _UNCOUNTED for g, unpacked in marks.items()}
+    return dep.replace(formats=replace(dep.formats, weights=counting, compute="bf16"))
+
+
+def _unpack_s(c: "_Constants", step, tokens_per_seq=None) -> ArrayLike:
+    """The weights a pass unpacks over the chip's matmul rate, seconds per FLOP of unpacking a weight: times
+    :data:`PARAMETERS`' ``dequant_flops_per_weight``, the pass's unpacking.
+
+    The share of ``step``'s weight bytes that are unpacked weights comes from
+    :func:`_unpacked_weights` at the pass's sequences and tokens per sequence
+    (``step.tokens_per_seq`` unless given: an MoE pass's experts change with
+    them)."""
+    if c.unpacked is None:
+        return 0.0
+    shape = dict(tokens_per_seq=step.tokens_per_seq if tokens_per_seq is None else tokens_per_seq, routing=ROUTING)
+    share = (c.unpacked.step(step.batch, 1.0, **shape).weight_bytes_read
+             / c.dep.step(step.batch, 1.0, **shape).weight_bytes_read)
+    return share * step.weight_bytes_read / c.dep.flops
 
 
 #: Engines that run each elementwise op (a norm, a residual add, the rotary embedding, the MLP's gate) as a kernel
@@ -378,15 +457,18 @@ def _fixed_s(c: _Constants, p: EstimateParameters):
     return p.step_overhead_s + c.layers * p.layer_overhead_s
 
 
-def _weights_s(t: Step, c: _Constants, p: EstimateParameters):
-    read = t.weight_read_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight)
+def _weights_s(t: Step, p: EstimateParameters, unpack_s):
+    """The weights' kernel: their bytes at the fitted bandwidth plus their unpacking (``unpack_s``:
+    :func:`_unpack_s`), or their matmuls at the fitted rate, whichever is longer."""
+    read = t.weight_read_s / p.memory_efficiency + unpack_s * p.dequant_flops_per_weight
     return np.maximum(read, t.weight_compute_s / p.matmul_efficiency)
 
 
-def _pass_s(t: Step, c: _Constants, p: EstimateParameters, comm):
-    """The estimate of one pass (the module text's equation), from its bound's terms and its collectives."""
+def _pass_s(t: Step, c: _Constants, p: EstimateParameters, comm, unpack_s):
+    """The estimate of one pass (the module text's equation), from its bound's terms, its collectives and the
+    weights it unpacks."""
     attention = np.maximum(t.kv_read_s / p.memory_efficiency, t.attention_compute_s / p.matmul_efficiency)
-    return _fixed_s(c, p) + attention + _weights_s(t, c, p) + _comm_s(comm, p, c)
+    return _fixed_s(c, p) + attention + _weights_s(t, p, unpack_s) + _comm_s(comm, p, c)
 
 
 def _comm_s(comm, p: EstimateParameters, c: _Constants):
@@ -411,8 +493,8 @@ def _routed(dep: Deployment, step: Step) -> Step:
 
 
 def _step_pricer(dep: Deployment, step: Step, c: _Constants):
-    comm = _collectives(c, step)
-    return lambda p: _pass_s(step, c, p, comm)
+    comm, unpack = _collectives(c, step), _unpack_s(c, step)
+    return lambda p: _pass_s(step, c, p, comm, unpack)
 
 
 def _decode_pricer(dep: Deployment, batch, lo, hi, c: _Constants):
@@ -420,12 +502,13 @@ def _decode_pricer(dep: Deployment, batch, lo, hi, c: _Constants):
     from .requests import _decode_stretches, _sum_max2
 
     pieces = [(line(lambda t: t.kv_read_s), line(lambda t: t.attention_compute_s), t1, first, last, steps,
-               _collectives(c, t1)) for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, {"routing": ROUTING})]
+               _collectives(c, t1), _unpack_s(c, t1))
+              for line, t1, first, last, steps in _decode_stretches(dep, batch, lo, hi, {"routing": ROUTING})]
 
     def price(p):
         total = 0.0
-        for kv, att, t1, first, last, steps, comm in pieces:
-            per_step = _fixed_s(c, p) + _weights_s(t1, c, p) + _comm_s(comm, p, c)
+        for kv, att, t1, first, last, steps, comm, unpack in pieces:
+            per_step = _fixed_s(c, p) + _weights_s(t1, p, unpack) + _comm_s(comm, p, c)
             total = total + steps * per_step + _sum_max2((kv[0] / p.memory_efficiency, kv[1] / p.memory_efficiency),
                                                          (att[0] / p.matmul_efficiency, att[1] / p.matmul_efficiency),
                                                          first, last)
@@ -440,7 +523,7 @@ def _prefill_pricer(dep: Deployment, batch, input_tokens, c: _Constants, chunk_t
 
     step, live, hop_bytes = _prefill_passes(dep, batch, input_tokens, chunk_tokens, bool(last_mlp_logits_only),
                                             {"overhead_s": 0.0, "efficiency": 1.0, "routing": ROUTING})
-    comm = _collectives(c, step, stage=True)
+    comm, unpack = _collectives(c, step, stage=True), _unpack_s(c, step)
     fills = dep.layout.pp - 1
     hop_s = 0.0
     if fills:  # the fill's sends, priced as every collective is
@@ -448,7 +531,7 @@ def _prefill_pricer(dep: Deployment, batch, input_tokens, c: _Constants, chunk_t
         c.flags.update(flags)
 
     def price(p):
-        per = _pass_s(step, c, p, comm)
+        per = _pass_s(step, c, p, comm, unpack)
         if live is None:
             total, first_read = per, step.weight_read_s
         else:
@@ -470,12 +553,13 @@ class Estimate(Result):
     bound_s : the lower bound (unchanged by the estimate).
     estimate_s : the estimate (never below ``bound_s``).
     estimate_low_s, estimate_high_s : the interval's ends (the low end never below the bound).
-    regime : the calibration regime whose errors set the interval.
-    regime_rows : measurements of that regime the errors come from.
+    regime : the calibration regime whose errors set the interval (a sum's names each part's: :func:`regimes_of`).
+    regime_rows : measurements of that regime the errors come from (of every regime, for a sum).
     pooled : True where the regime has too few rows for its own interval, so the pooled, wider one is used.
     flags : collective -> why its curve is a stand-in (no curve measured at its size and link: NVLink 5's and
-        MI300X's small messages, every all-to-all), and ``"link"`` where the deployment counts none and the
-        chip's own interconnect is assumed; empty where every collective is priced by a measured curve.
+        MI300X's small messages, an all-to-all off DeepEP's links), ``"link"`` where the deployment counts none
+        and the chip's own interconnect is assumed, and ``"network"`` where a layout wider than a node names no
+        network and the chip's system's is assumed; empty where every collective is priced by a measured curve.
     is_lower_bound : always False: an estimate.
     """
 
@@ -510,6 +594,45 @@ def _estimate(bound_s, estimate_s, regime: str, c: _Constants) -> Estimate:
                     flags=dict(c.flags))
 
 
+#: How an :class:`Estimate` of a sum (a request's prefill and decode) names the regimes of its parts.
+REGIME_JOIN = " + "
+
+
+def regimes_of(estimate: Estimate) -> tuple:
+    """The regimes whose errors set ``estimate``'s interval: one, or each part's of a sum (:data:`REGIME_JOIN`).
+
+    Examples
+    --------
+    >>> r = estimate_request(Deployment("llama-3-8b", "h100-sxm"), 1, 8000, 16)
+    >>> regimes_of(r.total), regimes_of(r.decode)
+    (('prefill', 'batch1'), ('batch1',))
+    """
+    instance("estimate", estimate, Estimate, "an Estimate")
+    return tuple(str(estimate.regime).split(REGIME_JOIN))
+
+
+def _sum_ends(parts) -> tuple:
+    """``(estimate, low, high)`` seconds of a time that is the sum of ``parts`` (:class:`Estimate`): each the sum
+    of the parts'. The parts' errors are taken as moving together (a fast prefill beside a fast decode), the
+    widest reading short of adding their worst cases by hand: a sum's interval is then never narrower than a
+    part's, and where one part dominates it is nearly that part's interval."""
+    return tuple(sum(getattr(e, f) for e in parts) for f in ("estimate_s", "estimate_low_s", "estimate_high_s"))
+
+
+def _sum(bound_s, parts) -> Estimate:
+    """An :class:`Estimate` of a sum of ``parts`` beside its bound (:func:`_sum_ends`), named by their regimes."""
+    estimate_s, low, high = _sum_ends(parts)
+    regimes = tuple(dict.fromkeys(e.regime for e in parts))
+    low = np.maximum(bound_s, low)
+    flags = {}
+    for e in parts:
+        flags.update(e.flags)
+    return Estimate(bound_s=plain(bound_s), estimate_s=plain(np.maximum(estimate_s, bound_s)),
+                    estimate_low_s=plain(low), estimate_high_s=plain(np.maximum(low, high)),
+                    regime=REGIME_JOIN.join(regimes), regime_rows=sum(regime_errors()[r].rows for r in regimes),
+                    pooled=any(e.pooled for e in parts), flags=flags)
+
+
 def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
                   engine: str | None = None) -> Estimate:
     """An estimate of one decode step of ``batch`` sequences of ``context`` cached tokens (beside ``strict_s``).
@@ -532,6 +655,42 @@ def estimate_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, toke
     return _estimate(step.strict_s, price(EstimateParameters.fitted()), regime_of(dep, batch), c)
 
 
+def estimate_terms(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, tokens_per_seq: ArrayLike = 1,
+                   engine: str | None = None) -> dict:
+    """The terms of :func:`estimate_step`'s estimate of one decode step, seconds, by name.
+
+    ``fixed`` (the step's and its layers' overheads), ``attention`` (the
+    cache's kernel: its read or its math, the longer), ``weight_read`` and
+    ``unpacking`` (the weights' bytes at the fitted bandwidth, and the
+    unpacking of those stored below the width they multiply at),
+    ``weight_compute`` (their matmuls at the fitted rate), ``activations``
+    (the fitted cost per token and layer) and ``collectives``; the step's
+    estimate is ``fixed + attention + max(weight_read + unpacking,
+    weight_compute) + activations + collectives``, before it is kept at or
+    above the bound.
+
+    Examples
+    --------
+    Llama 3 8B in Q4_0 on an RTX 4090 at batch 1: the bytes, not their unpacking, set the weights' kernel:
+
+    >>> t = estimate_terms(Deployment("llama-3-8b", "rtx-4090", weights="q4_0"), 1, 256)
+    >>> bool(t["unpacking"] < t["weight_read"]), sorted(t)[:3]
+    (True, ['activations', 'attention', 'collectives'])
+    """
+    instance("dep", dep, Deployment, "a Deployment")
+    step = _routed(dep, dep.step(batch, context, tokens_per_seq=tokens_per_seq))
+    c, p = _constants(dep, engine), EstimateParameters.fitted()
+    comm = _collectives(c, step)
+    n = p.unfused_activation_passes if c.unfused else p.activation_passes
+    return {"fixed": plain(_fixed_s(c, p)),
+            "attention": plain(np.maximum(step.kv_read_s / p.memory_efficiency,
+                                          step.attention_compute_s / p.matmul_efficiency)),
+            "weight_read": plain(step.weight_read_s / p.memory_efficiency),
+            "unpacking": plain(_unpack_s(c, step) * p.dequant_flops_per_weight),
+            "weight_compute": plain(step.weight_compute_s / p.matmul_efficiency),
+            "activations": plain(comm[1] * n / p.memory_efficiency), "collectives": plain(comm[0])}
+
+
 def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float = 0.0,
                   engine: str | None = None) -> Estimate:
     """An estimate of a pass the deployment already bounded (a :meth:`~kvmath.Deployment.step` or
@@ -543,7 +702,8 @@ def estimate_pass(dep: Deployment, step: Step, *, prompt_tokens_per_pass: float 
     c = _constants(dep, engine)
     if prompt_tokens_per_pass > 1 and dep.layout.pp > 1:  # a prefill pass: one stage's share of its group's chain
         comm = _collectives(c, step, stage=True)
-        return _estimate(step.strict_s, _pass_s(step, c, EstimateParameters.fitted(), comm), regime, c)
+        return _estimate(step.strict_s, _pass_s(step, c, EstimateParameters.fitted(), comm, _unpack_s(c, step)),
+                         regime, c)
     priced = _routed(dep, step) if prompt_tokens_per_pass <= 1 else step
     return _estimate(step.strict_s, _step_pricer(dep, priced, c)(EstimateParameters.fitted()), regime, c)
 
@@ -569,7 +729,8 @@ class RequestEstimate(Result):
     Attributes
     ----------
     ttft, decode, total, time_per_output_token : :class:`Estimate` of ``ttft_s``, ``decode_s``, ``total_s`` and
-        ``time_per_output_token_s`` (the prefill's regime for the first; the decode steps' for the rest).
+        ``time_per_output_token_s``: the prefill's regime for the first, the decode steps' for the second and
+        the last; the total is their sum, its interval the sum of theirs (:func:`regimes_of` names both).
     """
 
     ttft: Estimate
@@ -586,7 +747,7 @@ def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
     --------
     >>> r = estimate_request(Deployment("llama-2-7b", "a100-80gb", weights="fp16"), 60, 128, 2048)
     >>> r.total.regime, r.total.bound_s < r.total.estimate_s
-    ('large_batch', True)
+    ('prefill + large_batch', True)
     """
     instance("dep", dep, Deployment, "a Deployment")
     req = dep.request(batch, input_tokens, output_tokens, chunk_tokens=chunk_tokens)
@@ -598,10 +759,10 @@ def estimate_request(dep: Deployment, batch: ArrayLike, input_tokens: ArrayLike,
     per_pass = np.minimum(s_in, chunk_tokens) if chunk_tokens else s_in
     decode_regime = regime_of(dep, batch)
     steps = np.maximum(s_out - 1, 1)
+    parts = (_estimate(req.ttft_s, ttft, regime_of(dep, batch, float(np.min(per_pass))), c),
+             _estimate(req.decode_s, decode, decode_regime, c))
     return RequestEstimate(
-        ttft=_estimate(req.ttft_s, ttft, regime_of(dep, batch, float(np.min(per_pass))), c),
-        decode=_estimate(req.decode_s, decode, decode_regime, c),
-        total=_estimate(req.total_s, ttft + decode, decode_regime, c),
+        ttft=parts[0], decode=parts[1], total=_sum(req.total_s, parts),
         time_per_output_token=_estimate(req.time_per_output_token_s, decode / steps, decode_regime, c))
 
 
@@ -615,9 +776,9 @@ def _mixed_step_s(dep: Deployment, step, p: EstimateParameters, c: _Constants):
     ``1 / pp`` of them at a time.
     """
     comm = _chain(c, (step.batch + step.prefill_tokens) / dep.layout.pp, c.dep)
-    w_s = step.weight_bytes_read / step.bandwidth
-    read = w_s * (1 / p.memory_efficiency + c.dequant * p.dequant_flops_per_weight) \
-        + step.kv_bytes_read / step.bandwidth / p.memory_efficiency
+    unpack = _unpack_s(c, step, tokens_per_seq=1 + step.prefill_tokens / step.batch)
+    read = (step.weight_bytes_read + step.kv_bytes_read) / step.bandwidth / p.memory_efficiency \
+        + unpack * p.dequant_flops_per_weight
     work = np.maximum(read, step.total_flops / step.flops / p.matmul_efficiency)
     return _fixed_s(c, p) + work + _comm_s(comm, p, c)
 
@@ -653,8 +814,10 @@ class FrontierEstimate(Result):
     best_batch : the batch (0 where none fits or meets the limit).
     throughput_per_chip_estimate, throughput_per_chip_estimate_low, throughput_per_chip_estimate_high :
         output tokens/s per chip at it, and the ends of the 80% interval (the total time's).
-    time_per_output_token : :class:`Estimate` of the time per output token at it.
-    regime : the decode steps' regime.
+    time_per_output_token : :class:`Estimate` of the time per output token at it (its ``regime`` and
+        ``regime_rows`` per shape, as ``regime``).
+    regime : the decode steps' regime at the batch picked, per shape (``"batch1"`` where it is one sequence on one
+        chip, the large-batch regime above): the regime whose errors set the interval of its time per token.
     """
 
     best_batch: np.ndarray
@@ -662,7 +825,7 @@ class FrontierEstimate(Result):
     throughput_per_chip_estimate_low: np.ndarray
     throughput_per_chip_estimate_high: np.ndarray
     time_per_output_token: Estimate
-    regime: str
+    regime: np.ndarray
 
 
 def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: ArrayLike, *,
@@ -675,8 +838,8 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
     >>> dep = Deployment("llama-3-70b", "h100-sxm", "tp=8", link="nvlink4")
     >>> f = dep.frontier(1000, 1000, tpot_limit_s=0.015)
     >>> e = estimate_frontier(dep, 1000, 1000, tpot_limit_s=0.015)
-    >>> bool(e.throughput_per_chip_estimate[0] < f.best_throughput_per_chip[0]), e.regime
-    (True, 'multi_chip')
+    >>> bool(e.throughput_per_chip_estimate[0] < f.best_throughput_per_chip[0]), e.regime.tolist()
+    (True, ['multi_chip'])
     """
     instance("dep", dep, Deployment, "a Deployment")
     f = dep.frontier(input_tokens, output_tokens, batch=batch, tpot_limit_s=tpot_limit_s, budget=budget)
@@ -685,14 +848,22 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
     s_in, s_out = np.asarray(r.input_tokens, dtype=float), np.asarray(r.output_tokens, dtype=float)
     p = EstimateParameters.fitted()
     c = _constants(dep, engine)
-    ttft = _prefill_pricer(dep, b, r.input_tokens, c)(p)
+    ttft = _estimate(r.ttft_s, _prefill_pricer(dep, b, r.input_tokens, c)(p),
+                     regime_of(dep, b, float(np.min(s_in))), c)
     decode = _decode_pricer(dep, b, s_in + 1.0, s_in + s_out - 1.0, c)(p)
-    regime = regime_of(dep, 2.0 if np.max(b) > 1 else 1.0)
-    total = _estimate(r.total_s, ttft + decode, regime, c)
-    tpot = _estimate(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1), regime, c)
+    many = np.broadcast_to(b > 1, np.shape(decode))
+
+    def by_batch(bound_s, estimate_s):
+        # each batch's decode regime: batch 1 on one chip is the small-batch regime, not the large one
+        one, more = (_estimate(bound_s, estimate_s, regime_of(dep, x), c) for x in (1.0, 2.0))
+        return Estimate(**{k: (np.where(many, v, getattr(one, k)) if k not in ("flags", "is_lower_bound") else v)
+                           for k, v in vars(more).items()})
+
+    tpot = by_batch(r.time_per_output_token_s, decode / np.maximum(s_out - 1, 1))
+    total_s, total_low, total_high = _sum_ends((ttft, by_batch(r.decode_s, decode)))
     tokens = b * s_out / dep.n_chips
     allowed = f.fits if tpot_limit_s is None else f.fits & ((s_out == 1) | (tpot.estimate_s <= tpot_limit_s))
-    score = np.where(allowed, tokens / total.estimate_s, -np.inf)
+    score = np.where(allowed, tokens / total_s, -np.inf)
     pick = np.argmax(score, axis=0)
     found = np.any(allowed, axis=0)
 
@@ -703,10 +874,10 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
     picked = Estimate(**{k: (np.broadcast_to(v, score.shape)[pick, cols] if isinstance(v, np.ndarray) else v)
                          for k, v in vars(tpot).items()})
     return FrontierEstimate(best_batch=np.where(found, np.broadcast_to(b, score.shape)[pick, cols], 0),
-                            throughput_per_chip_estimate=at(tokens / total.estimate_s),
-                            throughput_per_chip_estimate_low=at(tokens / total.estimate_high_s),
-                            throughput_per_chip_estimate_high=at(tokens / total.estimate_low_s),
-                            time_per_output_token=picked, regime=regime)
+                            throughput_per_chip_estimate=at(tokens / total_s),
+                            throughput_per_chip_estimate_low=at(tokens / total_high),
+                            throughput_per_chip_estimate_high=at(tokens / total_low),
+                            time_per_output_token=picked, regime=picked.regime)
 
 
 # ----- the calibration rows, priced as bound_for bounds them --------------------------------------------
@@ -985,6 +1156,6 @@ def parameter_table() -> list[dict]:
              "rows": parameter_rows(name)} for name, unit, home, meaning in PARAMETERS]
 
 
-__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "UNFUSED_ENGINES", "activation_width", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
+__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "REGIME_JOIN", "regimes_of", "estimate_terms", "UNFUSED_ENGINES", "activation_width", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
            "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
            "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]

@@ -72,6 +72,14 @@ class Chip:
         the rest in further nodes. None where no such system is sourced
         (PCIe cards, TPU slices, single-device machines): then one node
         holds any layout.
+    network_name : str
+        Preset name of the link between nodes of that system, one network
+        port per chip (``"ib-ndr400"``: one ConnectX-7 per H100 or H800),
+        with ``network_source``; empty where none is sourced. A bound never
+        assumes it (a :class:`kvmath.Deployment` names its own
+        ``node_link``); an estimate of a layout wider than a node that
+        names none prices the traffic between nodes on it
+        (:mod:`kvmath.estimate`), as the system is built.
 
     Examples
     --------
@@ -95,11 +103,13 @@ class Chip:
     link_name: str = ""
     node_chips: int | None = None
     node_source: str = ""
+    network_name: str = ""
+    network_source: str = ""
 
     def __post_init__(self) -> None:
         # Checked and converted here, so Chip.replace() validates like a preset.
         for attr in ("name", "display_name", "source", "note", "device_report", "device_source", "runtime_source",
-                     "link_name", "node_source"):
+                     "link_name", "node_source", "network_name", "network_source"):
             if not isinstance(getattr(self, attr), str):
                 raise ValueError(f"{attr} must be a string, got {getattr(self, attr)!r}")
         if not self.name.strip():
@@ -144,6 +154,21 @@ class Chip:
         from .links import get_link  # links depends on nothing here; imported late to keep hardware light
 
         return get_link(self.link_name)
+
+    @property
+    def network(self):
+        """The link between nodes of the chip's standard system (a :class:`kvmath.Link`), or None if unsourced.
+
+        Examples
+        --------
+        >>> get_chip("h800").network.name, get_chip("rtx-4090").network
+        ('ib-ndr400', None)
+        """
+        if not self.network_name:
+            return None
+        from .links import get_link
+
+        return get_link(self.network_name)
 
     @property
     def vendor(self) -> str:
@@ -229,6 +254,8 @@ def _chip_from_row(row: dict[str, str]) -> Chip:
         link_name=row["link"],
         node_chips=optional_int(row["node_chips"]),
         node_source=row["node_source"],
+        network_name=row["network"],
+        network_source=row["network_source"],
     )
 
 

@@ -442,22 +442,28 @@ COLLECTIVE_KINDS = ("all_reduce", "all_to_all", "p2p")
 #: pick: their custom kernel for small messages inside a node, NCCL above).
 ESTIMATE_ALGORITHMS = ("auto", "nccl", "ring", "tree", "in_switch", "custom")
 _NCCL_ALGORITHMS = ("ring", "tree", "in_switch")
+#: The one all-to-all curve: DeepEP's low-latency dispatch and combine, measured on H800 nodes (chapter 9).
+_ALL_TO_ALL = "deepep"
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One measured all-reduce curve (a row of ``kvmath/data/collectives.csv``): ``t = latency_s + R / bandwidth``.
+    """One measured collective curve (a row of ``kvmath/data/collectives.csv``): ``t = latency_s + R / bandwidth``.
 
-    ``R`` is the bytes the algorithm moves per chip (``2 (n - 1) / n * S``
-    for ring, tree and the custom kernels, counted as two-shot's; ``S`` in
-    the switch), so ``bandwidth`` is nccl-tests' bus bandwidth for a ring or
-    tree and its algorithm bandwidth for in-switch reduction. Measured on
+    For an all-reduce (``kind``) ``R`` is the bytes the algorithm moves per
+    chip (``2 (n - 1) / n * S`` for ring, tree and the custom kernels,
+    counted as two-shot's; ``S`` in the switch), so ``bandwidth`` is
+    nccl-tests' bus bandwidth for a ring or tree and its algorithm bandwidth
+    for in-switch reduction. For an all-to-all (``"deepep"``: DeepEP's
+    low-latency dispatch and combine) ``R`` is the chip's share ``S = T k d
+    b``, every copy counted, the same-node ones too. Measured on
     ``n_gpus`` chips; ``latency_measured`` / ``bandwidth_measured`` are False
     where the source gives no such figure and the row carries a labelled
     stand-in (its ``note`` says which).
     """
 
     link: str
+    kind: str
     algorithm: str
     n_gpus: int
     latency_s: float
@@ -475,7 +481,7 @@ def _curves() -> dict[tuple[str, str], tuple[Curve, ...]]:
 
     out: dict[tuple[str, str], list[Curve]] = {}
     for r in read_rows("collectives.csv"):
-        c = Curve(link=r["link"], algorithm=r["algorithm"], n_gpus=int(r["n_gpus"]), latency_s=float(r["latency_s"]),
+        c = Curve(link=r["link"], kind=r["kind"], algorithm=r["algorithm"], n_gpus=int(r["n_gpus"]), latency_s=float(r["latency_s"]),
                   latency_measured=r["latency_measured"] == "true", bandwidth=float(r["bandwidth_bytes_per_s"]),
                   bandwidth_measured=r["bandwidth_measured"] == "true", library=r["library"], source=r["source"],
                   note=r["note"])
@@ -484,7 +490,7 @@ def _curves() -> dict[tuple[str, str], tuple[Curve, ...]]:
 
 
 def curves(link: Link | str) -> list[Curve]:
-    """The measured all-reduce curves of ``link`` (a :class:`Link` or preset name), every algorithm and GPU count.
+    """The measured collective curves of ``link`` (a :class:`Link` or preset name), every algorithm and GPU count.
 
     Examples
     --------
@@ -496,11 +502,15 @@ def curves(link: Link | str) -> list[Curve]:
 
 
 def _steps(algorithm: str, n: float) -> float:
-    """Dependent steps of an all-reduce on ``n`` chips: a ring's ``2 (n - 1)``, a tree's ``2 log2 n``, else one."""
+    """Dependent steps of an all-reduce on ``n`` chips: a ring's ``2 (n - 1)``, a tree's ``2 log2 n``, else one;
+    for DeepEP's all-to-all, whose peers are written at once, ``log2 n`` (its latency changes little as the group
+    doubles: a rule to interpolate by between its measured sizes, flagged as not a measurement)."""
     if algorithm == "ring":
         return 2.0 * (n - 1)
     if algorithm == "tree":
         return 2.0 * math.log2(n)
+    if algorithm == _ALL_TO_ALL:
+        return math.log2(n)
     return 1.0
 
 
@@ -628,9 +638,14 @@ def _estimate_terms(kind: str, size, n: int, link: Link, algorithm: str):
             return tuple(best)
         if algorithm not in ("auto", "nccl"):
             raise ValueError(f"link {link.name!r} has no measured {algorithm!r} all-reduce curve; "
-                             f"it has {sorted(a for (lk, a) in _curves() if lk == link.name) or 'none'}")
+                             f"it has {sorted(a for (lk, a) in _curves() if lk == link.name and a != _ALL_TO_ALL) or 'none'}")
         floor = _allreduce_s(size, n, link)
     elif kind == "all_to_all":
+        rows = _curves().get((link.name, _ALL_TO_ALL))
+        if rows:
+            latency, bw, lat_ok, bw_ok, gpus = _curve_at(rows, n)
+            src = " | ".join(c.source for c in rows if c.n_gpus in gpus)
+            return latency + size / bw, _ALL_TO_ALL, latency, bw, lat_ok, bw_ok, gpus, src
         floor = _all_to_all_s(size, n, link)
     else:
         floor = size / link.bandwidth + link.latency_s
@@ -645,9 +660,10 @@ def collective_estimate(kind: str, message_bytes: ArrayLike, n_chips: int, link:
 
     ``t = latency(n) + R / bandwidth``, each curve a row of
     ``kvmath/data/collectives.csv`` with its source (nccl-tests runs, the
-    engines' custom all-reduce benchmarks): see :class:`Curve` for ``R``
-    and :func:`_curve_at` for other GPU counts than the measured ones.
-    Where a link has no curve (all-to-all and point-to-point everywhere,
+    engines' custom all-reduce benchmarks, DeepEP's all-to-all on H800
+    nodes): see :class:`Curve` for ``R`` and :func:`_curve_at` for other
+    GPU counts than the measured ones. Where a link has no curve
+    (point-to-point everywhere, an all-to-all off DeepEP's two links,
     links no source measured), the estimate is the bound's formula with
     the link's assumed latency, and :attr:`CollectiveEstimate.flagged` says
     so, as it does for every latency or bandwidth that is not a measurement

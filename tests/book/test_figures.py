@@ -85,14 +85,14 @@ CH16_PITFALLS = (
 
 #: Chapter 13's out-of-sample rows as computed when written: (id, regime, log(measured / estimate), interval ends).
 CH13_ESTIMATE_ROWS = (
-    ("gf-7b-bf16", "batch1", -0.0050, -0.2364, 0.0894),
-    ("gf-7b-tp8", "multi_chip", -0.5165, -0.1705, 0.7490),
-    ("trt-7b-a100-b60", "large_batch", -0.0724, -0.4100, 0.2025),
-    ("trt-7b-h100-ttft", "prefill", -0.4097, -0.6176, 0.1848),
-    ("meta-65b-tp8", "multi_chip", 1.3206, -0.2396, 0.6174),
-    ("xd-4090-8b-q4km", "quantized", 0.0316, -0.2134, 0.1518),
-    ("gg-spark-gptoss", "moe", 0.0976, -0.2782, 0.8668),
-    ("pov-qwen30-gb200-128-2048", "moe", 0.7998, -0.3149, 0.8955),
+    ("gf-7b-bf16", "batch1", -0.0020, -0.2341, 0.0910),
+    ("gf-7b-tp8", "multi_chip", -0.5082, -0.1681, 0.7501),
+    ("trt-7b-a100-b60", "large_batch", -0.0695, -0.4030, 0.2068),
+    ("trt-7b-h100-ttft", "prefill", -0.4005, -0.6091, 0.1834),
+    ("meta-65b-tp8", "multi_chip", 1.3218, -0.2344, 0.6194),
+    ("xd-4090-8b-q4km", "quantized", 0.0337, -0.2099, 0.1510),
+    ("gg-spark-gptoss", "moe", 0.0992, -0.2620, 0.8011),
+    ("pov-qwen30-gb200-128-2048", "moe", 0.8037, -0.3082, 0.7951),
 )
 
 #: "chNN.name" -> the chapter's keyword arguments for each figure with required parameters.

@@ -86,21 +86,24 @@ def test_links_without_a_published_small_message_time_are_flagged():
     # no curve at all (no source): the bound's formula, flagged
     e = collective_estimate("all_reduce", SMALL, 8, "tpu-v5e-ici")
     assert e.algorithm == "floor" and e.estimate_s == e.bound_s and e.flagged
-    e = collective_estimate("all_to_all", SMALL, 8, IB)
-    assert e.algorithm == "floor" and e.estimate_s == pytest.approx(7 / 8 * SMALL / 50e9 + 0.5e-6) and e.flagged
+    # an all-to-all off DeepEP's two links (H800 nodes: their NVLink, their InfiniBand): the bound's formula, flagged
+    e = collective_estimate("all_to_all", SMALL, 8, NV4)
+    assert e.algorithm == "floor" and e.estimate_s == pytest.approx(7 / 8 * SMALL / 450e9 + 0.5e-6) and e.flagged
 
 
 def test_every_curve_is_sourced_and_never_below_the_bound():
     sizes = np.geomspace(1, 2**30, 40)
     for (link, algorithm), rows in _curves().items():
-        if km.Link.preset(link).scope == "between nodes":  # a curve across nodes: checked in the chain below
-            continue
         for row in rows:
             assert row.source.strip() and row.latency_s > 0 and row.bandwidth > 0
+            assert row.kind == ("all_to_all" if algorithm == "deepep" else "all_reduce")
             if not (row.latency_measured and row.bandwidth_measured):
                 assert row.note.strip(), (link, algorithm, row.n_gpus)  # a stand-in says which
+        if km.Link.preset(link).scope == "between nodes":  # a curve across nodes: checked in the chains below
+            continue
+        kind = rows[0].kind
         for n in (2, 4, 8, 16):
-            e = collective_estimate("all_reduce", sizes, n, link, algorithm)
+            e = collective_estimate(kind, sizes, n, link, algorithm if kind == "all_reduce" else "auto")
             assert np.all(e.estimate_s >= e.bound_s), (link, algorithm, n)
     assert [c.n_gpus for c in curves("nvlink4") if c.algorithm == "custom"] == [2, 4, 8]
     # InfiniBand's curve is a two-level all-reduce over nodes: above the hierarchical floor of a group across nodes
@@ -108,6 +111,33 @@ def test_every_curve_is_sourced_and_never_below_the_bound():
         dep = km.Deployment("llama-3.1-405b", "h100-sxm", layout, node_link="ib-ndr400")
         e = dep.comm_estimate(np.geomspace(1, 4096, 30))
         assert np.all(e.estimate_s >= e.bound_s), layout
+    # DeepEP's all-to-all across nodes, at every group it was measured on and between: above the two-tier floor,
+    # also in nodes of another size than its 8 (where the floor, not the curve, may set it)
+    for ep, per_node in ((16, 8), (64, 8), (128, 8), (256, 8), (64, 4), (128, 16)):
+        dep = km.Deployment("deepseek-v3", "h800", f"dp={ep},ep={ep}", node_link="ib-ndr400",
+                            chips_per_node=per_node)
+        e = dep.comm_estimate(np.geomspace(1, 4096, 30))
+        assert np.all(e.estimate_s >= e.bound_s), (ep, per_node)
+
+
+def test_deepeps_curves_by_hand():
+    """DeepEP's README (V1 low-latency kernels, H800 with one CX7 400 Gb/s card each, 8 GPUs a node, 128 tokens a
+    chip, top-8 of d = 7168): dispatch in fp8 and combine in bf16, so S and 2 S bytes, at each group size. The curve
+    t = latency + S / bandwidth through both points: latency 2 t_d - t_c, bandwidth S / (t_c - t_d)."""
+    s = 128 * 8 * 7168
+    readme = {8: (77e-6, 114e-6), 16: (118e-6, 195e-6), 32: (155e-6, 273e-6), 64: (173e-6, 314e-6),
+              128: (192e-6, 369e-6), 256: (194e-6, 360e-6)}
+    for ep, (dispatch, combine) in readme.items():
+        link = "nvlink4-h800" if ep == 8 else IB
+        e = collective_estimate("all_to_all", s, ep, link)
+        assert e.algorithm == "deepep" and not e.flagged
+        assert e.latency_s == pytest.approx(2 * dispatch - combine, rel=1e-12)
+        assert e.bandwidth == pytest.approx(s / (combine - dispatch), rel=1e-5)  # six figures in the table
+        assert collective_estimate("all_to_all", 2 * s, ep, link).estimate_s == pytest.approx(combine, rel=1e-5)
+    # between the measured groups the latency is interpolated in log2 of the group and flagged
+    e = collective_estimate("all_to_all", s, 96, IB)
+    x = (np.log2(96) - 6) / (7 - 6)
+    assert e.latency_s == pytest.approx(32e-6 + (15e-6 - 32e-6) * x, rel=1e-12) and e.flagged
 
 
 def test_collective_estimate_refuses_bad_input_by_name():
