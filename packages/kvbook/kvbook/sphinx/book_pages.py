@@ -261,11 +261,11 @@ def palette_png(data: bytes, *, hidpi_only: bool = True) -> bytes | None:
 
     Only HiDPI line plots (dpi >= 150) qualify unless ``hidpi_only`` is False
     (interactive frames); the dpi is kept, so the page still shows the image
-    at its CSS size.
+    at its CSS size, and so are its text chunks (alt text, smallest text size).
     """
     import io
 
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     try:
         with Image.open(io.BytesIO(data)) as im:
@@ -275,8 +275,12 @@ def palette_png(data: bytes, *, hidpi_only: bool = True) -> bytes | None:
                 return None
             rgb = im.convert("RGB") if im.mode == "RGBA" and im.getextrema()[3][0] == 255 else im
             small = rgb.quantize(colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+            # the text chunks stay: alt text (Description), the smallest text (kvbook.plots.MIN_TEXT_KEY)
+            text = PngImagePlugin.PngInfo()
+            for key, value in getattr(im, "text", {}).items():
+                text.add_text(key, value)
             buf = io.BytesIO()
-            small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72))
+            small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72), pnginfo=text)
     except Exception:  # leave any image we cannot read as it is
         return None
     return buf.getvalue() if buf.tell() < len(data) else None
