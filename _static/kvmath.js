@@ -18,6 +18,38 @@ document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("a.kvmath-source").forEach(function (a) { a.href = root + "kvmath-source.tar.gz"; });
 });
 
+// Boxes that scroll sideways (a display equation longer than a phone's column, a wide table)
+// say so: the box gets kvmath-more-left / kvmath-more-right while there is more of it beyond that
+// edge, and kvmath.css draws a shadow inside that edge. A box that fits is left alone.
+(function () {
+  var BOXES = "article div.math, article mjx-container[display='true'], article table.kvmath-table, " +
+              "article .pst-scrollable-table-container";
+
+  function mark(box) {
+    var more = box.scrollWidth - box.clientWidth;
+    box.classList.toggle("kvmath-more-left", more > 1 && box.scrollLeft > 1);
+    box.classList.toggle("kvmath-more-right", more > 1 && box.scrollLeft < more - 1);
+  }
+
+  function markAll() {
+    document.querySelectorAll(BOXES).forEach(function (box) {
+      if (!box.kvmathScroll) {
+        box.kvmathScroll = true;
+        box.addEventListener("scroll", function () { mark(box); }, {passive: true});
+      }
+      mark(box);
+    });
+  }
+
+  // equations take their width once MathJax has typeset them (its script is deferred)
+  window.addEventListener("load", function () {
+    markAll();
+    var mj = window.MathJax;
+    if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(markAll);
+  });
+  window.addEventListener("resize", markAll);
+})();
+
 // Figures on a phone. The book's figures are laid out at 100 CSS px per inch (a 7 in figure is
 // 700 px wide, kvbook.plots.CSS_DPI) and shrink with the column: on a 390 px phone to about half,
 // their 8 pt legends to 5.5 px. Where the screen is narrower than a figure's own width, a

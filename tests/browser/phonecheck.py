@@ -18,7 +18,8 @@ pixel, touch) in a fresh context, and checked for:
 * **no sideways page**: the page's scroll width is the screen's, and nothing in the article
   runs past the column unless it sits in a box that scrolls (``sitecheck``'s layout check);
 * **boxes that scroll show it**: any box in the article that scrolls sideways (a long
-  display equation, a wide table) draws the scroll shadows of ``_static/kvmath.css``;
+  display equation, a wide table) draws a shadow inside its edge (``_static/kvmath.js`` and
+  ``kvmath.css``);
 * **a figure with its main control in one screen**: from the top of an interactive figure's
   image to the bottom of its main slider fits in the screen below the sticky header;
 * **weight**: the bytes the page loads cold, before any touch, are within its budget
@@ -98,7 +99,10 @@ _SCROLLERS_JS = r"""
     const s = getComputedStyle(el);
     if (!(s.overflowX === 'auto' || s.overflowX === 'scroll')) continue;
     if (el.scrollWidth <= el.clientWidth + 1 || el.clientWidth === 0) continue;
-    const cue = s.backgroundImage.includes('gradient') && s.backgroundAttachment.includes('local');
+    // the cue: a shadow inside the edge with more beyond it (kvmath.js, kvmath.css), at the start
+    el.scrollLeft = 0;
+    el.dispatchEvent(new Event('scroll'));
+    const cue = getComputedStyle(el).boxShadow.includes('inset');
     out.push({what: el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ')[0] : ''),
               text: (el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 50),
               over: el.scrollWidth - el.clientWidth, cue: cue});

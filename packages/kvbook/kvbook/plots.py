@@ -71,8 +71,9 @@ __all__ = [
 #: Figures are laid out at CSS_DPI CSS pixels per inch (a 7 in figure shows
 #: 700 px wide, so 9 pt text is 12.5 px) and rendered with HIDPI times as
 #: many pixels, so they stay sharp on a high-density screen. The book build
-#: (packages/kvbook/kvbook/sphinx/offline_assets.py) reads the PNG's dpi and shows it at its CSS
-#: size, responsive: it shrinks with the column, never grows past it.
+#: (packages/kvbook/kvbook/sphinx/book_pages.py) reads the PNG's dpi and shows it at its CSS
+#: size, responsive: it shrinks with the column, never grows past it. On a phone's 390 px that
+#: halves its text; there a tap opens it at this size (_static/kvmath.js, using MIN_TEXT_KEY).
 CSS_DPI = 100
 HIDPI = 2
 

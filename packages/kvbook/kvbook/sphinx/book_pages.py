@@ -19,7 +19,9 @@ What it changes, and why (issue 13, "the published book reads like a book"):
   KB instead of 156 KB.
 * **Lighter figures.** HiDPI PNGs (figures and frames) are re-encoded with
   a 256-colour palette, which line plots need no more than; a file is
-  replaced only when that makes it smaller.
+  replaced only when that makes it smaller. Their text chunks stay: the alt
+  text, and the smallest text size (``kvbook:min-text-px``) that the page's
+  script (``_static/kvmath.js``) and the phone test read.
 * **Frames on demand.** The frames of a ``kvbook.interactive`` figure are
   base64 PNGs inside the page; they are moved into image files under
   ``_images/kvmath-frames/`` so a reader downloads the default frame with
