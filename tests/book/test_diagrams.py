@@ -270,13 +270,15 @@ def test_text_is_at_least_9_css_px_on_a_phone(drawn):
     kind, d = drawn[0], drawn[-1]
     with Image.open(io.BytesIO(d.png())) as im:
         natural_css_px = im.size[0] / plots.HIDPI
+        # the smallest text in image pixels, as the PNG records it (kvbook.plots.min_text_px)
+        smallest_image_px = float(im.text[plots.MIN_TEXT_KEY])
     shown = min(PHONE_PX, natural_css_px)
-    d.figure.canvas.draw()
-    sizes = [t.get_fontsize() for t in d.figure.findobj(lambda a: hasattr(a, "get_text") and a.get_visible())
-             if t.get_text().strip()]
-    smallest_px = min(sizes) / 72 * plots.CSS_DPI * shown / natural_css_px
-    assert smallest_px >= MIN_PX, f"{kind}: {min(sizes)} pt shows at {smallest_px:.1f} px on a phone"
-    assert "$" not in "".join(d.texts())  # no mathtext: its sub- and superscripts shrink below the size
+    smallest_px = smallest_image_px / plots.HIDPI * shown / natural_css_px
+    assert smallest_px >= MIN_PX, f"{kind}: its smallest text shows at {smallest_px:.1f} px on a phone"
+    # and at least the diagrams' own FONT (11 pt at 200 dpi: 30.56 image px): they write no mathtext, whose
+    # sub- and superscripts would shrink below it
+    assert smallest_image_px == pytest.approx(diagrams.FONT * plots.CSS_DPI * plots.HIDPI / 72, abs=0.01), kind
+    assert "$" not in "".join(d.texts())
 
 
 def test_no_label_is_clipped_or_collides(drawn):

@@ -285,6 +285,7 @@ def test_a_citation_goes_to_the_references_page(reader, page_map):
 LIVE_ONLY = {
     "Make every control live": "packages/kvbook/kvbook/live/live.js",
     "Drag the slider": "packages/kvbook/kvbook/interactive.py",
+    "Tap to enlarge": "_static/kvmath.js",
     "Show code cell source": "_build/html/notebooks/01_roofline.html",
     "Hide code cell source": "_build/html/notebooks/01_roofline.html",
     "Toggle hidden content": "_build/html/notebooks/01_roofline.html",

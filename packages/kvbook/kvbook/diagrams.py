@@ -57,7 +57,8 @@ class Diagram:
     alt: str
 
     def png(self) -> bytes:
-        """The figure as PNG at its own dpi (HiDPI), cropped as a notebook crops it, with the alt text inside."""
+        """The figure as PNG at its own dpi (HiDPI), cropped as a notebook crops it, with the alt text inside
+        (``Description``) and its smallest text size (:data:`kvbook.plots.MIN_TEXT_KEY`, written by its canvas)."""
         buf = io.BytesIO()
         self.figure.savefig(buf, format="png", dpi=self.figure.dpi, bbox_inches="tight",
                             metadata={"Description": self.alt})
@@ -89,12 +90,12 @@ def _canvas(height: float, ymax: float):
 
 def _done(fig, alt: str) -> Diagram:
     """Hand the figure over without pyplot's copy of it, so a notebook cell shows it once."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     import kvbook.plots as kp
 
     kp.close(fig)
-    FigureCanvasAgg(fig)  # pyplot's close leaves a bare canvas: an Agg one lays the text out for the tests
+    # pyplot's close leaves a bare canvas: an Agg one lays the text out for the tests, and its
+    # PNGs record the smallest text (kvbook.plots.png_text)
+    kp.BookCanvas(fig)
     return Diagram(fig, " ".join(alt.split()))
 
 

@@ -610,7 +610,6 @@ class InteractiveFigure:
         if not pixel_ratio >= 1:
             raise ValueError(f"pixel_ratio must be >= 1, got {pixel_ratio!r}")
 
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         from . import plots
@@ -627,7 +626,7 @@ class InteractiveFigure:
 
         def build(layout):
             fig = Figure(figsize=figsize, dpi=self.dpi * self.pixel_ratio, layout=layout)
-            FigureCanvasAgg(fig)
+            plots.BookCanvas(fig)
             return fig, setup(fig)
 
         with self._style():
@@ -718,11 +717,18 @@ class InteractiveFigure:
                 self.figure.set_layout_engine("none")
             if fast:
                 return _fast_png(canvas.buffer_rgba())
-            from PIL import Image
+            from PIL import Image, PngImagePlugin
 
+            from .plots import png_text
+
+            # the smallest text, for the phone check (kvbook.plots.MIN_TEXT_KEY); live moves
+            # (fast) are not checked and skip it
+            info = PngImagePlugin.PngInfo()
+            for key, value in png_text(self.figure).items():
+                info.add_text(key, value)
             image = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba())
             buf = io.BytesIO()
-            image.convert("RGB").save(buf, format="png", compress_level=6)
+            image.convert("RGB").save(buf, format="png", compress_level=6, pnginfo=info)
         return buf.getvalue()
 
     def _apply(self) -> None:

@@ -28,6 +28,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -36,6 +37,7 @@ import re
 
 import matplotlib
 import matplotlib.ticker as mticker
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from kvmath.formatting import fmt_number
 
@@ -60,13 +62,18 @@ __all__ = [
     "HIDPI",
     "CSS_DPI",
     "layout_problems",
+    "MIN_TEXT_KEY",
+    "min_text_px",
+    "png_text",
+    "BookCanvas",
 ]
 
 #: Figures are laid out at CSS_DPI CSS pixels per inch (a 7 in figure shows
 #: 700 px wide, so 9 pt text is 12.5 px) and rendered with HIDPI times as
 #: many pixels, so they stay sharp on a high-density screen. The book build
-#: (packages/kvbook/kvbook/sphinx/offline_assets.py) reads the PNG's dpi and shows it at its CSS
-#: size, responsive: it shrinks with the column, never grows past it.
+#: (packages/kvbook/kvbook/sphinx/book_pages.py) reads the PNG's dpi and shows it at its CSS
+#: size, responsive: it shrinks with the column, never grows past it. On a phone's 390 px that
+#: halves its text; there a tap opens it at this size (_static/kvmath.js, using MIN_TEXT_KEY).
 CSS_DPI = 100
 HIDPI = 2
 
@@ -509,6 +516,123 @@ def roofline(ax, flops: float, bandwidth: float,
         note = ax.annotate(name, (x, y), xytext=(6, -14), textcoords="offset points", fontsize=9)
         drawn[name] = (dot, note)
     return {"roof": roof, "ridge": ridge, "points": drawn}
+
+
+# --- the smallest text, recorded in the PNG ----------------------------------------
+
+#: The PNG text chunk (tEXt keyword) that holds a figure's smallest text size, in image
+#: pixels. A page shows the image at some CSS width; the text a reader sees is then
+#: ``min-text-px x displayed width / image width`` CSS px (tests/browser/phonecheck.py
+#: reads it from the served file to check figures at phone width).
+MIN_TEXT_KEY = "kvbook:min-text-px"
+
+
+def _drawn_texts(artist) -> Iterator[Any]:
+    """The Text artists a draw of ``artist`` would paint: visible (their parents too) and not empty.
+
+    An axis draws one tick per tick location inside its view interval (``Axis._update_ticks``);
+    its other Tick objects hold stale labels that are never drawn. Nothing is changed: in
+    particular no artist is marked stale, which the blitting in :mod:`kvbook.interactive`
+    reads as "update touched it".
+    """
+    from matplotlib.axis import Axis
+    from matplotlib.text import Text
+
+    if not artist.get_visible():
+        return
+    if isinstance(artist, Text):
+        if artist.get_text().strip():
+            yield artist
+        return
+    if isinstance(artist, Axis):
+        lo, hi = sorted(artist.get_view_interval())
+        slack = 1e-10 * max(abs(lo), abs(hi), 1e-300)
+        for ticks, locs in ((artist.majorTicks, artist.get_majorticklocs()),
+                            (artist.minorTicks, artist.get_minorticklocs())):
+            for tick, loc in zip(ticks, locs):
+                if tick.get_visible() and lo - slack <= loc <= hi + slack:
+                    for label in (tick.label1, tick.label2):
+                        yield from _drawn_texts(label)
+        for text in (artist.label, artist.offsetText):
+            yield from _drawn_texts(text)
+        return
+    for child in artist.get_children():
+        yield from _drawn_texts(child)
+
+
+@functools.lru_cache(maxsize=4096)
+def _smallest_glyph_pt(line: str, prop) -> float:
+    """The smallest glyph of a mathtext line, points: sub- and superscripts shrink (0.7 a level)."""
+    from matplotlib.mathtext import MathTextParser
+
+    glyphs = MathTextParser("path").parse(line, 72, prop).glyphs
+    return min((g[1] for g in glyphs), default=prop.get_size_in_points())
+
+
+def min_text_px(fig, dpi: float | None = None) -> float | None:
+    """The smallest text drawn on ``fig``, in image pixels at ``dpi`` (the figure's by default).
+
+    Every visible, non-empty text counts (titles, axis and tick labels, legends,
+    annotations, labels in the axes): its font size in points x dpi / 72. In a
+    mathtext line (``$B_\\mathrm{crit}$``) each glyph counts at the size it is drawn, so
+    a subscript counts at 0.7 of the text's size. Tick labels are those of the last
+    draw: call it after the figure was drawn. None when nothing is written on it.
+
+    Examples
+    --------
+    >>> fig, ax = new_figure((4, 3))
+    >>> ax.set_axis_off()
+    >>> _ = ax.text(0.5, 0.5, "9 pt", fontsize=9)
+    >>> round(min_text_px(fig, dpi=200), 2)      # 9 x 200 / 72
+    25.0
+    >>> _ = ax.text(0.1, 0.1, r"$B_\\mathrm{crit}$", fontsize=10)
+    >>> round(min_text_px(fig, dpi=200), 2)      # its subscript: 0.7 x 10 x 200 / 72
+    19.44
+    >>> close(fig)
+    """
+    from matplotlib import cbook
+
+    dpi = fig.dpi if dpi is None else float(dpi)
+    smallest = math.inf
+    for text in _drawn_texts(fig):
+        prop = text.get_fontproperties()
+        size = prop.get_size_in_points()
+        for line in text.get_text().split("\n"):
+            if not line.strip():
+                continue
+            if text.get_parse_math() and not text.get_usetex() and cbook.is_math_text(line):
+                smallest = min(smallest, _smallest_glyph_pt(line, prop.copy()))
+            else:
+                smallest = min(smallest, size)
+    return None if smallest == math.inf else smallest * dpi / 72.0
+
+
+def png_text(fig, dpi: float | None = None) -> dict[str, str]:
+    """The PNG text chunks every figure PNG of the book carries: ``{MIN_TEXT_KEY: "25.00"}``.
+
+    Empty for a figure with no text. ``dpi`` is the dpi the PNG is rendered at (the figure's
+    by default).
+    """
+    px = min_text_px(fig, dpi)
+    return {} if px is None else {MIN_TEXT_KEY: f"{px:.2f}"}
+
+
+class BookCanvas(FigureCanvasAgg):
+    """The Agg canvas of the book's figures: each PNG it writes carries :func:`png_text`.
+
+    ``savefig`` and IPython's display of a figure (``print_figure``) both write
+    through the canvas's ``print_png``; the figure is drawn once first, so that its
+    tick labels are those the PNG shows. Give a figure one with ``BookCanvas(fig)``
+    once pyplot no longer manages it (``kvbook.figures.figure`` and
+    :mod:`kvbook.diagrams` do).
+    """
+
+    def print_png(self, filename_or_obj, *, metadata=None, pil_kwargs=None, **_savefig_options):
+        # (matplotlib drops the options print_figure passes every print method, orientation and
+        # the like, for its own canvases only: Agg's print_png takes none of them)
+        FigureCanvasAgg.draw(self)  # print_figure has set the dpi the PNG is written at
+        metadata = {**png_text(self.figure), **(metadata or {})}
+        return super().print_png(filename_or_obj, metadata=metadata, pil_kwargs=pil_kwargs)
 
 
 # --- layout checks ------------------------------------------------------------

@@ -70,11 +70,15 @@ def figure(fn: Callable | None = None, *, static: str = "") -> Callable:
                 raise ValueError(f"{chapter}.{fn.__name__}: arguments must be JSON values (pass presets by "
                                  f"name): {err}") from None
             fig = fn(**kwargs)
-            if type(fig).__name__ == "Figure" and getattr(fig, "number", None) is not None:
-                # a pyplot figure: the cell shows the returned figure once, not pyplot's copy at the cell's end too
-                import matplotlib.pyplot as plt
+            if type(fig).__name__ == "Figure":
+                if getattr(fig, "number", None) is not None:
+                    # a pyplot figure: the cell shows the returned figure once, not pyplot's copy at the cell's end too
+                    import matplotlib.pyplot as plt
 
-                plt.close(fig)
+                    plt.close(fig)
+                from kvbook.plots import BookCanvas
+
+                BookCanvas(fig)  # the PNG the cell shows records its smallest text (kvbook.plots.png_text)
             if hasattr(fig, "to_html"):  # an InteractiveFigure: the page's live layer will call us again
                 fig.call = {"module": fn.__module__, "function": fn.__name__, "kwargs": kwargs,
                             "static": static}

@@ -19,7 +19,9 @@ What it changes, and why (issue 13, "the published book reads like a book"):
   KB instead of 156 KB.
 * **Lighter figures.** HiDPI PNGs (figures and frames) are re-encoded with
   a 256-colour palette, which line plots need no more than; a file is
-  replaced only when that makes it smaller.
+  replaced only when that makes it smaller. Their text chunks stay: the alt
+  text, and the smallest text size (``kvbook:min-text-px``) that the page's
+  script (``_static/kvmath.js``) and the phone test read.
 * **Frames on demand.** The frames of a ``kvbook.interactive`` figure are
   base64 PNGs inside the page; they are moved into image files under
   ``_images/kvmath-frames/`` so a reader downloads the default frame with
@@ -261,11 +263,11 @@ def palette_png(data: bytes, *, hidpi_only: bool = True) -> bytes | None:
 
     Only HiDPI line plots (dpi >= 150) qualify unless ``hidpi_only`` is False
     (interactive frames); the dpi is kept, so the page still shows the image
-    at its CSS size.
+    at its CSS size, and so are its text chunks (alt text, smallest text size).
     """
     import io
 
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     try:
         with Image.open(io.BytesIO(data)) as im:
@@ -275,8 +277,12 @@ def palette_png(data: bytes, *, hidpi_only: bool = True) -> bytes | None:
                 return None
             rgb = im.convert("RGB") if im.mode == "RGBA" and im.getextrema()[3][0] == 255 else im
             small = rgb.quantize(colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+            # the text chunks stay: alt text (Description), the smallest text (kvbook.plots.MIN_TEXT_KEY)
+            text = PngImagePlugin.PngInfo()
+            for key, value in getattr(im, "text", {}).items():
+                text.add_text(key, value)
             buf = io.BytesIO()
-            small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72))
+            small.save(buf, format="png", optimize=True, dpi=im.info.get("dpi") or (72, 72), pnginfo=text)
     except Exception:  # leave any image we cannot read as it is
         return None
     return buf.getvalue() if buf.tell() < len(data) else None
