@@ -22,7 +22,8 @@ def test_hybrid_linear_layers_counted_as_full():
     r = check_config(NEXT, "kv_bytes_per_token", 98_304)
     assert r.kvmath == 24_576 and not r.matches
     assert "linear-attention layers are counted as full attention" in r.explained_by
-    assert r.explanation.startswith("your figure equals kvmath's (24,576 B) if linear-attention layers")
+    assert r.explanation.startswith("kvmath gives 24,576 B; your 98,304 B is what the config gives when "
+                                    "linear-attention layers")
 
 
 def test_sliding_windows_ignored():
@@ -86,9 +87,12 @@ def test_vllm_tokens_of_the_published_log_and_as_full_attention():
 # ----- the command line -------------------------------------------------------------------------
 
 def test_cli_text_json_and_exit_codes(capsys):
-    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "98304"]) == 0
+    # a figure that disagrees exits 1 (a script or CI can act on it); one that agrees 0
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "98304"]) == 1
     out = capsys.readouterr().out
-    assert "if linear-attention layers are counted as full attention" in out and "24,576 B" in out
+    assert "when linear-attention layers are counted as full attention" in out and "24,576 B" in out
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "24576"]) == 0
+    capsys.readouterr()
     assert main(["check", "config", NEXT_PATH, "--seq-bytes", "64684032", "--tokens", "1024", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == check_config(NEXT_PATH, "seq_bytes", 64_684_032, tokens=1024).to_dict() and data["matches"]
