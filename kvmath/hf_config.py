@@ -188,9 +188,9 @@ def reads(model_type: str) -> tuple[str, ...]:
     >>> "mamba_ssm_dtype" in reads("qwen3_next"), "num_experts" in reads("qwen3")
     (True, False)
     """
-    model_type = _ALIASES.get(model_type, model_type)
-    if model_type not in _FAMILY:
+    if not isinstance(model_type, str) or _ALIASES.get(model_type, model_type) not in _FAMILY:
         raise ValueError(f"model_type {model_type!r} is not one kvmath reads; it reads {sorted(_FAMILY)}")
+    model_type = _ALIASES.get(model_type, model_type)
     return tuple(key for key, readers in _SIZE_KEYS.items() if model_type in readers)
 
 

@@ -428,11 +428,11 @@ def vllm_block_size(model, chip: Chip | None = None) -> int:
     >>> vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("b200")), vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("l4"))
     (128, 16)
     """
+    if chip is not None:
+        instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
     if not any(s.kind in ("mla", "dsa") for s in _model(model).layer_specs()):
         return BLOCK_SIZE
-    if chip is None:
-        return MLA_BLOCK_SIZE
-    return MLA_BLOCK_BY_CHIP.get(instance("chip", chip, Chip, "a Chip (Chip.preset(name))").name, BLOCK_SIZE)
+    return MLA_BLOCK_SIZE if chip is None else MLA_BLOCK_BY_CHIP.get(chip.name, BLOCK_SIZE)
 
 
 def vllm_model_dtype(stored: str, dtype: str = "auto") -> str:
@@ -446,8 +446,11 @@ def vllm_model_dtype(stored: str, dtype: str = "auto") -> str:
     >>> vllm_model_dtype("fp32"), vllm_model_dtype("fp16"), vllm_model_dtype("fp32", "fp32"), vllm_model_dtype("mxfp4")
     ('bf16', 'fp16', 'fp32', 'mxfp4')
     """
+    from .formats import get_format
+
     dtype = choice("dtype", dtype, VLLM_DTYPES)
-    if not isinstance(stored, str) or stored not in _FLOAT_FORMATS:
+    stored = get_format(stored, argument="stored").name
+    if stored not in _FLOAT_FORMATS:
         return stored
     return ("bf16" if stored == "fp32" else stored) if dtype == "auto" else dtype
 
@@ -458,9 +461,10 @@ _FLOAT_FORMATS = ("bf16", "fp16", "fp32")
 
 def _vllm_weights(weights, dtype: str):
     """A weights argument (a format, or ``{group: format}``) as vLLM loads it under ``--dtype dtype``."""
-    if isinstance(weights, dict):
-        return {group: vllm_model_dtype(fmt, dtype) for group, fmt in weights.items()}
-    return vllm_model_dtype(weights, dtype)
+    def loaded(fmt):  # a number is bytes per weight, as stored
+        return vllm_model_dtype(fmt, dtype) if isinstance(fmt, str) else fmt
+
+    return {group: loaded(fmt) for group, fmt in weights.items()} if isinstance(weights, dict) else loaded(weights)
 
 
 def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str) -> float:
