@@ -287,6 +287,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
             epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
                    f"  {'estimate':<27} with --estimate: kvmath.estimate.Estimate of strict_s (estimate_s, "
                    "estimate_low_s, estimate_high_s, regime, ...)\n"
+                   f"  {'weights_formats':<27} with --config and no --weight-dtype: each weight group's format, as "
+                   "the config stores it\n"
                    "with --params alone: the keys of kvmath.formulas.step_breakdown",
         )
         _add_model_options(decode, notes=True)
@@ -446,7 +448,9 @@ def _add_check_config(checks) -> None:
                           description="Compare a figure another calculator or an engine gives for a config.json "
                                       "with kvmath's, and name the misreading of the config that gives it "
                                       "(linear layers as full attention, windows ignored, MLA as full "
-                                      "attention, shared-KV layers counted, stored precision ignored).")
+                                      "attention, the DSA indexer dropped, shared-KV layers counted, stored "
+                                      "precision ignored). Exits 0 where the figures agree, 1 where they do not, "
+                                      "2 on bad input.")
     p.add_argument("file", metavar="FILE", help="the config.json (or its directory; required)")
     figure = p.add_mutually_exclusive_group(required=True)
     figure.add_argument("--kv-bytes-per-token", type=_number, action=_Once,

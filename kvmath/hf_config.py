@@ -21,10 +21,13 @@ Rules:
   ``transformers`` configuration class documents (named at each use); where
   there is none, the key is required.
 * A config kvmath cannot read raises ``ValueError`` naming the key; so does
-  a key that changes the sizes in a family that does not read it
-  (``_SIZE_KEYS``: a config relabelled to another family is refused, not
-  read minus its features). Keys that are only hints (multi-token-prediction
-  layers) are noted and warned about.
+  a key that changes the sizes in a family whose reader does not read it
+  (``_SIZE_KEYS``, the table of what each reader reads, :func:`reads`: a
+  config relabelled to another family, Mixtral as ``mistral`` or Qwen3.5 as
+  ``qwen3_next``, is refused, not read minus its features). Keys that are
+  only hints (multi-token-prediction layers) are noted and warned about.
+* A linear layer's state is kept in the config's dtype, its recurrent part
+  in ``mamba_ssm_dtype`` where the config names one (Qwen3.5's float32).
 * ``max_position_embeddings`` is what the checkpoint's position code is set
   up for, a hint, not the context its authors document as supported: it
   is kept in the note and ``supported_context`` is left None (no
