@@ -132,7 +132,8 @@ def test_new_presets_within_1_percent_of_published_or_say_why(name):
 
 
 NEW_CHIPS = ["h800", "h20", "b200-hgx", "gb200", "mi325x", "mi355x", "rtx-3090", "rtx-5090", "l40s", "dgx-spark",
-             "tpu-v6e", "m2-ultra", "m3-max", "m4-max", "b300", "gb300", "tpu-v7", "rtx-pro-6000", "trainium2"]
+             "tpu-v6e", "m2-ultra", "m3-max", "m4-max", "b300", "gb300", "tpu-v7", "rtx-pro-6000", "rtx-pro-6000-server",
+             "trainium2"]
 
 
 @pytest.mark.parametrize("name, hbm, bandwidth, bf16", [
