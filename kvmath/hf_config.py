@@ -398,7 +398,7 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
     window = c.data.get("sliding_window")
     types = c.data.get("layer_types") if isinstance(c.data.get("layer_types"), list) else []
     if (_present(window) and model_type not in _SLIDING_READERS and "sliding_attention" not in types
-            and not (model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not c.data.get("use_sliding_window"))):
+            and not (model_type in _QWEN_WINDOW_FLAG and not c.data.get("use_sliding_window"))):
         raise ValueError(f"config.json has {c.name('sliding_window')!r} ({window!r}) but a {model_type!r} config "
                          "says no layer uses it: kvmath reads sliding windows from layer_types or the family's rule")
     chunk = c.data.get("attention_chunk_size")
@@ -415,7 +415,11 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
 
 #: Families that read sliding_window by their own rule (the rest only through layer_types).
 _SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
-                    "gemma3_text", "gpt_oss", "qwen3_next")
+                    "gemma3_text", "gpt_oss")
+
+#: Qwen families whose published configs carry a ``sliding_window`` that ``use_sliding_window: false`` switches off
+#: (Qwen3-Next's too, whose reader reads no window: with ``use_sliding_window`` true it is refused).
+_QWEN_WINDOW_FLAG = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next")
 
 
 def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:

@@ -318,3 +318,23 @@ def test_a_bad_config_exits_2_with_one_line(tmp_path, capsys):
     assert cli.main(["decode", "--config", str(f), "--hardware", "h200", "--batch", "1", "--context", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "index_topk" in err[0]
+
+
+def test_qwen3_next_refuses_a_window_it_would_not_read():
+    # Qwen3-Next's reader reads no sliding window: one switched on by use_sliding_window is refused by name; one
+    # switched off (the Qwen families' published convention) changes nothing
+    config = json.loads(path("Qwen--Qwen3-Next-80B-A3B-Instruct").read_text())
+    with pytest.raises(ValueError, match="sliding_window"):
+        km.Model.from_hf_config({**config, "sliding_window": 4096, "use_sliding_window": True})
+    off = km.Model.from_hf_config({**config, "sliding_window": 4096, "use_sliding_window": False})
+    assert off.kv_bytes_per_seq(131072) == load("Qwen--Qwen3-Next-80B-A3B-Instruct").kv_bytes_per_seq(131072)
+
+
+def test_gpt_oss_relabelled_mixtral_reads_the_same_sizes():
+    # what the mixtral reader reads of gpt-oss's file is all that sizes it (layer_types, experts, head_dim): the
+    # same 20,907,927,360 parameters and layers, so relabelling drops nothing (sinks and biases are not counted
+    # by either)
+    config = json.loads(path("openai--gpt-oss-20b").read_text())
+    relabelled = km.Model.from_hf_config({**config, "model_type": "mixtral"})
+    assert relabelled.param_count() == load("openai--gpt-oss-20b").param_count() == 20_907_927_360
+    assert relabelled.layer_specs() == load("openai--gpt-oss-20b").layer_specs()
