@@ -305,6 +305,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
             epilog=f"keys of --json with --model or --config (kvmath.Step; base units: bytes, seconds, FLOPs):\n{keys}\n"
                    f"  {'estimate':<27} with --estimate: kvmath.estimate.Estimate of strict_s (estimate_s, "
                    "estimate_low_s, estimate_high_s, regime, ...)\n"
+                   f"  {'weights_formats':<27} with --config and no --weight-dtype: each weight group's format, as "
+                   "the config stores it\n"
                    "with --params alone: the keys of kvmath.formulas.step_breakdown",
         )
         _add_model_options(decode, notes=True)
@@ -337,7 +339,9 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                    "(default: none)", action=_Once)
         capacity.add_argument("--gpu-memory-utilization", type=_number,
                               help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
-        capacity.add_argument("--block-size", type=_number, help=f"tokens per vLLM block (default: {BLOCK_SIZE})", action=_Once)
+        capacity.add_argument("--block-size", type=_number, action=_Once,
+                              help=f"tokens per vLLM block (default: {BLOCK_SIZE}; for MLA and DSA the block vLLM "
+                                   "sets on the chip, 64 on Hopper, 128 on datacenter Blackwell)")
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
@@ -410,11 +414,12 @@ def _vllm_default(name: str):
 
 
 def _add_vllm_rules(p, applies: str) -> None:
-    """``--mamba-cache-mode`` and ``--tokens-rule``: vLLM's hybrid rules (:func:`kvmath.memory.vllm_kv_cache`).
+    """``--mamba-cache-mode``, ``--tokens-rule``, ``--hybrid-kv-cache-manager``, ``--vllm-dtype`` and
+    ``--mamba-ssm-cache-dtype``: vLLM's rules that differ between releases (:func:`kvmath.memory.vllm_kv_cache`).
 
     The defaults shown are the library's own (read from its signature), so the two cannot disagree; an option
     not given is not passed on."""
-    from .memory import VLLM_MAMBA_CACHE_MODES, VLLM_TOKEN_RULES
+    from .memory import VLLM_DEFAULTS_VERSION, VLLM_DTYPES, VLLM_MAMBA_CACHE_MODES, VLLM_TOKEN_RULES
 
     default = {k: _vllm_default(k) for k in ("mamba_cache_mode", "tokens_rule")}
     p.add_argument("--mamba-cache-mode", type=str.lower, choices=VLLM_MAMBA_CACHE_MODES, action=_Once,
@@ -429,6 +434,30 @@ def _add_vllm_rules(p, applies: str) -> None:
                         "vllm/v1/core/kv_cache_utils.py): blocks, num_blocks // groups x the smallest block size "
                         "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (later releases, "
                         f"such as v0.29.0) (default: {default['tokens_rule']})")
+    p.add_argument("--hybrid-kv-cache-manager", type=str.lower, choices=("on", "off"), action=_Once,
+                   help=f"{applies}vLLM's hybrid KV-cache manager: off is --disable-hybrid-kv-cache-manager (every "
+                        f"attention layer paged as full attention) (default: vLLM {VLLM_DEFAULTS_VERSION}'s, on except "
+                        "for chunked local attention (Llama 4), which later releases turn on too)")
+    p.add_argument("--vllm-dtype", type=str.lower, choices=VLLM_DTYPES, action=_Once,
+                   help=f"{applies}vLLM's --dtype, the dtype of unquantized weights and linear-layer states "
+                        f"(default: {_vllm_default('dtype')}, a float32 checkpoint in bf16)")
+    p.add_argument("--mamba-ssm-cache-dtype", type=str.lower, choices=VLLM_DTYPES, action=_Once,
+                   help=f"{applies}vLLM's --mamba-ssm-cache-dtype, the recurrent state's dtype (default: "
+                        f"{_vllm_default('mamba_ssm_cache_dtype')}, the model dtype or the config's mamba_ssm_dtype)")
+
+
+#: Destinations of :func:`_add_vllm_rules`' options and the library argument each sets.
+_VLLM_RULES = {"mamba_cache_mode": "mamba_cache_mode", "tokens_rule": "tokens_rule",
+               "hybrid_kv_cache_manager": "hybrid", "vllm_dtype": "dtype",
+               "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype"}
+
+
+def _vllm_rules(args) -> dict:
+    """The options of :func:`_add_vllm_rules` given, as :func:`kvmath.memory.vllm_kv_cache` arguments."""
+    rules = {arg: getattr(args, dest) for dest, arg in _VLLM_RULES.items() if getattr(args, dest) is not None}
+    if "hybrid" in rules:
+        rules["hybrid"] = rules["hybrid"] == "on"
+    return rules
 
 
 def _add_check_config(checks) -> None:
@@ -437,7 +466,9 @@ def _add_check_config(checks) -> None:
                           description="Compare a figure another calculator or an engine gives for a config.json "
                                       "with kvmath's, and name the misreading of the config that gives it "
                                       "(linear layers as full attention, windows ignored, MLA as full "
-                                      "attention, shared-KV layers counted, stored precision ignored).")
+                                      "attention, the DSA indexer dropped, shared-KV layers counted, stored "
+                                      "precision ignored). Exits 0 where the figures agree, 1 where they do not, "
+                                      "2 on bad input.")
     p.add_argument("file", metavar="FILE", help="the config.json (or its directory; required)")
     figure = p.add_mutually_exclusive_group(required=True)
     figure.add_argument("--kv-bytes-per-token", type=_number, action=_Once,
@@ -455,7 +486,8 @@ def _add_check_config(checks) -> None:
                    help="with --vllm-tokens: vLLM's 'Available KV cache memory' per rank, GiB (required there; "
                         "default: none)")
     for opt, default, text in (("--max-model-len", 8192, "vLLM's --max-model-len"),
-                               ("--block-size", 16, "tokens per vLLM block asked for"),
+                               ("--block-size", None, "tokens per vLLM block asked for (default: 16, or 64 for "
+                                                      "MLA and DSA, FlashMLA's on Hopper)"),
                                ("--tensor-parallel", 1, "vLLM's --tensor-parallel-size"),
                                ("--max-num-batched-tokens", None, "vLLM's --max-num-batched-tokens (default: "
                                                                   "vLLM's for the engine)")):
@@ -484,7 +516,7 @@ def _check_config(args) -> "_Answer":
     needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",)}
     applies = {"tokens": "seq_bytes", "available_gib": "vllm_tokens", "max_model_len": "vllm_tokens",
                "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens",
-               "mamba_cache_mode": "vllm_tokens", "tokens_rule": "vllm_tokens"}
+               **{dest: "vllm_tokens" for dest in _VLLM_RULES}}
     for dest, owner in applies.items():
         if getattr(args, dest) is not None and owner != quantity:
             raise ValueError(f"{_option(args, dest)} applies to {figures[owner]} only")
@@ -502,11 +534,10 @@ def _check_config(args) -> "_Answer":
         for dest in ("max_model_len", "block_size", "tensor_parallel", "max_num_batched_tokens"):
             if getattr(args, dest) is not None:
                 kw[dest] = int(positive_int(_option(args, dest), getattr(args, dest)))
-        for dest in ("mamba_cache_mode", "tokens_rule"):
-            if getattr(args, dest) is not None:
-                kw[dest] = getattr(args, dest)
+        kw.update(_vllm_rules(args))
     r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype, **kw)
-    return _Answer(r.to_dict(), lambda: _print_check_config(r))
+    # exit 1 where the figure disagrees with kvmath's, so that a script or CI can use the check
+    return _Answer(r.to_dict(), lambda: _print_check_config(r), status=0 if r.matches else 1)
 
 
 _CHECKS["config"] = _check_config
@@ -517,7 +548,8 @@ def _print_check_config(r) -> None:
     _row(f"{r.quantity}: yours", f"{r.figure:,.0f} {unit}")
     _row(f"{r.quantity}: kvmath", f"{r.kvmath:,.0f} {unit}")
     for kind, value in r.terms.items():
-        _row(f"{kind} layers", f"{value:,.0f} B", 2)
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:,.0f} B"
+        _row(f"{kind} layers" if r.quantity != "vllm_tokens" else kind, shown, 2)
     print(r.explanation)
     if r.readings and not r.matches:
         print("readings of the config (the figure each gives):")
@@ -532,12 +564,13 @@ def _layout_text(layout: ParallelLayout) -> str:
 
 
 class _Answer:
-    """What a command computed: ``data`` (what --json prints) and ``show()``, the text form of the same result."""
+    """What a command computed: ``data`` (what --json prints), ``show()``, the text form of the same result, and
+    the exit ``status`` (0; 1 where a check found a disagreement)."""
 
-    __slots__ = ("data", "show")
+    __slots__ = ("data", "show", "status")
 
-    def __init__(self, data, show):
-        self.data, self.show = data, show
+    def __init__(self, data, show, status: int = 0):
+        self.data, self.show, self.status = data, show, status
 
 
 def _refuse_ignored(args) -> None:
@@ -636,7 +669,17 @@ def _config_weights(args) -> dict:
     shown = ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items()
                       if g != "default")
     args._notes = [f"weights as config.json stores them (--weight-dtype overrides): {shown}"]
+    args._weights_formats = weights  # --json carries them too (weights_formats)
     return weights
+
+
+def _formats_text(weights) -> str:
+    """Weight formats as one phrase: "bf16", or "experts mxfp4, default bf16"."""
+    if not isinstance(weights, dict):
+        return str(weights)
+    if len(set(map(str, weights.values()))) == 1:
+        return str(next(iter(weights.values())))
+    return ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items())
 
 
 def _layout(args, model: Model) -> ParallelLayout:
@@ -863,7 +906,7 @@ def _capacity(args) -> _Answer:
     from .cli_serving import _prefix_kwargs
     prefix = _prefix_kwargs(args, "--context", context)
     # --block-size sizes vLLM's pool, or the blocks a cached prefix reuses
-    engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version", "mamba_cache_mode", "tokens_rule") + (
+    engine_options = ("gpu_memory_utilization", "max_model_len", "vllm_version", *_VLLM_RULES) + (
         () if prefix else ("block_size",))
     if args.engine is None:
         given = [_option(args, o) for o in engine_options if getattr(args, o) is not None]
@@ -895,10 +938,8 @@ def _capacity(args) -> _Answer:
         dep = _deployment(args, model)
     engine = {}
     if args.engine:
-        engine = dict(engine="vllm", vllm_version=args.vllm_version or "v1")
-        for dest in ("mamba_cache_mode", "tokens_rule"):  # given ones only: the library's defaults stand otherwise
-            if getattr(args, dest) is not None:
-                engine[dest] = getattr(args, dest)
+        # given rules only: the library's defaults stand otherwise
+        engine = dict(engine="vllm", vllm_version=args.vllm_version or "v1", **_vllm_rules(args))
         if args.gpu_memory_utilization is not None:
             engine["gpu_memory_utilization"] = fraction("--gpu-memory-utilization", args.gpu_memory_utilization)
         if args.block_size is not None:
@@ -981,14 +1022,21 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
     if e is not None:
         from .memory import GPU_MEMORY_UTILIZATION
         util = GPU_MEMORY_UTILIZATION if args.gpu_memory_utilization is None else args.gpu_memory_utilization
+        from .memory import VLLM_DEFAULTS_VERSION
         rules = [f"{dest} {getattr(args, dest) or _vllm_default(dest)}" for dest in ("mamba_cache_mode", "tokens_rule")
                  if getattr(args, dest) or (dest == "mamba_cache_mode" and "linear" in e.group_kinds)]
+        rules.append(f"hybrid KV-cache manager {'on' if e.hybrid_kv_cache_manager else 'off'}" + (
+            " for chunked local attention (--hybrid-kv-cache-manager on: later releases)"
+            if args.hybrid_kv_cache_manager is None and not e.hybrid_kv_cache_manager else ""))
         print(f"vLLM ({args.vllm_version or 'v1'}, TP={dep.layout.tp}, gpu_memory_utilization "
-              f"{util:.2f}{''.join(', ' + r for r in rules)}; overheads are estimates)")
+              f"{util:.2f}{''.join(', ' + r for r in rules)}; defaults of vLLM {VLLM_DEFAULTS_VERSION}; "
+              "overheads are estimates)")
         print("  per rank")
         estimated = "  (estimate: reported total less 0.5 GiB)" if hbm is not None or dep.chip.runtime_bytes is None else ""
         _row("CUDA runtime total", fmt_bytes(e.total_bytes) + estimated, 4)
-        _row("weights", fmt_bytes(e.weight_bytes), 4)
+        loaded = "" if e.weight_formats == dep.formats.weights else \
+            f"  (loaded as vLLM --dtype {args.vllm_dtype or _vllm_default('dtype')} does: {_formats_text(e.weight_formats)})"
+        _row("weights", fmt_bytes(e.weight_bytes) + loaded, 4)
         _row("activation peak", fmt_bytes(e.activation_peak_bytes), 4)
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
@@ -1001,7 +1049,10 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
             _row("linear-layer state", f"{e.state_bytes:,} B, padded {e.state_padding:.2%} to one page", 4)
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)
         print("  engine (all ranks)")
-        _row("KV cache size", f"{e.tokens:,} tokens", 4)
+        other = next(r for r in e.tokens_by_rule if r != e.tokens_rule)
+        versions = {"blocks": "vLLM up to v0.20", "concurrency": "later releases"}
+        _row("KV cache size", f"{e.tokens:,} tokens ({versions[e.tokens_rule]}; {e.tokens_by_rule[other]:,} in "
+             f"{versions[other]})", 4)
         _row("max concurrency", f"{e.max_concurrency:.2f}x at {e.max_model_len:,} tokens", 4)
 
 
@@ -1357,6 +1408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = compute(args)
         if _non_finite(result.data if isinstance(result, _Answer) else result):
             raise ResultOverflow("non-finite result")
+        if getattr(args, "_weights_formats", None) and isinstance(result, _Answer) and isinstance(result.data, dict):
+            result.data["weights_formats"] = args._weights_formats
         text = _render(args, result)
     except (ValueError, ArithmeticError) as err:
         message = _encodable(f"kvmath {args.command}: error: {_user_message(args, err)}\n", sys.stderr)
@@ -1373,4 +1426,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at devnull so the flush at exit does not fail again
         # (the recipe in Python's signal module documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return result.status if isinstance(result, _Answer) else 0

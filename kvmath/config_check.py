@@ -61,7 +61,8 @@ class ConfigCheck(Result):
     explanation : str
         One sentence: equal, equal under which reading, or by how much it differs from kvmath's.
     terms : dict
-        kvmath's figure split by layer kind (bytes; ``seq_bytes`` and ``kv_bytes_per_token`` only).
+        kvmath's figure split by layer kind (bytes; ``seq_bytes`` and ``kv_bytes_per_token``), or the engine's
+        terms behind it (``vllm_tokens``: block size, page, groups, blocks, blocks a request).
     """
 
     quantity: str
@@ -96,14 +97,23 @@ def _windows_ignored(model, spec):
 
 
 def _mla_as_full(model, spec):
-    """An MLA layer caching every head's K (``qk_nope + qk_rope``) and V (``v_head_dim``), as multi-head
-    attention: what an engine without MLA support keeps, ``h x (d_nope + d_rope + d_v)`` per token."""
-    if spec.kind != "mla":
+    """An MLA (or DSA) layer caching every head's K (``qk_nope + qk_rope``) and V (``v_head_dim``), as multi-head
+    attention: what an engine without MLA support keeps, ``h x (d_nope + d_rope + d_v)`` per token (and no
+    indexer: an engine without MLA has no sparse attention either)."""
+    if spec.kind not in ("mla", "dsa"):
         return spec
     width = model.head_dim + model.qk_rope_dim + model.v_head_dim
     if width % 2:
         return None
     return LayerSpec("full", n_heads=spec.n_heads, n_kv_heads=spec.n_heads, head_dim=width // 2)
+
+
+def _indexer_dropped(model, spec):
+    """A DSA layer read as plain MLA: DeepSeek-V3.2 read as DeepSeek-V3, its indexer's keys and top-k left out."""
+    if spec.kind != "dsa":
+        return spec
+    return LayerSpec("mla", n_heads=spec.n_heads, latent_dim=spec.latent_dim, score_dim=spec.score_dim,
+                     params=spec.params)
 
 
 def _shared_counted(model, spec):
@@ -120,6 +130,7 @@ LAYER_READINGS = {
     "shared-KV layers are counted with a cache of their own": _shared_counted,
     "sliding windows and chunks are ignored (every layer holds every token)": _windows_ignored,
     "MLA is read as full multi-head attention": _mla_as_full,
+    "the DSA indexer's keys are dropped (DeepSeek-V3.2 read as DeepSeek-V3)": _indexer_dropped,
 }
 
 
@@ -151,10 +162,11 @@ def _kv_terms(model, layers, quantity, tokens, kv_bytes):
 
 
 def check_config(config, quantity: str, figure: float, *, tokens: int | None = None,
-                 available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int = 16,
+                 available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int | None = None,
                  tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str = "bf16",
                  rtol: float | None = None, mamba_cache_mode: str | None = None,
-                 tokens_rule: str | None = None) -> ConfigCheck:
+                 tokens_rule: str | None = None, hybrid: bool | None = None, dtype: str | None = None,
+                 mamba_ssm_cache_dtype: str | None = None) -> ConfigCheck:
     """Compare a figure for ``config`` with kvmath's and name the readings of the config that give it.
 
     Parameters
@@ -169,10 +181,10 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         ``seq_bytes`` only: the sequence's length.
     available_kv_bytes, max_model_len, block_size, tensor_parallel, max_num_batched_tokens :
         ``vllm_tokens`` only: the engine's KV memory per rank ("Available KV cache memory") and settings.
-    mamba_cache_mode, tokens_rule : str, optional
-        ``vllm_tokens`` only: how vLLM caches linear layers' states and what its tokens line counts
-        (:data:`kvmath.memory.VLLM_MAMBA_CACHE_MODES`, :data:`kvmath.memory.VLLM_TOKEN_RULES`; default
-        :func:`kvmath.memory.vllm_kv_cache`'s).
+    mamba_cache_mode, tokens_rule, hybrid, dtype, mamba_ssm_cache_dtype : optional
+        ``vllm_tokens`` only: the vLLM rules that differ between releases (how vLLM caches linear layers'
+        states, what its tokens line counts, its hybrid KV-cache manager, ``--dtype`` and
+        ``--mamba-ssm-cache-dtype``; default :func:`kvmath.memory.vllm_kv_cache`'s).
     kv_dtype : str
         The cached element format (default bf16).
     rtol : float, optional
@@ -192,18 +204,19 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
     >>> r.kvmath == 12 * 2048 * (128 + 131072), r.explained_by[0]
     (True, 'sliding windows and chunks are ignored (every layer holds every token)')
     """
-    from .hf_config import _load, model_from_hf_config, weights_from_hf_config
+    from .hf_config import model_from_hf_config, weights_from_hf_config
     from .units import dtype_bytes
     from .validation import choice
 
     quantity = choice("quantity", quantity, QUANTITIES)
-    rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule)) if v is not None}
+    rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule),
+                               ("hybrid", hybrid), ("dtype", dtype), ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype))
+             if v is not None}
     if rules and quantity != "vllm_tokens":  # they would change nothing: refused, not ignored
         raise ValueError(f"{next(iter(rules))} applies to vllm_tokens only, got quantity {quantity!r}")
     figure = float(positive("figure", figure))
     rtol = RTOL["tokens" if quantity == "vllm_tokens" else "bytes"] if rtol is None else float(positive("rtol", rtol))
-    data, _, _ = _load(config)
-    model = model_from_hf_config(data)
+    model = model_from_hf_config(config)  # a refusal names the file
     kv_bytes = dtype_bytes(kv_dtype, argument="kv_dtype")
     readings: dict = {}
     terms: dict = {}
@@ -236,9 +249,16 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         kw = dict(block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel,
                   max_num_batched_tokens=max_num_batched_tokens, **rules)
 
+        def engine(m, **more):
+            return vllm_kv_cache(m, avail, max_model_len, **{**kw, **more})
+
         def value(m, **more):
-            return float(vllm_kv_cache(m, avail, max_model_len, **{**kw, **more}).tokens)
-        ours = value(model)
+            return float(engine(m, **more).tokens)
+        kv = engine(model)
+        ours = float(kv.tokens)
+        terms = {f"block size (tokens, {kv.block_size})": kv.block_size, "page per layer and block (B)": kv.page_bytes,
+                 f"groups ({', '.join(kv.group_kinds)})": kv.num_groups, "layers per group": kv.group_size,
+                 "blocks": kv.num_blocks, "blocks a max_model_len request takes": kv.blocks_per_request}
         for name, reading in LAYER_READINGS.items():
             read = _model_with(model, _read_layers(model, reading))
             if read is not None:
@@ -250,20 +270,36 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
             np.floor(avail / per_token)) if per_token else None
         readings = {k: v for k, v in readings.items() if v is not None}
     else:
-        stored = weights_from_hf_config(data)
+        stored = weights_from_hf_config(config)
         ours = float(model.weight_bytes_resident(stored))
-        base = stored if isinstance(stored, str) else stored["default"]
-        if stored != base:
-            readings[f"every weight is sized in the config's torch_dtype ({base}), not as stored"] = \
-                float(model.weight_bytes_resident(base))
-        for fmt in ("fp32", "bf16"):
-            if fmt not in (base, stored):
-                readings[f"every weight is sized in {fmt}"] = float(model.weight_bytes_resident(fmt))
+        readings = weight_readings(model, stored)
     matches = _close(figure, ours, rtol)
     explained = [] if matches else [name for name, v in readings.items() if _close(figure, v, rtol)]
     return ConfigCheck(quantity=quantity, figure=figure, kvmath=ours, matches=matches, readings=readings,
                        explained_by=explained, explanation=_explain(quantity, figure, ours, matches, explained),
                        terms=terms)
+
+
+def weight_readings(model, stored) -> dict:
+    """``{reading: bytes}``: the weights in memory under each way of ignoring how the config stores them
+    (``stored``, :func:`kvmath.hf_config.weights_from_hf_config`'s formats).
+
+    Examples
+    --------
+    >>> from kvmath import Model
+    >>> r = weight_readings(Model.preset("llama-3.1-8b"), "bf16")
+    >>> r == {"every weight is sized in fp32": 2 * Model.preset("llama-3.1-8b").weight_bytes_resident("bf16")}
+    True
+    """
+    readings = {}
+    base = stored if isinstance(stored, str) else stored["default"]
+    if stored != base:
+        readings[f"every weight is sized in the config's torch_dtype ({base}), not as stored"] = \
+            float(model.weight_bytes_resident(base))
+    for fmt in ("fp32", "bf16"):
+        if fmt not in (base, stored):
+            readings[f"every weight is sized in {fmt}"] = float(model.weight_bytes_resident(fmt))
+    return readings
 
 
 def _every_layer_full(model):
@@ -291,9 +327,11 @@ def _explain(quantity, figure, ours, matches, explained) -> str:
     if matches:
         return f"your figure equals kvmath's ({ours:,.0f} {unit})"
     if explained:
-        return f"your figure equals kvmath's ({ours:,.0f} {unit}) if " + "; or if ".join(explained)
+        return (f"kvmath gives {ours:,.0f} {unit}; your {figure:,.0f} {unit} is what the config gives when "
+                + "; or when ".join(explained))
+    where = "the engine's terms above" if quantity == "vllm_tokens" else "the terms by layer kind above"
     return (f"kvmath gives {ours:,.0f} {unit}; yours is {100 * (figure / ours - 1):+.1f}%, which no single "
-            "reading explains: compare the terms by layer kind")
+            f"reading explains: compare {where}")
 
 
 def readings_for(model) -> list[str]:

@@ -514,8 +514,10 @@ class Deployment:
         engine : str, optional
             ``"vllm"`` adds vLLM's own KV sizing (:func:`kvmath.memory.vllm_engine`,
             an estimate; ``engine_options`` go to it: ``gpu_memory_utilization``,
-            ``max_model_len``, ``vllm_version``, ``mamba_cache_mode``, ``tokens_rule``;
-            and ``block_size``). Options without ``engine`` are refused by name.
+            ``max_model_len``, ``vllm_version``, ``mamba_cache_mode``, ``tokens_rule``,
+            ``hybrid``, ``dtype``, ``mamba_ssm_cache_dtype``; and ``block_size``). The
+            weights are this deployment's formats as vLLM loads them (``dtype`` "auto":
+            a float32 checkpoint in bf16). Options without ``engine`` are refused by name.
         prefix_tokens, prefix_hit_rate, block_size : optional
             A shared prompt prefix (prefix caching, :mod:`kvmath.prefix`): the
             fraction ``prefix_hit_rate`` (default 1) of the sequences that hit
@@ -608,13 +610,9 @@ class Deployment:
 
     def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
               block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1",
-              mamba_cache_mode: str | None = None, tokens_rule: str | None = None):
-        from .memory import (
-            BLOCK_SIZE,
-            GPU_MEMORY_UTILIZATION,
-            runtime_total_bytes,
-            vllm_engine,
-        )
+              mamba_cache_mode: str | None = None, tokens_rule: str | None = None, hybrid: bool | None = None,
+              dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None):
+        from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -627,12 +625,13 @@ class Deployment:
         # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
         total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
         # vLLM's hybrid rules: given ones only, so that vllm_engine's defaults stay the one place they are set
-        rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule))
+        rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule),
+                                   ("dtype", dtype), ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype))
                  if v is not None}
         return vllm_engine(self.model, total, max_len,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
-                           block_size=BLOCK_SIZE if block_size is None else block_size,
+                           block_size=block_size, hybrid=hybrid,
                            weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
                            engine=vllm_version, **rules)
 

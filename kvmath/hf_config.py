@@ -21,10 +21,13 @@ Rules:
   ``transformers`` configuration class documents (named at each use); where
   there is none, the key is required.
 * A config kvmath cannot read raises ``ValueError`` naming the key; so does
-  a key that changes the sizes in a family that does not read it
-  (``_SIZE_KEYS``: a config relabelled to another family is refused, not
-  read minus its features). Keys that are only hints (multi-token-prediction
-  layers) are noted and warned about.
+  a key that changes the sizes in a family whose reader does not read it
+  (``_SIZE_KEYS``, the table of what each reader reads, :func:`reads`: a
+  config relabelled to another family, Mixtral as ``mistral`` or Qwen3.5 as
+  ``qwen3_next``, is refused, not read minus its features). Keys that are
+  only hints (multi-token-prediction layers) are noted and warned about.
+* A linear layer's state is kept in the config's dtype, its recurrent part
+  in ``mamba_ssm_dtype`` where the config names one (Qwen3.5's float32).
 * ``max_position_embeddings`` is what the checkpoint's position code is set
   up for, a hint, not the context its authors document as supported: it
   is kept in the note and ``supported_context`` is left None (no
@@ -42,6 +45,7 @@ import json
 import math
 import numbers
 import os
+import re
 import stat
 import sys
 import warnings
@@ -104,8 +108,8 @@ _EXPERTS_KEY = {
 #: Families whose attention is multi-head latent attention (one latent per token, all heads).
 _MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32")
 
-#: Bytes per element of a config's ``torch_dtype`` / ``dtype`` (linear-attention states are kept in it).
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+#: kvmath's format for each ``torch_dtype`` / ``dtype`` a config may name.
+_DTYPE_FORMAT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 #: ``tie_word_embeddings`` where a config leaves it out: the default of the
 #: family's transformers configuration class (``PretrainedConfig`` defaults
@@ -131,25 +135,67 @@ _FAMILY = {
 #: model_type spellings that mean the same reader.
 _ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon", "gemma3": "gemma3_text", "llama4": "llama4_text"}
 
-#: Keys that change a model's sizes, and the families that read them (a key present, not null, 0, false or
-#: empty, in a config of any other family is refused by name: a config relabelled to a family kvmath reads
-#: must not load minus what that family ignores). An empty tuple: no family kvmath reads has it.
+_MOE_QWEN = ("qwen2_moe", "qwen3_moe", "qwen3_next")
+_MOE_DEEPSEEK = _MLA + ("glm4_moe",)
+_MAMBA2 = ("granitemoehybrid",)
+
+#: Every key kvmath knows to change a model's sizes, and the families whose reader reads it: the table of what
+#: each reader reads. A key present in a config of any other family is refused by name (:func:`_refuse_foreign_keys`):
+#: a config relabelled to a family kvmath reads (Mixtral as ``mistral``, Qwen3-30B-A3B as ``qwen3``, Qwen3.5 as
+#: ``qwen3_next``) must not load minus what that family's reader ignores. "Present" means not null, 0, false,
+#: empty, or the value that switches the feature off (:data:`_INERT`). An empty tuple: no reader kvmath has reads
+#: it (Gemma 3n / 4, Nemotron-H and Nemotron-NAS, Falcon-H1, Jamba, DeepSeek-V4). Sliding windows and chunks are
+#: checked apart (whether a family uses its window depends on other keys).
 _SIZE_KEYS = {
-    "index_topk": ("deepseek_v32",), "index_n_heads": ("deepseek_v32",), "index_head_dim": ("deepseek_v32",),
-    "kv_lora_rank": _MLA, "q_lora_rank": _MLA,
-    "linear_num_key_heads": ("qwen3_next",), "linear_num_value_heads": ("qwen3_next",),
-    "full_attention_interval": ("qwen3_next",),
-    "first_k_dense_replace": _MLA + ("glm4_moe",), "n_shared_experts": _MLA + ("glm4_moe",),
-    "shared_expert_intermediate_size": ("qwen2_moe", "qwen3_moe", "qwen3_next"),
+    # mixture of experts: the expert count, the experts per token and their width, shared experts, dense layers
+    "num_local_experts": ("mixtral", "gpt_oss", "minimax_m2", "llama4_text") + _MAMBA2,
+    "num_experts": _MOE_QWEN, "n_routed_experts": _MOE_DEEPSEEK,
+    "num_experts_per_tok": ("mixtral", "gpt_oss", "minimax_m2", "llama4_text") + _MAMBA2 + _MOE_QWEN + _MOE_DEEPSEEK,
+    "moe_intermediate_size": _MOE_QWEN + _MOE_DEEPSEEK, "shared_expert_intermediate_size": _MOE_QWEN,
+    "decoder_sparse_step": _MOE_QWEN, "mlp_only_layers": _MOE_QWEN,
+    "n_shared_experts": _MOE_DEEPSEEK, "first_k_dense_replace": _MOE_DEEPSEEK, "moe_layer_freq": _MOE_DEEPSEEK,
     "interleave_moe_layer_step": ("llama4_text",), "moe_layers": ("llama4_text",),
-    "intermediate_size_mlp": ("llama4_text",), "attn_type_list": ("minimax_m2",),
-    "mamba_n_heads": ("granitemoehybrid",), "mamba_d_state": ("granitemoehybrid",),
-    "shared_intermediate_size": ("granitemoehybrid", "minimax_m2"),
-    # Mamba-2 / hybrid / sharing / compression keys of families kvmath does not read (Falcon-H1, Nemotron-H,
-    # Gemma 3n, DeepSeek-V4, Jamba): refused in any config that carries them.
-    "mamba_d_ssm": (), "hybrid_override_pattern": (), "num_kv_shared_layers": (), "compress_ratios": (),
-    "attn_layer_period": (), "kv_sharing_layer_map": (),
+    "intermediate_size_mlp": ("llama4_text",), "shared_intermediate_size": _MAMBA2 + ("minimax_m2",),
+    # multi-head latent attention and DeepSeek's sparse-attention indexer
+    "kv_lora_rank": _MLA, "q_lora_rank": _MLA, "qk_rope_head_dim": _MLA, "qk_nope_head_dim": _MLA, "v_head_dim": _MLA,
+    "index_topk": ("deepseek_v32",), "index_n_heads": ("deepseek_v32",), "index_head_dim": ("deepseek_v32",),
+    # linear attention (Gated DeltaNet), Mamba-2, the recurrent state's dtype, MiniMax's lightning layers
+    "linear_num_key_heads": ("qwen3_next",), "linear_num_value_heads": ("qwen3_next",),
+    "linear_key_head_dim": ("qwen3_next",), "linear_value_head_dim": ("qwen3_next",),
+    "linear_conv_kernel_dim": ("qwen3_next",), "full_attention_interval": ("qwen3_next",),
+    "mamba_n_heads": _MAMBA2, "mamba_d_head": _MAMBA2, "mamba_d_state": _MAMBA2, "mamba_n_groups": _MAMBA2,
+    "mamba_d_conv": _MAMBA2, "mamba_expand": _MAMBA2,
+    "mamba_ssm_dtype": ("qwen3_next",) + _MAMBA2, "attn_type_list": ("minimax_m2",),
+    # no reader: KV shared with earlier layers and per-layer inputs (Gemma 3n / 4), Gemma 4's global layers,
+    # Mamba hybrids kvmath does not read (Nemotron-H, Falcon-H1, Jamba), per-layer NAS blocks (Nemotron-NAS),
+    # DeepSeek-V4's compressed cache and output projection
+    "num_kv_shared_layers": (), "kv_sharing_layer_map": (), "hidden_size_per_layer_input": (), "laurel_rank": (),
+    "altup_num_inputs": (), "num_global_key_value_heads": (), "global_head_dim": (), "attention_k_eq_v": (),
+    "hybrid_override_pattern": (), "mamba_num_heads": (), "mamba_head_dim": (), "ssm_state_size": (),
+    "mamba_d_ssm": (), "attn_layer_period": (), "expert_layer_period": (), "block_configs": (),
+    "compress_ratios": (), "o_lora_rank": (),
 }
+
+#: Values of a size key that switch its feature off (MoE on every layer, as a dense config may say).
+_INERT = {"moe_layer_freq": 1, "decoder_sparse_step": 1, "interleave_moe_layer_step": 1}
+
+
+def reads(model_type: str) -> tuple[str, ...]:
+    """The size-changing keys of :data:`_SIZE_KEYS` that the reader of ``model_type`` reads (every other one is
+    refused in its configs).
+
+    Examples
+    --------
+    >>> reads("mistral")
+    ()
+    >>> "mamba_ssm_dtype" in reads("qwen3_next"), "num_experts" in reads("qwen3")
+    (True, False)
+    """
+    if not isinstance(model_type, str) or _ALIASES.get(model_type, model_type) not in _FAMILY:
+        raise ValueError(f"model_type {model_type!r} is not one kvmath reads; it reads {sorted(_FAMILY)}")
+    model_type = _ALIASES.get(model_type, model_type)
+    return tuple(key for key, readers in _SIZE_KEYS.items() if model_type in readers)
+
 
 #: Keys that only hint at something kvmath leaves out (the sizes it gives stand): a note and a warning.
 _HINT_KEYS = {
@@ -344,14 +390,15 @@ def _present(value: Any) -> bool:
 def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
     """Refuse a size-changing key the family does not read (by name); the hints' notes, each also warned."""
     for key, readers in _SIZE_KEYS.items():
-        if _present(c.data.get(key)) and model_type not in readers:
+        value = c.data.get(key)
+        if _present(value) and value != _INERT.get(key, _MISSING) and model_type not in readers:
             where = f"only {', '.join(readers)} configs" if readers else "no family kvmath reads"
             raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and which kvmath "
                              f"reads in {where}, not in a {model_type!r} config: kvmath would size it without it")
     window = c.data.get("sliding_window")
     types = c.data.get("layer_types") if isinstance(c.data.get("layer_types"), list) else []
     if (_present(window) and model_type not in _SLIDING_READERS and "sliding_attention" not in types
-            and not (model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not c.data.get("use_sliding_window"))):
+            and not (model_type in _QWEN_WINDOW_FLAG and not c.data.get("use_sliding_window"))):
         raise ValueError(f"config.json has {c.name('sliding_window')!r} ({window!r}) but a {model_type!r} config "
                          "says no layer uses it: kvmath reads sliding windows from layer_types or the family's rule")
     chunk = c.data.get("attention_chunk_size")
@@ -368,7 +415,11 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
 
 #: Families that read sliding_window by their own rule (the rest only through layer_types).
 _SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
-                    "gemma3_text", "gpt_oss", "qwen3_next")
+                    "gemma3_text", "gpt_oss")
+
+#: Qwen families whose published configs carry a ``sliding_window`` that ``use_sliding_window: false`` switches off
+#: (Qwen3-Next's too, whose reader reads no window: with ``use_sliding_window`` true it is refused).
+_QWEN_WINDOW_FLAG = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next")
 
 
 def _heads(c: _Config, model_type: str) -> tuple[int, int, int, int]:
@@ -520,7 +571,9 @@ def _gated_deltanet(c: _Config, d: int) -> LayerSpec:
 
     State per sequence: the recurrent state, ``n_v`` heads of ``d_k x d_v``,
     plus the causal convolution's last ``kernel - 1`` inputs over
-    ``conv_dim = 2 n_k d_k + n_v d_v`` channels, in the config's dtype.
+    ``conv_dim = 2 n_k d_k + n_v d_v`` channels, in the config's dtype (the
+    recurrent state in ``mamba_ssm_dtype`` where the config names one, as
+    Qwen3.5's do: float32).
     FLOPs per token: 2 per state element for each of ``k^T S``, the rank-1
     update and ``q^T S`` (a count of the state matmuls; gates left out).
     Parameters: ``in_proj_qkvz``, ``in_proj_ba``, the convolution, ``A_log``,
@@ -532,30 +585,45 @@ def _gated_deltanet(c: _Config, d: int) -> LayerSpec:
     kernel = c.int("linear_conv_kernel_dim")
     key_dim, value_dim = n_k * d_k, n_v * d_v
     conv_dim = 2 * key_dim + value_dim
-    state_elems = n_v * d_k * d_v + conv_dim * (kernel - 1)
     params = (d * (2 * key_dim + 2 * value_dim) + d * 2 * n_v + conv_dim * kernel + 2 * n_v + d_v
               + value_dim * d)
     # n_heads: the value heads the recurrent state splits into under tensor parallelism.
-    return LayerSpec("linear", n_heads=n_v, state_bytes=float(state_elems * _state_dtype_bytes(c)),
-                     state_flops=float(6 * n_v * d_k * d_v), params=params)
+    return _linear_state(c, n_heads=n_v, conv_elems=conv_dim * (kernel - 1), ssm_elems=n_v * d_k * d_v,
+                         state_flops=float(6 * n_v * d_k * d_v), params=params)
 
 
-def _state_dtype_bytes(c: _Config) -> int:
-    """Bytes per element of the config's dtype (a recurrent state is kept in it)."""
-    dtype = c.raw("torch_dtype", None) or c.raw("dtype")
-    if dtype not in _DTYPE_BYTES:
-        raise ValueError(f"config.json {c.name('torch_dtype')} must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
-    return _DTYPE_BYTES[dtype]
+def _state_format(c: _Config, key: str) -> str:
+    """kvmath's format for the dtype a config's ``key`` names (``torch_dtype`` / ``dtype``, or ``mamba_ssm_dtype``)."""
+    if key == "torch_dtype":
+        key = "torch_dtype" if c.has("torch_dtype") or not c.has("dtype") else "dtype"
+    dtype = c.raw(key)
+    if dtype not in _DTYPE_FORMAT:
+        raise ValueError(f"config.json {c.name(key)} must be one of {sorted(_DTYPE_FORMAT)}, got {dtype!r}")
+    return _DTYPE_FORMAT[dtype]
+
+
+def _linear_state(c: _Config, *, conv_elems: int, ssm_elems: int, **spec) -> LayerSpec:
+    """A linear layer whose state is ``conv_elems`` convolution inputs in the config's dtype and ``ssm_elems``
+    recurrent-state elements in ``mamba_ssm_dtype`` where the config names one, else the same dtype."""
+    from .units import dtype_bytes
+
+    stored = _state_format(c, "torch_dtype")
+    ssm = _state_format(c, "mamba_ssm_dtype") if c.has("mamba_ssm_dtype") else stored
+    state = conv_elems * dtype_bytes(stored) + ssm_elems * dtype_bytes(ssm)
+    return LayerSpec("linear", state_bytes=float(state), conv_elems=conv_elems, ssm_elems=ssm_elems,
+                     state_dtype=stored, ssm_dtype="" if ssm == stored else ssm, **spec)
 
 
 def _mamba2(c: _Config, d: int) -> LayerSpec:
     """A Mamba-2 layer (Granite 4 hybrid's ``mamba`` layers): its fixed state, FLOPs and parameters.
 
-    State per sequence, in the config's dtype: the SSM state, ``n_heads``
-    heads of ``d_head x d_state``, plus the causal convolution's last
-    ``d_conv - 1`` inputs over ``conv_dim = d_inner + 2 n_groups d_state``
-    channels (``d_inner = n_heads d_head``), as transformers'
-    ``GraniteMoeHybridMambaLayer`` caches them (``conv_states``, ``ssm_states``).
+    State per sequence, in the config's dtype (the SSM state in
+    ``mamba_ssm_dtype`` where the config names one): the SSM state,
+    ``n_heads`` heads of ``d_head x d_state``, plus the causal convolution's
+    last ``d_conv - 1`` inputs over ``conv_dim = d_inner + 2 n_groups d_state``
+    channels (``d_inner = n_heads d_head``): what vLLM caches
+    (``MambaStateShapeCalculator.mamba2_state_shape``, ``d_conv - 1``
+    columns; transformers' ``GraniteMoeHybridMambaLayer`` keeps ``d_conv``).
     FLOPs per token: 2 per state element for the decayed rank-1 update and 2
     for the readout ``C h`` (the convolution and gates left out).
     Parameters: ``in_proj`` (``d -> 2 d_inner + 2 n_groups d_state + n_heads``),
@@ -569,11 +637,10 @@ def _mamba2(c: _Config, d: int) -> LayerSpec:
         raise ValueError(f"config.json {c.name('mamba_n_heads')} x {c.name('mamba_d_head')} ({d_inner}) must equal "
                          f"{c.name('mamba_expand')} x hidden_size ({c.int('mamba_expand', 2) * d})")
     conv_dim = d_inner + 2 * groups * d_state
-    state_elems = n_heads * d_head * d_state + conv_dim * (d_conv - 1)
     params = (d * (2 * d_inner + 2 * groups * d_state + n_heads) + conv_dim * d_conv + 3 * n_heads + d_inner
               + d_inner * d)
-    return LayerSpec("linear", n_heads=n_heads, state_bytes=float(state_elems * _state_dtype_bytes(c)),
-                     state_flops=float(4 * n_heads * d_head * d_state), params=params)
+    return _linear_state(c, n_heads=n_heads, conv_elems=conv_dim * (d_conv - 1), ssm_elems=n_heads * d_head * d_state,
+                         state_flops=float(4 * n_heads * d_head * d_state), params=params)
 
 
 def _granite_moe(c: _Config, d_ff: int) -> dict:
@@ -700,9 +767,6 @@ def model_from_hf_config(config: PathOrDict):
     return base.replace(layers=tuple(specs))
 
 
-#: kvmath's format for each ``torch_dtype`` / ``dtype`` a config may name.
-_DTYPE_FORMAT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
 #: The weight groups each ``quant_method`` converts, before ``modules_to_not_convert``:
 #: mxfp4: transformers' Mxfp4HfQuantizer replaces only the gpt-oss expert modules
 #: (``replace_with_mxfp4_linear`` -> ``Mxfp4GptOssExperts``; docs/source/en/quantization/mxfp4.md:
@@ -726,8 +790,18 @@ _MODULE_GROUPS = (("self_attn", "attention"), ("shared_expert", "shared_experts"
                   ("router", "router"), ("mlp.gate", "router"), ("embed_tokens", "embedding"),
                   ("lm_head", "lm_head"))
 
-#: ``modules_to_not_convert`` entries that name no weight matrix kvmath counts (a router's bias, norms).
-_NOT_A_GROUP = ("e_score_correction_bias", "norm")
+#: ``modules_to_not_convert`` entries that name no weight matrix kvmath counts: a router's bias, norms, and
+#: Qwen's shared-expert gate (one d x 1 vector per layer, left out of the count as biases are).
+_NOT_A_GROUP = ("e_score_correction_bias", "norm", "shared_expert_gate")
+
+#: An entry naming one layer (``model.layers.0.self_attn``): transformers matches entries as substrings of each
+#: module's name (``Mxfp4HfQuantizer``, ``replace_with_*_linear``), so it leaves that layer alone unconverted.
+_ONE_LAYER = re.compile(r"layers\.\d+(\.|$)")
+
+#: An entry naming one matrix of a group (``experts.gate_up_proj``, ``self_attn.q_proj``): transformers leaves that
+#: matrix unconverted and converts the rest of the group.
+_ONE_MATRIX = re.compile(r"\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|"
+                         r"gate_proj|up_proj|down_proj|gate_up_proj|w1|w2|w3)$")
 
 
 def _int_quant_bits(quant: Mapping, method: str) -> Union[str, float]:
@@ -850,10 +924,18 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
                          f"names, got {kept!r}")
     unconverted = set()
     for module in kept:
+        # kvmath sizes a group in one format in every layer: an entry that leaves part of a group unconverted
+        # (one layer's, one matrix's) would widen to the whole group, so it is refused, not rounded
+        part = ("one layer" if _ONE_LAYER.search(module) else
+                "one matrix of a group" if _ONE_MATRIX.search(module) else None)
+        if part and not any(fragment in module for fragment in _NOT_A_GROUP):
+            raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, {part}: "
+                             "kvmath sizes each weight group in one format in every layer; give the formats "
+                             "yourself (weights=, or --weight-dtype)")
         group = next((g for fragment, g in _MODULE_GROUPS if fragment in module), None)
         if group is None and (module == "gate" or module.endswith(".gate")):
             group = "router"  # MiniMax-M2's router is called gate (not gate_proj, an MLP matrix)
-        if group is None and any(fragment in module for fragment in _NOT_A_GROUP):
+        if any(fragment in module for fragment in _NOT_A_GROUP):
             continue
         if group is None:
             raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, "

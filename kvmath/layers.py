@@ -84,8 +84,19 @@ class LayerSpec:
     index_flops : float
         ``dsa`` only: FLOPs the indexer spends per cached token (scoring every one).
     state_bytes : float
-        Bytes of a ``linear`` layer's state per sequence (fixed, whatever
-        the KV dtype: the state is kept in the model's own dtype).
+        Bytes of a ``linear`` layer's state per sequence, as the model stores
+        it (fixed, whatever the KV dtype).
+    conv_elems, ssm_elems : int
+        ``linear`` only, optional: the state's elements, the convolution's
+        last inputs and the recurrent (SSM) state, so that an engine that
+        keeps the state in another format can resize it
+        (:meth:`state_bytes_as`; 0 and 0: given in bytes only).
+    state_dtype, ssm_dtype : str
+        With ``conv_elems`` / ``ssm_elems``: the format the state is stored
+        in (the model's dtype), and the recurrent state's where the config
+        names another (``mamba_ssm_dtype``; '' for the same).
+        ``state_bytes`` must then equal ``conv_elems x state_dtype +
+        ssm_elems x (ssm_dtype or state_dtype)`` bytes.
     state_flops : float
         FLOPs a ``linear`` layer spends per token on its state.
     params : int
@@ -110,6 +121,10 @@ class LayerSpec:
     topk: int = 0
     index_bytes: float = 0.0
     index_flops: float = 0.0
+    conv_elems: int = 0
+    ssm_elems: int = 0
+    state_dtype: str = ""
+    ssm_dtype: str = ""
 
     def __post_init__(self) -> None:
         # stored lower-cased: every rule below compares kind with the lower-case names
@@ -136,7 +151,44 @@ class LayerSpec:
         if self.kind == "linear":
             non_negative("linear layer state_bytes", self.state_bytes)
             non_negative("linear layer state_flops", self.state_flops)
+            self._check_state_parts()
         non_negative(f"{self.kind} layer params", self.params)
+
+    def _check_state_parts(self) -> None:
+        """The optional split of a linear layer's state: whole counts in named formats that add up to state_bytes."""
+        if not (self.conv_elems or self.ssm_elems or self.state_dtype or self.ssm_dtype):
+            return
+        for attr in ("conv_elems", "ssm_elems"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"linear layer {attr} must be a whole number >= 0, got {value!r}")
+            object.__setattr__(self, attr, int(value))
+        if not self.state_dtype:
+            raise ValueError("linear layer state_dtype is needed with conv_elems / ssm_elems (the format they are "
+                             "stored in)")
+        parts = self.state_bytes_as(self.state_dtype, self.ssm_dtype or self.state_dtype)
+        if parts != self.state_bytes:
+            raise ValueError(f"linear layer state_bytes ({self.state_bytes:,.0f}) must equal conv_elems x "
+                             f"{self.state_dtype} + ssm_elems x {self.ssm_dtype or self.state_dtype} ({parts:,.0f})")
+
+    def state_bytes_as(self, conv_dtype: str, ssm_dtype: str) -> float:
+        """Bytes of this linear layer's state kept with its convolution inputs in ``conv_dtype`` and its recurrent
+        state in ``ssm_dtype`` (format names), from :attr:`conv_elems` and :attr:`ssm_elems`.
+
+        Examples
+        --------
+        >>> gdn = LayerSpec("linear", state_bytes=2 * (24_576 + 524_288), conv_elems=24_576, ssm_elems=524_288,
+        ...                 state_dtype="bf16")
+        >>> gdn.state_bytes_as("bf16", "fp32")   # 24,576 x 2 + 524,288 x 4
+        2146304.0
+        """
+        from .units import dtype_bytes
+
+        if not (self.conv_elems or self.ssm_elems):
+            raise ValueError("this linear layer gives its state in bytes only (no conv_elems / ssm_elems): it "
+                             "cannot be resized to another format")
+        return (self.conv_elems * dtype_bytes(conv_dtype, argument="conv_dtype")
+                + self.ssm_elems * dtype_bytes(ssm_dtype, argument="ssm_dtype"))
 
     def _count(self, attr: str) -> None:
         """Check a count field (one whole number >= 1) and store it as a Python int, so sizes cannot wrap."""
@@ -160,30 +212,37 @@ class LayerSpec:
             return 2 * self.n_kv_heads * self.head_dim
         return self.elems_per_token()
 
+    def held_window(self) -> int | None:
+        """The most tokens this layer caches (None: every token of the context; 0: none).
+
+        Full, MLA and DSA layers: every token. Sliding: the window. Chunked:
+        one chunk (the most it holds mid-chunk, which is what must fit).
+        Linear and shared: none (a fixed state; an earlier layer's cache).
+        Every total in this module applies this rule (:func:`cache_terms`).
+        """
+        if self.kind in ("linear", "shared"):
+            return 0
+        if self.kind in ("sliding", "chunked"):
+            return self.window
+        return None
+
+    def read_window(self) -> int | None:
+        """The most tokens whose cache this layer's attention reads per new token (None: every token): what it
+        holds, except a shared layer's source's (its window) and a dsa layer's ``topk``."""
+        if self.kind == "dsa":
+            return self.topk
+        if self.kind == "shared":
+            return self.window
+        return self.held_window()
+
     def tokens_read(self, context: ArrayLike) -> ArrayLike:
         """Tokens whose cache (latent, or K and V) this layer's attention reads for a ``context``-token sequence:
-        :meth:`tokens_held`, a shared layer's source's (its window), a dsa layer's ``min(S, topk)``."""
-        if self.kind == "dsa":
-            return np.minimum(non_negative("context", context), self.topk)
-        if self.kind == "shared":
-            context = non_negative("context", context)
-            return context if self.window is None else np.minimum(context, self.window)
-        return self.tokens_held(context)
+        ``min(S, read_window())``."""
+        return _within(non_negative("context", context), self.read_window())
 
     def tokens_held(self, context: ArrayLike) -> ArrayLike:
-        """Tokens this layer caches for a ``context``-token sequence.
-
-        Full and MLA layers: all of them. Sliding: ``min(S, window)``.
-        Chunked: at most one chunk, ``min(S, window)`` (the most it holds
-        mid-chunk, which is what must fit). Linear and shared: 0 (a fixed
-        state; an earlier layer's cache).
-        """
-        context = non_negative("context", context)
-        if self.kind in ("linear", "shared"):
-            return 0 * context
-        if self.kind in ("sliding", "chunked"):
-            return np.minimum(context, self.window)
-        return context
+        """Tokens this layer caches for a ``context``-token sequence: ``min(S, held_window())``."""
+        return _within(non_negative("context", context), self.held_window())
 
     def flops_per_cached_token(self) -> int:
         """FLOPs one new token spends per cached token of this layer (0 for linear).
@@ -197,6 +256,11 @@ class LayerSpec:
         if self.kind in ("mla", "dsa"):
             return 2 * self.n_heads * self.latent_dim + 2 * self.n_heads * self.score_dim
         return 4 * self.n_heads * self.head_dim
+
+
+def _within(context, window):
+    """``min(context, window)`` tokens; all of them where ``window`` is None."""
+    return context if window is None else np.minimum(context, window)
 
 
 def _groups(layers: Iterable[LayerSpec]) -> Counter:
@@ -225,7 +289,8 @@ class CacheTerms(NamedTuple):
 
 
 def cache_terms(layers: tuple[LayerSpec, ...]) -> CacheTerms:
-    """The :class:`CacheTerms` of ``layers`` (see :meth:`LayerSpec.tokens_held` and :meth:`LayerSpec.tokens_read`)."""
+    """The :class:`CacheTerms` of ``layers``: each layer over its :meth:`LayerSpec.held_window` and
+    :meth:`LayerSpec.read_window`."""
     held: Counter = Counter()
     read: Counter = Counter()
     flops: Counter = Counter()
@@ -235,10 +300,9 @@ def cache_terms(layers: tuple[LayerSpec, ...]) -> CacheTerms:
             state_bytes += count * spec.state_bytes
             state_flops += count * spec.state_flops
             continue
-        window = spec.window if spec.kind in ("sliding", "chunked", "shared") else None
-        if spec.kind != "shared":
-            held[(spec.elems_per_token(), window)] += count
-        read_window = spec.topk if spec.kind == "dsa" else window
+        held_window, read_window = spec.held_window(), spec.read_window()
+        if held_window != 0:  # a shared layer holds nothing of its own
+            held[(spec.elems_per_token(), held_window)] += count
         read[(spec.read_elems_per_token(), read_window)] += count
         flops[(spec.flops_per_cached_token(), read_window)] += count
         if spec.kind == "dsa":
@@ -251,8 +315,7 @@ def _over(terms: dict, context, scale=1) -> ArrayLike:
     """Sum of ``coefficient * scale * layers * min(context, window)`` over ``terms``."""
     total = 0
     for (coefficient, window), count in terms.items():
-        tokens = context if window is None else np.minimum(context, window)
-        total = total + coefficient * scale * count * tokens
+        total = total + coefficient * scale * count * _within(context, window)
     return total
 
 

@@ -61,6 +61,19 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: (``CacheConfig.DEFAULT_BLOCK_SIZE = 16``, ``vllm/config/cache.py``).
 BLOCK_SIZE = 16
 
+#: The block size vLLM forces for MLA and DSA layers on Hopper: ``CudaPlatform.check_and_update_config``
+#: (``vllm/platforms/cuda.py``, v0.8 to v0.11) sets ``block_size = 64`` for the FlashMLA backend, the default MLA
+#: backend where FlashMLA runs (compute capability 9.0: "Forcing kv cache block size to 64 for FlashMLA backend",
+#: logged by v0.8.3 and v0.10.1), and for DeepSeek-V3.2's sparse FlashMLA backend whatever was asked.
+MLA_BLOCK_SIZE = 64
+
+#: The block vLLM v0.10-v0.11 uses for MLA and DSA on each chip preset where it is not :data:`BLOCK_SIZE`
+#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64; datacenter Blackwell (compute capability
+#: 10.x: "Blackwell => Force CutlassMLA") 128. Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the
+#: block asked for: DeepSeek-V2-Lite on L4s logged 16-token blocks (vLLM PR #20665).
+MLA_BLOCK_BY_CHIP = {"h100-sxm": 64, "h200": 64, "h20": 64, "h800": 64,
+                     "b200": 128, "b200-hgx": 128, "gb200": 128, "b300": 128, "gb300": 128}
+
 #: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
 #: API server uses 1024 on GPUs of 70 GiB or more other than the A100).
 MAX_NUM_SEQS = 256
@@ -125,18 +138,51 @@ VLLM_TOKEN_RULES = ("blocks", "concurrency")
 #: scales (16 B) and the 64 rope values in bf16 (128 B).
 VLLM_FP8_DS_MLA_BYTES = 656
 
-#: Where the hybrid rules of :func:`vllm_kv_cache` were read: ``vllm-project/vllm`` v0.10.2 and v0.11
-#: ``vllm/model_executor/models/config.py`` (``HybridAttentionMambaModelConfig.verify_and_update_config``),
-#: and ``vllm/v1/core/kv_cache_utils.py`` / ``vllm/v1/kv_cache_interface.py`` at commit 001cabc1 (the
-#: grouping, page unification, block count, "GPU KV cache size" and concurrency code, unchanged in
-#: substance since v0.10.2). Newer releases moved the block-size alignment to
-#: ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``) with the same arithmetic.
-#: The cache modes of linear layers, DSA's two specs and the skipped shared-KV layers were read at the same
-#: commit (``MambaSpec``, ``UniformTypeKVCacheSpecs``) and in ``models/deepseek_v2.py`` / ``models/config.py``
-#: (v0.11); the ``"concurrency"`` tokens line in a later ``kv_cache_utils.py`` (checked on vLLM 0.29.0's log).
-VLLM_HYBRID_SOURCE = ("vllm-project/vllm v0.10.2-v0.11 models/config.py and models/deepseek_v2.py; "
-                      "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1; the tokens line of "
-                      "v1/core/kv_cache_utils.py after v0.20 (vLLM 0.29.0)")
+#: The vLLM release whose defaults kvmath's are: every default of :func:`vllm_kv_cache` and :func:`vllm_engine`
+#: is what vLLM v0.10.2 to v0.11 does unless told otherwise (``gpu_memory_utilization`` 0.9, block 16 and 64 for
+#: MLA, ``mamba_cache_mode`` "none", the hybrid manager off for chunked local attention, the "blocks" tokens
+#: line); each argument names what later releases do instead.
+VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
+
+#: Where each rule of :func:`vllm_kv_cache` and :func:`vllm_engine` was read, with the release:
+#:
+#: * the attention block grown to hold a linear layer's state and the state padded to it:
+#:   ``HybridAttentionMambaModelConfig.verify_and_update_config``, ``vllm/model_executor/models/config.py``,
+#:   v0.10.2 and v0.11 (later releases moved it to ``Platform._align_hybrid_block_size``,
+#:   ``vllm/platforms/interface.py``, with the same arithmetic);
+#: * grouping, page unification, ``get_num_blocks``, the "blocks" tokens line and the concurrency:
+#:   ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/kv_cache_interface.py`` at commit 001cabc1
+#:   (https://github.com/vllm-project/vllm/blob/001cabc1be16a59a70d720ed61a13b678c060a18/vllm/v1/core/kv_cache_utils.py),
+#:   the same arithmetic as v0.10.2 but for the group-size threshold (:data:`VLLM_GROUP_SIZE_RATIO`); the linear
+#:   layers' cache modes, ``UniformTypeKVCacheSpecs`` (DSA) and the skipped shared-KV layers at the same commit;
+#: * the "concurrency" tokens line: ``_report_kv_cache_config`` of a later ``kv_cache_utils.py`` ("GPU KV cache
+#:   size in tokens = max_concurrency * max_model_len ... a naive num_blocks // num_groups * block_size formula
+#:   underestimates capacity"), proposed after vLLM issue #40691 (v0.19.0 printing the block rule); the two
+#:   published logs bracket the change: v0.20.0 prints the block rule, v0.29.0 the concurrency rule;
+#: * DSA's indexer cache: ``DeepseekV32IndexerCache``, ``vllm/model_executor/models/deepseek_v2.py``, v0.11;
+#: * the state's dtypes: ``MambaStateDtypeCalculator``, ``vllm/model_executor/layers/mamba/mamba_utils.py``,
+#:   v0.10.2, and ``Qwen3_5ForConditionalGenerationConfig`` (``models/config.py``, the Qwen3.5 releases);
+#: * the model dtype: ``_resolve_auto_dtype``, ``vllm/config/model.py`` ("Downcast for float32 models");
+#: * the block size for MLA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``;
+#: * the hybrid manager off for chunked local attention: ``VllmConfig.__post_init__`` (vLLM PR #21761, v0.10.0),
+#:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
+VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block size for linear states); "
+                      "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1 (groups, blocks, "
+                      "concurrency, tokens line 'blocks'); a later kv_cache_utils.py (tokens line 'concurrency', "
+                      "between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
+                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64); "
+                      "VllmConfig.__post_init__ v0.10.0-v0.11 (no hybrid manager for chunked local attention)")
+
+#: vLLM's threshold for grouping layers by the most of any kind rather than the fewest: the most are used where
+#: they are under this many times the fewest (``_get_kv_cache_groups_uniform_page_size``). 1.5 at commit 001cabc1;
+#: v0.10 to v0.11 used 1.25 (the code's comment: "gpt-oss-20b + eagle, with 12 sw + 13 full"). The two differ only
+#: for layer ratios in [1.25, 1.5), which no model in tests/data has (tests/unit/test_vllm_hybrid.py checks).
+VLLM_GROUP_SIZE_RATIO = 1.5
+
+#: vLLM's model dtypes (``--dtype``): "auto" keeps a checkpoint's bf16 or fp16 and runs a float32 one in bf16
+#: (``_resolve_auto_dtype``: "Downcast for float32 models" to the platform's first supported dtype, bf16 on CUDA
+#: GPUs of compute capability 8.0 or more; fp16, also 2 bytes, on older ones).
+VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")
 
 #: Tokens vLLM rounds the attention block size up to a multiple of when it enlarges it to hold a linear
 #: layer's state (``kernel_block_alignment_size`` in ``verify_and_update_config``): 16 for softmax
@@ -304,11 +350,6 @@ def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
     return -(-np.asarray(a) // b)
 
 
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
 def _check_tensor_parallel(model, tp: int) -> None:
     """vLLM's refusals: heads not divisible by TP, KV heads neither divisible by TP nor dividing it,
     linear-attention value heads not divisible by TP.
@@ -333,7 +374,8 @@ def _check_tensor_parallel(model, tp: int) -> None:
 
 
 @checked
-def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
+def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float = "bf16",
+                    tensor_parallel: int = 1) -> int:
     """Bytes of one KV-cache block of one layer on one rank, as vLLM allocates it.
 
     Standard attention: ``2 x block_size x kv_heads_per_rank x head_size x
@@ -344,7 +386,7 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     ``kv_lora_rank + qk_rope_dim`` per token, no factor 2
     (``MLAAttentionSpec``; ``get_head_size`` returns ``kv_lora_rank +
     qk_rope_head_dim``, ``get_num_kv_heads`` returns 1), the same on every
-    rank.
+    rank. ``block_size`` None: vLLM's on CUDA (:func:`vllm_block_size`).
 
     Examples
     --------
@@ -353,8 +395,8 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     65536
     >>> vllm_page_bytes(Model.preset("llama-3-8b"), tensor_parallel=16)  # 8 heads, 16 ranks: one each
     8192
-    >>> vllm_page_bytes(Model.preset("deepseek-v3"), tensor_parallel=8)  # 16 x 576 x 2 on every rank
-    18432
+    >>> vllm_page_bytes(Model.preset("deepseek-v3"), tensor_parallel=8)  # 64 x 576 x 2 on every rank
+    73728
 
     A tensor-parallel size vLLM refuses raises ``ValueError`` (:func:`vllm_kv_cache` says which).
     """
@@ -362,7 +404,7 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
 
     if not isinstance(model, Model):
         raise ValueError(f"model must be a kvmath Model, got {model!r}")
-    block_size = one_int("block_size", block_size)
+    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
@@ -373,14 +415,87 @@ def vllm_page_bytes(model, block_size: int = BLOCK_SIZE, kv_dtype: str | float =
     return _whole(block_size * elems * b)
 
 
-def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = False) -> dict:
+def vllm_block_size(model, chip: Chip | None = None) -> int:
+    """The block size vLLM uses where none is asked for: :data:`BLOCK_SIZE`, except for models with MLA or DSA
+    layers: :data:`MLA_BLOCK_SIZE` (Hopper's FlashMLA) where no chip is given, else the chip's
+    (:data:`MLA_BLOCK_BY_CHIP`).
+
+    Examples
+    --------
+    >>> from kvmath import Chip, Model
+    >>> vllm_block_size(Model.preset("llama-3-8b")), vllm_block_size(Model.preset("deepseek-v3"))
+    (16, 64)
+    >>> vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("b200")), vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("l4"))
+    (128, 16)
+    """
+    if chip is not None:
+        instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
+    if not any(s.kind in ("mla", "dsa") for s in _model(model).layer_specs()):
+        return BLOCK_SIZE
+    return MLA_BLOCK_SIZE if chip is None else MLA_BLOCK_BY_CHIP.get(chip.name, BLOCK_SIZE)
+
+
+def vllm_model_dtype(stored: str, dtype: str = "auto") -> str:
+    """The dtype vLLM runs weights (and states) stored in ``stored`` in, under ``--dtype dtype`` (:data:`VLLM_DTYPES`).
+
+    "auto" keeps bf16 and fp16 and downcasts fp32 to bf16 (``_resolve_auto_dtype``); any other ``dtype`` is used
+    as given. Formats that are not plain floats (fp8, mxfp4, int4 groups) are quantized and kept as stored.
+
+    Examples
+    --------
+    >>> vllm_model_dtype("fp32"), vllm_model_dtype("fp16"), vllm_model_dtype("fp32", "fp32"), vllm_model_dtype("mxfp4")
+    ('bf16', 'fp16', 'fp32', 'mxfp4')
+    """
+    from .formats import get_format
+
+    dtype = choice("dtype", dtype, VLLM_DTYPES)
+    stored = get_format(stored, argument="stored").name
+    if stored not in _FLOAT_FORMATS:
+        return stored
+    return ("bf16" if stored == "fp32" else stored) if dtype == "auto" else dtype
+
+
+#: Weight formats vLLM's ``--dtype`` applies to (the others are quantized and loaded as stored).
+_FLOAT_FORMATS = ("bf16", "fp16", "fp32")
+
+
+def _vllm_weights(weights, dtype: str):
+    """A weights argument (a format, or ``{group: format}``) as vLLM loads it under ``--dtype dtype``."""
+    def loaded(fmt):  # a number is bytes per weight, as stored
+        return vllm_model_dtype(fmt, dtype) if isinstance(fmt, str) else fmt
+
+    return {group: loaded(fmt) for group, fmt in weights.items()} if isinstance(weights, dict) else loaded(weights)
+
+
+def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str) -> float:
+    """A linear layer's state per sequence as vLLM keeps it (``MambaStateDtypeCalculator``, ``mamba_utils.py``,
+    v0.10.2): the convolution's inputs in ``mamba_cache_dtype`` "auto", the model dtype; the recurrent state in
+    ``mamba_ssm_cache_dtype``, whose "auto" is the convolution's, or the config's ``mamba_ssm_dtype`` where it
+    names one (``Qwen3_5ForConditionalGenerationConfig``). A layer given in bytes only is taken as given."""
+    if not (spec.conv_elems or spec.ssm_elems):
+        return spec.state_bytes
+    conv = vllm_model_dtype(spec.state_dtype, dtype)
+    ssm = (spec.ssm_dtype or conv) if mamba_ssm_cache_dtype == "auto" else mamba_ssm_cache_dtype
+    return spec.state_bytes_as(conv, ssm)
+
+
+def _hybrid_default(model) -> bool:
+    """Whether vLLM v0.10-v0.11 turns its hybrid KV-cache manager on by default: yes, unless the model has chunked
+    local attention (``VllmConfig.__post_init__`` turns it off for Llama 4 unless
+    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``, vLLM PR #21761: its three chunked groups cost
+    latency)."""
+    return not any(s.kind == "chunked" for s in model.layer_specs())
+
+
+def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = False, dtype: str = "auto",
+                 mamba_ssm_cache_dtype: str = "auto") -> dict:
     """vLLM's KV-cache spec of each layer on one rank, identical layers counted, in the order the layers first
     show them (vLLM's ``same_type_layers`` keeps that order).
 
     Keys are ``(kind, window, bytes)``: bytes of one token in one layer for attention kinds
     (``2 x max(1, kv_heads // tp) x head_dim x kv_bytes``; MLA's latent, unsplit), of one sequence's state
-    for ``linear`` (``state_bytes / tp``: ``gated_delta_net_state_shape`` splits the conv channels and the
-    value heads by TP). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
+    for ``linear`` (:func:`_vllm_state_bytes` over ``tp``: ``gated_delta_net_state_shape`` splits the conv
+    channels and the value heads by TP). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
     ``ds_mla``, vLLM's format for an fp8 cache of it) and its indexer's keys (``"index"``, ``index_bytes`` in
     their own format whatever the KV dtype), two layers to vLLM. A ``shared`` layer gives none. Without the
     hybrid manager, sliding and chunked layers become full attention (``unify_hybrid_kv_cache_specs``,
@@ -403,7 +518,7 @@ def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = F
             if not hybrid:
                 raise ValueError(f"{model.name} has linear-attention layers: vLLM keeps their state in its own "
                                  "pages and refuses to start with the hybrid KV-cache manager disabled")
-            add(("linear", None, spec.state_bytes / tp))
+            add(("linear", None, _vllm_state_bytes(spec, dtype, mamba_ssm_cache_dtype) / tp))
         elif kind == "mla":
             add(("mla", None, spec.latent_dim * kv_bytes))
         elif kind == "dsa":
@@ -423,7 +538,7 @@ _FULL_TYPE = ("full", "mla", "dsa", "index")
 
 
 def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool, alignment: int | None,
-                 ds_mla: bool = False):
+                 ds_mla: bool = False, dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto"):
     """vLLM V1's KV-cache groups for one rank: ``(groups, group_size, page_bytes, block_sizes, state_bytes)``.
 
     ``groups`` lists one ``(kind, window, bytes)`` key per KV-cache group, ``block_sizes`` each group's
@@ -439,9 +554,9 @@ def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool,
        multiplying the block size of smaller ones (``unify_kv_cache_spec_page_size``; a page that does
        not divide the largest is refused, as vLLM raises NotImplementedError), and each spec's layers fill
        ``cdiv(layers, group_size)`` groups, ``group_size`` the fewest layers of any spec, or the most where
-       that is under 1.5 times the fewest (``_get_kv_cache_groups_uniform_page_size``).
+       that is under :data:`VLLM_GROUP_SIZE_RATIO` times the fewest (``_get_kv_cache_groups_uniform_page_size``).
     """
-    types = _layer_types(model, tp, kv_bytes, hybrid, ds_mla)
+    types = _layer_types(model, tp, kv_bytes, hybrid, ds_mla, dtype, mamba_ssm_cache_dtype)
     if len(types) > 1 and all(k[0] in _FULL_TYPE for k in types):
         # one kind of attention with different page sizes (DSA's latent and indexer keys): one group whose
         # block spans every layer, num_blocks = available // (the sum of the pages) (get_kv_cache_config_from_groups)
@@ -470,22 +585,23 @@ def _vllm_layout(model, block_size: int, kv_bytes: float, tp: int, hybrid: bool,
         if blocks[k] is not None:
             blocks[k] *= int(largest // page)
     fewest, most = min(types.values()), max(types.values())
-    size = most if most < 1.5 * fewest else fewest
+    size = most if most < VLLM_GROUP_SIZE_RATIO * fewest else fewest
     groups = [k for k, count in types.items() for _ in range(int(_cdiv(count, size)))]
     return groups, size, _whole(largest, "page_bytes"), blocks, state
 
 
 @checked
-def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, tuple[str, ...]]:
+def vllm_kv_groups(model, hybrid: bool | None = None) -> tuple[int, tuple[str, ...]]:
     """How vLLM V1 groups the layers: ``(group_size, kinds)``, one kind per KV-cache group.
 
     One kind of layer: one group of all of them. Mixed kinds (the hybrid KV-cache manager): each kind
     fills ``cdiv(layers, group_size)`` groups of ``group_size`` layers, the last padded, where
-    ``group_size`` is the fewest layers of any kind, or the most where that is under 1.5 times the
-    fewest (``_get_kv_cache_groups_uniform_page_size``, ``vllm/v1/core/kv_cache_utils.py``). Every group
-    draws from one pool of blocks, ``group_size`` layers' pages per block. ``hybrid=False``
-    (``--disable-hybrid-kv-cache-manager``, V0, V1 before the hybrid manager) sizes sliding and chunked
-    layers as full attention. Groups are listed in the order their kind first appears.
+    ``group_size`` is the fewest layers of any kind, or the most where that is under
+    :data:`VLLM_GROUP_SIZE_RATIO` times the fewest (``_get_kv_cache_groups_uniform_page_size``,
+    ``vllm/v1/core/kv_cache_utils.py``). Every group draws from one pool of blocks, ``group_size`` layers'
+    pages per block. ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``, V0, V1 before the hybrid
+    manager) sizes sliding and chunked layers as full attention; None, vLLM v0.10-v0.11's default (off for
+    chunked local attention, :func:`_hybrid_default`). Groups are listed in the order their kind first appears.
 
     Examples
     --------
@@ -506,7 +622,7 @@ def vllm_kv_groups(model, hybrid: bool = True) -> tuple[int, tuple[str, ...]]:
     (12, ('linear', 'linear', 'linear', 'full'))
     """
     _model(model)
-    _check_bool("hybrid", hybrid)
+    hybrid = _hybrid_default(model) if hybrid is None else flag("hybrid", hybrid)
     groups, size, _, _, _ = _vllm_layout(model, BLOCK_SIZE, 2, 1, hybrid, None)
     return size, tuple(k[0] for k in groups)
 
@@ -713,8 +829,9 @@ class EngineBudget(Result):
     num_blocks : int or array
         Blocks in the shared pool ("# GPU blocks").
     tokens : int or array
-        "GPU KV cache size": ``num_blocks // num_groups x`` the smallest block size of any group, tokens
-        for the whole engine (a TP group holds one copy, not N).
+        "GPU KV cache size", tokens for the whole engine (a TP group holds one copy, not N): ``num_blocks //
+        num_groups x`` the smallest block size of any group through vLLM v0.20, ``int(max_concurrency x
+        max_model_len)`` later (``tokens_rule``).
     blocks_per_request : int or array
         Blocks one request of ``max_model_len`` tokens takes, summed over the groups.
     max_concurrency : float or array
@@ -732,6 +849,15 @@ class EngineBudget(Result):
     state_bytes : int or None
         A linear layer's state per sequence on this rank before vLLM pads it to ``page_bytes`` (None
         without linear layers).
+    hybrid_kv_cache_manager : bool
+        Whether the figures are for vLLM's hybrid KV-cache manager (off: every attention layer paged as full).
+    tokens_rule : str
+        What ``tokens`` counts (:data:`VLLM_TOKEN_RULES`).
+    tokens_by_rule : dict
+        The "GPU KV cache size" line under each rule of :data:`VLLM_TOKEN_RULES` (what vLLM through v0.20 and
+        later releases print for the same pool).
+    weight_formats : str or dict or None
+        :func:`vllm_engine` only: the formats the weights were sized in, as vLLM loads them (``--dtype``).
     """
 
     available_kv_bytes: ArrayLike
@@ -752,6 +878,10 @@ class EngineBudget(Result):
     non_torch_bytes: ArrayLike | None = None
     group_kinds: tuple[str, ...] = ()
     state_bytes: int | None = None
+    hybrid_kv_cache_manager: bool = True
+    tokens_rule: str = "blocks"
+    tokens_by_rule: dict | None = None
+    weight_formats: str | dict | None = None
 
     @property
     def state_padding(self) -> float | None:
@@ -767,16 +897,18 @@ def vllm_kv_cache(
     available_kv_bytes: ArrayLike,
     max_model_len: ArrayLike,
     *,
-    block_size: int = BLOCK_SIZE,
+    block_size: int | None = None,
     kv_dtype: str | float = "bf16",
     tensor_parallel: int = 1,
     layers: int | None = None,
     max_num_batched_tokens: ArrayLike | None = None,
-    hybrid: bool = True,
+    hybrid: bool | None = None,
     engine: str = "v1",
     block_alignment: int | None = None,
     mamba_cache_mode: str = "none",
     tokens_rule: str = "blocks",
+    dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> EngineBudget:
     """Blocks, tokens and maximum concurrency vLLM gets from one rank's KV memory.
 
@@ -793,11 +925,13 @@ def vllm_kv_cache(
     ``mamba_cache_mode`` "align"); V1's maximum concurrency is ``num_blocks`` over their sum
     (``get_max_concurrency_for_kv_cache_config``), V0's ``num_blocks x block_size / max_model_len``. Under
     tensor parallelism vLLM keeps the fewest blocks over the ranks (``get_kv_cache_configs``): pass each
-    rank's memory and take the minimum. The rules were read from :data:`VLLM_HYBRID_SOURCE`.
+    rank's memory and take the minimum. The rules, and the release each was read from, are in
+    :data:`VLLM_HYBRID_SOURCE`; the defaults are vLLM's of :data:`VLLM_DEFAULTS_VERSION`.
 
-    "GPU KV cache size" is therefore not the tokens one could cache: for a hybrid model it counts
-    ``num_blocks`` shared by all the groups, a full group's share of them, in attention blocks; the
-    concurrency line is the figure that says how many ``max_model_len`` requests fit.
+    Through v0.20 the "GPU KV cache size" is therefore not the tokens one could cache: for a hybrid model
+    it counts ``num_blocks`` shared by all the groups, a full group's share of them, in attention blocks;
+    the concurrency line is the figure that says how many ``max_model_len`` requests fit. Later releases
+    print ``int(concurrency x max_model_len)`` (``tokens_rule="concurrency"``).
 
     Where vLLM refuses to start, this raises ``ValueError`` saying why: no
     whole block fits, one request of ``max_model_len`` tokens does not fit
@@ -815,18 +949,20 @@ def vllm_kv_cache(
     max_model_len : int or array
         vLLM's ``--max-model-len``, tokens.
     block_size, kv_dtype, tensor_parallel :
-        Tokens per block asked for, cached element format, TP ranks. A linear layer's state keeps the
-        model's dtype (vLLM's ``mamba_cache_dtype`` "auto"), whatever ``kv_dtype``.
+        Tokens per block asked for (default :func:`vllm_block_size`: 16, or 64 for MLA and DSA), cached
+        element format, TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever
+        ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
         whose layers vLLM keeps in one group only). Default: all.
     max_num_batched_tokens : int, optional
         Default :func:`vllm_max_num_batched_tokens`.
-    hybrid : bool
-        V1's hybrid KV-cache manager (default on since v0.10; False for
-        ``--disable-hybrid-kv-cache-manager``). vLLM v0.10-v0.11 turns it off by default for models with
-        chunked local attention (Llama 4) unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``
-        (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``): pass False to reproduce those logs.
+    hybrid : bool, optional
+        V1's hybrid KV-cache manager: True on, False off (``--disable-hybrid-kv-cache-manager``). None (the
+        default): what vLLM v0.10-v0.11 does, on, except for models with chunked local attention (Llama 4)
+        (``VllmConfig.__post_init__``, vLLM PR #21761) unless
+        ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``; pass True for later releases, where that
+        variable defaults to 1.
     engine : str
         ``"v1"`` or ``"v0"`` (:data:`VLLM_ENGINES`; V0 sizes every attention layer as full and has no
         linear-layer pages kvmath reproduces).
@@ -838,6 +974,13 @@ def vllm_kv_cache(
     tokens_rule : str
         What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20),
         "concurrency" (the later ``int(max_concurrency x max_model_len)``).
+    dtype : str
+        vLLM's ``--dtype`` (:data:`VLLM_DTYPES`), the dtype a linear layer's state is kept in (its
+        ``mamba_cache_dtype`` "auto"); "auto": the layer's own, a float32 one in bf16 (:func:`vllm_model_dtype`).
+    mamba_ssm_cache_dtype : str
+        vLLM's ``--mamba-ssm-cache-dtype`` for the recurrent part of a linear layer's state: "auto" (the
+        convolution's dtype, or the config's ``mamba_ssm_dtype`` where it names one, as vLLM reads Qwen3.5's),
+        "bf16", "fp16" or "fp32".
 
     Examples
     --------
@@ -865,13 +1008,16 @@ def vllm_kv_cache(
     (544, '1.49%', 973760, 14.77)
     """
     engine = choice("engine", engine, VLLM_ENGINES)
-    hybrid = flag("hybrid", hybrid)
+    _model(model)
+    hybrid = _hybrid_default(model) if hybrid is None else flag("hybrid", hybrid)
+    dtype = choice("dtype", dtype, VLLM_DTYPES)
+    mamba_ssm_cache_dtype = choice("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype, VLLM_DTYPES)
     mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
     tokens_rule = choice("tokens_rule", tokens_rule, VLLM_TOKEN_RULES)
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     _whole(mml, "max_model_len")
-    block_size = one_int("block_size", block_size)
+    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
     if block_size not in VLLM_BLOCK_SIZES:
         raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
     if block_alignment is not None:
@@ -887,8 +1033,9 @@ def vllm_kv_cache(
         raise ValueError(f"engine 'v0': {model.name} has {' and '.join(kinds)} layers, whose caches V0 did not "
                          "page (vLLM serves them with the V1 engine); kvmath sizes them for V1 only")
     ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
-    groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid and engine == "v1",
-                                                           block_alignment, ds_mla)
+    hybrid = hybrid and engine == "v1"
+    groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid, block_alignment, ds_mla,
+                                                           dtype, mamba_ssm_cache_dtype)
     if layers is not None:
         if len(set(groups)) > 1:
             raise ValueError("layers (a pipeline stage's share) is supported for models whose layers vLLM keeps "
@@ -905,8 +1052,9 @@ def vllm_kv_cache(
     smallest = attention_block if all(blocks[k] is not None for k in groups) else \
         np.minimum(np.asarray(mml), attention_block) if len(blocks) > 1 else np.asarray(mml)  # a linear group's is mml
     concurrency = num_blocks / per_request if engine == "v1" else num_blocks * block_size / np.asarray(mml)
-    tokens = num_blocks // num_groups * smallest if tokens_rule == "blocks" else \
-        np.floor(concurrency * np.asarray(mml))  # Python's int() of the same double product
+    by_rule = {"blocks": num_blocks // num_groups * smallest,
+               "concurrency": np.floor(concurrency * np.asarray(mml))}  # Python's int() of the same double product
+    tokens = by_rule[tokens_rule]
     refused = np.asarray(concurrency < 1)
     if refused.any():
         # V1: _check_enough_kv_cache_memory (vllm/v1/core/kv_cache_utils.py); V0: "The model's max seq len
@@ -927,6 +1075,8 @@ def vllm_kv_cache(
         max_concurrency=plain(concurrency), max_model_len=_whole(mml, "max_model_len"),
         block_size=int(attention_block), max_num_batched_tokens=_whole(mnbt, "max_num_batched_tokens"),
         group_kinds=tuple(k[0] for k in groups), state_bytes=None if state is None else _whole(state, "state_bytes"),
+        hybrid_kv_cache_manager=hybrid, tokens_rule=tokens_rule,
+        tokens_by_rule={rule: _whole(value, "tokens") for rule, value in by_rule.items()},
     )
 
 
@@ -937,7 +1087,7 @@ def vllm_engine(
     max_model_len: ArrayLike,
     *,
     gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
-    block_size: int = BLOCK_SIZE,
+    block_size: int | None = None,
     weights="bf16",
     kv_dtype: str | float = "bf16",
     tensor_parallel: int = 1,
@@ -946,10 +1096,12 @@ def vllm_engine(
     weight_bytes: ArrayLike | None = None,
     activation_peak_bytes: ArrayLike | None = None,
     non_torch_bytes: ArrayLike = NON_TORCH_BYTES,
-    hybrid: bool = True,
+    hybrid: bool | None = None,
     engine: str = "v1",
     mamba_cache_mode: str = "none",
     tokens_rule: str = "blocks",
+    dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> EngineBudget:
     """The KV cache vLLM sizes on ``chip``: memory profile, then blocks, tokens, concurrency.
 
@@ -962,7 +1114,9 @@ def vllm_engine(
       runtime total itself (what vLLM prints as ``total_gpu_memory``);
     - weights: ``model.weight_bytes_resident(weights) / tensor_parallel``
       (vocabulary-parallel embeddings, sharded layers; replicated norms
-      ignored);
+      ignored), ``weights`` being the formats the checkpoint stores, loaded
+      as vLLM's ``dtype`` says (:func:`vllm_model_dtype`: under "auto" a
+      float32 checkpoint is served in bf16, and so is a linear state);
     - activation peak: :func:`vllm_activation_peak_bytes` at
       ``max_num_batched_tokens`` and ``max_num_seqs`` (``vllm serve``'s
       defaults for the chip, :func:`vllm_max_num_batched_tokens`);
@@ -996,13 +1150,18 @@ def vllm_engine(
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     if max_num_seqs is None:
         max_num_seqs = 1024 if large else MAX_NUM_SEQS
-    w = model.weight_bytes_resident(weights) / tp if weight_bytes is None else non_negative("weight_bytes", weight_bytes)
+    loaded = _vllm_weights(weights, choice("dtype", dtype, VLLM_DTYPES))
+    w = model.weight_bytes_resident(loaded) / tp if weight_bytes is None else non_negative("weight_bytes", weight_bytes)
     act = vllm_activation_peak_bytes(model, mnbt, max_num_seqs, tensor_parallel=tp) \
         if activation_peak_bytes is None else non_negative("activation_peak_bytes", activation_peak_bytes)
     avail = vllm_available_kv_bytes(total, w, act, non_torch, util)
+    if block_size is None:
+        block_size = vllm_block_size(model, chip if isinstance(chip, Chip) else None)
     kv = vllm_kv_cache(model, avail, mml, block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tp,
                        max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine,
-                       mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule)
+                       mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule, dtype=dtype,
+                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     return EngineBudget(**{**kv.__dict__, "total_bytes": plain(total), "requested_bytes": plain(util * total),
                            "weight_bytes": plain(w), "activation_peak_bytes": plain(act),
-                           "non_torch_bytes": plain(non_torch)})
+                           "non_torch_bytes": plain(non_torch),
+                           "weight_formats": None if weight_bytes is not None else loaded})

@@ -28,8 +28,9 @@ OUT = ROOT / "tests" / "data" / "conformance-v1.json"
 VERSION = 1
 CONTEXTS = (1_024, 8_192, 131_072)
 GiB = 2**30
-#: The engine setting every entry is sized at: one rank with 40 GiB of KV memory, vLLM's defaults otherwise.
-VLLM_SETTINGS = {"available_kv_gib": 40, "block_size": 16, "max_model_len": 8192, "tensor_parallel": 1,
+#: The engine setting every entry is sized at: one rank with 40 GiB of KV memory, vLLM's defaults otherwise (the
+#: block vLLM picks: 16, or 64 for MLA and DSA on Hopper; dtype "auto"; the hybrid manager as v0.10.2-v0.11 sets it).
+VLLM_SETTINGS = {"available_kv_gib": 40, "block_size": None, "max_model_len": 8192, "tensor_parallel": 1,
                  "max_num_batched_tokens": 2048, "kv_dtype": "bf16"}
 
 
@@ -53,10 +54,11 @@ def _vllm(model, **settings) -> dict:
                            kv_dtype=s["kv_dtype"])
     except ValueError as err:
         return {"refused": str(err)}
-    return {"tokens": kv.tokens, "max_concurrency": round(float(kv.max_concurrency), 4), "num_blocks": kv.num_blocks,
+    return {"tokens": kv.tokens, "tokens_by_rule": kv.tokens_by_rule,
+            "max_concurrency": round(float(kv.max_concurrency), 4), "num_blocks": kv.num_blocks,
             "block_size": kv.block_size, "page_bytes": kv.page_bytes, "group_size": kv.group_size,
             "group_kinds": list(kv.group_kinds), "blocks_per_request": kv.blocks_per_request,
-            "state_bytes": kv.state_bytes}
+            "state_bytes": kv.state_bytes, "hybrid_kv_cache_manager": kv.hybrid_kv_cache_manager}
 
 
 def _logs_for(rel: str, model) -> list[dict]:
@@ -67,7 +69,8 @@ def _logs_for(rel: str, model) -> list[dict]:
         s, f = log["settings"], log["figures"]
         settings = dict(tensor_parallel=s["tensor_parallel"], max_model_len=s["max_model_len"],
                         max_num_batched_tokens=s["max_num_batched_tokens"] or 2048,
-                        kv_dtype="fp8" if s["kv_cache_dtype"].startswith("fp8") else "bf16")
+                        kv_dtype="fp8" if s["kv_cache_dtype"].startswith("fp8") else "bf16",
+                        block_size=s["block_size_asked"])
         entry = {"id": log["id"], "source": log["source"], "vllm_version": log["vllm_version"], "lines": log["lines"]}
         if f["available_kv_gib"] is not None:
             entry["kvmath"] = _vllm(model, available_kv_gib=f["available_kv_gib"], **settings)
@@ -82,7 +85,7 @@ def entry(path: Path) -> dict:
     """kvmath's figures for one config."""
     from collections import Counter
 
-    from kvmath.config_check import LAYER_READINGS, _model_with, _read_layers
+    from kvmath.config_check import LAYER_READINGS, _model_with, _read_layers, weight_readings
     from kvmath.hf_config import _load, _text_config, model_from_hf_config, weights_from_hf_config
     from kvmath.layers import kv_bytes_per_token
 
@@ -95,7 +98,8 @@ def entry(path: Path) -> dict:
     states = sum(s.state_bytes for s in specs if s.kind == "linear")
     try:
         stored = weights_from_hf_config(data)
-        weights = {"formats": stored, "bytes": _number(model.weight_bytes_resident(stored))}
+        weights = {"formats": stored, "bytes": _number(model.weight_bytes_resident(stored)),
+                   "misreadings": {k: _number(v) for k, v in weight_readings(model, stored).items()}}
     except ValueError as err:
         weights = {"refused": str(err)}
     misread = {}
@@ -106,6 +110,7 @@ def entry(path: Path) -> dict:
                              f"seq_bytes_{CONTEXTS[-1]}": _number(read.kv_bytes_per_seq(CONTEXTS[-1]))}
     return {
         "config": rel,
+        "file": "reconstructed" if "reconstructed/" in rel else "copied (upstream, third-party copy or derivative)",
         "name": model.name,
         "model_type": _text_config(data)[1],
         "layers": dict(kinds),
@@ -125,7 +130,7 @@ def entry(path: Path) -> dict:
 def build() -> dict:
     """The whole file, as a dict."""
     import kvmath
-    from kvmath.memory import VLLM_HYBRID_SOURCE
+    from kvmath.memory import VLLM_DEFAULTS_VERSION, VLLM_HYBRID_SOURCE
 
     return {
         "format": "kvmath-conformance",
@@ -140,8 +145,17 @@ def build() -> dict:
             "seq_bytes": "what one sequence of that many tokens needs: sliding and chunked layers hold at most "
                          "their window, linear layers their state",
             "misreadings": "the same figures for the config misread the way calculators commonly do",
-            "vllm": f"vLLM V1's KV cache (hybrid manager on) for {VLLM_SETTINGS}; 'tokens' is its 'GPU KV cache "
-                    "size', 'max_concurrency' its 'Maximum concurrency' for max_model_len",
+            "file": "how the config file was obtained; tests/data/hf_configs/README.md says, for each, its source "
+                    "and what differs from the published file",
+            "weights": "the weights in memory as THIS FILE stores them (torch_dtype, quantization_config): a re-save "
+                       "or a reconstruction may store them otherwise than the published checkpoint; 'misreadings': "
+                       "the same with the stored precision ignored",
+            "vllm": f"vLLM V1's KV cache with the defaults of vLLM {VLLM_DEFAULTS_VERSION} for {VLLM_SETTINGS} "
+                    "(block_size null: vLLM's, 16 or 64 for MLA and DSA; weights and states in vLLM's --dtype auto, "
+                    "float32 as bf16; the hybrid manager off for chunked local attention); 'tokens' is its 'GPU KV "
+                    "cache size' as vLLM up to v0.20 prints it, 'tokens_by_rule' that and later releases' "
+                    "int(max_concurrency x max_model_len), 'max_concurrency' its 'Maximum concurrency' for "
+                    "max_model_len",
         },
         "vllm_rules": VLLM_HYBRID_SOURCE,
         "contexts": list(CONTEXTS),

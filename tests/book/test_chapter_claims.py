@@ -460,7 +460,7 @@ def test_chapter11_changed_numbers_by_hand():
 
 def test_chapter15_the_2025_families_caches_from_their_config_files():
     """Chapter 15's paragraph on four 2025 families, from the config.json files by hand (bf16 cache, 2 B an element;
-    Mamba-2 state in the config's dtype, float32 in the Granite copy read): per token and layer 2 h_kv d_h x 2 B."""
+    Mamba-2 state in the config's dtype, bf16 in the Granite reconstruction): per token and layer 2 h_kv d_h x 2 B."""
     import json
 
     configs = DATA.parents[1] / "tests" / "data" / "hf_configs"
@@ -481,7 +481,7 @@ def test_chapter15_the_2025_families_caches_from_their_config_files():
     d_inner = gr["mamba_expand"] * gr["hidden_size"]
     conv = (gr["mamba_d_conv"] - 1) * (d_inner + 2 * gr["mamba_n_groups"] * gr["mamba_d_state"])
     ssm = gr["mamba_n_heads"] * gr["mamba_d_head"] * gr["mamba_d_state"]
-    state_mb = (len(gr["layer_types"]) - n_attn) * (conv + ssm) * 4 / 1e6
+    state_mb = (len(gr["layer_types"]) - n_attn) * (conv + ssm) * {"bfloat16": 2, "float32": 4}[gr["dtype"]] / 1e6
     attn_gb = n_attn * per_token(gr, gr["hidden_size"] // gr["num_attention_heads"]) * S / 1e9
     nb = json.loads((DATA.parents[1] / "notebooks" / "15_bring_your_own_model.ipynb").read_text())
     cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown"
@@ -490,5 +490,49 @@ def test_chapter15_the_2025_families_caches_from_their_config_files():
     for value, text in [(glm_gb, f"{glm_gb:.1f}"), (chunked_gb, f"{chunked_gb:.2f}"), (global_gb, f"{global_gb:.2f}"),
                         (state_mb, f"{state_mb:.1f}"), (attn_gb, f"{attn_gb:.2f}")]:
         assert text in shown, (value, text, shown)
-    assert (glm_gb, chunked_gb, global_gb, state_mb, attn_gb) == pytest.approx((49.39, 1.208, 6.442, 77.38, 1.074),
+    assert (glm_gb, chunked_gb, global_gb, state_mb, attn_gb) == pytest.approx((49.39, 1.208, 6.442, 38.69, 1.074),
                                                                                 rel=1e-3)
+
+
+def test_chapter15_the_table_by_layer_kind_is_kvmaths_for_every_row():
+    """Every row of chapter 15's table of KV by layer kind (its committed output, the text nbval checks) against
+    kvmath's figures for that model's layers of that kind: the chapter keeps no formula of its own (review I23-1).
+    DeepSeek-V3.2's row by hand: 61 x (576 x 2 + 132) = 78,324 B a token, the indexer's 132 B included."""
+    import json
+    import re
+    import warnings
+
+    import kvmath
+    from kvmath.layers import kv_bytes_by_kind, kv_bytes_per_token
+
+    configs = DATA.parents[1] / "tests" / "data" / "hf_configs"
+    files = {"gpt-oss-20b": "openai--gpt-oss-20b/config.json", "Gemma 3 12B": "google--gemma-3-12b-it/config.json",
+             "Llama 3.1 8B": "meta-llama--Llama-3.1-8B/config.json",
+             "Qwen3-Next 80B": "reconstructed/Qwen--Qwen3-Next-80B-A3B-Instruct.json",
+             "DeepSeek-V3": "reconstructed/deepseek-ai--DeepSeek-V3.json", "GLM-4.7": "zai-org--GLM-4.7/config.json",
+             "Llama 4 Maverick": "reconstructed/meta-llama--Llama-4-Maverick-17B-128E-Instruct.json",
+             "Granite 4.0 H Micro": "reconstructed/ibm-granite--granite-4.0-h-micro.json",
+             "DeepSeek-V3.2": "reconstructed/deepseek-ai--DeepSeek-V3.2.json"}
+    nb = json.loads((DATA.parents[1] / "notebooks" / "15_bring_your_own_model.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c.get("id") == "c52dd94e")
+    out = next(o for o in cell["outputs"] if "text" in o or "text/plain" in o.get("data", {}))
+    text = "".join(out.get("text") or out["data"]["text/plain"])
+    rows = [line for line in text.splitlines()[3:] if line.strip()]
+    assert len(rows) == 14
+    seen = set()
+    for line in rows:
+        # columns two or more spaces apart; thousands grouped by thin spaces ("24\u2009576")
+        label, kind, n_layers, per_token, *mb = re.split(r" {2,}", line.strip())
+        per_token, *mb = [float(x.replace("\u2009", "").replace(" ", "")) for x in (per_token, *mb)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = kvmath.Model.from_hf_config(configs / files[label])
+        mine = tuple(s for s in m.layer_specs() if s.kind == kind)
+        assert int(n_layers) == len(mine), line
+        assert per_token == kv_bytes_per_token(mine), line
+        for s_tokens, shown in zip((1_024, 8_192, 131_072), mb):
+            assert shown == round(kv_bytes_by_kind(mine, s_tokens)[kind] / 1e6, 1), line
+        seen.add((label, kind))
+        if label == "DeepSeek-V3.2":
+            assert per_token == 61 * (576 * 2 + 132) == 78_324
+    assert len(seen) == 14

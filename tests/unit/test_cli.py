@@ -345,7 +345,7 @@ def test_engine_mamba_cache_mode_and_tokens_rule_by_hand(capsys, mode, linear_pa
     hand = blocks // 4 * 272 if rule == "blocks" else blocks * 32768 // (121 + 3 * linear_pages)
     assert r["tokens"] == hand
     out = text(capsys, *NEXT_TP4, "--mamba-cache-mode", mode, "--tokens-rule", rule)
-    assert f"mamba_cache_mode {mode}, tokens_rule {rule};" in out
+    assert f"mamba_cache_mode {mode}, tokens_rule {rule}, hybrid KV-cache manager on;" in out
     assert f"{r['max_concurrency']:.2f}x at 32,768 tokens" in out and f"{r['tokens']:,} tokens" in out
 
 
@@ -360,13 +360,14 @@ def test_engine_rules_default_to_the_librarys(capsys):
     assert plain == given
     assert plain["engine"]["blocks_per_request"] == 121 + 3  # one state page per linear group
     # the text names the cache mode of a hybrid model, given or not; a model without linear layers shows neither
-    assert "mamba_cache_mode none;" in text(capsys, *NEXT_TP4)
+    assert "mamba_cache_mode none, hybrid KV-cache manager on;" in text(capsys, *NEXT_TP4)
     assert "mamba_cache_mode" not in text(capsys, *CAP, "--engine", "vllm")
     with pytest.raises(SystemExit):
         main(["capacity", "--help"])
     usage = " ".join(capsys.readouterr().out.split())
     mode = usage.partition("--mamba-cache-mode {none,align,all} with --engine vllm:")[2].partition("--tokens-rule")[0]
-    rule = usage.partition("--tokens-rule {blocks,concurrency} with --engine vllm:")[2].partition("--prefix")[0]
+    rule = usage.partition("--tokens-rule {blocks,concurrency} with --engine vllm:")[2].partition(
+        "--hybrid-kv-cache-manager")[0]
     assert mode.endswith("(default: none) ") and "MambaSpec.max_memory_usage_bytes" in mode
     assert rule.endswith("(default: blocks) ") and "_report_kv_cache_config" in rule
 
@@ -551,4 +552,29 @@ def test_the_cli_defaults_are_the_librarys(capsys):
         main(["capacity", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert f"CUDA runtime total (default: {memory.GPU_MEMORY_UTILIZATION})" in out
-    assert f"tokens per vLLM block (default: {memory.BLOCK_SIZE})" in out
+    assert f"tokens per vLLM block (default: {memory.BLOCK_SIZE}; for MLA and DSA the block vLLM sets on the chip, " \
+           f"{memory.MLA_BLOCK_BY_CHIP['h200']} on Hopper, {memory.MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell)" in out
+
+
+def test_capacity_engine_says_and_switches_the_hybrid_manager_and_the_dtype(capsys):
+    # Llama 4 Maverick (chunked local attention): vLLM v0.10-v0.11 runs it without the hybrid manager unless told;
+    # the text says so and --hybrid-kv-cache-manager on gives the grouped figures (test_vllm_hybrid by hand)
+    maverick = str(Path(__file__).parents[1] / "data" / "hf_configs" / "reconstructed" /
+                   "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json")
+    argv = ["capacity", "--config", maverick, "--hardware", "h200", "--chips", "8", "--context", "131072",
+            "--engine", "vllm", "--weight-dtype", "fp8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "hybrid KV-cache manager off for chunked local attention" in out and "1 of 48 layers (1 full)" in out
+    assert main([*argv, "--hybrid-kv-cache-manager", "on", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"]["hybrid_kv_cache_manager"] and data["engine"]["group_kinds"] == ["chunked"] * 3 + ["full"]
+    # OLMo-2 32B's float32 file: vLLM loads 32,233,886,720 weights in bf16 (64.47 GB); --vllm-dtype fp32 twice that
+    olmo = str(Path(__file__).parents[1] / "data" / "hf_configs" / "allenai--OLMo-2-0325-32B")
+    base = ["capacity", "--config", olmo, "--hardware", "h200", "--context", "4096", "--engine", "vllm", "--json"]
+    assert main(base) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"]["weight_bytes"] == 2 * 32_233_886_720 and data["weight_bytes_per_chip"] == 4 * 32_233_886_720
+    assert data["weights_formats"]["attention"] == "fp32" and set(data["engine"]["weight_formats"].values()) == {"bf16"}
+    assert main([*base, "--vllm-dtype", "fp32", "--chips", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"]["weight_bytes"] == 4 * 32_233_886_720 / 2

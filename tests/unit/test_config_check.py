@@ -22,7 +22,8 @@ def test_hybrid_linear_layers_counted_as_full():
     r = check_config(NEXT, "kv_bytes_per_token", 98_304)
     assert r.kvmath == 24_576 and not r.matches
     assert "linear-attention layers are counted as full attention" in r.explained_by
-    assert r.explanation.startswith("your figure equals kvmath's (24,576 B) if linear-attention layers")
+    assert r.explanation.startswith("kvmath gives 24,576 B; your 98,304 B is what the config gives when "
+                                    "linear-attention layers")
 
 
 def test_sliding_windows_ignored():
@@ -86,9 +87,12 @@ def test_vllm_tokens_of_the_published_log_and_as_full_attention():
 # ----- the command line -------------------------------------------------------------------------
 
 def test_cli_text_json_and_exit_codes(capsys):
-    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "98304"]) == 0
+    # a figure that disagrees exits 1 (a script or CI can act on it); one that agrees 0
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "98304"]) == 1
     out = capsys.readouterr().out
-    assert "if linear-attention layers are counted as full attention" in out and "24,576 B" in out
+    assert "when linear-attention layers are counted as full attention" in out and "24,576 B" in out
+    assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "24576"]) == 0
+    capsys.readouterr()
     assert main(["check", "config", NEXT_PATH, "--seq-bytes", "64684032", "--tokens", "1024", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == check_config(NEXT_PATH, "seq_bytes", 64_684_032, tokens=1024).to_dict() and data["matches"]
@@ -159,3 +163,37 @@ def test_cli_needs_one_figure(capsys):
 def test_cli_bad_config_names_the_file(capsys):
     assert main(["check", "config", "no/such/config.json", "--kv-bytes-per-token", "5"]) == 2
     assert "cannot read config file" in capsys.readouterr().err
+
+
+def test_a_bad_config_is_refused_naming_the_file(tmp_path, capsys):
+    config = json.loads(open(NEXT_PATH).read())
+    config["num_kv_shared_layers"] = 10
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    assert main(["check", "config", str(f), "--kv-bytes-per-token", "24576"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(f) in err[0] and "num_kv_shared_layers" in err[0]
+
+
+def test_vllm_tokens_prints_the_engines_terms(capsys):
+    # the Qwen3-Next log (tests/unit/test_vllm_hybrid.py's hand computation): block 544, page 557,056 B, 4 groups
+    # of 12 layers, 7,162 blocks, 485 a request; a wrong figure exits 1 and shows them
+    assert main(["check", "config", NEXT_PATH, "--vllm-tokens", "3000000", *VLLM_LOG]) == 1
+    out = capsys.readouterr().out
+    for term in ("block size (tokens, 544)", "557,056", "groups (linear, linear, linear, full)", "7,162",
+                 "blocks a max_model_len request takes"):
+        assert term in out, term
+    assert "compare the engine's terms above" in out
+    # later releases print int(concurrency x max_model_len): 3,871,083 is kvmath's figure under that rule
+    assert main(["check", "config", NEXT_PATH, "--vllm-tokens", "3871083", *VLLM_LOG, "--tokens-rule",
+                 "concurrency"]) == 0
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_dsa_misreadings_are_named():
+    # DeepSeek-V3.2 read as full MHA (4,997,120 B a token) or as DeepSeek-V3 without its indexer (70,272 B):
+    # 61 x 128 x (128 + 64 + 128) x 2 and 61 x 576 x 2
+    v32 = str(path("deepseek-ai--DeepSeek-V3.2"))
+    assert check_config(v32, "kv_bytes_per_token", 4_997_120).explained_by == ["MLA is read as full multi-head attention"]
+    assert check_config(v32, "kv_bytes_per_token", 70_272).explained_by == [
+        "the DSA indexer's keys are dropped (DeepSeek-V3.2 read as DeepSeek-V3)"]

@@ -65,3 +65,28 @@ def test_gpt_oss_20b_and_deepseek_v3_by_hand():
 @pytest.mark.parametrize("key", ["kv_bytes_per_token", "seq_bytes", "misreadings", "weights", "vllm"])
 def test_every_entry_has_every_section(key):
     assert all(key in m for m in FILE["models"])
+
+
+def test_the_entries_the_issue_23_review_recomputed_by_hand():
+    # DeepSeek-V3 at 40 GiB in vLLM's 64-token MLA blocks: 61 x 64 x 576 x 2 = 4,497,408 B a block,
+    # floor(42,949,672,960 / 73,728 / 61) = 9,549 blocks, 611,136 tokens; its weights as the fp8 release stores
+    # them: 669,065,609,216 fp8 weights + 2 x 1,960,670,208 bf16 (test_hf_config_weights) = 672,986,949,632 B
+    v3 = BY_CONFIG["reconstructed/deepseek-ai--DeepSeek-V3.json"]
+    assert (v3["vllm"]["block_size"], v3["vllm"]["num_blocks"], v3["vllm"]["tokens"]) == (64, 9549, 611_136)
+    assert v3["weights"]["bytes"] == 669_065_609_216 + 2 * 1_960_670_208 == 672_986_949_632
+    assert v3["weights"]["misreadings"]["every weight is sized in the config's torch_dtype (bf16), not as stored"] \
+        == 2 * (669_065_609_216 + 1_960_670_208)
+    # DeepSeek-V3.2 misread: as MHA 61 x 128 x (128 + 64 + 128) x 2 = 4,997,120 B; without its indexer, V3's
+    # 61 x 576 x 2 = 70,272 B a token
+    v32 = BY_CONFIG["reconstructed/deepseek-ai--DeepSeek-V3.2.json"]["misreadings"]
+    assert v32["MLA is read as full multi-head attention"]["kv_bytes_per_token"] == 61 * 128 * 320 * 2 == 4_997_120
+    assert v32["the DSA indexer's keys are dropped (DeepSeek-V3.2 read as DeepSeek-V3)"]["kv_bytes_per_token"] == 70_272
+    # Granite 4.0 H Micro, bf16 state (test_vllm_hybrid's hand computation): 9,929 blocks of 528, 25 a request
+    g = BY_CONFIG["reconstructed/ibm-granite--granite-4.0-h-micro.json"]["vllm"]
+    assert (g["block_size"], g["num_blocks"], g["blocks_per_request"], g["max_concurrency"]) == (528, 9929, 25, 397.16)
+    assert g["tokens_by_rule"] == {"blocks": 9929 // 10 * 528, "concurrency": 9929 * 8192 // 25}
+    # Llama 4 Maverick without the hybrid manager (vLLM v0.10-v0.11's default for chunked local attention): one
+    # group of 48, 16 x 2 x 8 x 128 x 2 = 65,536 B a page, floor(42,949,672,960 / 65,536 / 48) = 13,653 blocks
+    mav = BY_CONFIG["reconstructed/meta-llama--Llama-4-Maverick-17B-128E-Instruct.json"]["vllm"]
+    assert (mav["hybrid_kv_cache_manager"], mav["group_size"], mav["num_blocks"]) == (False, 48, 13_653)
+    assert all(m["file"].startswith("reconstructed") == ("reconstructed/" in m["config"]) for m in FILE["models"])

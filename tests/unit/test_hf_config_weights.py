@@ -1,16 +1,16 @@
 """weights_from_hf_config: the stored precision a config.json names, on the repository's test configs.
 
-gpt-oss-20b's file in tests/data/hf_configs is a MODIFIED mirror whose quantization_config reads
-"gptq" (see that folder's README); kvmath refuses it. The upstream block is rebuilt here, as quoted
-from https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json in the xinyuwei-david/david-share
-README Deep-Learning/OAI-OSS-on-Azure: quant_method "mxfp4", modules_to_not_convert the attention,
-the router, the embedding and the LM head. DeepSeek-V3's reconstructed file has no quantization_config;
-the upstream one ({activation_scheme dynamic, fmt e4m3, quant_method fp8, weight_block_size [128, 128]})
-is the example deepseek-ai/DeepSeek-V3's README_WEIGHTS.md gives for its FP8 weights ("FP8 Configuration",
-https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md).
+gpt-oss-20b's file in tests/data/hf_configs is a mirror whose quantization_config read "gptq"; the committed
+copy has upstream's "mxfp4" put back (that folder's README), as quoted from
+https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json in the xinyuwei-david/david-share README
+Deep-Learning/OAI-OSS-on-Azure: modules_to_not_convert the attention, the router, the embedding and the LM head.
+The reconstructed DeepSeek-V3 and Kimi K2 files carry the fp8 block ({activation_scheme dynamic, fmt e4m3,
+quant_method fp8, weight_block_size [128, 128]}) that deepseek-ai/DeepSeek-V3's README_WEIGHTS.md gives for its
+FP8 weights ("FP8 Configuration", https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md).
 """
 
 import json
+import re
 
 import pytest
 
@@ -24,9 +24,9 @@ GPT_OSS_UPSTREAM_QUANT = {
     "quant_method": "mxfp4",
 }
 GPT_OSS = {**GPT_OSS_MIRROR, "quantization_config": GPT_OSS_UPSTREAM_QUANT}
-DEEPSEEK_V3 = {**json.loads(path("deepseek-ai--DeepSeek-V3").read_text()),
-               "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                       "weight_block_size": [128, 128]}}
+#: the reconstructed file, which carries the release's fp8 block (tests/data/hf_configs/README.md)
+DEEPSEEK_V3 = json.loads(path("deepseek-ai--DeepSeek-V3").read_text())
+FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
 
 def test_gpt_oss_as_published_keeps_its_experts_in_mxfp4():
@@ -50,6 +50,7 @@ def test_the_test_copy_carries_upstreams_quantization_and_a_gptq_block_without_b
 
 
 def test_deepseek_v3_fp8_block_scales_are_negligible():
+    assert DEEPSEEK_V3["quantization_config"] == FP8_BLOCK  # the release's block, as DeepSeek publishes it
     weights = km.hf_config.weights_from_hf_config(DEEPSEEK_V3)
     assert weights == {"default": "bf16", "attention": "fp8-e4m3", "mlp": "fp8-e4m3", "experts": "fp8-e4m3",
                        "shared_experts": "fp8-e4m3"}
@@ -62,10 +63,24 @@ def test_deepseek_v3_fp8_block_scales_are_negligible():
     assert 4 * fp8 / (128 * 128) / m.weight_bytes_resident(weights) < 2.5e-4
 
 
+def test_kimi_k2_is_sized_as_its_fp8_release():
+    # the reconstruction carries DeepSeek-V3's fp8 block (Kimi K2 is released "in block-fp8 format"): attention
+    # 61 x (7168 x 1536 + 1536 x 64 x 192 + 7168 x 576 + 512 x 64 x 256 + 64 x 128 x 7168) = 6,168,444,928,
+    # the dense MLP 3 x 7168 x 18432 = 396,361,728, 60 MoE layers of 384 experts and 1 shared of 3 x 7168 x 2048
+    # (44,040,192): 1,014,686,023,680 + 2,642,411,520, all in 1 B; router 60 x 7168 x 384 = 165,150,720, LM head and
+    # embedding 163,840 x 7168 = 1,174,405,120 each, norms 881,664, in 2 B: 1,023,893,241,856 + 2 x 2,514,842,624
+    config = json.loads(path("moonshotai--Kimi-K2-Instruct").read_text())
+    assert config["quantization_config"] == FP8_BLOCK
+    m = km.Model.from_hf_config(config)
+    assert 61 * (7168 * 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168) == 6_168_444_928
+    assert 60 * (384 + 1) * 3 * 7168 * 2048 == 1_014_686_023_680 + 2_642_411_520
+    assert m.weight_bytes_resident(km.hf_config.weights_from_hf_config(config)) == \
+        1_023_893_241_856 + 2 * 2_514_842_624 == 1_028_922_927_104
+
+
 @pytest.mark.parametrize("name, expected", [
     ("meta-llama--Llama-3.1-8B", "bf16"), ("meta-llama--Llama-2-7b-hf", "fp16"),
     ("mistralai--Mistral-7B-v0.1", "fp32"), ("google--gemma-3-12b-it", "bf16"), ("Qwen--Qwen3-32B", "bf16"),
-    ("deepseek-ai--DeepSeek-V3", "bf16"),  # the reconstructed file, without its quantization_config
 ])
 def test_plain_configs_give_their_torch_dtype(name, expected):
     assert km.hf_config.weights_from_hf_config(path(name)) == expected
@@ -113,3 +128,25 @@ def test_the_cli_sizes_gpt_oss_as_shipped_with_experts_dtype():
     result = json.loads(out.getvalue())
     assert result["weight_bytes_per_chip"] == 13_747_605_120  # one chip: all of them  # as in the hand computation above
     assert result["max_batch"] == 20  # (80e9 - 13.75e9) B / 3,224,371,200 B per sequence = 20.5
+
+
+@pytest.mark.parametrize("entry, part", [
+    ("model.layers.0.self_attn", "one layer"),                      # transformers leaves layer 0 alone in bf16
+    ("model.layers.12.mlp.experts", "one layer"),
+    ("model.layers.*.mlp.experts.gate_up_proj", "one matrix"),       # down_proj would still be converted
+    ("model.layers.*.self_attn.q_proj", "one matrix"),
+])
+def test_a_modules_to_not_convert_entry_for_part_of_a_group_is_refused(entry, part):
+    # kvmath sizes each group in one format in every layer: widening such an entry to the whole group would
+    # size every layer's attention (Llama 3.1 8B: +1.34 GB on 8.5 GB) or every expert matrix in bf16
+    quant = {"quant_method": "fp8", "modules_to_not_convert": [entry, "lm_head"]}
+    with pytest.raises(ValueError, match=rf"names '{re.escape(entry)}', {part}"):
+        km.hf_config.weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": quant})
+
+
+def test_a_shared_expert_gate_is_not_a_group():
+    # Qwen's shared_expert_gate (one d x 1 vector a layer) is not in kvmath's count, so leaving it unconverted
+    # changes nothing; it no longer switches every shared expert to bf16
+    quant = {"quant_method": "fp8", "modules_to_not_convert": ["model.layers.*.mlp.shared_expert_gate", "lm_head"]}
+    w = km.hf_config.weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": quant})
+    assert w["shared_experts"] == "fp8-e4m3" and "lm_head" not in w

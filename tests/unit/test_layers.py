@@ -77,3 +77,20 @@ def test_bad_layer_specs_name_the_field(kwargs, match):
 def test_a_model_needs_one_spec_per_layer():
     with pytest.raises(ValueError, match="layers"):
         km.Model.preset("llama-3-8b").replace(layers=(FULL,))
+
+
+def test_tokens_held_and_read_are_the_window_rule_every_total_uses():
+    # one rule (held_window / read_window) behind these and cache_terms: at 10,000 tokens a full layer holds all,
+    # a 4,096-token sliding layer 4,096, an 8,192-token chunked layer 8,192, linear and shared layers none; a
+    # shared layer over a sliding source reads 4,096, a dsa layer its top-2,048
+    full, sliding = LayerSpec("full", 8, 2, 128), LayerSpec("sliding", 8, 2, 128, window=4096)
+    chunked, linear = LayerSpec("chunked", 8, 2, 128, window=8192), LayerSpec("linear", state_bytes=1.0)
+    shared = LayerSpec("shared", 8, 2, 128, window=4096)
+    dsa = LayerSpec("dsa", n_heads=8, latent_dim=576, score_dim=512, topk=2048, index_bytes=132)
+    held = [s.tokens_held(10_000) for s in (full, sliding, chunked, linear, shared, dsa)]
+    read = [s.tokens_read(10_000) for s in (full, sliding, chunked, linear, shared, dsa)]
+    assert held == [10_000, 4096, 8192, 0, 0, 10_000]
+    assert read == [10_000, 4096, 8192, 0, 4096, 2048]
+    # and the totals agree with them, layer by layer: bytes held = elements x held tokens x 2 B
+    for s in (full, sliding, chunked):
+        assert kv_bytes_per_seq((s,), 10_000) == s.elems_per_token() * s.tokens_held(10_000) * 2

@@ -211,15 +211,17 @@ def test_deepseek_v2_lite_mla_tp2_pp2_pr20665():
     --max-model-len 1024: 'Available KV cache memory' 12.13 GiB (ranks 0, 1) and 11.33 GiB (ranks 2, 3),
     'GPU KV cache size: 807,792 tokens', 'Maximum concurrency for 1,024 tokens per request: 788.86x'.
     The MLA latent is replicated on both TP ranks; vLLM's get_pp_indices gives the first stage the odd layer
-    (14 + 13 of 27)."""
-    page = vllm_page_bytes(DEEPSEEK_V2_LITE, tensor_parallel=2)
-    assert page == vllm_page_bytes(DEEPSEEK_V2_LITE) == 16 * 576 * 2
-    stage0 = vllm_kv_cache(DEEPSEEK_V2_LITE, 12.13 * GiB, 1024, tensor_parallel=2, layers=14).num_blocks
-    stage1 = vllm_kv_cache(DEEPSEEK_V2_LITE, 11.33 * GiB, 1024, tensor_parallel=2, layers=13).num_blocks
+    (14 + 13 of 27). L4s have no FlashMLA (Hopper only), so vLLM keeps the 16-token block asked for."""
+    assert km.memory.vllm_block_size(DEEPSEEK_V2_LITE, km.Chip.preset("l4")) == 16
+    page = vllm_page_bytes(DEEPSEEK_V2_LITE, 16, tensor_parallel=2)
+    assert page == vllm_page_bytes(DEEPSEEK_V2_LITE, 16) == 16 * 576 * 2
+    stage0 = vllm_kv_cache(DEEPSEEK_V2_LITE, 12.13 * GiB, 1024, tensor_parallel=2, layers=14, block_size=16).num_blocks
+    stage1 = vllm_kv_cache(DEEPSEEK_V2_LITE, 11.33 * GiB, 1024, tensor_parallel=2, layers=13, block_size=16).num_blocks
     assert stage0 < stage1  # the first stage is the minimum
-    lo, hi = (vllm_kv_cache(DEEPSEEK_V2_LITE, x, 1024, layers=14).num_blocks for x in (12.13 * GiB - HALF, 12.13 * GiB + HALF))
+    lo, hi = (vllm_kv_cache(DEEPSEEK_V2_LITE, x, 1024, layers=14, block_size=16).num_blocks
+              for x in (12.13 * GiB - HALF, 12.13 * GiB + HALF))
     assert lo <= 50487 <= hi
-    kv = vllm_kv_cache(DEEPSEEK_V2_LITE, 50487 * 14 * page, 1024, tensor_parallel=2, layers=14)
+    kv = vllm_kv_cache(DEEPSEEK_V2_LITE, 50487 * 14 * page, 1024, tensor_parallel=2, layers=14, block_size=16)
     assert (kv.num_blocks, kv.tokens, round(kv.max_concurrency, 2)) == (50487, 807792, 788.86)
 
 
@@ -458,8 +460,8 @@ def test_vllm_budget_sizes_linear_and_chunked_layers_refuses_them_without_the_hy
     # 16 chunked + 16 full layers of the Llama config: two groups of 16; without the manager, one of 32
     chunked = km.Model.from_hf_config(edited(layer_types=["chunked_attention", "full_attention"] * 16,
                                              attention_chunk_size=8192))
-    assert vllm_kv_groups(chunked) == (16, ("chunked", "full"))
-    assert vllm_kv_groups(chunked, hybrid=False) == (32, ("full",))
+    assert vllm_kv_groups(chunked, hybrid=True) == (16, ("chunked", "full"))
+    assert vllm_kv_groups(chunked, hybrid=False) == vllm_kv_groups(chunked) == (32, ("full",))
 
 
 def test_vllm_groups_count_sliding_layers_from_the_layer_list():

@@ -124,9 +124,11 @@ def test_new_presets_within_1_percent_of_published_or_say_why(name):
     m = km.Model.preset(name)
     assert m.family and m.source
     off = abs(m.param_count() / m.published_params - 1)
-    # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Kimi K2 ('1.04T' vs 1.026T), Llama 4 Scout
-    # (vision encoder) and DeepSeek-V3.2 (the Hub's 685B counts the MTP module) say why in the note
-    assert off < 0.01 or ("under" in m.note and off < 0.02)
+    # Gemma 3 12B and 27B (vision tower), Mistral Small 3 ('24B' rounded), Llama 4 Scout (vision encoder) and
+    # DeepSeek-V3.2 (the Hub's 685B counts the MTP module) say why in the note; Kimi K2's 'one trillion' is a
+    # rounded figure (1.026T counted, 2.6% over), said in its note too
+    rounded = {"kimi-k2": 0.03}
+    assert off < 0.01 or ("under" in m.note and off < 0.02) or ("rounded" in m.note and off < rounded.get(name, 0))
 
 
 NEW_CHIPS = ["h800", "h20", "b200-hgx", "gb200", "mi325x", "mi355x", "rtx-3090", "rtx-5090", "l40s", "dgx-spark",

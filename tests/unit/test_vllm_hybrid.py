@@ -122,16 +122,19 @@ def test_chunked_local_attention_groups_by_hand():
     tokens: full cdiv(131,072, 16) = 8,192 blocks, each chunked group cdiv(min(8,192 + 8,192, 131,072), 16)
     = 1,024 (ChunkedLocalAttentionSpec.max_memory_usage_bytes): 8,192 + 3 x 1,024 = 11,264 blocks of
     16 x 2 x 8 x 128 x 2 = 65,536 B per layer. Without the hybrid manager (vLLM's default for chunked
-    attention up to v0.11 unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) every layer is full:
-    one group of 48, cdiv(131,072, 16) = 8,192 blocks a request."""
+    attention up to v0.11 unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, and kvmath's default too)
+    every layer is full: one group of 48, cdiv(131,072, 16) = 8,192 blocks a request."""
     m = km.Model.from_hf_config(edited(num_hidden_layers=48, attention_chunk_size=8192,
                                        layer_types=["chunked_attention"] * 3 * 12 + ["full_attention"] * 12))
-    assert vllm_kv_groups(m) == (12, ("chunked",) * 3 + ("full",))
-    kv = vllm_kv_cache(m, 30_000 * 12 * 65536, 131072, max_num_batched_tokens=8192)
+    assert vllm_kv_groups(m, hybrid=True) == (12, ("chunked",) * 3 + ("full",))
+    assert vllm_kv_groups(m) == (48, ("full",))  # vLLM v0.10-v0.11's default for chunked local attention
+    kv = vllm_kv_cache(m, 30_000 * 12 * 65536, 131072, max_num_batched_tokens=8192, hybrid=True)
     assert (kv.page_bytes, kv.num_blocks, kv.blocks_per_request) == (65536, 30_000, 11_264)
     assert kv.tokens == 30_000 // 4 * 16 and kv.max_concurrency == 30_000 / 11_264
     flat = vllm_kv_cache(m, 48 * 65536 * 9000, 131072, hybrid=False)
     assert (flat.group_kinds, flat.num_blocks, flat.blocks_per_request) == (("full",), 9000, 8192)
+    default = vllm_kv_cache(m, 48 * 65536 * 9000, 131072)
+    assert (default.num_blocks, default.hybrid_kv_cache_manager) == (9000, False)
 
 
 def test_a_request_that_does_not_fit_is_refused_with_the_hybrid_figures():
@@ -297,3 +300,93 @@ def test_capacity_engine_vllm_sizes_deepseek_v32_from_its_config(capsys):
                  "--engine", "vllm"]) == 0
     out = capsys.readouterr().out
     assert "1 spanning every layer (1 dsa)" in out and "max concurrency" in out
+
+
+def test_maverick_is_sized_without_the_hybrid_manager_by_default_and_with_it_when_asked():
+    """Llama 4 Maverick's file at TP=8, bf16 cache: 8 KV heads over 8 ranks, 1 x 128 x 2 x 2 B = 512 B per token and
+    layer, a page 16 x 512 = 8,192 B. Default (vLLM v0.10-v0.11, chunked local attention): one group of all 48
+    layers, 10,000 blocks from 10,000 x 48 x 8,192 B, a 131,072-token request 8,192 blocks: 1.2207x. Hybrid
+    manager on (later releases): 36 chunked + 12 full, groups of 12 (4 groups): 40,000 blocks; a request 8,192
+    full + 3 x cdiv(8,192 + 8,192, 16) = 3 x 1,024 chunked = 11,264: 3.5511x."""
+    m = km.Model.from_hf_config(RECONSTRUCTED / "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json")
+    memory = 10_000 * 48 * 8192
+    off = vllm_kv_cache(m, memory, 131072, tensor_parallel=8, max_num_batched_tokens=8192)
+    on = vllm_kv_cache(m, memory, 131072, tensor_parallel=8, max_num_batched_tokens=8192, hybrid=True)
+    assert (off.num_blocks, off.blocks_per_request, off.hybrid_kv_cache_manager) == (10_000, 8192, False)
+    assert (on.num_blocks, on.blocks_per_request, on.hybrid_kv_cache_manager) == (40_000, 11_264, True)
+    assert off.max_concurrency == 10_000 / 8192 and on.max_concurrency == 40_000 / 11_264
+
+
+def test_both_tokens_lines_of_the_qwen3_next_log():
+    # vLLM 0.10.2 printed 973,760 (7,162 // 4 x 544); from the concurrency rule of later releases the same pool
+    # prints int(7,162 x 262,144 / 485) = int(3,871,083.1) = 3,871,083
+    log = LOGS["qwen3-next-80b-tp2-v0.10.2"]
+    kv = vllm_kv_cache(km.Model.from_hf_config(NEXT), log["figures"]["available_kv_gib"] * GiB, 262144,
+                       tensor_parallel=2, max_num_batched_tokens=8192)
+    assert 7162 * 262144 // 485 == 3_871_083
+    assert kv.tokens_by_rule == {"blocks": 973_760, "concurrency": 3_871_083} and kv.tokens == 973_760
+
+
+def test_a_float32_config_is_served_in_bf16_weights_and_states():
+    """vLLM's --dtype auto runs a float32 checkpoint in bf16 (_resolve_auto_dtype), its Mamba state too (mamba_cache_dtype
+    auto). Granite 4.0 H Micro's file with dtype float32, 40 GiB, 8,192 tokens, by hand: attention 2 x 8 x 64 x 2 B =
+    2,048 B per token and layer; the state 537,344 elements per layer, 1,074,688 B in bf16: block 16 x cdiv(1,074,688,
+    16 x 2,048) = 528, page 1,081,344 B; 4 full + 36 linear layers: groups of 4, 1 + 9 groups; floor(floor(40 GiB /
+    1,081,344) / 4) = 9,929 blocks; a request cdiv(8,192, 528) = 16 + 9 = 25: 397.16x, tokens 9,929 // 10 x 528 =
+    523,776. In fp32 (--dtype fp32): 2,149,376 B, block 1,056, 4,964 blocks, 8 + 9 = 17 a request: 292.0x."""
+    config = json.loads((RECONSTRUCTED / "ibm-granite--granite-4.0-h-micro.json").read_text())
+    m = km.Model.from_hf_config({**config, "dtype": "float32"})
+    auto = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048)
+    assert (auto.state_bytes, auto.block_size, auto.page_bytes) == (1_074_688, 528, 1_081_344)
+    assert (auto.num_blocks, auto.blocks_per_request, auto.tokens) == (9929, 25, 523_776)
+    assert round(auto.max_concurrency, 2) == 397.16
+    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32")
+    assert (fp32.state_bytes, fp32.block_size, fp32.num_blocks, fp32.blocks_per_request) == (2_149_376, 1056, 4964, 17)
+    assert round(fp32.max_concurrency, 2) == 292.0
+    # OLMo-2 32B's float32 file on one H200: 32,233,886,720 parameters loaded in bf16, 64,467,773,440 B, not
+    # the 128,935,546,880 B the file stores
+    olmo = km.Model.from_hf_config(Path(__file__).parents[1] / "data" / "hf_configs" / "allenai--OLMo-2-0325-32B")
+    stored = km.hf_config.weights_from_hf_config(Path(__file__).parents[1] / "data" / "hf_configs" /
+                                                 "allenai--OLMo-2-0325-32B")
+    assert stored == "fp32" and olmo.weight_bytes_resident(stored) == 4 * 32_233_886_720
+    e = vllm_engine(olmo, km.Chip.preset("h200"), 4096, weights=stored)
+    assert e.weight_bytes == 2 * 32_233_886_720 == 64_467_773_440 and e.weight_formats == "bf16"
+    assert vllm_engine(olmo, km.Chip.preset("h200"), 4096, weights=stored, dtype="fp32").weight_bytes == 4 * 32_233_886_720
+
+
+def test_the_recurrent_state_follows_mamba_ssm_dtype_and_the_flag():
+    # Qwen3-Next's file with Qwen3.5's mamba_ssm_dtype float32, TP=2: per rank (24,576 x 2 B + 524,288 x 4 B) / 2 =
+    # 1,073,152 B (vLLM reads the key, Qwen3_5ForConditionalGenerationConfig); --mamba-ssm-cache-dtype bfloat16
+    # gives (24,576 + 524,288) x 2 / 2 = 548,864 B, the log's state
+    m = km.Model.from_hf_config({**NEXT, "mamba_ssm_dtype": "float32"})
+    assert vllm_kv_cache(m, 40 * GiB, 32768, tensor_parallel=2).state_bytes == 1_073_152
+    assert vllm_kv_cache(m, 40 * GiB, 32768, tensor_parallel=2, mamba_ssm_cache_dtype="bf16").state_bytes == 548_864
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_mla_is_sized_in_vllms_mla_block_by_default():
+    """vLLM forces 64-token blocks for MLA with FlashMLA (Hopper): DeepSeek-V3 at 40 GiB, a page 64 x 576 x 2 =
+    73,728 B per layer: floor(floor(40 GiB / 73,728) / 61) = 9,549 blocks, 611,136 tokens (16-token blocks would
+    give 38,199 and 611,184). On datacenter Blackwell CUTLASS MLA's 128; on an L4 (no FlashMLA) 16."""
+    from kvmath.memory import vllm_block_size
+
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    kv = vllm_kv_cache(v3, 40 * GiB, 8192)
+    assert (kv.block_size, kv.page_bytes, kv.num_blocks, kv.tokens) == (64, 73_728, 9549, 611_136)
+    assert vllm_kv_cache(v3, 40 * GiB, 8192, block_size=16).num_blocks == 38_199
+    assert [vllm_block_size(v3, km.Chip.preset(c)) for c in ("h200", "b200", "l4")] == [64, 128, 16]
+    assert vllm_block_size(km.Model.from_hf_config(NEXT), km.Chip.preset("h200")) == 16
+
+
+def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
+    # vLLM v0.10-v0.11 groups by the most layers of any kind where they are under 1.25 times the fewest,
+    # commit 001cabc1 under 1.5 (kvmath's VLLM_GROUP_SIZE_RATIO): the two differ for ratios in [1.25, 1.5) only
+    import warnings
+    from collections import Counter
+
+    data = Path(__file__).parents[1] / "data" / "hf_configs"
+    for config in sorted(data.glob("*/config.json")) + sorted((data / "reconstructed").glob("*.json")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            counts = Counter(s.kind for s in km.Model.from_hf_config(config).layer_specs()).values()
+        assert not 1.25 <= max(counts) / min(counts) < 1.5, config
