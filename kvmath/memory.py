@@ -663,7 +663,7 @@ def _request_blocks(groups, blocks: dict, block_size: int, mml: ArrayLike, mnbt:
 
 @checked
 def vllm_request_kv_bytes(
-    model, tokens: ArrayLike, *, kv_dtype: str | float = "bf16", block_size: int = BLOCK_SIZE,
+    model, tokens: ArrayLike, *, kv_dtype: str | float = "bf16", block_size: int | None = None,
     tensor_parallel: int = 1, max_num_batched_tokens: ArrayLike | None = None, hybrid: bool = True,
     mamba_cache_mode: str = "none",
 ) -> ArrayLike:
@@ -674,8 +674,9 @@ def vllm_request_kv_bytes(
     ``page_bytes`` per layer, ``group_size`` layers a block. A quantized format's bytes are vLLM's: an fp8
     cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
     DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
-    indexer's keys beside it whatever the dtype. The layout, TP and the format are checked as
-    :func:`vllm_kv_cache` checks them (``ValueError`` naming the argument).
+    indexer's keys beside it whatever the dtype. ``block_size`` None: vLLM's on CUDA, as for
+    :func:`vllm_kv_cache` (:func:`vllm_block_size`: 16, or 64 for MLA and DSA). The layout, TP and the format
+    are checked as :func:`vllm_kv_cache` checks them (``ValueError`` naming the argument).
 
     Examples
     --------
@@ -685,22 +686,25 @@ def vllm_request_kv_bytes(
     >>> from kvmath import Model
     >>> vllm_request_kv_bytes(Model.preset("llama-3.1-8b"), 1000, kv_dtype="fp8")   # 63 x 16 x 2048 x 32
     66060288
-    >>> vllm_request_kv_bytes(Model.preset("deepseek-v3.2"), 16, kv_dtype="fp8")   # 61 x 16 x (656 + 132)
-    769088
+    >>> vllm_request_kv_bytes(Model.preset("deepseek-v3.2"), 16, kv_dtype="fp8")   # one block of 64: 61 x 64 x (656 + 132)
+    3076352
     >>> vllm_request_kv_bytes(Model.preset("llama-3.1-8b"), 0)
     Traceback (most recent call last):
     ...
     ValueError: tokens must be > 0, got 0.0
     """
     mml = positive_int("tokens", tokens)
-    block_size = one_int("block_size", block_size)
-    if block_size not in VLLM_BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    if block_size is not None:
+        block_size = one_int("block_size", block_size)
+        if block_size not in VLLM_BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
     mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
     hybrid = flag("hybrid", hybrid)
     mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
+    if block_size is None:
+        block_size = vllm_block_size(model)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
     ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
     groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)

@@ -214,10 +214,12 @@ def test_a_quantized_cache_costs_its_scales_and_whole_pages():
     v32 = km.Model.preset("deepseek-v3.2")
     calculator = 61 * 1000 * (512 + 64) * 1
     assert calculator == 35_136_000
-    held = 1008 * 61 * (656 + 128 + 4)
-    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == held == 48_452_544
-    assert calculator / held == pytest.approx(0.725163, abs=5e-7)
-    assert held / (1008 * 61 * (576 * 2 + 132)) == pytest.approx(0.61371, abs=5e-6)   # fp8 over bf16, not a half
+    # vLLM's MLA blocks are 64 tokens on CUDA (FlashMLA's block, vllm_block_size): 1,000 tokens hold 16 blocks,
+    # 1,024 tokens
+    held = 1024 * 61 * (656 + 128 + 4)
+    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == held == 49_221_632
+    assert calculator / held == pytest.approx(0.7138325, abs=5e-7)
+    assert held / (1024 * 61 * (576 * 2 + 132)) == pytest.approx(0.61371, abs=5e-6)   # fp8 over bf16, not a half
     # flashinfer_nvfp4_kv: head_dim // 2 bytes and head_dim // 16 one-byte scales a token and head: 4.5 bits
     assert (128 // 2 + 128 // 16) * 8 / 128 == 4.5 == get_format("nvfp4").bits_per_weight
 

@@ -619,10 +619,12 @@ def test_one_request_by_hand():
     # tensor parallelism: 8 KV heads over 16 ranks, one head on each
     assert vllm_request_kv_bytes(m, 1000, tensor_parallel=16) == 63 * 16 * 2 * 1 * 128 * 2 * 32
     # DeepSeek-V3.2 (61 layers, latent 512 + rope 64, indexer keys of 128): fp8_ds_mla's 656 B and the indexer's
-    # 128 fp8 + one fp32 scale = 132 B a token and layer; bf16: the latent's 1,152 B and the same indexer
+    # 128 fp8 + one fp32 scale = 132 B a token and layer; bf16: the latent's 1,152 B and the same indexer. MLA's
+    # blocks are 64 tokens on CUDA (FlashMLA): 1,000 tokens take 16 of them, 1,024 tokens
     v32 = get_model("deepseek-v3.2")
-    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == 1008 * 61 * (656 + 132)
-    assert vllm_request_kv_bytes(v32, 1000) == 1008 * 61 * (576 * 2 + 132)
+    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8") == 1024 * 61 * (656 + 132)
+    assert vllm_request_kv_bytes(v32, 1000) == 1024 * 61 * (576 * 2 + 132)
+    assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8", block_size=16) == 1008 * 61 * (656 + 132)
 
 
 def test_one_request_refuses_bad_input():
