@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbook.workshop.book_links import BuiltBook, LinkError, left_roles
+from kvbook.workshop.book_links import BuiltBook, LinkError, citation_texts, left_roles
 
 BOOK = BuiltBook(
     titles={"notebooks/04_critical_batch": "Critical batch size", "book/notation": "Notation"},
@@ -77,3 +77,30 @@ def test_a_links_text_is_escaped_as_html():
     book = BuiltBook(titles={"book/qa": "Q&A: <B> and B_crit"}, labels={}, numbers={}, equations={},
                        citations={}, cite_texts={})
     assert book.rewrite("{doc}`../book/qa`", HERE) == link("Q&amp;A: &lt;B&gt; and B_crit", "/book/book/qa.html")
+
+
+# The anonymous notes as the built book prints them (_build/html, shortened titles): textually in the introduction
+# (book/intro.html, the first page read in sorted order), the year alone in the anchor; in parentheses in chapter 3.
+NOTES = "When your inference kernels are (theoretically) memory bound vs compute bound"
+INTRO = ('a set of notes titled <span class="bibtex-citation" id="id2"><em>' + NOTES + '</em> [<a class="reference '
+         'internal" href="references.html#id9" title="When your ... Anonymous notes.">n.d.</a>]</span>, and kipply '
+         '<span class="bibtex-citation" id="id3">kipply [<a class="reference internal" href="references.html#id10" '
+         'title="kipply. Transformer inference arithmetic.">2022</a>]</span>')
+CHAPTER_3 = ('The notes\u2019 answer <span class="bibtex-citation" id="id1">[<a class="reference internal" '
+             'href="../book/references.html#id9" title="When your ... &quot;the notes&quot;."><em>' + NOTES +
+             '</em>, n.d.</a>]</span>, the <strong>min-step</strong>')
+
+
+def test_an_undated_sources_citation_reads_as_the_book_prints_it():
+    """Review R21c-1: "n.d." is the year of an undated entry; the notes' textual citation in the introduction left
+    their text as "n.d." alone, and every chapter citing them read "(n.d.)"."""
+    for pages in ([INTRO, CHAPTER_3], [CHAPTER_3, INTRO]):
+        texts = citation_texts(pages)
+        assert texts["id9"] == NOTES + ", n.d.", pages
+        assert texts["id10"] == "kipply, 2022"          # a textual citation alone: its author and its year
+    book = BuiltBook(titles={}, labels={}, numbers={}, equations={}, citations={"minstepnotes": ("book/references", "id9")},
+                     cite_texts=citation_texts([INTRO, CHAPTER_3]))
+    assert book.rewrite("The notes {cite:p}`minstepnotes` take", "notebooks/08_fitting_52b") == \
+        "The notes (" + link(NOTES + ", n.d.", "/book/book/references.html#id9") + ") take"
+    assert book.rewrite("{cite:t}`minstepnotes`", "notebooks/03_min_step") == \
+        link(NOTES + " (n.d.)", "/book/book/references.html#id9")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import html
 import json
+import re
 
 from kvbook import lab
 from kvbook.workshop import book_links
@@ -46,3 +49,43 @@ def test_an_edited_copy_is_kept_when_its_chapter_changes_and_an_unedited_one_is_
     renewed = json.loads(manifest_path.read_text())
     assert renewed[plain.name]["source"] == lab._digest((lab.ROOT / "notebooks" / plain.name).read_bytes())
     assert renewed[edited.name]["source"] == "0" * 64, "the kept copy still waits for its new chapter"
+
+
+_BOOK_CITATION = re.compile(r'<span class="bibtex-citation" id="[^"]*">(.*?)</span>', re.S)
+_BOOK_ANCHOR = re.compile(r'<a class="reference internal" href="[^"#]*references\.html#(id\d+)"[^>]*>(.*?)</a>', re.S)
+_COPY_ANCHOR = re.compile(r'<a href="/book/book/references\.html#(id\d+)" target="_blank" rel="noopener">(.*?)</a>')
+
+
+def _plain(markup: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", markup)).split())
+
+
+def book_citations(page: str) -> collections.Counter:
+    """(entry id, "author, year") of each citation a built page prints: "[author, year]" (parenthetical; several
+    within one pair of brackets) or "author [year]" (textual)."""
+    found = collections.Counter()
+    for span in _BOOK_CITATION.findall(page):
+        anchors = _BOOK_ANCHOR.findall(span)
+        author = _plain(span.split("[", 1)[0])
+        for anchor_id, inner in anchors:
+            found[(anchor_id, f"{author}, {_plain(inner)}" if author else _plain(inner))] += 1
+    return found
+
+
+def test_every_citation_in_the_copies_reads_as_the_book_prints_it_on_the_same_page(built_book, tmp_path):
+    """Review R21c-1: the notes, which have no year, were cited as "(n.d.)" in six chapters, where the book prints
+    their title; every citation of a copy carries the text the chapter's built page prints for it."""
+    lab.prepare(tmp_path)
+    compared = 0
+    for copy in sorted((tmp_path / "notebooks").glob("*.ipynb")):
+        markdown = "\n".join("".join(c["source"]) for c in json.loads(copy.read_text())["cells"]
+                             if c["cell_type"] == "markdown")
+        # the copy prints a textual citation "author (year)", the book "author [year]": both are "author, year" here
+        mine = collections.Counter((anchor_id, re.sub(r" \(([^()]*)\)$", r", \1", html.unescape(text)))
+                                   for anchor_id, text in _COPY_ANCHOR.findall(markdown))
+        theirs = book_citations((built_book / "notebooks" / f"{copy.stem}.html").read_text(encoding="utf-8"))
+        assert mine == theirs, (copy.name, mine - theirs, theirs - mine)
+        compared += sum(mine.values())
+    assert compared > 100, compared
+    eight = (tmp_path / "notebooks" / "08_fitting_52b.ipynb").read_text()
+    assert "(theoretically) memory bound vs compute bound, n.d.</a>" in eight and ">n.d.</a>" not in eight

@@ -34,11 +34,41 @@ from pathlib import Path
 ROLE = re.compile(r"\{(doc|ref|numref|eq|cite|cite:p|cite:t|cite:ps|cite:ts)\}`([^`]*)`")
 _EXPLICIT = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.S)
 _CITE_ANCHOR = re.compile(r'<a class="reference internal" href="[^"#]*#(id\d+)"[^>]*>(.*?)</a>', re.S)
+#: A textual citation as sphinxcontrib-bibtex's author-year style prints it: ``Author [<a ...>2022</a>]``, the
+#: author outside the anchor.
+_TEXTUAL = re.compile(r'<span class="bibtex-citation" id="[^"]*">([^\[]*?) \[<a class="reference internal" '
+                      r'href="[^"#]*#(id\d+)"[^>]*>(.*?)</a>\]</span>', re.S)
+#: The year the style prints: "2022", "2023a", or "n.d." for an undated entry (review R21c-1: a pattern of four
+#: digits took the anonymous notes' textual "n.d." for their whole text).
+YEAR = r"(?:\d{4}[a-z]?|n\.d\.)"
 _FIGURE_NAME = {"figure": "Fig. {}", "table": "Table {}", "code-block": "Listing {}"}
 
 
 class LinkError(ValueError):
     """A role whose target the book does not have."""
+
+
+def _plain(inner: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", inner)).split())
+
+
+def citation_texts(pages) -> dict[str, str]:
+    """{anchor id: "author, year"} as the built ``pages`` (HTML texts) print each citation.
+
+    A parenthetical citation's anchor holds the whole "author, year" ("kipply, 2022"; for an undated entry the
+    style's author is its title: "When your inference kernels are ..., n.d."). A textual one holds the year alone,
+    its author printed before the anchor; its text is put together from the two. A parenthetical text wins, on
+    any page, so the order the pages are read in does not matter.
+    """
+    found: dict[str, str] = {}
+    for text in pages:
+        for author, anchor_id, inner in _TEXTUAL.findall(text):
+            found.setdefault(anchor_id, f"{_plain(author)}, {_plain(inner)}")
+        for anchor_id, inner in _CITE_ANCHOR.findall(text):
+            plain = _plain(inner)
+            if re.search(rf", {YEAR}$", plain):
+                found[anchor_id] = plain
+    return found
 
 
 @dataclass(frozen=True)
@@ -69,13 +99,8 @@ class BuiltBook:
             env = pickle.load(f)
         cite = env.domaindata["cite"]
         citations = {c.key: (c.bibliography_key.docname, c.citation_id) for c in cite["citations"]}
-        cite_texts: dict[str, str] = {}
-        for page in sorted((Path(build) / "html").rglob("*.html")):
-            for anchor_id, inner in _CITE_ANCHOR.findall(page.read_text(encoding="utf-8")):
-                text = html.unescape(re.sub(r"<[^>]+>", "", inner)).strip()
-                # a parenthetical citation's anchor holds "author, year"; a textual one only part of it
-                if re.search(r", \d{4}[a-z]?$", text) or anchor_id not in cite_texts:
-                    cite_texts[anchor_id] = text
+        cite_texts = citation_texts(page.read_text(encoding="utf-8")
+                                    for page in sorted((Path(build) / "html").rglob("*.html")))
         return cls(titles={d: t.astext() for d, t in env.titles.items()},
                    labels={k: tuple(v) for k, v in env.domaindata["std"]["labels"].items()},
                    numbers=env.toc_fignumbers,
