@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import pytest
 
-from kvbook.workshop.book_links import BuiltBook, LinkError, citation_texts, left_roles
+from kvbook.workshop.book_links import LITE_BASE, BuiltBook, LinkError, citation_texts, left_roles
 
 BOOK = BuiltBook(
     titles={"notebooks/04_critical_batch": "Critical batch size", "book/notation": "Notation"},
     labels={"fig-step-at-batch-1": ("notebooks/01_roofline", "fig-step-at-batch-1", "One decode step ..."),
+            "ex-roofline-1": ("notebooks/01_roofline", "ex-roofline-1", "Exercise"),
+            "ex-roofline-5": ("notebooks/01_roofline", "ex-roofline-5", "Exercise"),
             "thread-unsaid": ("notebooks/07_thread_256k", "thread-unsaid", "What the thread leaves unsaid")},
-    numbers={"notebooks/01_roofline": {"figure": {"fig-step-at-batch-1": (1, 1)}},
+    numbers={"notebooks/01_roofline": {"figure": {"fig-step-at-batch-1": (1, 1)},
+                                       "exercise": {"ex-roofline-1": (1, 1), "ex-roofline-5": (1, 5)},
+                                       "displaymath": {"equation-roofline-time": (1, 1)}},
              "book/notation": {"displaymath": {"equation-kv-bytes-per-token": (1,)}},
              "notebooks/00_sample_rhythm": {"displaymath": {"equation-sample-bcrit": (2,)}}},
-    equations={"kv-bytes-per-token": "book/notation", "sample-bcrit": "notebooks/00_sample_rhythm"},
+    equations={"kv-bytes-per-token": "book/notation", "sample-bcrit": "notebooks/00_sample_rhythm",
+               "roofline-time": "notebooks/01_roofline"},
     citations={"kipply2022": ("book/references", "id8"), "scalingbook2025": ("book/references", "id9")},
     cite_texts={"id8": "kipply, 2022", "id9": "Austin et al., 2025"},
 )
@@ -104,3 +109,40 @@ def test_an_undated_sources_citation_reads_as_the_book_prints_it():
         "The notes (" + link(NOTES + ", n.d.", "/book/book/references.html#id9") + ") take"
     assert book.rewrite("{cite:t}`minstepnotes`", "notebooks/03_min_step") == \
         link(NOTES + " (n.d.)", "/book/book/references.html#id9")
+
+
+def test_the_rooms_links_are_relative_to_the_page_that_shows_them():
+    """Review R21c-10: root-relative links (/book/...) work only where the learner folder is the root of its address.
+    lite/notebooks/index.html and lite/lab/index.html are two folders below it: ../../book/ is its book/."""
+    room = BuiltBook(**{**BOOK.__dict__, "base": LITE_BASE})
+    assert LITE_BASE == "../../book/"
+    assert room.rewrite("{doc}`04_critical_batch` (see {cite:p}`kipply2022`)", HERE) == (
+        link("Critical batch size", "../../book/notebooks/04_critical_batch.html") + " (see ("
+        + link("kipply, 2022", "../../book/book/references.html#id8") + "))")
+
+
+def test_exercises_and_equations_carry_the_books_numbers():
+    """Review R21c-7: jupyterlab-myst numbers a notebook's exercises and equations from 1 ("Exercise 1", "(1)") where
+    the book, the plans and the answer key say "Exercise 1.1" and "(1.1)"; ``:enumerator:`` gives it the book's."""
+    gated = "```{exercise-start}\n:label: ex-roofline-1\n```\nAsk.\n```{exercise-end}\n```"
+    plain = ":::{exercise} Pen and paper\n:label: ex-roofline-5\n:class: x\n\nAsk.\n:::"
+    assert BOOK.number_as_the_book(gated) == \
+        "```{exercise-start}\n:label: ex-roofline-1\n:enumerator: 1.1\n```\nAsk.\n```{exercise-end}\n```"
+    assert BOOK.number_as_the_book(plain) == \
+        ":::{exercise} Pen and paper\n:label: ex-roofline-5\n:enumerator: 1.5\n:class: x\n\nAsk.\n:::"
+    text = "Unlabelled:\n$$\nx = 1\n$$\n\nand labelled:\n\n$$\nt = \\frac{b}{W}\n$$ (roofline-time)\n\nafter."
+    assert BOOK.number_as_the_book(text) == ("Unlabelled:\n$$\nx = 1\n$$\n\nand labelled:\n\n```{math}\n"
+                                             ":label: roofline-time\n:enumerator: 1.1\nt = \\frac{b}{W}\n```\n\nafter.")
+    assert BOOK.name("ex-roofline-5") == "Exercise 1.5" and BOOK.name("roofline-time") == "(1.1)"
+    assert BOOK.name("fig-step-at-batch-1") == "Fig. 1.1"
+    with pytest.raises(LinkError, match="ex-nowhere"):
+        BOOK.number_as_the_book("```{exercise-start}\n:label: ex-nowhere\n```")
+
+
+def test_the_text_of_a_role_is_what_the_book_prints_without_the_link():
+    """For the answer key (review R21c-9: it printed equation labels, "(ms-general)")."""
+    assert BOOK.text("eq", "kv-bytes-per-token", HERE) == "(1)"
+    assert BOOK.text("eq", "sample-bcrit", HERE) == "(2)"          # the same page's, numbered too
+    assert BOOK.text("numref", "fig-step-at-batch-1", HERE) == "Fig. 1.1"
+    assert BOOK.text("cite:p", "kipply2022,scalingbook2025", HERE) == "(kipply, 2022; Austin et al., 2025)"
+    assert BOOK.text("doc", "04_critical_batch", HERE) == "Critical batch size"

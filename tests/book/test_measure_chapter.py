@@ -62,10 +62,11 @@ def test_the_page_names_the_run_its_numbers_come_from():
     assert re.fullmatch(r"'\S+ with \d+ CPU cores, \d{4}-\d{2}-\d{2}'", stored), stored
 
 
-def test_the_answer_keys_measured_answers_name_their_run():
-    from kvbook.workshop import answer_key
+def test_the_answer_keys_measured_answers_name_their_run(built_book):
+    from kvbook.workshop import answer_key, book_links
 
-    measured = [e for e in answer_key.collect(ROOT / "notebooks") if e["chapter"] == "14_measure_your_machine"]
+    book = book_links.BuiltBook.from_build(built_book.parent)
+    measured = [e for e in answer_key.collect(ROOT / "notebooks", book) if e["chapter"] == "14_measure_your_machine"]
     answers = {e["label"]: dict(e["answers"]) for e in measured}
     assert re.fullmatch(r"\S+ with \d+ CPU cores, \d{4}-\d{2}-\d{2}, the run make refresh stored "
                         r"\(the instructor book's page shows its own run\)", answers["ex-measure-1"]["measured_on"])

@@ -99,7 +99,7 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_i
         if not (served / "book").exists():
             (served / "book").symlink_to(kvbook_lab.BOOK_BUILD / "html")
         source = nbformat.read(ROOT / "notebooks" / CHAPTER, as_version=4)
-        links = book_link_problems(source, nb, page, served)
+        links = book_link_problems(source, nb, page, served, "/book/", url + "book/")
         assert not links, links[:10]
         href = page.evaluate("() => document.querySelector('.jp-MarkdownCell a[href^=\"/book/\"]').getAttribute('href')")
         with urllib.request.urlopen(url + href.lstrip("/").split("#")[0], timeout=10) as reply:
