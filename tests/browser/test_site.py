@@ -156,30 +156,42 @@ def test_is_local():
     assert not is_local("http://127.0.0.1.example.com/")
 
 
-def test_phone_width_has_no_sideways_page_scroll_and_readable_figures(built_book, browser):
-    """390 px wide (a phone): the page never scrolls sideways; figures fill the column.
+#: Pages that were wider than a phone (review R21c-11: inline code and the bibliography's long names), and chapter 1.
+PHONE_PAGES = ["notebooks/01_roofline.html", "notebooks/08_fitting_52b.html", "notebooks/10_speculative_decoding.html",
+               "book/references.html", "book/teaching/run-it.html"]
 
+
+def test_phone_width_has_no_sideways_page_scroll_and_readable_figures(built_book, browser):
+    """390 px wide (a phone): no page of PHONE_PAGES scrolls sideways; chapter 1's figures fill the column.
+
+    A mobile browser widens its layout viewport to the widest content, so ``innerWidth`` grows with the page: the
+    width to stay within is the phone's 390 px (the check against ``innerWidth`` could not fail).
     Leaves a screenshot of chapter one at _build/phone-01_roofline.png for a person to look at.
     """
     from tests.browser.sitecheck import serve
 
+    widths = {}
     with serve(built_book) as base:
         context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2,
                                       is_mobile=True, has_touch=True)
         context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
         try:
-            page = context.new_page()
-            page.goto(base + "notebooks/01_roofline.html", wait_until="networkidle")
-            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
-            facts = page.evaluate("""() => ({
-                scroll: document.scrollingElement.scrollWidth, width: window.innerWidth,
-                figs: Array.from(document.querySelectorAll('figure img, .kvmath-interactive-img'))
-                          .map(i => [i.getBoundingClientRect().width, i.naturalWidth]),
-                column: (document.querySelector('article.bd-article') || document.body).getBoundingClientRect().width})""")
-            page.screenshot(path=str(built_book.parent / "phone-01_roofline.png"), full_page=False)
+            for path in PHONE_PAGES:
+                page = context.new_page()
+                page.goto(base + path, wait_until="networkidle")
+                page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+                widths[path] = page.evaluate("() => document.scrollingElement.scrollWidth")
+                if path == PHONE_PAGES[0]:
+                    facts = page.evaluate("""() => ({
+                        figs: Array.from(document.querySelectorAll('figure img, .kvmath-interactive-img'))
+                                  .map(i => [i.getBoundingClientRect().width, i.naturalWidth]),
+                        column: (document.querySelector('article.bd-article') || document.body)
+                                .getBoundingClientRect().width})""")
+                    page.screenshot(path=str(built_book.parent / "phone-01_roofline.png"), full_page=False)
+                page.close()
         finally:
             context.close()
-    assert facts["scroll"] <= facts["width"] + 1, facts
+    assert all(w <= 390 for w in widths.values()), widths
     assert facts["figs"], "no figures found on chapter one"
     for shown, natural in facts["figs"]:
         assert shown >= 0.9 * facts["column"] - 40 or shown >= natural / 2, facts
