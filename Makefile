@@ -190,8 +190,9 @@ lite: env assets runtime lite-env learner
 	$(VPY) -m kvbook.workshop.workshop_lite --lite-venv $(LITE_VENV)
 
 # From the answers the notebooks' solutions record (their answer_values metadata, filled
-# by make refresh). Into the instructor's folder only.
-answer-key: env
+# by make refresh), each exercise named as the instructor build numbers it ("Exercise 2.4").
+# Into the instructor's folder only.
+answer-key: env instructor
 	$(VPY) -m kvbook.workshop.answer_key --out $(WORKSHOP)/instructor/answer-key.md --json $(WORKSHOP)/instructor/answer-key.json
 
 # The kit: learner/ (the only folder to serve or copy) and instructor/, each with its

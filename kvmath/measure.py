@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from .formulas import StepBreakdown, step_breakdown
-from .validation import ArrayLike, choice, plain, positive, positive_int
+from .validation import ArrayLike, as_scalar, choice, fraction, plain, positive, positive_int
 
 __all__ = [
     "CpuInfo",
@@ -52,6 +52,7 @@ __all__ = [
     "matmul_flops",
     "memory_bandwidth",
     "parse_cpuinfo",
+    "stream_verdict",
 ]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -157,6 +158,47 @@ def memory_bandwidth(n_bytes: float = 256e6, repeats: int = 5, method: str = "co
     vector = np.ones(rows, dtype=np.float32)
     median_s, _ = _median_seconds(lambda: vector @ matrix, repeats)
     return matrix.nbytes / median_s
+
+
+def stream_verdict(w_array: float, w_twice: float, tolerance: float = 0.2) -> str:
+    """Whether passes over an array stream from memory, from two bandwidths read in turn.
+
+    An array twice as large cannot fit in a cache where the first might. If each rate is within
+    ``tolerance`` of the other, in both directions, neither pass came from cache; if the larger array
+    reads slower, part of the smaller one's passes did; if it reads faster, no cache explains it and the
+    timings are noise (a machine busy while the smaller one ran).
+
+    Parameters
+    ----------
+    w_array, w_twice : float
+        Bandwidths in bytes/s read over an array and over one twice as large.
+    tolerance : float
+        Fraction each rate may fall below the other, in (0, 1]; 0.2 accepts
+        0.8 <= w_twice / w_array <= 1.25.
+
+    Returns
+    -------
+    str
+        ``"same"``, ``"slower"`` (the larger array reads slower) or ``"faster"``.
+
+    Raises
+    ------
+    ValueError
+        If a bandwidth is not one positive number or ``tolerance`` is not in (0, 1].
+
+    Examples
+    --------
+    >>> stream_verdict(15.8e9, 16.0e9), stream_verdict(16.0e9, 12.2e9), stream_verdict(10.6e9, 15.4e9)
+    ('same', 'slower', 'faster')
+    """
+    w_array = as_scalar("w_array", positive("w_array", w_array))
+    w_twice = as_scalar("w_twice", positive("w_twice", w_twice))
+    keep = 1.0 - as_scalar("tolerance", fraction("tolerance", tolerance))
+    if w_twice < keep * w_array:
+        return "slower"
+    if w_array < keep * w_twice:
+        return "faster"
+    return "same"
 
 
 def matmul_flops(n: int = 1024, dtype=np.float32, repeats: int = 3) -> float:

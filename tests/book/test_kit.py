@@ -24,7 +24,7 @@ import yaml
 
 from kvbook import inline
 from kvbook.sphinx import book_pages
-from kvbook.workshop import kit, workshop_build, workshop_lite, workshop_pages
+from kvbook.workshop import book_links, kit, workshop_build, workshop_lite, workshop_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
@@ -181,15 +181,38 @@ def test_recorded_answers_are_dropped_from_the_learners_copy():
 # --- the learner's live notebooks -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def lite_copy(tmp_path_factory) -> Path:
+def room_book(built_book) -> book_links.BuiltBook:
+    """The book the room's copies link to and number from, as make lite reads the learner build's; the built book
+    stands in for it (the learner build numbers the chapters, their figures and exercises alike)."""
+    return book_links.BuiltBook.from_build(built_book.parent, base=book_links.LITE_BASE)
+
+
+@pytest.fixture(scope="module")
+def lite_copy(tmp_path_factory, room_book) -> Path:
     contents = tmp_path_factory.mktemp("lite-contents")
-    [path] = workshop_lite.learner_contents(contents, ["00_sample_rhythm"])   # runs it: a few seconds
+    [path] = workshop_lite.learner_contents(contents, ["00_sample_rhythm"], book=room_book)   # runs it: seconds
     return path
 
 
-def test_lite_notebook_is_the_learners_with_every_inline_expression_filled(lite_copy):
+def test_the_rooms_copies_link_relative_to_their_page_and_number_as_the_book(lite_copy, room_book, tmp_path):
+    """Review R21c-10: every link is relative (../../book/...), so the kit works below any path of an address;
+    review R21c-7: each exercise and labelled equation carries the book's number. A root-relative link fails."""
     nb = json.loads(lite_copy.read_text())
-    assert workshop_lite.check_notebooks(lite_copy.parent) == []
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    hrefs = re.findall(r'<a href="([^"]*)" target="_blank"', text)
+    assert hrefs and all(h.startswith("../../book/") for h in hrefs), hrefs
+    # the book prints sample-bcrit as (2) (chapter 0 of _build/html), then Exercises 1, 2 and 3
+    assert re.findall(r":enumerator: (\S+)", text) == ["2", "1", "2", "3"]
+    assert "$$ (" not in text
+    nb["cells"].append({"cell_type": "markdown", "metadata": {},
+                        "source": '<a href="/book/book/notation.html" target="_blank" rel="noopener">Notation</a>'})
+    (tmp_path / lite_copy.name).write_text(json.dumps(nb))
+    assert any("not beside the site" in p for p in workshop_lite.check_notebooks(tmp_path, room_book))
+
+
+def test_lite_notebook_is_the_learners_with_every_inline_expression_filled(lite_copy, room_book):
+    nb = json.loads(lite_copy.read_text())
+    assert workshop_lite.check_notebooks(lite_copy.parent, room_book) == []
     filled = 0
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":

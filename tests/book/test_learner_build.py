@@ -97,6 +97,37 @@ def test_a_name_an_exercise_gives_the_reader_is_bound_in_the_learners_copy(noteb
     assert named <= kept, f"{notebook}: exercises name {sorted(named - kept)}, bound only in solutions"
     if notebook == "13_calibration":
         assert "M1_MAX_MEASURED" in named
+    # the learner book and its PDF run no cell: a name bound only where the page shows neither the code nor its
+    # output is readable there only if the exercise prints it (review R21c-3: 35.73 tok/s was on no learner page)
+    from kvbook.inline import expressions, names_read
+
+    code = [c for c in learner["cells"] if c["cell_type"] == "code"]
+    shown = set().union(*(names_bound("".join(c["source"])) for c in code if not _off_the_page(c)))
+    unseen_values = set().union(*(_values_assigned("".join(c["source"])) for c in code if _off_the_page(c))) - shown
+    for text in statements:
+        printed = set().union(set(), *(names_read(e) for e in expressions(text)))
+        unseen = {n for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text) if n in unseen_values} - printed
+        assert not unseen, f"{notebook}: an exercise names {sorted(unseen)}, whose value no learner page shows"
+    if notebook == "13_calibration":
+        assert "M1_MAX_MEASURED" in unseen_values
+
+
+def _off_the_page(cell: dict) -> bool:
+    """A code cell whose code and output the built book both leave out."""
+    tags = set(cell.get("metadata", {}).get("tags", []))
+    return "remove-cell" in tags or {"remove-input", "remove-output"} <= tags
+
+
+def _values_assigned(source: str) -> set[str]:
+    """The names a cell assigns a value to at its top level (not its imports or functions)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS)

@@ -29,3 +29,26 @@ def test_the_issues_misconceptions_are_all_listed():
 def test_every_chapter_gets_a_facilitator_note():
     for nb in workshop_pages.chapter_names():
         assert workshop_pages.facilitator_note(nb), nb
+
+
+def test_exercises_and_figures_are_named_as_the_book_numbers_them():
+    """Review R21c-7: the plans, the notes and the misconceptions gave exercises by label ("ex-kvcache-4") where
+    learners see "Exercise 2.4"; every label they give is now a numref (the book's number) with the label beside it,
+    and every figure name a numref."""
+    import re
+
+    exercises, figures = workshop_pages._labels()
+    assert "ex-kvcache-4" in exercises and "fig-pq-tp" in figures
+    texts = [*(text for path, text in workshop_pages.pages().items() if path.stem != "problems"),
+             *(workshop_pages.facilitator_note(nb) or "" for nb in workshop_pages.chapter_names())]
+    named = 0
+    for text in texts:
+        for m in re.finditer(r"(?<![\w-])(" + "|".join(map(re.escape, exercises | figures)) + r")(?![\w-])", text):
+            before, label = text[:m.start()], m.group(1)
+            ok = before.endswith("{numref}`") or (label in exercises and before.endswith(f"{{numref}}`{label}` (`"))
+            assert ok, f"{label} given bare: ...{text[max(0, m.start() - 80):m.end() + 20]}"
+            named += 1
+    assert named > 50, named
+    assert workshop_pages.name_labels("Pairs: ex-kvcache-4 (GB against GiB). Read fig-pq-tp; exercise ex-share-2.") \
+        == ("Pairs: {numref}`ex-kvcache-4` (`ex-kvcache-4`; GB against GiB). Read {numref}`fig-pq-tp`; "
+            "{numref}`ex-share-2` (`ex-share-2`).")

@@ -179,26 +179,32 @@ def edit_code_cell(page, index: int, old: str, new: str) -> None:
 _BOOK_ROLE = re.compile(r"\{(doc|ref|numref|cite(?::[pt]s?)?)\}`([^`]*)`")
 
 
-def book_link_problems(source, lite, page, served) -> list[str]:
-    """In the room's JupyterLite: every cross-reference and citation of the chapter (``source``, the notebook of
-    notebooks/) renders as a link into the learner book under ``served`` (a Path) whose page and anchor exist
-    (``lite``, the copy served, holds one link for each, opening in a new tab), and no citation key, label or file name shows
-    bare where the book prints a title or an author."""
+def book_link_problems(source, lite, page, served, base: str, book_url: str) -> list[str]:
+    """In the room's JupyterLite (or `make lab`'s JupyterLab): every cross-reference and citation of the chapter
+    (``source``, the notebook of notebooks/) renders as a link into the book, its address starting with ``base``
+    (the room's: ``../../book/``, relative to the page; make lab's: ``/book/``) and the browser's resolving it with
+    ``book_url`` (where the book is served: the learner folder's ``book/``, below whatever address serves it), for
+    which ``served`` (a Path) holds ``book/`` with the page and the anchor (``lite``, the copy served, holds one link
+    for each, opening in a new tab), and no citation key, label or file name shows bare where the book prints a title
+    or an author."""
     import html
     from pathlib import Path
 
     problems = []
     anchors = page.evaluate("() => [...document.querySelectorAll('.jp-MarkdownCell a[href]')]"
-                            ".map(a => [a.getAttribute('href'), a.getAttribute('target')])")
-    book_links = [h for h, _ in anchors if h.startswith("/book/")]
-    wanted = sum(cell.source.count('href="/book/') for cell in lite.cells if cell.cell_type == "markdown")
+                            ".map(a => [a.getAttribute('href'), a.getAttribute('target'), a.href])")
+    book_links = [h for h, _, _ in anchors if h.startswith(base)]
+    wanted = sum(cell.source.count(f'href="{base}') for cell in lite.cells if cell.cell_type == "markdown")
     if not wanted or len(book_links) < wanted:
         problems.append(f"{len(book_links)} links into the learner book for {wanted} references and citations")
     problems += [f"link into the book opens in the notebook's tab: {h}"
-                 for h, target in anchors if h.startswith("/book/") and target != "_blank"]
+                 for h, target, _ in anchors if h.startswith(base) and target != "_blank"]
+    problems += [f"link {h} resolves to {resolved}, not into {book_url}"
+                 for h, _, resolved in anchors if h.startswith(base)
+                 and resolved != book_url + h[len(base):]]
     pages: dict[str, str] = {}
     for href in book_links:
-        path, _, anchor = href[len("/"):].partition("#")
+        path, _, anchor = ("book/" + href[len(base):]).partition("#")
         file = Path(served) / path
         if not file.exists():
             problems.append(f"link to a missing page: {href}")

@@ -8,7 +8,9 @@ numbers come from the results `make refresh` stored, before any cell runs) and a
 (the kernel evaluates every inline expression again, through jupyterlab-myst). Each time every
 number the book prints in a paragraph is in that paragraph, and no role, label, directive fence
 or numpy repr shows; every reference and citation is a link into the book that the server
-serves (review R21-9: citations showed as bare keys).
+serves (review R21-9: citations showed as bare keys). Another chapter, only opened and left to
+JupyterLab's autosave (every 5 s here), is still the copy `make lab` wrote in what a reader
+sees, so a newer chapter renews it (review R21c-2).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+import json
 
 from kvbook import lab as kvbook_lab
 
@@ -44,6 +48,9 @@ def lab(tmp_path_factory):
     if not (kvbook_lab.BOOK_BUILD / "html" / "index.html").exists():
         pytest.fail("the built book is missing: make book")
     assert kvbook_lab.prepare(root) == []
+    settings = root / "settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text('{"autosaveInterval": 5}')
     port = _free_port()
     jupyter = Path(sys.executable).with_name("jupyter")
     proc = subprocess.Popen(
@@ -51,7 +58,7 @@ def lab(tmp_path_factory):
          "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
          f"--ServerApp.root_dir={root / 'notebooks'}", "--allow-root", "--LabApp.news_url=None",
          "--ServerApp.jpserver_extensions=kvbook.lab=True",
-         "--LabServerApp.workspaces_dir=" + str(root / "workspaces")],
+         "--LabServerApp.workspaces_dir=" + str(root / "workspaces"), f"--LabApp.user_settings_dir={root / 'settings'}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -92,7 +99,7 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_i
         if not (served / "book").exists():
             (served / "book").symlink_to(kvbook_lab.BOOK_BUILD / "html")
         source = nbformat.read(ROOT / "notebooks" / CHAPTER, as_version=4)
-        links = book_link_problems(source, nb, page, served)
+        links = book_link_problems(source, nb, page, served, "/book/", url + "book/")
         assert not links, links[:10]
         href = page.evaluate("() => document.querySelector('.jp-MarkdownCell a[href^=\"/book/\"]').getAttribute('href')")
         with urllib.request.urlopen(url + href.lstrip("/").split("#")[0], timeout=10) as reply:
@@ -113,3 +120,27 @@ def test_a_chapter_in_jupyterlab_shows_the_books_numbers_and_follows_an_edited_i
         assert EDIT["after"] in edited[EDIT["prose_cell"]], edited[EDIT["prose_cell"]]
     finally:
         page.close()
+
+
+def test_a_chapter_only_opened_and_autosaved_is_renewed_when_its_chapter_changes(lab, browser):
+    url, root = lab
+    chapter = "11_serving.ipynb"
+    path = root / "notebooks" / chapter
+    written = path.read_bytes()
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    try:
+        page.goto(f"{url}lab/workspaces/opened/tree/{chapter}?reset")
+        page.wait_for_selector(".jp-MarkdownCell .myst", timeout=120_000)
+        for _ in range(60):                 # the kernel starts, JupyterLab marks the tab changed and saves it
+            page.wait_for_timeout(1000)
+            if path.read_bytes() != written and not page.locator(".lm-TabBar-tab.jp-mod-dirty").count():
+                break
+        assert path.read_bytes() != written, "JupyterLab never saved the opened chapter: the check checks nothing"
+    finally:
+        page.close()
+    manifest_path = root / kvbook_lab.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest[chapter]["source"] = "0" * 64   # as if the chapter changed in notebooks/
+    manifest_path.write_text(json.dumps(manifest))
+    assert kvbook_lab.prepare(root) == []
+    assert path.read_bytes() == written, "the copy only opened is written anew"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbook.workshop import workshop_lite
+from kvbook.workshop import book_links, workshop_lite
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = Path(os.environ.get("KVMATH_WORKSHOP_DIR", ROOT / "_build" / "workshop"))
@@ -68,12 +68,16 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    """The learner folder served below a path of its address (``/room/``), as a classroom server that holds more
+    than the kit may serve it: the room's links into its book are relative, and must work there (review R21c-10)."""
     _need_site()
-    handler = functools.partial(_Quiet, directory=str(SERVED))
+    top = tmp_path_factory.mktemp("served")
+    (top / "room").symlink_to(SERVED.resolve())
+    handler = functools.partial(_Quiet, directory=str(top))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/"
+    yield f"http://127.0.0.1:{srv.server_port}/room/"
     srv.shutdown()
 
 
@@ -284,7 +288,8 @@ def test_every_chapter_runs_in_the_rooms_browser(server, browser, notebook):
             print(f"\nlite {notebook}: all cells {all_cells:.1f} s, {loaded[0] / 1e6:.1f} MB")
             assert not tracebacks, tracebacks[:3]
             texts = markdown_texts(page)
-        problems = prose_problems(nb, texts) + book_link_problems(source, nb, page, SERVED)
+        problems = prose_problems(nb, texts) + book_link_problems(source, nb, page, SERVED, book_links.LITE_BASE,
+                                                                  server + "book/")
         solutions = [i for i, t in texts.items() if t.lstrip().startswith("Solution")]
     assert not problems, problems[:10]
     assert not solutions, f"solution text on the learner's page: cells {solutions}"

@@ -279,6 +279,46 @@ def test_the_phone_check_passes_the_books_figures_and_catches_each_fault(browser
                 context.close()
 
 
+#: Pages that were wider than a phone (review R21c-11: inline code and the bibliography's long names), and chapter 1.
+PHONE_PAGES = ["notebooks/01_roofline.html", "notebooks/08_fitting_52b.html", "notebooks/10_speculative_decoding.html",
+               "book/references.html", "book/teaching/run-it.html"]
+
+
+def test_pages_that_were_wider_than_a_phone_fit_it(built_book, browser):
+    """390 px wide (a phone): no page of PHONE_PAGES scrolls sideways; chapter 1's figures fill the column.
+
+    A mobile browser widens its layout viewport to the widest content, so ``innerWidth`` grows with the page: the
+    width to stay within is the phone's 390 px (the check against ``innerWidth`` could not fail).
+    Leaves a screenshot of chapter one at _build/phone-01_roofline.png for a person to look at.
+    """
+
+    widths = {}
+    with serve(built_book) as base:
+        context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2,
+                                      is_mobile=True, has_touch=True)
+        context.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
+        try:
+            for path in PHONE_PAGES:
+                page = context.new_page()
+                page.goto(base + path, wait_until="networkidle")
+                page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+                widths[path] = page.evaluate("() => document.scrollingElement.scrollWidth")
+                if path == PHONE_PAGES[0]:
+                    facts = page.evaluate("""() => ({
+                        figs: Array.from(document.querySelectorAll('figure img, .kvmath-interactive-img'))
+                                  .map(i => [i.getBoundingClientRect().width, i.naturalWidth]),
+                        column: (document.querySelector('article.bd-article') || document.body)
+                                .getBoundingClientRect().width})""")
+                    page.screenshot(path=str(built_book.parent / "phone-01_roofline.png"), full_page=False)
+                page.close()
+        finally:
+            context.close()
+    assert all(w <= 390 for w in widths.values()), widths
+    assert facts["figs"], "no figures found on chapter one"
+    for shown, natural in facts["figs"]:
+        assert shown >= 0.9 * facts["column"] - 40 or shown >= natural / 2, facts
+
+
 def test_old_page_names_redirect_to_their_renumbered_chapters(built_book, browser):
     """Links to the earlier numbering keep working: each old name is a stub that points to a
     chapter that exists, and a browser following it lands on that chapter."""

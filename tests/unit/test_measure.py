@@ -170,6 +170,9 @@ BAD = [
     (lambda: measure.cpu_peak_flops(1, 2e9, 256, fma_units=0), "fma_units"),
     (lambda: measure.cpu_peak_flops(1, 2e9, 256, bytes_per_elem=0), "bytes_per_elem"),
     (lambda: measure.parse_cpuinfo(None), "text"),
+    (lambda: measure.stream_verdict(0, 1e9), "w_array"),
+    (lambda: measure.stream_verdict(1e9, [1e9, 2e9]), "w_twice"),
+    (lambda: measure.stream_verdict(1e9, 1e9, tolerance=1.5), "tolerance"),
 ]
 
 
@@ -188,3 +191,17 @@ def test_a_threaded_copy_copies_every_element_and_counts_the_same_bytes(monkeypa
     w = measure.memory_bandwidth(n_bytes=8 * 1_000_003, repeats=1, threads=4)
     assert sum(copied) == 2 * 1_000_003 and len(copied) == 8  # one untimed pass and one timed, four chunks each
     assert np.isfinite(w) and w > 0
+
+
+@pytest.mark.parametrize("w_array, w_twice, verdict", [
+    (15.8e9, 16.0e9, "same"),      # the full book's run at 418e30e: 16.0 / 15.8 = 1.013
+    (16.0e9, 12.2e9, "slower"),    # the instructor book's: 12.2 / 16.0 = 0.763 < 0.8
+    (10.6e9, 15.4e9, "faster"),    # the learner book's (review R21c-4): 15.4 / 10.6 = 1.453 > 1.25, called "the same"
+    (10e9, 8e9, "same"), (10e9, 7.9e9, "slower"),       # 8 = 0.8 x 10: at the edge, within
+    (10e9, 12.5e9, "same"), (10e9, 12.6e9, "faster"),   # 10 = 0.8 x 12.5: at the edge, within
+])
+def test_stream_verdict_asks_each_rate_to_be_within_the_tolerance_of_the_other(w_array, w_twice, verdict):
+    assert measure.stream_verdict(w_array, w_twice) == verdict
+    # which is which matters: the other order turns "slower" into "faster" and back
+    swapped = {"same": "same", "slower": "faster", "faster": "slower"}[verdict]
+    assert measure.stream_verdict(w_twice, w_array) == swapped

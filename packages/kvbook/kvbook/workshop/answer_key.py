@@ -15,16 +15,20 @@ reads those, so the key holds exactly what the notebooks computed, never a
 typed number, and no reader sees any of it.
 
 The key has one line per exercise label found in the chapters (the
-``{exercise-start}`` / ``{exercise}`` directives), in book order: the label,
-the chapter, the question's short form (its first question, with its inline
-expressions' numbers filled in) and the recorded answers, or "no recorded
-answer yet".
+``{exercise-start}`` / ``{exercise}`` directives), in book order: the exercise
+as the book names it ("Exercise 2.4") with its label, the chapter, the
+question's short form (its first question, with its inline expressions'
+numbers filled in, and its references as the book prints them: "(3.2)",
+"Fig. 1.1") and the recorded answers, or "no recorded answer yet". Names and
+references come from a built book (:class:`~kvbook.workshop.book_links.BuiltBook`;
+review R21c-7, R21c-9), by default the instructor build the key goes with.
 
 Usage::
 
-    python -m kvbook.workshop.answer_key [--notebooks DIR] [--out answer-key.md] [--json key.json]
+    python -m kvbook.workshop.answer_key [--notebooks DIR] [--book BUILD] [--out answer-key.md] [--json key.json]
 
-``DIR`` defaults to the committed ``notebooks/``.
+``DIR`` defaults to the committed ``notebooks/``, ``BUILD`` (a build's ``_build``, holding
+``.doctrees/`` and ``html/``) to the instructor build's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,11 @@ import sys
 from pathlib import Path
 
 from kvbook.repo import ROOT
+from kvbook.workshop import book_links
+
 NO_ANSWER = "no recorded answer yet"
+#: The build the key names exercises and references from: the instructor build (make instructor).
+BOOK_BUILD = ROOT / "_build" / "workshop-src" / "instructor" / "_build"
 
 EXERCISE_RE = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{exercise(?:-start)?\}[^\n]*\n(?P<opts>(?::[^\n]*\n)*)(?:(?P=fence)\s*\n)?"
@@ -74,19 +82,17 @@ def expression_values(nb: dict) -> dict[str, str]:
     return values
 
 
-def _fill_prose(text: str, values: dict[str, str]) -> str:
+def _fill_prose(text: str, values: dict[str, str], book: book_links.BuiltBook, here: str) -> str:
     from kvbook.inline import EVAL_ROLE
 
     text = EVAL_ROLE.sub(lambda m: values.get(m.group(1), m.group(1)), text)
-    text = re.sub(r"\{eq\}`([^`]*)`", r"(\1)", text)
-    text = re.sub(r"\{(?:doc|ref|numref)\}`(?:([^`<]*?)\s*<[^`]*>|([^`]*))`",
-                  lambda m: (m.group(1) or m.group(2)), text)
-    return text
+    return book_links.ROLE.sub(lambda m: book.text(m.group(1), m.group(2), here), text)
 
 
-def short_form(body: str, values: dict[str, str], limit: int = 320) -> str:
-    """The exercise's first question (or first sentence), one line, its inline expressions' numbers filled in."""
-    text = " ".join(_fill_prose(body, values).split())
+def short_form(body: str, values: dict[str, str], book: book_links.BuiltBook, here: str, limit: int = 320) -> str:
+    """The exercise's first question (or first sentence), one line, its inline expressions' numbers filled in and its
+    references (the page ``here``'s) as ``book`` prints them."""
+    text = " ".join(_fill_prose(body, values, book, here).split())
     q = text.find("?")
     end = q + 1 if 0 <= q < limit else None
     if end is None:
@@ -116,8 +122,8 @@ def chapter_order(nb_dir: Path) -> list[Path]:
     return paths + rest
 
 
-def collect(nb_dir: Path) -> list[dict]:
-    """One entry per exercise: label, chapter, title, question, answers."""
+def collect(nb_dir: Path, book: book_links.BuiltBook) -> list[dict]:
+    """One entry per exercise: label, its name in ``book`` ("Exercise 2.4"), chapter, title, question, answers."""
     key = []
     for path in chapter_order(nb_dir):
         nb = json.loads(path.read_text())
@@ -133,8 +139,9 @@ def collect(nb_dir: Path) -> list[dict]:
         title = next((line[2:].strip() for c in nb["cells"] if c["cell_type"] == "markdown"
                       for line in "".join(c["source"]).splitlines() if line.startswith("# ")), path.stem)
         for label, body in found:
-            key.append({"label": label, "chapter": path.stem, "title": title,
-                        "question": short_form(body, values), "answers": list(answers.get(label, {}).items())})
+            key.append({"label": label, "name": book.name(label), "chapter": path.stem, "title": title,
+                        "question": short_form(body, values, book, f"notebooks/{path.stem}"),
+                        "answers": list(answers.get(label, {}).items())})
     return key
 
 
@@ -150,17 +157,23 @@ def to_markdown(key: list[dict]) -> str:
             chapter = e["chapter"]
             out.append(f"\n## {e['title']} ({chapter})\n\n")
         answers = "; ".join(f"{name.replace('_', ' ')} = {value}" for name, value in e["answers"]) or f"*{NO_ANSWER}*"
-        out.append(f"- **{e['label']}**: {e['question']} → {answers}\n")
+        out.append(f"- **{e['name']}** (`{e['label']}`): {e['question']} → {answers}\n")
     return "".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks")
+    parser.add_argument("--book", type=Path, default=BOOK_BUILD,
+                        help="the built book whose exercise numbers and references the key prints (its _build)")
     parser.add_argument("--out", type=Path, default=None, help="write the key as Markdown here (else stdout)")
     parser.add_argument("--json", type=Path, default=None, help="also write it as JSON here")
     args = parser.parse_args(argv)
-    key = collect(args.notebooks)
+    try:
+        key = collect(args.notebooks, book_links.BuiltBook.from_build(args.book))
+    except book_links.LinkError as e:
+        print(f"answer_key: {e}", file=sys.stderr)
+        return 2
     md = to_markdown(key)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -141,6 +141,22 @@ def strip_solutions(nb: dict) -> dict:
     return out
 
 
+def solution_code_cells(nb: dict) -> list[int]:
+    """The indices of the code cells inside a gated solution (between ``{solution-start}`` and ``{solution-end}``)."""
+    inside, found = False, []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            if inside:
+                found.append(i)
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            if START.match(line.strip()):
+                inside = True
+            elif END.match(line.strip()):
+                inside = False
+    return found
+
+
 def drop_recorded_answers(nb: dict) -> dict:
     """A copy of a notebook without the answers its solutions record for the key (cell metadata).
 

@@ -38,8 +38,9 @@ kvmath, numpy and matplotlib, nothing fetched from outside.
   is left.
 - **Links into the learner book.** Cross-references and citations, which jupyterlab-myst
   cannot resolve from one notebook, become links to the learner book served beside the
-  site, read from that build (:mod:`kvbook.workshop.book_links`; so ``make lite`` builds
-  the learner book first).
+  site, relative to the page, and exercises and equations carry the book's numbers, read
+  from that build (:mod:`kvbook.workshop.book_links`; so ``make lite`` builds the learner
+  book first).
 - **Checked output.** ``jupyter lite build`` takes its lite dir from the working
   directory unless ``--lite-dir`` is given: run from anywhere else, it reads neither
   the lite dir's ``jupyter-lite.json`` nor its ``static/pyodide/``, and writes an
@@ -251,6 +252,9 @@ def check_notebooks(folder: Path, book: book_links.BuiltBook | None = None) -> l
                 if book is not None:
                     problems += [f"{path.name}, cell {i}: {role} is not a link to the learner book"
                                  for role in book_links.left_roles(src, "notebooks/" + path.stem, book)]
+                    problems += [f"{path.name}, cell {i}: a link to {href}, not beside the site ({book.base}...)"
+                                 for href in re.findall(r'<a href="([^"]*)" target="_blank"', src)
+                                 if not href.startswith(book.base)]
                 want = inline.expressions(src)
                 have = {e["expression"]: e["result"] for e in cell.get("metadata", {}).get("user_expressions", [])}
                 for expr in want:
@@ -277,7 +281,7 @@ def prepare(src: Path = SRC, cache: Path = CACHE) -> tuple[Path, list[Path]]:
     (src / "static").mkdir(parents=True)
     shutil.copytree(cache, src / "static" / "pyodide")
     contents = src / "contents"
-    book = book_links.BuiltBook.from_build(workshop_build.SRC / "learner" / "_build")
+    book = book_links.BuiltBook.from_build(workshop_build.SRC / "learner" / "_build", base=book_links.LITE_BASE)
     notebooks = learner_contents(contents, book=book)
     problems = check_notebooks(contents / "notebooks", book)
     if problems:

@@ -290,7 +290,30 @@ def _material(item: dict) -> str:
 
 
 def _exercise(ex: dict) -> str:
-    return f"`{ex['label']}` ({ex['minutes']} min)"
+    return f"{{numref}}`{ex['label']}` (`{ex['label']}`, {ex['minutes']} min)"
+
+
+@lru_cache(maxsize=None)
+def _labels() -> tuple[frozenset, frozenset]:
+    """The exercise labels and the figure names of every chapter."""
+    infos = [chapter(nb) for nb in chapter_names()]
+    return frozenset(x for i in infos for x in i["labels"]), frozenset(x for i in infos for x in i["figures"])
+
+
+def name_labels(text: str) -> str:
+    """``text`` (a note, an activity, a piece of evidence) with each exercise label and figure name it gives as the
+    book names them: "exercise ex-kvcache-4" as "Exercise 2.4 (`ex-kvcache-4`)", the label kept for the answer key
+    and the facilitator's notes; "figure fig-pq-tp" as "Fig. 6.3" (review R21c-7: learners see only numbers)."""
+    exercises, figures = _labels()
+    names = sorted(exercises | figures, key=len, reverse=True)
+
+    def one(m: re.Match) -> str:
+        label, aside = m.group(1), m.group(2)
+        if label in exercises:   # an aside in brackets after the label joins the label's: "(`ex-a`; GB against GiB)"
+            return f"{{numref}}`{label}` (`{label}`" + (f"; {aside})" if aside else ")")
+        return f"{{numref}}`{label}`" + (f" ({aside})" if aside else "")
+    return re.sub(r"(?:\b(?:[Ee]xercise|[Ff]igure) )?(?<![\w`-])(" + "|".join(map(re.escape, names))
+                  + r")(?![\w-])(?: \(([^()]*)\))?", one, text)
 
 
 def _problem_ref(pid: str) -> str:
@@ -325,8 +348,8 @@ def plan_page(plan: dict) -> str:
     breaks = sum(b["minutes"] for b in plan["blocks"] if "material" not in b)
     out.append(f"Total: {total} minutes ({total // 60} h {total % 60:02d} min), of which {breaks} are breaks. "
                if breaks else f"Total: {total} minutes, no break. ")
-    out.append("Exercise labels are those of the chapters' *Exercises* "
-               "sections; the pen-and-paper problems are on {doc}`problems`. ")
+    out.append("Each exercise is named as the chapters number it, with its label (the answer key's name for it); "
+               "the pen-and-paper problems are on {doc}`problems`. ")
     out.append("The exercises' expected numbers are in the answer key that `make workshop` builds. "
                "A block marked *live* has learners run a chapter in the kit's live notebooks "
                "(`lite/`, {doc}`run-it`); its minutes allow the time that chapter took there on a "
@@ -349,7 +372,7 @@ def plan_page(plan: dict) -> str:
         if "material" not in b:
             out.append(f"{b['minutes']} minutes.\n")
             continue
-        out.append(f"**Objective.** {b['objective']}\n\n")
+        out.append(f"**Objective.** {name_labels(b['objective'])}\n\n")
         out.append(f"**Time.** {b['minutes']} minutes.\n\n")
         out.append("**Material.**\n\n" + "".join(f"- {_material(m)}\n" for m in b["material"]) + "\n")
         here = [m["notebook"] for m in b["material"] if "notebook" in m]
@@ -360,13 +383,13 @@ def plan_page(plan: dict) -> str:
         for step in b.get("live", []):
             secs = live_seconds(step["notebook"], timings)
             out.append(f"**Live in the browser** ({_doc(step['notebook'])}, measured {_seconds(secs)} from "
-                       f"opening it to the last cell). {step['step'].strip()}\n\n")
-        out.append(f"**Learners do.** {b['activity'].strip()}\n\n")
+                       f"opening it to the last cell). {name_labels(step['step'].strip())}\n\n")
+        out.append(f"**Learners do.** {name_labels(b['activity'].strip())}\n\n")
         if b.get("exercises"):
             out.append("**Exercises to set.** " + ", ".join(_exercise(e) for e in b["exercises"]) + ".\n\n")
         if b.get("problems"):
             out.append("**Pen and paper.** " + ", ".join(_problem_ref(p) for p in b["problems"]) + ".\n\n")
-        out.append(f":::{{admonition}} Facilitator's note\n:class: tip\n{b['note'].strip()}\n:::\n")
+        out.append(f":::{{admonition}} Facilitator's note\n:class: tip\n{name_labels(b['note'].strip())}\n:::\n")
     out.append("\n## What this plan skips\n\n")
     if plan.get("skips"):
         out.append("Chapters:\n\n" + "".join(f"- {_doc(s['notebook'])}: {s['why'].strip()}\n"
@@ -410,11 +433,11 @@ def misconceptions_page() -> str:
            "The handout prints the one-line form of each.\n"]
     for m in misconceptions():
         out.append(f"\n## {m['title']}\n\n")
-        out.append(f"**What learners say.** {m['wrong'].strip()}\n\n")
-        out.append(f"**What holds.** {m['right'].strip()}\n\n")
+        out.append(f"**What learners say.** {name_labels(m['wrong'].strip())}\n\n")
+        out.append(f"**What holds.** {name_labels(m['right'].strip())}\n\n")
         out.append("**Show them.**\n\n")
         for place in m["where"]:
-            out.append(f"- {_doc(place['notebook'])}, section *{place['section']}*: {place['evidence']}\n")
+            out.append(f"- {_doc(place['notebook'])}, section *{place['section']}*: {name_labels(place['evidence'])}\n")
     return "".join(out)
 
 
@@ -458,10 +481,10 @@ def facilitator_note(notebook: str) -> str | None:
                 exercises = ", ".join(_exercise(e) for e in b.get("exercises", []))
                 parts.append(
                     f"**{plan['title']}, {_clock(start)}, {b['title']}** ({b['minutes']} min). "
-                    f"Objective: {b['objective']} Sections: {sections or 'the whole chapter'}. "
-                    f"Learners: {b['activity'].strip()} "
+                    f"Objective: {name_labels(b['objective'])} Sections: {sections or 'the whole chapter'}. "
+                    f"Learners: {name_labels(b['activity'].strip())} "
                     + (f"Exercises: {exercises}. " if exercises else "")
-                    + f"Watch for: {b['note'].strip()}"
+                    + f"Watch for: {name_labels(b['note'].strip())}"
                 )
             start += b["minutes"]
     watch = [m["title"] for m in misconceptions() if any(w["notebook"] == notebook for w in m["where"])]
