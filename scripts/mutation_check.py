@@ -20,6 +20,8 @@ mutants run every fast test. A mutant whose line no test executes is reported as
 survivor, "not covered". The mapping is cached in ``.cache/mutation/`` under a hash
 of the package's and the tests' sources, so a rerun on the same tree skips it.
 
+Hypothesis tests draw at most ``MAX_EXAMPLES`` examples each in the copy.
+
 Each worker (``-j``) is one process that has imported pytest, numpy and hypothesis
 once; for each mutant it writes the mutated module into its own copy of the tree
 and forks a child that runs the selected tests, killed after ``--timeout`` seconds more
@@ -67,6 +69,9 @@ SWAP_CMP = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.LtE: ast.Lt, ast.Lt: ast.LtE}
 SWAP_CALLS = {"ceil": "floor", "floor": "ceil", "maximum": "minimum", "minimum": "maximum"}
 OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.GtE: ">=", ast.Gt: ">", ast.LtE: "<=",
            ast.Lt: "<"}
+#: Examples per hypothesis test in the copy, at most (the contract's fuzz tests draw up to 1,500 in CI): a wrong
+#: formula fails on the first few, and a mutant no test kills runs every test that executes its line.
+MAX_EXAMPLES = 100
 #: pytest options of every run: the repository's addopts name the notebook plugins, which are not loaded.
 PYTEST_OPTS = ["-q", "-p", "no:cacheprovider", "-o", "addopts=--doctest-modules", "-W", "ignore"]
 
@@ -272,6 +277,21 @@ class _Recorder:
             self.failed.append(report.nodeid)
 
 
+def _cap_examples() -> None:
+    """Every hypothesis ``settings`` made from now on (the tests' decorators, profiles) draws at most
+    ``MAX_EXAMPLES``."""
+    import hypothesis
+
+    real = hypothesis.settings.__init__
+
+    def capped(self, parent=None, **kwargs):
+        if isinstance(kwargs.get("max_examples"), int) and kwargs["max_examples"] > MAX_EXAMPLES:
+            kwargs["max_examples"] = MAX_EXAMPLES
+        real(self, parent, **kwargs)
+
+    hypothesis.settings.__init__ = capped
+
+
 def _make_map(project: Project, tree: Path, out: Path) -> None:
     """Run in a fresh process: the tests under coverage in ``tree``, the mapping written to ``out``."""
     import importlib
@@ -282,6 +302,7 @@ def _make_map(project: Project, tree: Path, out: Path) -> None:
     sys.path.insert(0, str(tree))
     cov = coverage.Coverage(data_file=str(out.with_suffix(".coverage")), source=[str(tree / project.package)],
                             branch=False)
+    _cap_examples()
     cov.start()
     # the package's own import (its preset tables, its constants) in the context "", before any test module
     for m in project.modules:
@@ -385,6 +406,7 @@ def _serve(project: Project, tree: Path) -> None:
         pid = os.fork()
         if pid == 0:  # the child: run the tests, say nothing
             sys.dont_write_bytecode = True
+            _cap_examples()
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
