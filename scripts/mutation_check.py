@@ -457,15 +457,17 @@ class Worker:
 
 
 def run_mutants(project: Project, mutants: list[Mutant], jobs: int, timeout: float, cache: Path | None,
-                max_seconds: float | None = None, report=print) -> tuple[list[tuple[Mutant, bool | None, str, float]],
-                                                                       dict]:
+                max_seconds: float | None = None, report=print, tests: list[str] | None = None
+                ) -> tuple[list[tuple[Mutant, bool | None, str, float]], dict]:
     """(mutant, killed, reason, seconds) for each mutant (killed None: not run in ``max_seconds``), and the
-    mapping. A mutant no test executes is not killed, reason "not covered"."""
+    mapping. A mutant no test executes is not killed, reason "not covered". With ``tests``, every mutant
+    runs those (pytest node ids) and no mapping is made."""
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
         base = Path(tmp) / "clean"
         _copy_tree(project, base)
-        mapping = load_map(project, base, cache)
+        mapping = (load_map(project, base, cache) if tests is None
+                   else {"durations": dict.fromkeys(tests, 0.0), "lines": {}, "spawners": []})
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(base / project.package)], check=True,
                        stdout=subprocess.DEVNULL)
         slots = []
@@ -481,14 +483,14 @@ def run_mutants(project: Project, mutants: list[Mutant], jobs: int, timeout: flo
         def one(m: Mutant):
             if max_seconds is not None and time.time() - start > max_seconds:
                 return m, None, "not run (time budget)", 0.0
-            tests = select_tests(m, mapping)
-            if not tests:
+            chosen = select_tests(m, mapping) if tests is None else tests
+            if not chosen:
                 return m, False, "not covered", 0.0
             with lock:
                 w = free.pop()
             try:
-                limit = timeout + 2 * sum(mapping["durations"][t] for t in tests)
-                r = w.run(m.module, mutate(m, project), tests, limit)
+                limit = timeout + 2 * sum(mapping["durations"][t] for t in chosen)
+                r = w.run(m.module, mutate(m, project), chosen, limit)
             finally:
                 with lock:
                     free.append(w)
@@ -525,9 +527,14 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new mutant after this many seconds; the rest are reported as not run")
+    ap.add_argument("--lines", type=lambda s: {int(n) for n in s.split(",")}, default=None,
+                    help="only the mutants on these lines (comma-separated) of the modules named")
+    ap.add_argument("--tests", nargs="+", default=None,
+                    help="run these tests (pytest node ids) for every mutant, with no mapping: to confirm that "
+                         "a new test kills the mutants it was written for")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's result to this file")
     args = ap.parse_args()
-    mutants = [m for mod in args.modules for m in candidates(mod)]
+    mutants = [m for mod in args.modules for m in candidates(mod) if args.lines is None or m.line in args.lines]
     if args.list:
         for m in mutants:
             print(f"kvmath/{m.module}:{m.line}: {m.what}    {m.source}")
@@ -535,7 +542,7 @@ def main() -> int:
         return 0
     start = time.time()
     results, mapping = run_mutants(KVMATH, mutants, args.jobs, args.timeout, ROOT / ".cache" / "mutation",
-                                   args.max_seconds)
+                                   args.max_seconds, tests=args.tests)
     elapsed = time.time() - start
     survivors = [(m, r) for m, killed, r, _ in results if killed is False]
     not_run = [m for m, killed, _, _ in results if killed is None]
