@@ -61,3 +61,10 @@ def test_tokens_per_sequence_multiply_the_weight_matmuls():
     # 4 tokens a sequence (a verify step), B = 2, 1e9 parameters, C = 1e12: 2 * 1e9 * 2 * 4 / 1e12 = 16 ms
     t = F.step_breakdown(2, 0, 1e9, 1e9, 1e12, 1e12, tokens_per_seq=4)
     assert t.weight_compute_s == pytest.approx(16e-3, rel=1e-12)
+
+
+def test_a_tie_with_communication_goes_to_the_chip_resource():
+    # the order of the verdict is memory, compute, communication: a tie goes to the earlier one
+    assert F.binds(1e-3, 0.0, 1e-3) == "memory"
+    assert F.binds(0.0, 1e-3, 1e-3) == "compute"
+    assert F.binds(1e-3, 1e-3, 1e-3) == "memory"
