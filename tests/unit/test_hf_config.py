@@ -289,6 +289,27 @@ GEMMA3 = json.loads(path("google--gemma-3-12b-it").read_text())
 QWEN3MOE = json.loads(path("Qwen--Qwen3-30B-A3B").read_text())
 
 
+def test_layer_patterns_read_from_their_keys_when_no_layer_types_is_listed():
+    # Qwen3-Next without its layer_types: every full_attention_interval-th layer (4th) is full attention, the
+    # rest linear (Gated DeltaNet): 48 layers -> linear, linear, linear, full, twelve times
+    m = km.Model.from_hf_config(edited(NEXT, drop=("layer_types",)))
+    assert NEXT["full_attention_interval"] == 4 and NEXT["num_hidden_layers"] == 48
+    assert [layer.kind for layer in m.layers] == ["linear", "linear", "linear", "full"] * 12
+    # Qwen2/3 with use_sliding_window: layers from index max_window_layers on slide (transformers' Qwen2Config:
+    # sliding if i >= max_window_layers), so 2 of 48 stay full and 46 slide
+    m = km.Model.from_hf_config(edited(QWEN3MOE, use_sliding_window=True, max_window_layers=2, sliding_window=4096))
+    assert (m.sliding_window, m.n_sliding_layers) == (4096, 48 - 2)
+
+
+def test_a_gptq_checkpoint_with_one_scale_per_row_counts_its_bits_alone():
+    # group_size -1: one scale per output row, a negligible fraction: 4 bits = 0.5 bytes, 8 bits = 1 byte a weight
+    for bits, per_weight in ((4, 0.5), (8, 1.0)):
+        w = km.hf_config.weights_from_hf_config({"model_type": "llama", "torch_dtype": "bfloat16",
+                                                 "quantization_config": {"quant_method": "gptq", "bits": bits,
+                                                                         "group_size": -1}})
+        assert (w["mlp"], w["attention"], w["default"]) == (per_weight, per_weight, "bf16")
+
+
 def test_first_k_dense_replace_above_the_layers_names_the_key():
     # item 1: 99 dense layers of 61 gave a negative parameter count
     with pytest.raises(ValueError, match="first_k_dense_replace.*99.*num_hidden_layers.*61"):

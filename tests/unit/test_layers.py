@@ -77,3 +77,21 @@ def test_bad_layer_specs_name_the_field(kwargs, match):
 def test_a_model_needs_one_spec_per_layer():
     with pytest.raises(ValueError, match="layers"):
         km.Model.preset("llama-3-8b").replace(layers=(FULL,))
+
+
+def test_a_dsa_layer_reads_its_top_k_and_a_shared_layer_its_sources_window():
+    # DeepSeek-V3.2's sparse attention reads index_topk = 2048 latents a token, fewer when the context is shorter
+    dsa = LayerSpec("dsa", n_heads=128, latent_dim=576, score_dim=512, topk=2048, params=1)
+    assert list(dsa.tokens_read(np.array([1000, 2048, 5000]))) == [1000, 2048, 2048]
+    # a shared layer reads the cache of the layer it shares: min(S, 512) for a sliding source, S for a full one
+    shared_sliding = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, window=512, params=1)
+    shared_full = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, params=1)
+    assert list(shared_sliding.tokens_read(np.array([100, 512, 4096]))) == [100, 512, 512]
+    assert list(shared_full.tokens_read(np.array([100, 4096]))) == [100, 4096]
+
+
+def test_linear_and_shared_layers_hold_no_token_at_any_context():
+    shared = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, window=512, params=1)
+    for layer in (LINEAR, shared):
+        held = layer.tokens_held(np.array([0, 1, 4096]))
+        assert held.shape == (3,) and list(held) == [0, 0, 0]  # an array like the context, all zero (no NaN at 0)
