@@ -114,3 +114,8 @@ def test_a_dsa_layers_indexer_reads_and_scores_every_cached_token():
     assert bytes_read((with_index,) * 2, s, 2) - bytes_read((without,) * 2, s, 2) == 2 * 132 * s
     assert (attention_flops_per_token((with_index,) * 2, s) - attention_flops_per_token((without,) * 2, s)
             == 2 * 33_280 * s)
+
+
+def test_a_step_reads_a_linear_layers_whole_state():
+    # one full layer (2 x 2 x 256 elements x 2 B = 2,048 B a token) and one linear layer's 1,097,728-byte state
+    assert km.layers.kv_bytes_read_per_seq((LINEAR, FULL), 1000, 2) == 2048 * 1000 + 1_097_728
