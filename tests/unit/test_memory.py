@@ -593,3 +593,31 @@ def test_every_budget_says_what_it_counts():
 
     assert tuple(BUDGET_MEANINGS) == BUDGETS
     assert "marketed" in BUDGET_MEANINGS["device"] and "nvidia-smi" in BUDGET_MEANINGS["reported"]
+
+
+def test_the_engine_budgets_boundaries():
+    """Each refusal at its exact boundary, and the last value accepted (H100 SXM's runtime total, 85,061,827,297 B;
+    0.25, 0.5 and 0.75 of it are exact in float64)."""
+    from kvmath.memory import memory_budget, vllm_available_kv_bytes, vllm_kv_cache
+
+    chip = km.Chip.preset("h100-sxm")
+    total = chip.runtime_bytes
+    assert total == 85_061_827_297
+    # the reserve budget: non-torch memory of the whole total leaves 0 bytes, refused; one byte less leaves 1
+    with pytest.raises(ValueError, match="non_torch_bytes"):
+        memory_budget(chip, "reserve", non_torch_bytes=total)
+    assert memory_budget(chip, "reserve", non_torch_bytes=total - 1) == 1.0
+    # vLLM's share exactly the non-torch memory leaves nothing: refused
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        memory_budget(chip, "engine", gpu_memory_utilization=0.5, non_torch_bytes=0.5 * total)
+    # vLLM refuses to start only when the free memory is below its share (gpu_worker: free < requested), so a share
+    # of exactly the free memory starts: 0.75 x total = total - 0.25 x total, leaving 0.75 - 0.25 = 0.5 of it
+    assert memory_budget(chip, "engine", gpu_memory_utilization=0.75, non_torch_bytes=0.25 * total) == 0.5 * total
+    # 0.5 x 8e9 = 4e9 spent exactly on weights (3e9) and activations (1e9): no byte left for the cache, refused
+    with pytest.raises(ValueError, match="no memory left"):
+        vllm_available_kv_bytes(8e9, 3e9, 1e9, 0, 0.5)
+    # a stage's share may be every layer of the model (32 of Llama 3 8B's 32), not one more
+    llama = km.Model.preset("llama-3-8b")
+    assert vllm_kv_cache(llama, 20e9, 8192, layers=32).to_dict() == vllm_kv_cache(llama, 20e9, 8192).to_dict()
+    with pytest.raises(ValueError, match="layers"):
+        vllm_kv_cache(llama, 20e9, 8192, layers=33)
