@@ -562,6 +562,11 @@ def test_capacity_counts_token_slots_by_hand():
     # sequences, floor((141e9 - 46,702,792,704) / 131,072) = 719,430 slots, on each of the 2 chips
     assert (141e9 - 46_702_792_704) // 131_072 == 719_430
     assert km.Deployment("mixtral-8x7b", "h200", "tp=2,kv=batch").capacity(3000).max_tokens == 2 * 719_430
+    # whole 3,000-token sequences (393,216,000 B): floor(47,594,414,592 / 393,216,000) = 121 a replica, and
+    # floor(94,297,207,296 / 393,216,000) = 239 on each chip of tp=2 kv=batch
+    assert cap.max_batch == 121
+    assert km.Deployment("mixtral-8x7b", "h200", "dp=2").capacity(3000).max_batch == 2 * 121
+    assert km.Deployment("mixtral-8x7b", "h200", "tp=2,kv=batch").capacity(3000).max_batch == 2 * 239
 
 
 def test_the_fast_strict_bound_prices_every_token_of_a_sequence():
