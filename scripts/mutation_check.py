@@ -381,6 +381,10 @@ class _FirstFailure:
         if report.failed and not os.path.exists(self.path):
             Path(self.path).write_text(report.nodeid)
 
+    def pytest_collectreport(self, report):  # the mutant breaks a module's import: killed at collection
+        if report.failed and not os.path.exists(self.path):
+            Path(self.path).write_text(f"collecting {report.nodeid}")
+
 
 def _serve(project: Project, tree: Path) -> None:
     """A worker: one JSON line per mutant on stdin ({module, source, tests, timeout}), one answer
@@ -401,15 +405,16 @@ def _serve(project: Project, tree: Path) -> None:
         original = Path(project.root) / project.package / job["module"]
         fail_file = tree.parent / f"{tree.name}.failed"
         fail_file.unlink(missing_ok=True)
+        out_file = tree.parent / f"{tree.name}.out"
         start = time.time()
         target.write_text(job["source"])
         pid = os.fork()
         if pid == 0:  # the child: run the tests, say nothing
             sys.dont_write_bytecode = True
             _cap_examples()
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
+            log = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
             try:
                 rc = pytest.main([*PYTEST_OPTS, "-x", *job["tests"]], plugins=[_FirstFailure(str(fail_file))])
             except BaseException:
@@ -432,7 +437,10 @@ def _serve(project: Project, tree: Path) -> None:
         else:
             rc = os.waitstatus_to_exitcode(status)
             killed = rc != 0
-            reason = fail_file.read_text() if fail_file.exists() else f"exit {rc}" if killed else ""
+            reason = fail_file.read_text() if fail_file.exists() else ""
+            if killed and not reason:  # pytest stopped outside any test (no mutant's doing): say why, run it again
+                tail = [ln for ln in out_file.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+                killed, reason = None, f"error (exit {rc}): {tail[0][:200] if tail else 'no output'}"
         out.write(json.dumps({"killed": killed, "reason": reason, "seconds": time.time() - start}) + "\n")
         out.flush()
 
@@ -459,7 +467,8 @@ class Worker:
 def run_mutants(project: Project, mutants: list[Mutant], jobs: int, timeout: float, cache: Path | None,
                 max_seconds: float | None = None, report=print, tests: list[str] | None = None
                 ) -> tuple[list[tuple[Mutant, bool | None, str, float]], dict]:
-    """(mutant, killed, reason, seconds) for each mutant (killed None: not run in ``max_seconds``), and the
+    """(mutant, killed, reason, seconds) for each mutant (killed None: not run in ``max_seconds``, or pytest
+    stopped outside the tests twice, reason "error ..."), and the
     mapping. A mutant no test executes is not killed, reason "not covered". With ``tests``, every mutant
     runs those (pytest node ids) and no mapping is made."""
     start = time.time()
@@ -491,6 +500,9 @@ def run_mutants(project: Project, mutants: list[Mutant], jobs: int, timeout: flo
             try:
                 limit = timeout + 2 * sum(mapping["durations"][t] for t in chosen)
                 r = w.run(m.module, mutate(m, project), chosen, limit)
+                if r["killed"] is None:  # an error outside the tests (a busy machine's fork or file): once more
+                    time.sleep(1)
+                    r = w.run(m.module, mutate(m, project), chosen, limit)
             finally:
                 with lock:
                     free.append(w)
@@ -504,7 +516,7 @@ def run_mutants(project: Project, mutants: list[Mutant], jobs: int, timeout: flo
                     m, killed, reason, secs = res
                     mark = "not run " if killed is None else "killed  " if killed else "SURVIVED"
                     report(f"[{n}/{len(mutants)}] {mark} {project.package}/{m.module}:{m.line}: {m.what}"
-                           f"  ({secs:.1f} s{', ' + reason if killed is False else ''})")
+                           f"  ({secs:.1f} s{', ' + reason if not killed else ''})")
         finally:
             for w in slots:
                 w.close()
@@ -555,7 +567,7 @@ def main() -> int:
     ran = len(results) - len(not_run)
     median = times[len(times) // 2] if times else 0.0
     print(f"mutants: {ran}, killed: {ran - len(survivors)}, survivors: {len(survivors)}"
-          + (f", not run in the time budget: {len(not_run)}" if not_run else "")
+          + (f", not run (time budget, or errors outside the tests): {len(not_run)}" if not_run else "")
           + f" ({elapsed:.0f} s, -j {args.jobs}, median {median:.2f} s a mutant)")
     for m, reason in survivors:
         print(f"  survivor kvmath/{m.module}:{m.line}: {m.what}    {m.source}"
