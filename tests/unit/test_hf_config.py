@@ -426,3 +426,26 @@ def test_mla_with_sliding_layer_types_is_refused(types):
     # item 10: the {"full","sliding"} early return skipped the MLA guard
     with pytest.raises(ValueError, match="MLA layers as full attention only"):
         km.Model.from_hf_config(edited(DEEPSEEK, layer_types=types, sliding_window=4096))
+
+
+def test_the_loaders_limits_include_their_last_value(tmp_path):
+    from kvmath.hf_config import _MAX_INT_DIGITS, _parse_int, MAX_CONFIG_BYTES, MAX_LAYERS
+
+    # 309 digits (a float64's range, 1.8e308) is the longest integer literal read; one more is refused by name
+    assert _MAX_INT_DIGITS == 309 and _parse_int("9" * 309) == 10 ** 309 - 1
+    assert not isinstance(_parse_int("9" * 310), int)
+    # a file of exactly 16 MiB is read (it parses: '{}' and spaces, and then lacks its keys); one byte more is refused
+    exact, over = tmp_path / "exact.json", tmp_path / "over.json"
+    exact.write_bytes(b"{}" + b" " * (MAX_CONFIG_BYTES - 2))
+    over.write_bytes(b"{}" + b" " * (MAX_CONFIG_BYTES - 1))
+    with pytest.raises(ValueError) as err:
+        km.Model.from_hf_config(exact)
+    assert "larger than" not in str(err.value)
+    with pytest.raises(ValueError, match="larger than 16 MiB"):
+        km.Model.from_hf_config(over)
+    # 10,000 layers is the most read, 10,001 refused
+    assert km.Model.from_hf_config(edited(num_hidden_layers=MAX_LAYERS)).n_layers == 10_000
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        km.Model.from_hf_config(edited(num_hidden_layers=MAX_LAYERS + 1))
+    # a token may use every expert (8 of Mixtral's 8), not more
+    assert km.Model.from_hf_config(edited(MIXTRAL, num_experts_per_tok=8)).top_k == 8
