@@ -38,3 +38,57 @@ def test_deepseek_prefill_bound_uses_it():
     matmul = 2 * 4989 * ds.matmul_params_per_token() - 2 * 4988 * ds.vocab * ds.d_model  # LM head: last token only
     attention = 61 * 128 * 640 * 4989 * 4990 / 2
     assert float(t) == pytest.approx((matmul + attention) / 1978.9e12, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b-v0.1", "gemma-2-9b", "gpt-oss-20b", "llama-4-scout"])
+def test_a_prompts_attention_is_the_sum_of_each_of_its_tokens(name):
+    """Causal prefill: token t attends to the t tokens up to itself, as a decode step at context t does, so the pass
+    costs sum_{t=1}^{S} attention_flops_per_token(t), summed here term by term. S = 5,000 passes every window
+    (Mistral's 4,096, Gemma 2's 4,096 on half its layers, gpt-oss's 128, Llama 4's 8,192-token chunks not)."""
+    from kvmath.requests import prefill_attention_flops
+
+    m = kvmath.Model.preset(name)
+    for s in (1, 100, 5000):
+        by_token = sum(float(m.attention_flops_per_token(t)) for t in range(1, s + 1))
+        assert prefill_attention_flops(m, s) == pytest.approx(by_token, rel=1e-9)
+
+
+def test_a_listed_sliding_layers_prompt_attention_is_the_sum_of_each_of_its_tokens():
+    # the same sum for layers listed one by one: 4 sliding layers over 512 tokens and 1 full, S = 2,000 > 512
+    from kvmath.layers import LayerSpec
+    from kvmath.requests import prefill_attention_flops
+
+    sliding, full = LayerSpec("sliding", 8, 2, 256, window=512), LayerSpec("full", 8, 2, 256)
+    m = kvmath.Model("toy", 5, 2048, 8, 2, 256, 8192, 32000, attention="gqa", layers=(sliding,) * 4 + (full,))
+    for s in (100, 512, 2000):
+        by_token = sum(float(m.attention_flops_per_token(t)) for t in range(1, s + 1))
+        assert prefill_attention_flops(m, s) == pytest.approx(by_token, rel=1e-12)
+
+
+def test_a_dsa_indexer_scores_every_earlier_token_of_the_prompt():
+    """DeepSeek-V3.2's indexer scores all t tokens up to token t: index_flops x S (S + 1) / 2 a layer over a prompt,
+    on top of the same model without it (S = 3,000, above the top-k of 2,048)."""
+    import dataclasses
+
+    from kvmath.requests import prefill_attention_flops
+
+    v32 = kvmath.Model.preset("deepseek-v3.2")
+    f = v32.layers[0].index_flops
+    assert f > 0 and {layer.index_flops for layer in v32.layers} == {f}
+    plain_layers = tuple(dataclasses.replace(layer, index_flops=0.0) for layer in v32.layers)
+    without = dataclasses.replace(v32, layers=plain_layers)
+    s = 3000
+    assert prefill_attention_flops(v32, s) - prefill_attention_flops(without, s) == pytest.approx(
+        len(v32.layers) * f * s * (s + 1) / 2, rel=1e-9)
+
+
+def test_the_closed_form_sum_of_a_max_of_two_lines_and_a_floor_is_the_sum_term_by_term():
+    """sum_{S=lo}^{hi} max(p1 + q1 S, p2 + q2 S, k), the decode steps' closed form, against the loop it replaces, on
+    lines that cross each other and the floor k between integers (roots 10.5, 20.25, ...), rising and falling."""
+    from kvmath.requests import _sum_max2_and_constant
+
+    cases = [((1.0, 0.5), (12.0, -0.5), 6.0, 1, 40), ((-3.0, 0.4), (30.0, -1.2), 5.05, 0, 30),
+             ((2.5, 0.0), (2.5, 0.0), 1.0, 3, 9), ((0.0, 1.0), (0.5, 1.0), 7.3, 2, 25)]
+    for f, g, k, lo, hi in cases:
+        by_step = sum(max(f[0] + f[1] * s, g[0] + g[1] * s, k) for s in range(lo, hi + 1))
+        assert float(_sum_max2_and_constant(f, g, k, lo, hi)) == pytest.approx(by_step, rel=1e-12), (f, g, k)
