@@ -92,3 +92,24 @@ def test_the_closed_form_sum_of_a_max_of_two_lines_and_a_floor_is_the_sum_term_b
     for f, g, k, lo, hi in cases:
         by_step = sum(max(f[0] + f[1] * s, g[0] + g[1] * s, k) for s in range(lo, hi + 1))
         assert float(_sum_max2_and_constant(f, g, k, lo, hi)) == pytest.approx(by_step, rel=1e-12), (f, g, k)
+
+
+def test_an_efficiency_divides_the_bandwidth_of_a_memory_bound_prefill():
+    # a 16-token prompt at batch 1 reads Llama 3 8B's weights and little else: memory-bound, so half the bandwidth
+    # takes twice as long
+    from kvmath.requests import prefill_bound
+
+    dep = kvmath.Deployment("llama-3-8b", "h100-sxm", "tp=1")
+    assert dep.step(1, 16).binds == "memory"
+    assert prefill_bound(dep, 1, 16, efficiency=0.5) == pytest.approx(2 * prefill_bound(dep, 1, 16), rel=1e-12)
+
+
+def test_a_prefix_no_request_finds_changes_no_time():
+    # a hit rate of 0: every request computes and reads its whole cache, as without a prefix
+    from kvmath.requests import request_times
+
+    dep = kvmath.Deployment("llama-3-8b", "h100-sxm", "tp=1")
+    plain_req = request_times(dep, 32, 4096, 256).to_dict()
+    missed = request_times(dep, 32, 4096, 256, prefix_tokens=2048, prefix_hit_rate=0.0).to_dict()
+    for key in ("ttft_s", "decode_s", "total_s"):
+        assert missed[key] == pytest.approx(plain_req[key], rel=1e-12), key
