@@ -926,3 +926,22 @@ def test_a_rate_too_low_for_the_simulations_clocks_is_refused_naming_it():
     day = simulate(dep, 1 / 86400, 1, 2, n_requests=100)
     prefill = dep.request(1, 1, 1).ttft_s
     assert day.ttft_s == pytest.approx(prefill, rel=1e-6) and day.queue_wait_s == 0.0
+
+
+def test_requests_of_one_output_token_have_no_decode_step():
+    """Outputs of 1, 1, 5 and 9 tokens: 0, 0, 4 and 8 decode steps, a mean of 3; half the requests decode, and
+    their mean inverse step count is (1/4 + 1/8) / 2 = 0.1875 (a one-token request has no step to divide by)."""
+    from kvmath.load import _Engine
+
+    e = _Engine(Deployment("llama-3-8b", "h100-sxm"), [1000] * 4, [1, 1, 5, 9])
+    assert (e.steps, e.decoding_share, e.inverse_steps) == (3.0, 0.5, 0.1875)
+
+
+def test_the_simulation_takes_its_last_allowed_request_count():
+    from kvmath.load import MAX_SIMULATED_REQUESTS, REPLICAS, simulated_requests
+
+    # 1,000,000 requests over 8 replicas: 125,000 each is the most, one more is refused by name
+    assert (MAX_SIMULATED_REQUESTS, REPLICAS) == (1_000_000, 8)
+    assert simulated_requests("simulate_requests", 125_000) == 125_000
+    with pytest.raises(ValueError, match="simulate_requests"):
+        simulated_requests("simulate_requests", 125_001)
