@@ -548,3 +548,52 @@ def test_block_bits_refuses_a_bad_group_by_name():
         block_bits(4, 12.5)
     with pytest.raises(ValueError, match="scale_bits must be >= 0"):
         block_bits(4, 32, -1)
+
+
+def test_capacity_counts_token_slots_by_hand():
+    # Mixtral 8x7B on one H200: 141e9 B less 46,702,792,704 bf16 weights (93,405,585,408 B) leaves 47,594,414,592 B;
+    # a token holds 2 x 8 KV heads x 128 x 32 layers x 2 B = 131,072 B: floor(363,116.3) = 363,116 token slots
+    cap = km.Deployment("mixtral-8x7b", "h200", "tp=1").capacity(3000)
+    assert cap.kv_budget_bytes_per_chip == 141e9 - 2 * 46_702_792_704
+    assert cap.max_tokens == (141e9 - 2 * 46_702_792_704) // (2 * 8 * 128 * 32 * 2) == 363_116
+    # two replicas hold twice the slots
+    assert km.Deployment("mixtral-8x7b", "h200", "dp=2").capacity(3000).max_tokens == 2 * 363_116
+    # tp=2 with the cache split by sequence (kv=batch): each chip holds half the weights (46,702,792,704 B) and whole
+    # sequences, floor((141e9 - 46,702,792,704) / 131,072) = 719,430 slots, on each of the 2 chips
+    assert (141e9 - 46_702_792_704) // 131_072 == 719_430
+    assert km.Deployment("mixtral-8x7b", "h200", "tp=2,kv=batch").capacity(3000).max_tokens == 2 * 719_430
+    # whole 3,000-token sequences (393,216,000 B): floor(47,594,414,592 / 393,216,000) = 121 a replica, and
+    # floor(94,297,207,296 / 393,216,000) = 239 on each chip of tp=2 kv=batch
+    assert cap.max_batch == 121
+    assert km.Deployment("mixtral-8x7b", "h200", "dp=2").capacity(3000).max_batch == 2 * 121
+    assert km.Deployment("mixtral-8x7b", "h200", "tp=2,kv=batch").capacity(3000).max_batch == 2 * 239
+
+
+def test_the_fast_strict_bound_prices_every_token_of_a_sequence():
+    # strict_s is the step model's strict bound without its other terms: with 8 tokens a sequence (a verify step)
+    # too, where the 512 tokens' matmuls and all-reduces bind more than one token's
+    dep = km.Deployment("llama-3-8b", "h100-sxm", "tp=2")
+    assert dep.strict_s(64, 4096, tokens_per_seq=8) == pytest.approx(dep.step(64, 4096, tokens_per_seq=8).strict_s,
+                                                                     rel=1e-12)
+    assert dep.strict_s(64, 4096, tokens_per_seq=8) > dep.strict_s(64, 4096) * (1 + 1e-6)
+
+
+def test_pipeline_hops_cross_where_a_stage_boundary_is_a_node_boundary():
+    from kvmath.deployment import _hops
+    from kvmath.layout import parse_layout
+
+    # stages of tp x cp x dp chips fill 8-chip nodes in order. tp=4,dp=2: a stage is a node, its one hop crosses.
+    # tp=2,dp=2,pp=4: stages of 4 chips, two a node: of the 3 hops, the one between stages 2 and 3 crosses
+    # (ceil(4 x 4 / 8) - 1 = 1), the other 2 stay inside
+    one = _hops(parse_layout("tp=4,dp=2,pp=2"), 8, 1.0)
+    assert [(t.count, t.crosses) for t in one] == [(1, True)]
+    four = _hops(parse_layout("tp=2,dp=2,pp=4"), 8, 1.0)
+    assert [(t.count, t.crosses) for t in four] == [(1, True), (2, False)]
+
+
+def test_a_context_parallel_group_of_whole_nodes_is_accepted():
+    # tp=4 x cp=6 = 24 chips, three whole 8-chip H100 nodes: the cp group (stride 4) spans 24 chips, a whole
+    # number of nodes, so the layout is accepted although 6 alone neither divides 8 nor is a multiple of it
+    # (the check applies where the nodes are joined by a link of their own)
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=4,cp=6", node_link="ib-ndr400")
+    assert dep.layout.n_chips == 24

@@ -1,6 +1,8 @@
-"""The notes' closed forms in kvmath.formulas: the paged-cache admission count.
+"""The notes' closed forms in kvmath.formulas: the paged-cache admission count, the roofline verdict's
+ends, and the step bound's compute side and tokens per sequence.
 
-Expected values are hand computations written out in each test (exact: whole counts).
+Expected values are hand computations written out in each test (exact: whole counts, and inputs chosen
+so each float product is exact).
 """
 
 from __future__ import annotations
@@ -38,3 +40,31 @@ def test_one_token_pages_hold_exactly_the_tokens_and_long_pages_reserve():
 def test_paged_admission_names_the_bad_argument(args, words):
     with pytest.raises(ValueError, match=words):
         F.max_batch_paged(*args)
+
+
+def test_the_roofline_verdict_includes_both_ends_in_near_the_ridge():
+    # ridge 200 FLOP/byte, margin 0.25: near the ridge from 200 * 0.75 = 150 to 200 * 1.25 = 250, both included
+    assert [F.roofline_regime(i, 200.0) for i in (149.0, 150.0, 200.0, 250.0, 251.0)] == [
+        "memory", "near the ridge", "near the ridge", "near the ridge", "compute"]
+    # a margin of 1 would make the memory side empty (ridge * 0 = 0): refused, as any margin >= 1
+    with pytest.raises(ValueError, match="margin"):
+        F.roofline_regime(10.0, 200.0, margin=1.0)
+
+
+def test_a_compute_bound_strict_step_is_the_flops_over_the_rate():
+    # B = 4 sequences, no cache, 1e9 parameters of 1 byte, W = C = 1e12, 5e8 attention FLOPs a sequence:
+    # memory 1e9 / 1e12 = 1 ms; compute 4 * (5e8 + 2 * 1e9) / 1e12 = 4 * 2.5e9 / 1e12 = 10 ms, which binds
+    assert F.strict_step(4, 0, 1e9, 1e9, 1e12, 1e12, attention_flops_per_seq=5e8) == pytest.approx(10e-3, rel=1e-12)
+
+
+def test_tokens_per_sequence_multiply_the_weight_matmuls():
+    # 4 tokens a sequence (a verify step), B = 2, 1e9 parameters, C = 1e12: 2 * 1e9 * 2 * 4 / 1e12 = 16 ms
+    t = F.step_breakdown(2, 0, 1e9, 1e9, 1e12, 1e12, tokens_per_seq=4)
+    assert t.weight_compute_s == pytest.approx(16e-3, rel=1e-12)
+
+
+def test_a_tie_with_communication_goes_to_the_chip_resource():
+    # the order of the verdict is memory, compute, communication: a tie goes to the earlier one
+    assert F.binds(1e-3, 0.0, 1e-3) == "memory"
+    assert F.binds(0.0, 1e-3, 1e-3) == "compute"
+    assert F.binds(1e-3, 1e-3, 1e-3) == "memory"

@@ -289,6 +289,27 @@ GEMMA3 = json.loads(path("google--gemma-3-12b-it").read_text())
 QWEN3MOE = json.loads(path("Qwen--Qwen3-30B-A3B").read_text())
 
 
+def test_layer_patterns_read_from_their_keys_when_no_layer_types_is_listed():
+    # Qwen3-Next without its layer_types: every full_attention_interval-th layer (4th) is full attention, the
+    # rest linear (Gated DeltaNet): 48 layers -> linear, linear, linear, full, twelve times
+    m = km.Model.from_hf_config(edited(NEXT, drop=("layer_types",)))
+    assert NEXT["full_attention_interval"] == 4 and NEXT["num_hidden_layers"] == 48
+    assert [layer.kind for layer in m.layers] == ["linear", "linear", "linear", "full"] * 12
+    # Qwen2/3 with use_sliding_window: layers from index max_window_layers on slide (transformers' Qwen2Config:
+    # sliding if i >= max_window_layers), so 2 of 48 stay full and 46 slide
+    m = km.Model.from_hf_config(edited(QWEN3MOE, use_sliding_window=True, max_window_layers=2, sliding_window=4096))
+    assert (m.sliding_window, m.n_sliding_layers) == (4096, 48 - 2)
+
+
+def test_a_gptq_checkpoint_with_one_scale_per_row_counts_its_bits_alone():
+    # group_size -1: one scale per output row, a negligible fraction: 4 bits = 0.5 bytes, 8 bits = 1 byte a weight
+    for bits, per_weight in ((4, 0.5), (8, 1.0)):
+        w = km.hf_config.weights_from_hf_config({"model_type": "llama", "torch_dtype": "bfloat16",
+                                                 "quantization_config": {"quant_method": "gptq", "bits": bits,
+                                                                         "group_size": -1}})
+        assert (w["mlp"], w["attention"], w["default"]) == (per_weight, per_weight, "bf16")
+
+
 def test_first_k_dense_replace_above_the_layers_names_the_key():
     # item 1: 99 dense layers of 61 gave a negative parameter count
     with pytest.raises(ValueError, match="first_k_dense_replace.*99.*num_hidden_layers.*61"):
@@ -405,3 +426,26 @@ def test_mla_with_sliding_layer_types_is_refused(types):
     # item 10: the {"full","sliding"} early return skipped the MLA guard
     with pytest.raises(ValueError, match="MLA layers as full attention only"):
         km.Model.from_hf_config(edited(DEEPSEEK, layer_types=types, sliding_window=4096))
+
+
+def test_the_loaders_limits_include_their_last_value(tmp_path):
+    from kvmath.hf_config import _MAX_INT_DIGITS, _parse_int, MAX_CONFIG_BYTES, MAX_LAYERS
+
+    # 309 digits (a float64's range, 1.8e308) is the longest integer literal read; one more is refused by name
+    assert _MAX_INT_DIGITS == 309 and _parse_int("9" * 309) == 10 ** 309 - 1
+    assert not isinstance(_parse_int("9" * 310), int)
+    # a file of exactly 16 MiB is read (it parses: '{}' and spaces, and then lacks its keys); one byte more is refused
+    exact, over = tmp_path / "exact.json", tmp_path / "over.json"
+    exact.write_bytes(b"{}" + b" " * (MAX_CONFIG_BYTES - 2))
+    over.write_bytes(b"{}" + b" " * (MAX_CONFIG_BYTES - 1))
+    with pytest.raises(ValueError) as err:
+        km.Model.from_hf_config(exact)
+    assert "larger than" not in str(err.value)
+    with pytest.raises(ValueError, match="larger than 16 MiB"):
+        km.Model.from_hf_config(over)
+    # 10,000 layers is the most read, 10,001 refused
+    assert km.Model.from_hf_config(edited(num_hidden_layers=MAX_LAYERS)).n_layers == 10_000
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        km.Model.from_hf_config(edited(num_hidden_layers=MAX_LAYERS + 1))
+    # a token may use every expert (8 of Mixtral's 8), not more
+    assert km.Model.from_hf_config(edited(MIXTRAL, num_experts_per_tok=8)).top_k == 8

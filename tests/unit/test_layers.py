@@ -94,3 +94,45 @@ def test_tokens_held_and_read_are_the_window_rule_every_total_uses():
     # and the totals agree with them, layer by layer: bytes held = elements x held tokens x 2 B
     for s in (full, sliding, chunked):
         assert kv_bytes_per_seq((s,), 10_000) == s.elems_per_token() * s.tokens_held(10_000) * 2
+
+
+def test_a_dsa_layer_reads_its_top_k_and_a_shared_layer_its_sources_window():
+    # DeepSeek-V3.2's sparse attention reads index_topk = 2048 latents a token, fewer when the context is shorter
+    dsa = LayerSpec("dsa", n_heads=128, latent_dim=576, score_dim=512, topk=2048, params=1)
+    assert list(dsa.tokens_read(np.array([1000, 2048, 5000]))) == [1000, 2048, 2048]
+    # a shared layer reads the cache of the layer it shares: min(S, 512) for a sliding source, S for a full one
+    shared_sliding = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, window=512, params=1)
+    shared_full = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, params=1)
+    assert list(shared_sliding.tokens_read(np.array([100, 512, 4096]))) == [100, 512, 512]
+    assert list(shared_full.tokens_read(np.array([100, 4096]))) == [100, 4096]
+
+
+def test_linear_and_shared_layers_hold_no_token_at_any_context():
+    shared = LayerSpec("shared", n_heads=8, n_kv_heads=2, head_dim=256, window=512, params=1)
+    for layer in (LINEAR, shared):
+        held = layer.tokens_held(np.array([0, 1, 4096]))
+        assert held.shape == (3,) and list(held) == [0, 0, 0]  # an array like the context, all zero (no NaN at 0)
+
+
+def test_a_sliding_layer_holds_at_most_its_window():
+    sliding = LayerSpec("sliding", n_heads=16, n_kv_heads=8, head_dim=256, window=4096, params=1)
+    assert list(sliding.tokens_held(np.array([100, 4096, 10000]))) == [100, 4096, 4096]
+
+
+def test_a_dsa_layers_indexer_reads_and_scores_every_cached_token():
+    # DeepSeek-V3.2's indexer keeps 132 bytes a token (128 fp8 elements and one fp32 scale) and scores every cached
+    # token, whatever the top-k: two dsa layers add 2 x 132 x S bytes read and 2 x F x S FLOPs over the same layers
+    # without an indexer (S = 10,000 tokens, above the top-k of 2,048; F = 33,280 FLOPs a cached token)
+    kw = dict(n_heads=128, latent_dim=576, score_dim=512, topk=2048, params=1)
+    with_index = LayerSpec("dsa", index_bytes=132.0, index_flops=33_280.0, **kw)
+    without = LayerSpec("dsa", **kw)
+    s = 10_000
+    bytes_read = km.layers.kv_bytes_read_per_seq
+    assert bytes_read((with_index,) * 2, s, 2) - bytes_read((without,) * 2, s, 2) == 2 * 132 * s
+    assert (attention_flops_per_token((with_index,) * 2, s) - attention_flops_per_token((without,) * 2, s)
+            == 2 * 33_280 * s)
+
+
+def test_a_step_reads_a_linear_layers_whole_state():
+    # one full layer (2 x 2 x 256 elements x 2 B = 2,048 B a token) and one linear layer's 1,097,728-byte state
+    assert km.layers.kv_bytes_read_per_seq((LINEAR, FULL), 1000, 2) == 2048 * 1000 + 1_097_728

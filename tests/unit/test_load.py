@@ -17,7 +17,7 @@ from kvmath.cli import main
 from kvmath.disaggregation import disaggregate
 from kvmath.energy import DRAM_PJ_PER_BIT, energy_per_token
 from kvmath.load import md1_wait_s, mm1_wait_s, run_scheduler, serving_load, simulate
-from kvmath.offload import kv_offload, reload_or_recompute
+from kvmath.offload import expert_offload, kv_offload, reload_or_recompute
 from kvmath.prefix import reused_tokens
 from kvmath.sizing import size
 
@@ -567,6 +567,60 @@ def test_kv_offload_step_over_pcie_by_hand():
     assert c2c.pays is True and c2c.link_s == pytest.approx(11 * 4096 * KV_TOKEN / 450e9 + 0.5e-6)
 
 
+# Mixtral 8x7B: 32 layers of 8 experts (top 2), each expert three 4,096 x 14,336 matrices: one expert in every
+# layer holds 3 x 4,096 x 14,336 x 32 x 2 B = 11,274,289,152 bytes in bf16; a token's cache 2 x 8 x 128 x 32 x 2 =
+# 131,072 bytes (65,536 on each chip of tp=2, which splits the 8 KV heads)
+MIXTRAL_EXPERT_BYTES = 3 * 4096 * 14336 * 32 * 2
+MIXTRAL_KV_TOKEN = 2 * 8 * 128 * 32 * 2
+
+
+def test_expert_offload_by_hand():
+    """Half of Mixtral's experts in host memory, 16 sequences of 3,000 tokens, PCIe 5.0 x16 (63.0e9 B/s, 0.5 us)."""
+    # tp=2, the k-expert floor: each step fetches half of its 2 experts' bytes, split over the 2 chips
+    dep = Deployment("mixtral-8x7b", "h200", "tp=2")
+    o, step = expert_offload(dep, 16, 3000, 0.5), dep.step(16, 3000)
+    moved = 0.5 * 2 * MIXTRAL_EXPERT_BYTES / 2
+    assert o.offloaded_bytes_per_step == moved == 5_637_144_576
+    assert o.link_s == pytest.approx(moved / 63e9 + 0.5e-6, rel=1e-12) == pytest.approx(89.48e-3, abs=1e-5)
+    # the chip reads what stayed, memory-bound: (weights - moved + cache) / bandwidth, plus the step's overhead
+    assert step.binds == "memory" and step.comm_s > 0
+    assert o.chip_step_s == pytest.approx(
+        step.overhead_s + (step.weight_bytes_read - moved + step.kv_bytes_read) / step.bandwidth, rel=1e-12)
+    assert o.step_s == o.link_s and o.tokens_per_s == pytest.approx(16 / o.link_s, rel=1e-12)
+    # the freed half of all 8 experts, 0.5 x 8 x 11,274,289,152 / 2 chips = 22,548,578,304 B a chip, holds
+    # floor(22,548,578,304 / (3,000 x 65,536)) = floor(114.69) = 114 more sequences
+    assert o.max_batch - o.max_batch_chip == 114
+    best = dep.step(o.max_batch_chip, 3000)
+    assert o.tokens_per_s_chip_only == pytest.approx(o.max_batch_chip / best.strict_s, rel=1e-12) and not o.pays
+    # nothing offloaded: nothing crosses the link, not even its latency
+    assert expert_offload(dep, 16, 3000, 0.0).link_s == 0.0
+    # dp=2 under uniform routing: each replica's 8 sequences touch 8 (1 - (1 - 2/8)^8) = 7.199 experts;
+    # each replica frees 45,097,156,608 B, floor(45,097,156,608 / (3,000 x 131,072)) = 114 sequences, x 2 replicas
+    dp2 = expert_offload(Deployment("mixtral-8x7b", "h200", "dp=2"), 16, 3000, 0.5, routing="uniform")
+    assert dp2.offloaded_bytes_per_step == pytest.approx(0.5 * 8 * (1 - 0.75 ** 8) * MIXTRAL_EXPERT_BYTES, rel=1e-12)
+    assert dp2.max_batch - dp2.max_batch_chip == 2 * 114
+    # ep=2 over the dp=2 replicas: the experts are split over both chips, and each expert serves the tokens of both
+    # replicas (16): 8 (1 - 0.75^16) = 7.920 touched, half fetched, over 2 chips; each chip frees half as much:
+    # floor(22,548,578,304 / 393,216,000) = 57, x 2 replicas
+    ep2 = expert_offload(Deployment("mixtral-8x7b", "h200", "dp=2,ep=2"), 16, 3000, 0.5, routing="uniform")
+    assert ep2.offloaded_bytes_per_step == pytest.approx(
+        0.5 * 8 * (1 - 0.75 ** 16) * MIXTRAL_EXPERT_BYTES / 2, rel=1e-12)
+    assert ep2.max_batch - ep2.max_batch_chip == 2 * 57
+    # DeepSeek-V3 in fp8 over tp=8, pp=2: 3 dense layers of 61, so 58 hold experts, 256 of them, each three
+    # 7,168 x 2,048 matrices (44,040,192 B); the busiest stage holds 31 of the 61 layers, so its share of the MoE
+    # layers is 58 x 31 / 61. Half the experts offloaded free 0.5 x 256 x 44,040,192 x 58 x 31 / 61 / 8 chips =
+    # 20.77e9 B a chip; a 3,000-token sequence caches 576 latent elements x 2 B in each of the stage's 31 layers:
+    # floor(20.77e9 / (3,000 x 576 x 2 x 31)) = floor(193.9) = 193 more sequences
+    ds = expert_offload(Deployment("deepseek-v3", "h200", "tp=8,pp=2", weights="fp8"), 16, 3000, 0.5)
+    assert 0.5 * 256 * 44_040_192 * 58 * 31 / 61 / 8 / (3000 * 576 * 2 * 31) == pytest.approx(193.9, abs=0.05)
+    assert ds.max_batch - ds.max_batch_chip == 193
+    # one 300,000-token sequence fits on one H200 beside the weights (47.59e9 B of cache / 131,072 B = 363,116
+    # tokens): the chip-only rate is that one sequence's, not 0
+    one = Deployment("mixtral-8x7b", "h200", "tp=1")
+    o1 = expert_offload(one, 1, 300_000, 0.5)
+    assert o1.max_batch_chip == 1 and o1.tokens_per_s_chip_only == pytest.approx(1 / one.step(1, 300_000).strict_s)
+
+
 def test_reload_or_recompute():
     r = reload_or_recompute(H100, 4096)
     assert r.reload_s == pytest.approx(4096 * KV_TOKEN / 63e9 + 0.5e-6)
@@ -872,3 +926,22 @@ def test_a_rate_too_low_for_the_simulations_clocks_is_refused_naming_it():
     day = simulate(dep, 1 / 86400, 1, 2, n_requests=100)
     prefill = dep.request(1, 1, 1).ttft_s
     assert day.ttft_s == pytest.approx(prefill, rel=1e-6) and day.queue_wait_s == 0.0
+
+
+def test_requests_of_one_output_token_have_no_decode_step():
+    """Outputs of 1, 1, 5 and 9 tokens: 0, 0, 4 and 8 decode steps, a mean of 3; half the requests decode, and
+    their mean inverse step count is (1/4 + 1/8) / 2 = 0.1875 (a one-token request has no step to divide by)."""
+    from kvmath.load import _Engine
+
+    e = _Engine(Deployment("llama-3-8b", "h100-sxm"), [1000] * 4, [1, 1, 5, 9])
+    assert (e.steps, e.decoding_share, e.inverse_steps) == (3.0, 0.5, 0.1875)
+
+
+def test_the_simulation_takes_its_last_allowed_request_count():
+    from kvmath.load import MAX_SIMULATED_REQUESTS, REPLICAS, simulated_requests
+
+    # 1,000,000 requests over 8 replicas: 125,000 each is the most, one more is refused by name
+    assert (MAX_SIMULATED_REQUESTS, REPLICAS) == (1_000_000, 8)
+    assert simulated_requests("simulate_requests", 125_000) == 125_000
+    with pytest.raises(ValueError, match="simulate_requests"):
+        simulated_requests("simulate_requests", 125_001)

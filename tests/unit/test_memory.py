@@ -637,3 +637,75 @@ def test_one_request_refuses_bad_input():
         vllm_request_kv_bytes(m, 100, kv_dtype="fp7")
     with pytest.raises(ValueError, match="tensor_parallel"):
         vllm_request_kv_bytes(get_model("llama-3-70b"), 100, tensor_parallel=3)
+
+
+def test_the_engine_budgets_boundaries():
+    """Each refusal at its exact boundary, and the last value accepted (H100 SXM's runtime total, 85,061,827,297 B;
+    0.25, 0.5 and 0.75 of it are exact in float64)."""
+    from kvmath.memory import memory_budget, vllm_available_kv_bytes, vllm_kv_cache
+
+    chip = km.Chip.preset("h100-sxm")
+    total = chip.runtime_bytes
+    assert total == 85_061_827_297
+    # the reserve budget: non-torch memory of the whole total leaves 0 bytes, refused; one byte less leaves 1
+    with pytest.raises(ValueError, match="non_torch_bytes"):
+        memory_budget(chip, "reserve", non_torch_bytes=total)
+    assert memory_budget(chip, "reserve", non_torch_bytes=total - 1) == 1.0
+    # vLLM's share exactly the non-torch memory leaves nothing: refused
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        memory_budget(chip, "engine", gpu_memory_utilization=0.5, non_torch_bytes=0.5 * total)
+    # vLLM refuses to start only when the free memory is below its share (gpu_worker: free < requested), so a share
+    # of exactly the free memory starts: 0.75 x total = total - 0.25 x total, leaving 0.75 - 0.25 = 0.5 of it
+    assert memory_budget(chip, "engine", gpu_memory_utilization=0.75, non_torch_bytes=0.25 * total) == 0.5 * total
+    # 0.5 x 8e9 = 4e9 spent exactly on weights (3e9) and activations (1e9): no byte left for the cache, refused
+    with pytest.raises(ValueError, match="no memory left"):
+        vllm_available_kv_bytes(8e9, 3e9, 1e9, 0, 0.5)
+    # a stage's share may be every layer of the model (32 of Llama 3 8B's 32), not one more
+    llama = km.Model.preset("llama-3-8b")
+    assert vllm_kv_cache(llama, 20e9, 8192, layers=32).to_dict() == vllm_kv_cache(llama, 20e9, 8192).to_dict()
+    with pytest.raises(ValueError, match="layers"):
+        vllm_kv_cache(llama, 20e9, 8192, layers=33)
+
+
+def test_vllm_groups_layers_by_the_one_and_a_half_rule():
+    """vLLM's _get_kv_cache_groups_uniform_page_size: group size = the most layers of a kind when that is under 1.5x
+    the fewest, else the fewest; each kind fills cdiv(its layers, size) groups. 3 full + 2 sliding: 3 is not under
+    1.5 x 2 = 3, so size 2 (2 full groups + 1 sliding); 5 full + 4 sliding: 5 < 6, so size 5 (one group each)."""
+    from kvmath.layers import LayerSpec
+    from kvmath.memory import vllm_kv_groups
+
+    sliding, full = LayerSpec("sliding", 8, 2, 256, window=512), LayerSpec("full", 8, 2, 256)
+    for n_full, n_sliding, size, kinds in ((3, 2, 2, ["full", "full", "sliding"]), (5, 4, 5, ["full", "sliding"])):
+        m = km.Model("toy", n_full + n_sliding, 2048, 8, 2, 256, 8192, 262144, attention="gqa",
+                     layers=(full,) * n_full + (sliding,) * n_sliding)
+        got_size, got_kinds = vllm_kv_groups(m)
+        assert (got_size, sorted(got_kinds)) == (size, kinds)
+
+
+def test_vllm_activation_peak_of_an_moe_model_by_hand():
+    # Llama 4 Scout: every layer MoE, top-1 routed + 1 shared expert of 8,192 (width 2 x 8,192 = 16,384), d 5,120,
+    # vocab 202,048; 8,192 batched tokens, 256 sequences, bf16 activations, tp=4:
+    # 8,192 x (2 x 5,120 + 3 x 16,384 / 4) x 2 + 256 x 202,048 x 4 (fp32 logits) = 369,098,752 + 206,897,152
+    from kvmath.memory import vllm_activation_peak_bytes
+
+    scout = km.Model.preset("llama-4-scout")
+    assert vllm_activation_peak_bytes(scout, 8192, max_num_seqs=256, act_bytes=2, tensor_parallel=4) == \
+        8192 * (2 * 5120 + 3 * 16384 / 4) * 2 + 256 * 202048 * 4 == 575_995_904
+
+
+def test_vllm_defaults_at_their_thresholds():
+    from kvmath.memory import _large_gpu, _runtime_total, _whole, vllm_max_num_batched_tokens
+
+    # V0 without chunked prefill: max(max_model_len, 2048) up to 32,768 tokens, 2,048 above
+    assert [int(vllm_max_num_batched_tokens(n, engine="v0")) for n in (1000, 32768, 32769)] == [2048, 32768, 2048]
+    # vLLM's larger V1 defaults: total memory >= 70 GiB (70 GiB itself included), not an A100
+    assert _large_gpu(None, 70 * GiB) and not _large_gpu(None, 70 * GiB - 1)
+    # a count of 2^63 does not fit int64 (its largest is 2^63 - 1); the float below it, 2^63 - 1,024, does
+    with pytest.raises(ValueError):
+        _whole(2.0 ** 63)
+    assert _whole(2.0 ** 63 - 1024) == 2 ** 63 - 1024
+    # a reported total equal to the driver's reserve leaves nothing: refused; one byte more leaves one byte
+    reserve = km.memory.DRIVER_RESERVE_BYTES
+    with pytest.raises(ValueError, match="driver's reserve"):
+        _runtime_total(reserve, "test")
+    assert _runtime_total(reserve + 1, "test") == 1

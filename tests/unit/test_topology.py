@@ -281,3 +281,13 @@ def test_the_chains_estimate_by_hand():
     assert list(two.flags) == ["p2p over 2 chips on ib-ndr400"]
     with pytest.raises(ValueError, match="algorithm"):
         dep.comm_estimate(1, algorithm="mesh")
+
+
+def test_a_point_to_point_bound_is_one_message_over_the_link():
+    # 1e9 bytes over 1e11 B/s plus 2 us: 10 ms + 2 us = 0.010002 s; an empty message costs the latency;
+    # one chip sends nothing (0 s, for every message size)
+    link = km.Link("test", bandwidth=1e11, latency_s=2e-6)
+    two = collective_estimate("p2p", np.array([0.0, 1e9]), 2, link).bound_s
+    one = collective_estimate("p2p", np.array([0.0, 1e9]), 1, link).bound_s
+    assert two == pytest.approx([2e-6, 0.010002], rel=1e-12)
+    assert one.shape == (2,) and list(one) == [0.0, 0.0]

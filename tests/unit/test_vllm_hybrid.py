@@ -390,3 +390,15 @@ def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
             warnings.simplefilter("ignore")
             counts = Counter(s.kind for s in km.Model.from_hf_config(config).layer_specs()).values()
         assert not 1.25 <= max(counts) / min(counts) < 1.5, config
+
+
+def test_a_model_of_linear_layers_only_counts_max_model_len_tokens_a_block():
+    """Only linear (Mamba-style) layers: one group, whose block is one request's state page spanning max_model_len
+    tokens (vLLM's MambaSpec block_size), so the tokens reported are num_blocks x max_model_len. 4 layers of a
+    1,097,728-byte state in 1 GiB: floor(2^30 / 1,097,728 / 4) = floor(244.5) = 244 blocks, 244 x 8,192 tokens."""
+    from kvmath.layers import LayerSpec
+
+    linear = LayerSpec("linear", n_heads=8, state_bytes=1_097_728, state_flops=3_145_728.0, params=1)
+    m = km.Model("mamba-like", 4, 2048, 8, 2, 256, 8192, 32000, attention="gqa", layers=(linear,) * 4)
+    kv = vllm_kv_cache(m, 1 * GiB, 8192)
+    assert (kv.num_groups, kv.num_blocks, kv.tokens) == (1, 244, 244 * 8192)
