@@ -25,9 +25,9 @@ With ``--small`` the committed copy also leaves out what the book build
 makes again anyway (it re-executes every notebook): every image output
 (``image/png``, ``image/jpeg``, ``image/svg+xml``; the ``text/plain``
 "<Figure ...>" stays) and the pre-rendered frames of interactive figures,
-whose ``text/html`` becomes the default frame alone, as one ``<img>``. The
+whose ``text/html`` becomes the default frame alone, as one ``<img>`` drawn at its CSS size. The
 text outputs nbval checks are untouched, so a notebook stays far under
-240 KB (tests/book/test_notebooks_committed.py) and a diff shows the numbers that changed.
+200 KB (tests/book/test_notebooks_committed.py) and a diff shows the numbers that changed.
 """
 
 from __future__ import annotations
@@ -71,12 +71,36 @@ _DATA_PNG = re.compile(r'data:image/png;base64,([A-Za-z0-9+/=]+)')
 
 
 def _palette_img(tag: str) -> str:
-    """An ``<img>`` tag whose base64 PNG is re-encoded with 256 colours, as the book build does."""
+    """An ``<img>`` tag whose base64 PNG is drawn at its CSS size (1x) and re-encoded with 256 colours.
+
+    The book draws interactive frames at 2x for HiDPI screens and makes them again when it builds;
+    the committed copy's default frame is only a preview for a reader who opens the notebook without
+    running it, so it keeps one pixel per CSS pixel (a quarter of the bytes).
+    """
+    import io
+
+    from PIL import Image, PngImagePlugin
+
     from kvbook.sphinx.book_pages import palette_png
 
+    size = re.search(r'width="(\d+)" height="(\d+)"', tag)
+
+    def one_x(data: bytes) -> bytes:
+        with Image.open(io.BytesIO(data)) as im:
+            if size is None or im.width <= int(size.group(1)):
+                return data
+            text = PngImagePlugin.PngInfo()  # alt text and the smallest text size (in CSS px) stay
+            for key, value in getattr(im, "text", {}).items():
+                text.add_text(key, value)
+            buf = io.BytesIO()
+            im.resize((int(size.group(1)), int(size.group(2))), Image.Resampling.LANCZOS).save(
+                buf, format="png", dpi=(72, 72), pnginfo=text)
+            return buf.getvalue()
+
     def swap(m: re.Match) -> str:
-        smaller = palette_png(base64.b64decode(m.group(1)), hidpi_only=False)
-        return m.group(0) if smaller is None else "data:image/png;base64," + base64.b64encode(smaller).decode()
+        data = one_x(base64.b64decode(m.group(1)))
+        data = palette_png(data, hidpi_only=False) or data
+        return "data:image/png;base64," + base64.b64encode(data).decode()
 
     return _DATA_PNG.sub(swap, tag)
 
@@ -107,6 +131,8 @@ def small(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                                      if img else "")
                 if not data["text/html"]:
                     del data["text/html"]
+            elif page and 'class="kvmath-interactive-static"' in page:  # a copy made small before: 1x now
+                data["text/html"] = _palette_img(page)
     return nb
 
 

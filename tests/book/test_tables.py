@@ -44,6 +44,13 @@ def test_html_is_a_real_table_and_deterministic():
     assert sample()._repr_html_() == html and repr(sample()) == str(sample()) == sample().to_text()
 
 
+def test_text_columns_leave_a_column_out_of_the_text_only():
+    t = Table(["row", "configuration", ("step", "ms")], [["a", "Llama 3 8B on 1x H100", 6.5], ["bb", "x", 12.25]],
+              formats={2: ".2f"}, text_columns=["row", 2])
+    assert t.to_text().splitlines() == ["row  step (ms)", "---  ---------", "a         6.50", "bb       12.25"]
+    assert "<td>Llama 3 8B on 1x H100</td>" in t.to_html()  # the HTML keeps every column
+
+
 def test_html_escapes_cells():
     t = Table(["a"], [["<b>&"]])
     assert "<td>&lt;b&gt;&amp;</td>" in t.to_html()
@@ -74,6 +81,7 @@ def test_check_table_has_the_four_columns():
     (lambda: Table(["a", "b"], [[1]]), r"rows\[0\] has 1 cells, expected 2"),
     (lambda: Table(["a"], [[1]], align="x"), "align must be"),
     (lambda: Table(["a"], [[1]], formats={"b": ".2f"}), "formats key 'b'"),
+    (lambda: Table(["a"], [[1]], text_columns=[1]), "text_columns key 1"),
     (lambda: Table([("a", "b", "c")], []), r"\(name, unit\) pair"),
     (lambda: check_table([("a", "b")]), r"rows\[0\] must be \(quantity, source, exact"),
 ])

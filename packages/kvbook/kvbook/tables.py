@@ -97,17 +97,22 @@ class Table:
     align : str, optional
         One letter per column, ``"l"`` or ``"r"``. Default: a column whose
         cells are all numbers (or empty) is right-aligned, others left.
+    text_columns : sequence of int or str, optional
+        The columns (indices or header texts) the plain-text form keeps;
+        default all. A long descriptive column that the HTML shows may stay
+        out of the text nbval checks, which keeps the numbers and the row
+        names (chapter 13's 113 measurements: its configurations).
 
     Raises
     ------
     ValueError
-        If there are no columns, a row has the wrong length, or ``align`` or
-        ``formats`` name a column that does not exist.
+        If there are no columns, a row has the wrong length, or ``align``,
+        ``formats`` or ``text_columns`` name a column that does not exist.
     """
 
     def __init__(self, columns: Sequence[Header], rows: Sequence[Sequence[Any]],
                  caption: str | None = None, formats: Mapping[Any, Format] | None = None,
-                 align: str | None = None) -> None:
+                 align: str | None = None, text_columns: Sequence[int | str] | None = None) -> None:
         self.headers = [_header_text(c) for c in columns]
         if not self.headers:
             raise ValueError("columns must hold at least one header, got []")
@@ -119,10 +124,7 @@ class Table:
         self.caption = caption
         per_col: dict[int, Format] = {}
         for key, fmt in (formats or {}).items():
-            index = self.headers.index(key) if key in self.headers else key
-            if not isinstance(index, int) or not 0 <= index < n:
-                raise ValueError(f"formats key {key!r} is not a column index or header of {self.headers}")
-            per_col[index] = fmt
+            per_col[self._column(key, "formats")] = fmt
         self._formats = per_col
         if align is None:
             align = "".join("r" if all(_is_number(r[j]) or r[j] is None for r in self.rows)
@@ -130,6 +132,14 @@ class Table:
         if len(align) != n or set(align) - {"l", "r"}:
             raise ValueError(f"align must be one 'l' or 'r' per column ({n}), got {align!r}")
         self.align = align
+        self._text_columns = list(range(n)) if text_columns is None else [
+            self._column(key, "text_columns") for key in text_columns]
+
+    def _column(self, key: int | str, name: str) -> int:
+        index = self.headers.index(key) if key in self.headers else key
+        if not isinstance(index, int) or not 0 <= index < len(self.headers):
+            raise ValueError(f"{name} key {key!r} is not a column index or header of {self.headers}")
+        return index
 
     def cell_text(self, i: int, j: int) -> str:
         """The text of row ``i``, column ``j``, as both forms show it."""
@@ -147,16 +157,19 @@ class Table:
         return [[self.cell_text(i, j) for j in range(len(self.headers))] for i in range(len(self.rows))]
 
     def to_text(self) -> str:
-        """Aligned plain text: header, a rule, then the rows (no trailing spaces)."""
-        cells = self._cells()
-        widths = [max([len(h)] + [len(r[j]) for r in cells]) for j, h in enumerate(self.headers)]
+        """Aligned plain text of the ``text_columns``: header, a rule, then the rows (no trailing spaces)."""
+        keep = self._text_columns
+        headers = [self.headers[j] for j in keep]
+        align = [self.align[j] for j in keep]
+        cells = [[r[j] for j in keep] for r in self._cells()]
+        widths = [max([len(h)] + [len(r[j]) for r in cells]) for j, h in enumerate(headers)]
 
         def line(items: list[str]) -> str:
-            parts = [s.rjust(w) if a == "r" else s.ljust(w) for s, w, a in zip(items, widths, self.align)]
+            parts = [s.rjust(w) if a == "r" else s.ljust(w) for s, w, a in zip(items, widths, align)]
             return "  ".join(parts).rstrip()
 
         out = [self.caption] if self.caption else []
-        out.append(line(self.headers))
+        out.append(line(headers))
         out.append("  ".join("-" * w for w in widths))
         out.extend(line(r) for r in cells)
         return "\n".join(out)
