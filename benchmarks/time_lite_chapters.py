@@ -14,13 +14,17 @@ What it does, as a learner in the room does: serves the kit on 127.0.0.1 (every 
 off localhost aborted), opens headless Chromium in the room's LAN mode (no service
 worker, as for a page over plain HTTP from a LAN address; see tests/browser/test_lite.py),
 and for each chapter opens ``lite/notebooks/index.html?path=notebooks/<chapter>.ipynb`` in a
-new tab of the same browser (so the kit's 35-40 MB are in the HTTP cache after the first
-chapter; a warm-up chapter is opened first and reported separately, the cold start),
-clicks Run > Run All Cells and waits until the notebook's execution indicator is idle and no
+new tab of the same browser (a warm-up chapter is opened first and reported separately).
+Playwright's request routing, which aborts the requests off localhost, turns the browser's
+HTTP cache off: every chapter loads the kit afresh (``bytes_served``: about 45 MB each), so
+each time includes a cold start, where a room's browsers cache the kit after their first
+chapter. In each tab it clicks Run > Run All Cells and waits until the notebook's execution indicator is idle and no
 cell shows ``[*]`` (``tests.browser.rendered_prose.run_all_cells``: the prompts alone miss the
 cells whose code is hidden). It records the seconds
 from opening the tab to the first cell's result (the kernel's start, mostly), from
-Run All to the last cell done, and the code cells that ran.
+Run All to the last cell done, the code cells that ran, and the bytes and files the server
+sent for the chapter (for the first chapter, the room's first start: ``plans.yaml``'s
+``first_load_mb``).
 
 The stand-in for a room laptop is a CPU ``--rate`` times slower, in one of two ways:
 
@@ -66,8 +70,20 @@ WARMUP = "00_sample_rhythm"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    """Serves the kit and counts what it sends: the bytes and files of each chapter's load (the first is the room's
+    first start, every file then in the browser's cache)."""
+    sent = {"bytes": 0, "files": 0}
+    _lock = threading.Lock()
+
     def log_message(self, *args):
         pass
+
+    def copyfile(self, source, outputfile):
+        start = source.tell()
+        super().copyfile(source, outputfile)
+        with self._lock:
+            self.sent["bytes"] += source.tell() - start
+            self.sent["files"] += 1
 
 
 @contextlib.contextmanager
@@ -177,6 +193,7 @@ def time_chapter(ctx, server: str, chapter: str, rate: float, throttle: str, tim
         page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": rate})
     row = {"chapter": chapter, "first_result_s": None, "run_all_s": None, "total_s": None,
            "cells": None, "cells_done": 0, "errors": 0, "finished": False}
+    sent_before = dict(_Quiet.sent)
 
     def note(state):
         done = [p for p in state["prompts"] if any(ch.isdigit() for ch in p)]
@@ -201,6 +218,8 @@ def time_chapter(ctx, server: str, chapter: str, rate: float, throttle: str, tim
             ".filter(e => /Error|Traceback/.test(e.textContent)).length")
     finally:
         page.close()
+    row["bytes_served"] = _Quiet.sent["bytes"] - sent_before["bytes"]
+    row["files_served"] = _Quiet.sent["files"] - sent_before["files"]
     return row
 
 
@@ -249,13 +268,15 @@ def main(argv=None) -> int:
                 print(json.dumps(row), flush=True)
         ctx.close()
     print()
-    print("| chapter | tab open to first result (s) | Run All to last cell (s) | total (s) | cells run | slowdown achieved |")
-    print("|---|---|---|---|---|---|")
+    print("| chapter | tab open to first result (s) | Run All to last cell (s) | total (s) | cells run | slowdown achieved "
+          "| MB served |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         name = r["chapter"] + (" (warm-up, cold cache)" if r["warmup"] else "")
         done = f"{r['cells_done']} of {r['cells']}" + ("" if r["finished"] else f", stopped at {args.timeout:g} s")
         achieved = r.get("effective_rate") or (f"{args.rate:g} (DevTools)" if args.throttle == "cdp" else "")
-        print(f"| {name} | {r['first_result_s']} | {r['run_all_s']} | {r['total_s']} | {done} | {achieved} |")
+        print(f"| {name} | {r['first_result_s']} | {r['run_all_s']} | {r['total_s']} | {done} | {achieved} "
+              f"| {r['bytes_served'] / 1e6:.1f} ({r['files_served']} files) |")
     if args.json:
         args.json.write_text(json.dumps({"machine": where, "rate": args.rate, "throttle": args.throttle,
                                          "rows": rows}, indent=1) + "\n")

@@ -164,3 +164,67 @@ def test_run_it_states_the_kits_first_load_as_the_plans_measured_it():
     text = " ".join((ROOT / "book" / "teaching" / "run-it.md").read_text().split())
     assert f"took {said} on the stand-in" in text
     assert "one to two minutes" not in text
+
+
+RUN_IT = ROOT / "book" / "teaching" / "run-it.md"
+#: A time or a size in words or digits: "18 minutes", "1,074 s", "two and a half to four minutes", "35–40 MB".
+QUANTITY = re.compile(
+    r"\b(?:\d[\d,.]*|one|two|three|four|five|six|seven|eight|nine|ten|fifteen|twenty|thirty|forty|a few|half)"
+    r"(?:\s*(?:and a half|[-–]|to)\s*(?:\d[\d,.]*|one|two|three|four|five|six|ten|twenty))?"
+    r"\s*(?:s|sec|seconds?|min|minutes?|hours?|MB|GB|kB|KB|MiB|GiB)\b", re.I)
+
+
+def _outside_figures(text: str) -> str:
+    return workshop_pages.FIGURE.sub(" ", text)
+
+
+def test_run_it_quotes_no_time_or_size_that_is_not_generated_from_the_measurements():
+    """Review R21c-5: run-it's checklist kept the old per-chapter times after the plans' were measured again, and
+    R21c-12: its first load in MB was no measurement. Every time and size on the page is now one of its measured
+    figures, written from plans.yaml (workshop_pages.run_it_figures); outside them, none."""
+    text = RUN_IT.read_text()
+    assert workshop_pages.run_it_page(text) == text, "run-it.md is stale: python -m kvbook.workshop.workshop_pages"
+    names = workshop_pages.FIGURE.findall(text)
+    assert {n for n, _ in names} == set(workshop_pages.run_it_figures()), names
+    typed = QUANTITY.findall(" ".join(_outside_figures(text).split()))
+    assert not typed, f"run-it quotes {typed} outside its measured figures"
+    # the check finds the sentence the review found, and a typed size
+    for sentence in ("two and a half to four minutes per chapter", "one to two with DevTools' 4x throttle alone, "
+                     "one to two minutes", "loads about 35–40 MB", "1,074 s"):
+        assert QUANTITY.search(sentence), sentence
+
+
+def test_run_its_figures_are_the_measured_ones():
+    """The figures as a hand reading of plans.yaml gives them."""
+    figures = workshop_pages.run_it_figures()
+    build = DATA["kit_build"]
+    assert build["seconds"] == 1074
+    # 1,074 s = 17.9 minutes: about 18; allow the next five minutes up, twenty
+    assert figures["kit_build"].endswith(": 1,074 s, about 18 minutes.") and build["commit"] in figures["kit_build"]
+    assert figures["kit_allow"] == "Allow twenty minutes"
+    first = TIMINGS["first_load_mb"]
+    assert figures["first_load"].startswith(f"loads about {round(first['mb'])} MB ({first['files']} files)")
+    assert f"took {workshop_pages.first_load_words(TIMINGS)} on the stand-in" in figures["first_load"]
+    live = [r for r in TIMINGS["chapters"].values() if r.get("process") is not None and r.get("cdp") is not None]
+    slow, fast = [r["process"] for r in live], [r["cdp"] for r in live]
+    assert f"{min(slow):.0f} to {max(slow):.0f} s per chapter" in figures["live_times"]
+    assert f"{min(fast):.0f} to {max(fast):.0f} s with DevTools' 4x throttle alone" in figures["live_times"]
+    breaks = [b["minutes"] for b in PLANS["plan-full-day"]["blocks"] if "material" not in b]
+    assert breaks == [15, 45, 15] and "the full day has three (15, 45 for lunch and 15 minutes)" in figures["breaks"]
+    assert figures["exit_ticket"].startswith(f"Leave the last block for the exit ticket "
+                                             f"({PLANS['plan-90']['blocks'][-1]['minutes']} minutes")
+
+
+def test_each_live_chapter_was_timed_with_the_code_it_has_now():
+    """Review R21c-13: chapters 15 and 16 changed after they were timed. Each live step's timing records the digest of
+    its chapter's code cells (sha256 of their sources joined by a newline and a NUL, first 12 hex digits, computed
+    here on its own), so a chapter whose code changes asks to be timed again."""
+    import hashlib
+
+    live = {step["notebook"] for p in PLANS.values() for b in p["blocks"] for step in b.get("live", [])}
+    assert {"00_sample_rhythm", "15_bring_your_own_model"} <= live
+    for nb in sorted(live):
+        cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
+        code = "\n\x00".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        assert TIMINGS["chapters"][nb].get("code") == hashlib.sha256(code.encode()).hexdigest()[:12], \
+            f"{nb}'s code changed since it was timed: run benchmarks/time_lite_chapters.py {nb} and record it"

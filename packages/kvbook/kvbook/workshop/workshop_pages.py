@@ -11,6 +11,11 @@ the pages the book shows from them:
 - ``book/teaching/misconceptions.md``;
 - ``book/teaching/problems.md`` (answers in dropdowns; ``learner=True``
   leaves them out, for the learner build);
+- the measured figures of ``book/teaching/run-it.md``, a page written by hand: each
+  sits between ``<!-- kvbook: NAME -->`` and ``<!-- /kvbook -->`` and is rewritten from
+  ``plans.yaml`` (:func:`run_it_figures`: the kit's build time, its first load in MB and
+  minutes, the live chapters' times, the plans' breaks), so run-it and the plans quote one
+  measurement (review R21c-5, R21c-12);
 
 and gives the instructor build its facilitator note for each chapter
 (:func:`facilitator_note`). Every chapter section, figure and exercise label
@@ -25,7 +30,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import re
 import sys
 from functools import lru_cache
@@ -100,6 +107,14 @@ def plans() -> list[dict]:
 def live_timings() -> dict:
     """The measured times of the live steps (plans.yaml's ``live_timings``)."""
     return load("plans.yaml")["live_timings"]
+
+
+def code_digest(notebook: str) -> str:
+    """The first 12 hex digits of the sha256 of a chapter's code cells (their sources, in order): what a chapter
+    runs in the browser, recorded with its timing so that a change to it asks for a new one."""
+    nb = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())
+    code = "\n\x00".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    return hashlib.sha256(code.encode()).hexdigest()[:12]
 
 
 def first_load_words(timings: dict | None = None) -> str:
@@ -235,6 +250,10 @@ def validate() -> list[str]:
                     errors.append(f"{where}: live step in {nb}, which the block does not cover")
                 if seconds is None:
                     errors.append(f"{where}: no measured time for the live step in {nb}")
+                elif timings["chapters"][nb].get("code") != code_digest(nb):
+                    errors.append(f"{where}: {nb}'s code changed since it was timed (code "
+                                  f"{timings['chapters'][nb].get('code')}, now {code_digest(nb)}): time it again "
+                                  "(benchmarks/time_lite_chapters.py) and record the new times and code")
                 elif browser_seconds(nb, timings) > timings["browser_limit"]["seconds"]:
                     errors.append(f"{where}: {nb} takes {browser_seconds(nb, timings):.0f} s in the browser, "
                                   f"over {timings['browser_limit']['seconds']} s: not a live step")
@@ -497,10 +516,67 @@ def facilitator_note(notebook: str) -> str | None:
     return f":::{{admonition}} Facilitator's note (instructor build)\n:class: tip\n{body}\n:::\n"
 
 
+RUN_IT = TEACHING / "run-it.md"
+#: A measured figure of run-it: ``<!-- kvbook: NAME -->text<!-- /kvbook -->``.
+FIGURE = re.compile(r"<!-- kvbook: (\w+) -->(.*?)<!-- /kvbook -->", re.S)
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.0f} to {max(values):.0f} s"
+
+
+def run_it_figures() -> dict[str, str]:
+    """run-it's measured figures, from plans.yaml: each one's text, by name."""
+    from kvbook.live import vendor_pyodide
+
+    data, timings = load("plans.yaml"), live_timings()
+    build, first = data["kit_build"], timings["first_load_mb"]
+    allow = 5 * math.ceil(build["seconds"] / 300)
+    live = [row for row in timings["chapters"].values() if all(row.get(k) is not None for k in timings["throttles"])]
+    by = {p["id"]: p for p in plans()}
+    breaks = {pid: [b for b in by[pid]["blocks"] if "material" not in b] for pid in ("plan-half-day", "plan-full-day")}
+    last = {pid: p["blocks"][-1]["minutes"] for pid, p in by.items()}
+    half = by["plan-half-day"]["blocks"]
+    after_paper = all(half[i - 1].get("problems") for i, b in enumerate(half) if "material" not in b)
+
+    def minutes(blocks):
+        said = [f"{b['minutes']}" + (" for lunch" if b["title"] == "Lunch" else "") for b in blocks]
+        return " and ".join(said) if len(said) < 3 else ", ".join(said[:-1]) + " and " + said[-1]
+    return {
+        "kit_allow": f"Allow {_WORDS[allow] if allow < len(_WORDS) else allow} minutes",
+        "kit_build": (f"Measured from a fresh clone (commit {build['commit']}, {build['date']}) on "
+                      f"{build['machine']}: {build['seconds']:,} s, about {round(build['seconds'] / 60)} minutes."),
+        "pyodide": f"Pyodide {vendor_pyodide.VERSION}",
+        "first_load": (f"loads about {first['mb']:.0f} MB ({first['files']} files): the first chapter a browser opens "
+                       f"took {first_load_words(timings)} on the stand-in for a slow laptop"),
+        "live_times": (f"{_range([r['process'] for r in live])} per chapter from opening it to its last cell with "
+                       f"the whole browser slowed {timings['factor']}x, {_range([r['cdp'] for r in live])} with "
+                       f"DevTools' {timings['factor']}x throttle alone"),
+        "breaks": (f"the half day has {_WORDS[len(breaks['plan-half-day'])]} breaks ({minutes(breaks['plan-half-day'])} "
+                   "minutes)" + (", each after a block that ends with pen and paper" if after_paper else "")
+                   + f"; the full day has {_WORDS[len(breaks['plan-full-day'])]} "
+                   f"({minutes(breaks['plan-full-day'])} minutes)"),
+        "exit_ticket": (f"Leave the last block for the exit ticket ({last['plan-90']} minutes in the 90-minute plan, "
+                        f"{last['plan-half-day']} in the half day, {last['plan-full-day']} in the full day)"),
+    }
+
+
+def run_it_page(text: str) -> str:
+    """``text`` (run-it.md) with each measured figure rewritten from the data; an unknown name fails."""
+    figures = run_it_figures()
+
+    def one(m: re.Match) -> str:
+        if m.group(1) not in figures:
+            raise ValueError(f"run-it.md: no measured figure {m.group(1)!r} (known: {', '.join(sorted(figures))})")
+        return f"<!-- kvbook: {m.group(1)} -->{figures[m.group(1)]}<!-- /kvbook -->"
+    return FIGURE.sub(one, text)
+
+
 def pages() -> dict[Path, str]:
     out = {TEACHING / f"{p['id']}.md": plan_page(p) for p in plans()}
     out[TEACHING / "misconceptions.md"] = misconceptions_page()
     out[TEACHING / "problems.md"] = problems_page()
+    out[RUN_IT] = run_it_page(RUN_IT.read_text())
     return out
 
 
