@@ -133,6 +133,10 @@ def test_exercises_and_equations_carry_the_books_numbers():
     text = "Unlabelled:\n$$\nx = 1\n$$\n\nand labelled:\n\n$$\nt = \\frac{b}{W}\n$$ (roofline-time)\n\nafter."
     assert BOOK.number_as_the_book(text) == ("Unlabelled:\n$$\nx = 1\n$$\n\nand labelled:\n\n```{math}\n"
                                              ":label: roofline-time\n:enumerator: 1.1\nt = \\frac{b}{W}\n```\n\nafter.")
+    # inside a list item the directive keeps the item's indent (as chapter 3's ms-attn-intensity needs)
+    item = "- Time:\n\n  $$\n  t = \\frac{b}{W},\n  $$ (roofline-time)\n\n  with W."
+    assert BOOK.number_as_the_book(item) == ("- Time:\n\n  ```{math}\n  :label: roofline-time\n  :enumerator: 1.1\n"
+                                             "  t = \\frac{b}{W},\n  ```\n\n  with W.")
     assert BOOK.name("ex-roofline-5") == "Exercise 1.5" and BOOK.name("roofline-time") == "(1.1)"
     assert BOOK.name("fig-step-at-batch-1") == "Fig. 1.1"
     with pytest.raises(LinkError, match="ex-nowhere"):

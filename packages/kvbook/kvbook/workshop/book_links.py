@@ -54,8 +54,8 @@ _FIGURE_NAME = {"figure": "Fig. {}", "table": "Table {}", "code-block": "Listing
 LITE_BASE = "../../book/"
 #: An exercise's options, up to its label (both the gated and the plain syntax).
 _EXERCISE = re.compile(r"^((?:`{3,}|:{3,})\{exercise(?:-start)?\}[^\n]*\n(?::[^\n]*\n)*?:label:\s*(\S+)[ \t]*\n)", re.M)
-#: A labelled display equation, ``$$ ... $$ (label)``.
-_EQUATION = re.compile(r"^\$\$((?:(?!\$\$).)*?)\$\$ \(([\w-]+)\)[ \t]*$", re.M | re.S)
+#: A labelled display equation, ``$$ ... $$ (label)``, at the start of a line or indented inside a list item.
+_EQUATION = re.compile(r"^([ \t]*)\$\$((?:(?!\$\$).)*?)\$\$ \(([\w-]+)\)[ \t]*$", re.M | re.S)
 
 
 class LinkError(ValueError):
@@ -211,8 +211,12 @@ class BuiltBook:
             return f"{m.group(1)}:enumerator: {number}\n"
 
         def equation(m: re.Match) -> str:
-            number = self.name(m.group(2)).strip("()")
-            return f"```{{math}}\n:label: {m.group(2)}\n:enumerator: {number}\n{m.group(1).strip()}\n```"
+            indent, body, label = m.groups()
+            number = self.name(label).strip("()")
+            lines = ["```{math}", f":label: {label}", f":enumerator: {number}",
+                     *(line.removeprefix(indent) for line in body.strip().splitlines()), "```"]
+            # an equation inside a list item keeps the item's indent, so the directive stays in the item
+            return "\n".join(indent + line if line.strip() else "" for line in lines)
         return _EQUATION.sub(equation, _EXERCISE.sub(exercise, markdown))
 
     def rewrite_notebook(self, nb: dict, stem: str) -> dict:
