@@ -124,7 +124,6 @@ def kv_offload(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, link: L
     link = _link(link)
     broadcast(batch=batch, context=context, host_bytes=host_bytes)
     cap = dep.capacity(context, budget=budget)
-    on_chip = np.minimum(batch, cap.max_batch)
     step = dep.step(batch, context)
     per_seq = step.kv_bytes_read / np.maximum(step.micro_batch, 1e-300)   # one sequence's cache on this chip
     held = cap.max_batch / dep.layout.dp          # a chip's sequences its memory holds (per replica)
