@@ -666,6 +666,29 @@ def test_one_request_against_the_element_count():
     assert vllm_request_kv_bytes(ds, 1000, kv_dtype="fp8") == 1024 * 61 * 576
 
 
+def test_activation_peak_by_hand_and_chapter16s_ordering():
+    """vllm_activation_peak_bytes by hand (one prompt of 131,072 tokens, bf16, fp32 logits of one sequence), and
+    chapter 16's claim: of its four dense models the smaller errs more, while gpt-oss-20b, smaller than Gemma 3
+    27B, errs less (R26d-4)."""
+    S = 131_072
+    # Llama 3.2 1B (d 2,048, gated MLP of 8,192, vocab 128,256)
+    assert vllm_activation_peak_bytes(get_model("llama-3.2-1b"), S, max_num_seqs=1) == \
+        S * (2 * 2048 + 3 * 8192) * 2 + 128_256 * 4
+    # gpt-oss-20b (d 2,880, top-4 of 32 experts of 2,880, no shared one, vocab 201,088): the MLP a token runs through
+    assert vllm_activation_peak_bytes(get_model("gpt-oss-20b"), S, max_num_seqs=1) == \
+        S * (2 * 2880 + 3 * 4 * 2880) * 2 + 201_088 * 4
+
+    def ratio(m):   # the calculator's weights and cache over kvmath's with the peak added
+        held = m.weight_bytes_resident(2) + m.kv_bytes_per_seq(S)
+        return held / (held + vllm_activation_peak_bytes(m, S, max_num_seqs=1))
+
+    dense = [get_model(n) for n in ("llama-3.2-1b", "llama-3.1-8b", "gemma-3-27b", "llama-3.1-70b")]
+    assert [m.weight_bytes_resident(2) for m in dense] == sorted(m.weight_bytes_resident(2) for m in dense)
+    assert [round(ratio(m), 3) for m in dense] == [0.474, 0.712, 0.768, 0.873]   # smaller errs more
+    oss, gemma = get_model("gpt-oss-20b"), dense[2]
+    assert oss.weight_bytes_resident(2) < gemma.weight_bytes_resident(2) and round(ratio(oss), 3) == 0.810
+
+
 def test_one_request_refuses_bad_input():
     m = get_model("llama-3.1-8b")
     with pytest.raises(ValueError, match="tokens must be a whole number"):
