@@ -667,11 +667,31 @@ def vllm_request_kv_bytes(
     tensor_parallel: int = 1, max_num_batched_tokens: ArrayLike | None = None, hybrid: bool = True,
     mamba_cache_mode: str = "none",
 ) -> ArrayLike:
-    """Bytes of KV cache one request of ``tokens`` tokens holds on one rank of vLLM's V1 engine.
+    """Bytes of KV cache vLLM's V1 engine sets aside on one rank for one request of ``tokens`` tokens.
 
-    What vLLM allocates, not the elements times their width: every group's whole blocks
-    (``cdiv(tokens, block_size)`` for full attention; :func:`vllm_kv_cache` gives each kind's count) of
-    ``page_bytes`` per layer, ``group_size`` layers a block. A quantized format's bytes are vLLM's: an fp8
+    The sum over the KV-cache groups of each layer spec's ``max_memory_usage_bytes`` at ``max_model_len =
+    tokens`` (``vllm/v1/kv_cache_interface.py``): the most the request's pages can take at any step of it,
+    which vLLM's start-up check requires the cache to hold (``check_enough_kv_cache_memory``,
+    ``vllm/v1/core/kv_cache_utils.py``). What vLLM allocates, not the elements times their width: whole
+    blocks of ``page_bytes`` per layer, ``group_size`` layers a block (:func:`vllm_kv_cache` gives each
+    kind's count), in each group
+
+    - full attention, MLA and DSA (``FullAttentionSpec``): ``cdiv(tokens, block_size)`` blocks, those that
+      hold the request's tokens, the last one partly filled unless ``tokens`` is a multiple of the block;
+    - a sliding window of ``w`` tokens (``SlidingWindowSpec``): ``cdiv(min(w - 1 + max_num_batched_tokens,
+      tokens), block_size) + 1`` blocks, the window's last ``w - 1`` tokens and one step's newly scheduled
+      tokens, plus one block because the window need not start where a block does. That is more than the
+      window's tokens fill (one block more even for a request shorter than the window): a bound on what
+      the layer holds at any step of the request, as vLLM frees the blocks a window has passed
+      (``remove_skipped_blocks``, ``vllm/v1/core/single_type_kv_cache_manager.py``);
+    - chunked local attention of chunks of ``c`` (``ChunkedLocalAttentionSpec``): ``cdiv(min(c +
+      max_num_batched_tokens, tokens), block_size)`` blocks;
+    - linear attention (``MambaSpec``): its state pages, one with ``mamba_cache_mode`` "none", two with
+      "align", ``cdiv(tokens, attention block)`` with "all".
+
+    ``max_num_batched_tokens`` None: vLLM's default for a ``max_model_len`` of ``tokens``
+    (:func:`vllm_max_num_batched_tokens`); only windowed and chunked layers depend on it. A quantized
+    format's bytes are vLLM's: an fp8
     cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
     DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
     indexer's keys beside it whatever the dtype. ``block_size`` None: vLLM's on CUDA, as for

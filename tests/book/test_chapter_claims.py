@@ -261,6 +261,39 @@ def test_chapter10_a_draft_with_its_own_cache_halves_the_long_context_speedup():
                                                     + 4 * step_s(draft, "h100-sxm", 45, 8192)), rel=2e-3)
 
 
+# ---- chapter 7: the split by heads' spare memory on each budget (R26d-12); the split by batch's exchanges (R26d-11) ----
+
+def test_chapter7_split_by_heads_spares_too_little_for_a_256k_prefill_on_any_budget():
+    m, a100 = MODELS["codellama-7b"], CHIPS["a100-80gb"]
+    d, ff, L, V = (int(m[k]) for k in ("d_model", "d_ff", "n_layers", "vocab"))
+    weights_gpu = 2 * param_count(m) / 2                          # bf16 weights, half on each of 2 GPUs
+    assert weights_gpu == 6_738_546_688
+    kv_gpu = 16 * 262_144 * 2 * L * 1 * int(m["head_dim"]) * 2   # MQA: the one KV head's cache whole on both GPUs
+    held = weights_gpu + kv_gpu
+    spare = {"marketed": num(a100, "hbm_bytes") - held, "reported": num(a100, "device_bytes") - held}
+    assert spare == {"marketed": 4_541_976_576, "reported": 10_441_322_496}   # 4.5 GB of 80 GB; 10.4 GB of 80 GiB
+    # the activation peak of the 262,144-token prompt on each GPU: residual stream (2 d) and the MLP's 3 x d_ff / 2,
+    # bf16, plus fp32 logits of vLLM's 256 sequences
+    peak = 262_144 * (2 * d + 3 * ff / 2) * 2 + 256 * V * 4
+    assert peak == 12_984_795_136 and peak > max(spare.values())   # "does not fit" against either capacity
+
+
+def test_chapter7_the_split_by_batch_all_to_alls_by_hand():
+    m, link = MODELS["codellama-7b"], rows("links")["nvlink3"]
+    held = 16 * int(m["n_heads"]) * int(m["head_dim"]) / 2 * 2   # each GPU's queries (or outputs): its 16 heads, bf16
+    assert held == 65_536
+    w, alpha = num(link, "bandwidth_bytes_per_s_per_direction"), num(link, "latency_s_min")
+    floor = 2 * int(m["n_layers"]) * ((2 - 1) / 2 * held / w + alpha)  # 2 a layer, each sends the other GPU's half
+    assert floor == pytest.approx(38.99e-6, abs=5e-9)
+    from kvmath import Deployment
+    from kvmath.links import all_to_all_time
+    assert 2 * int(m["n_layers"]) * all_to_all_time(held, 2, "nvlink3") == pytest.approx(floor, rel=1e-12)
+    # kvmath's layout counts tensor parallelism's all-reduces only: 2 a layer of the batch's activations
+    dep = Deployment("codellama-7b", "a100-80gb", "tp=2,kv=batch")
+    ((name, count, message),) = [(c.name, c.count, c.message_bytes) for c in dep.collectives(16).collectives]
+    assert (name, count, message) == ("tensor-parallel all-reduce", 64, 16 * 4096 * 2)
+
+
 # ---- chapter 16: a GPU's "N GB" label counts GiB, with three exceptions (C16-1); expanded MLA K/V (C16-2) ----
 
 def test_chapter16_a_memory_label_read_as_gib_is_the_reported_total_but_for_three_chips():

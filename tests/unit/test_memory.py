@@ -627,6 +627,68 @@ def test_one_request_by_hand():
     assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8", block_size=16) == 1008 * 61 * (656 + 132)
 
 
+def test_one_request_windowed_layers_by_hand():
+    """vLLM's SlidingWindowSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): cdiv(min(w - 1 +
+    max_num_batched_tokens, max_model_len), block) + 1 blocks, one more than the window's tokens fill."""
+    # Gemma 2 9B (models.csv: 42 layers, 21 windowed of 4,096 and 21 global, 8 KV heads of 256): a page is
+    # 16 x 2 x 8 x 256 x 2 = 131,072 B, 21 layers a block (one sliding and one full group)
+    g9 = get_model("gemma-2-9b")
+    page, layers = 16 * 2 * 8 * 256 * 2, 21
+    # 10,000 tokens, 2,048 a step: sliding cdiv(4,095 + 2,048, 16) + 1 = 384 + 1 blocks, full cdiv(10,000, 16) = 625
+    assert vllm_request_kv_bytes(g9, 10_000, max_num_batched_tokens=2048) == (385 + 625) * page * layers
+    # shorter than the window: min() takes the request, and the window still costs one block more (63 + 1)
+    assert vllm_request_kv_bytes(g9, 1000, max_num_batched_tokens=2048) == (64 + 63) * page * layers
+    # without the hybrid manager the windowed layers are full attention: 42 layers of 625 blocks
+    assert vllm_request_kv_bytes(g9, 10_000, max_num_batched_tokens=2048, hybrid=False) == 625 * page * 42
+    # Mistral 7B v0.1: every one of its 32 layers windowed (4,096), 8 KV heads of 128: one group of 32
+    m7 = get_model("mistral-7b-v0.1")
+    assert vllm_request_kv_bytes(m7, 10_000, max_num_batched_tokens=2048) == (384 + 1) * 16 * 2 * 8 * 128 * 2 * 32
+    # the step's tokens count: 8,192 a step makes cdiv(4,095 + 8,192, 16) + 1 = cdiv(12,287, 16) + 1 = 768 + 1
+    assert vllm_request_kv_bytes(m7, 100_000, max_num_batched_tokens=8192) == 769 * 16 * 2 * 8 * 128 * 2 * 32
+
+
+def test_one_request_against_the_element_count():
+    """A full-attention request's pages exceed its elements by the unfilled part of its last block: 0 to b - 1
+    tokens a layer, set by S mod b, so the shortfall of the element count is not monotone in S."""
+    m = get_model("llama-3.1-8b")
+    per_token = 2 * 8 * 128 * 32          # fp8: one byte an element, 32 layers
+
+    def held(tokens):                      # tokens' worth of pages vLLM sets aside
+        return vllm_request_kv_bytes(m, tokens, kv_dtype="fp8") / per_token
+
+    assert [held(s) for s in (1, 16, 17, 1000, 1008, 1009)] == [16, 16, 32, 1008, 1008, 1024]
+    shortfall = np.array([held(s) - s for s in range(1, 2049)])
+    assert shortfall.min() == 0 and shortfall.max() == 15     # at most one block of 16 less a token
+    # the ratio elements / pages: 1 at 1,008 tokens, then 1,009 / 1,024 (not nearer 1 for the longer request)
+    assert 1008 / held(1008) == 1.0 and 1009 / held(1009) == pytest.approx(0.98535, abs=5e-6)
+    # DeepSeek-V3 (61 layers, latent 512 + rope 64): blocks of 64 on CUDA, 1,000 tokens take 1,024
+    ds = get_model("deepseek-v3")
+    assert vllm_request_kv_bytes(ds, 1000, kv_dtype="fp8") == 1024 * 61 * 576
+
+
+def test_activation_peak_by_hand_and_chapter16s_ordering():
+    """vllm_activation_peak_bytes by hand (one prompt of 131,072 tokens, bf16, fp32 logits of one sequence), and
+    chapter 16's claim: of its four dense models the smaller errs more, while gpt-oss-20b, smaller than Gemma 3
+    27B, errs less (R26d-4)."""
+    S = 131_072
+    # Llama 3.2 1B (d 2,048, gated MLP of 8,192, vocab 128,256)
+    assert vllm_activation_peak_bytes(get_model("llama-3.2-1b"), S, max_num_seqs=1) == \
+        S * (2 * 2048 + 3 * 8192) * 2 + 128_256 * 4
+    # gpt-oss-20b (d 2,880, top-4 of 32 experts of 2,880, no shared one, vocab 201,088): the MLP a token runs through
+    assert vllm_activation_peak_bytes(get_model("gpt-oss-20b"), S, max_num_seqs=1) == \
+        S * (2 * 2880 + 3 * 4 * 2880) * 2 + 201_088 * 4
+
+    def ratio(m):   # the calculator's weights and cache over kvmath's with the peak added
+        held = m.weight_bytes_resident(2) + m.kv_bytes_per_seq(S)
+        return held / (held + vllm_activation_peak_bytes(m, S, max_num_seqs=1))
+
+    dense = [get_model(n) for n in ("llama-3.2-1b", "llama-3.1-8b", "gemma-3-27b", "llama-3.1-70b")]
+    assert [m.weight_bytes_resident(2) for m in dense] == sorted(m.weight_bytes_resident(2) for m in dense)
+    assert [round(ratio(m), 3) for m in dense] == [0.474, 0.712, 0.768, 0.873]   # smaller errs more
+    oss, gemma = get_model("gpt-oss-20b"), dense[2]
+    assert oss.weight_bytes_resident(2) < gemma.weight_bytes_resident(2) and round(ratio(oss), 3) == 0.810
+
+
 def test_one_request_refuses_bad_input():
     m = get_model("llama-3.1-8b")
     with pytest.raises(ValueError, match="tokens must be a whole number"):
