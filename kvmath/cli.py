@@ -321,7 +321,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         _add_estimate_option(decode)
 
     if only in (None, "capacity"):
-        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, VLLM_ENGINES
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, MLA_BLOCK_BY_CHIP, MLA_BLOCK_SIZE, VLLM_ENGINES
         capacity = sub.add_parser("capacity", help="weights, KV budget, tokens and batch that fit (Deployment.capacity)")
         _add_model_options(capacity, notes=True)
         capacity.add_argument("--hardware", action=_Once,
@@ -340,8 +340,10 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         capacity.add_argument("--gpu-memory-utilization", type=_number,
                               help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
         capacity.add_argument("--block-size", type=_number, action=_Once,
-                              help=f"tokens per vLLM block (default: {BLOCK_SIZE}; for MLA and DSA the block vLLM "
-                                   "sets on the chip, 64 on Hopper, 128 on datacenter Blackwell)")
+                              help=f"tokens per vLLM block asked for (default: {BLOCK_SIZE}; for MLA the block vLLM "
+                                   f"sets on the chip, {MLA_BLOCK_BY_CHIP['h200']} on Hopper, "
+                                   f"{MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell; for DSA {MLA_BLOCK_SIZE} "
+                                   "on every NVIDIA chip, whatever is asked, as vLLM forces it)")
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
@@ -487,7 +489,7 @@ def _add_check_config(checks) -> None:
                         "default: none)")
     for opt, default, text in (("--max-model-len", 8192, "vLLM's --max-model-len"),
                                ("--block-size", None, "tokens per vLLM block asked for (default: 16, or 64 for "
-                                                      "MLA and DSA, FlashMLA's on Hopper)"),
+                                                      "MLA, FlashMLA's on Hopper; DSA 64 whatever is asked)"),
                                ("--tensor-parallel", 1, "vLLM's --tensor-parallel-size"),
                                ("--max-num-batched-tokens", None, "vLLM's --max-num-batched-tokens (default: "
                                                                   "vLLM's for the engine)")):

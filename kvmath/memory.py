@@ -61,18 +61,30 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: (``CacheConfig.DEFAULT_BLOCK_SIZE = 16``, ``vllm/config/cache.py``).
 BLOCK_SIZE = 16
 
-#: The block size vLLM forces for MLA and DSA layers on Hopper: ``CudaPlatform.check_and_update_config``
-#: (``vllm/platforms/cuda.py``, v0.8 to v0.11) sets ``block_size = 64`` for the FlashMLA backend, the default MLA
-#: backend where FlashMLA runs (compute capability 9.0: "Forcing kv cache block size to 64 for FlashMLA backend",
-#: logged by v0.8.3 and v0.10.1), and for DeepSeek-V3.2's sparse FlashMLA backend whatever was asked.
+#: The block size vLLM forces for MLA layers on Hopper and for DSA layers on every CUDA chip:
+#: ``CudaPlatform.check_and_update_config`` (``vllm/platforms/cuda.py``, v0.8 to v0.11 and later) sets
+#: ``block_size = 64`` for the FlashMLA backend, the default MLA backend where FlashMLA runs (compute capability
+#: 9.0: "Forcing kv cache block size to 64 for FlashMLA backend", logged by v0.8.3 and v0.10.1), and, last of its
+#: block rules, for DeepSeek-V3.2's sparse backend whatever was asked and on whatever chip (``use_sparse =
+#: hasattr(hf_config, "index_topk")``; ``if use_sparse and cache_config.block_size != 64: block_size = 64``,
+#: "Forcing kv cache block size to 64 for FlashMLASparse backend"; read in vllm-project/vllm
+#: ``vllm/platforms/cuda.py`` at commit 002db4951e0c4b326a559eb44b05698afd3e534a and in the v0.11-era versions
+#: of the same file, where the rule is the same).
 MLA_BLOCK_SIZE = 64
 
-#: The block vLLM v0.10-v0.11 uses for MLA and DSA on each chip preset where it is not :data:`BLOCK_SIZE`
-#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64; datacenter Blackwell (compute capability
-#: 10.x: "Blackwell => Force CutlassMLA") 128. Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the
-#: block asked for: DeepSeek-V2-Lite on L4s logged 16-token blocks (vLLM PR #20665).
+#: The block vLLM v0.10-v0.11 uses for MLA (not DSA, which is :data:`MLA_BLOCK_SIZE` everywhere) on each chip
+#: preset where it is not :data:`BLOCK_SIZE`, and the multiple an asked block must be or be replaced by it
+#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64 (``block_size % 64 != 0`` -> 64);
+#: datacenter Blackwell (compute capability 10.x: "Blackwell => Force CutlassMLA") 128 (``block_size % 128 != 0``
+#: -> 128). Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the block asked for: DeepSeek-V2-Lite on
+#: L4s logged 16-token blocks (vLLM PR #20665).
 MLA_BLOCK_BY_CHIP = {"h100-sxm": 64, "h200": 64, "h20": 64, "h800": 64,
                      "b200": 128, "b200-hgx": 128, "gb200": 128, "b300": 128, "gb300": 128}
+
+#: The one block vLLM's ROCm sparse MLA backend (DeepSeek-V3.2 on AMD chips) accepts: ``RocmPlatform
+#: .get_attn_backend_cls`` asserts "Sparse MLA backend on ROCm only supports block size 1 for now"
+#: (``vllm/platforms/rocm.py``), so vLLM starts only with ``--block-size 1`` there.
+ROCM_DSA_BLOCK_SIZE = 1
 
 #: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
 #: API server uses 1024 on GPUs of 70 GiB or more other than the A100).
@@ -163,14 +175,18 @@ VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 #: * the state's dtypes: ``MambaStateDtypeCalculator``, ``vllm/model_executor/layers/mamba/mamba_utils.py``,
 #:   v0.10.2, and ``Qwen3_5ForConditionalGenerationConfig`` (``models/config.py``, the Qwen3.5 releases);
 #: * the model dtype: ``_resolve_auto_dtype``, ``vllm/config/model.py`` ("Downcast for float32 models");
-#: * the block size for MLA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``;
+#: * the block size for MLA and DSA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``
+#:   (v0.11-era versions and commit 002db495: FlashMLA 64 on Hopper, CUTLASS MLA 128 on datacenter Blackwell,
+#:   the sparse backend 64 on every CUDA chip), and ``RocmPlatform.get_attn_backend_cls``, ``vllm/platforms/rocm.py``
+#:   (DSA: block size 1 only);
 #: * the hybrid manager off for chunked local attention: ``VllmConfig.__post_init__`` (vLLM PR #21761, v0.10.0),
 #:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
 VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block size for linear states); "
                       "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1 (groups, blocks, "
                       "concurrency, tokens line 'blocks'); a later kv_cache_utils.py (tokens line 'concurrency', "
                       "between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
-                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64); "
+                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64 on Hopper, 128 on "
+                      "datacenter Blackwell; DSA 64 on every CUDA chip); "
                       "VllmConfig.__post_init__ v0.10.0-v0.11 (no hybrid manager for chunked local attention)")
 
 #: vLLM's threshold for grouping layers by the most of any kind rather than the fewest: the most are used where
@@ -386,7 +402,8 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     ``kv_lora_rank + qk_rope_dim`` per token, no factor 2
     (``MLAAttentionSpec``; ``get_head_size`` returns ``kv_lora_rank +
     qk_rope_head_dim``, ``get_num_kv_heads`` returns 1), the same on every
-    rank. ``block_size`` None: vLLM's on CUDA (:func:`vllm_block_size`).
+    rank. ``block_size``: the one asked for, as vLLM uses it on CUDA (:func:`vllm_block_size`: None gives
+    vLLM's default; a DSA model's is 64 whatever was asked).
 
     Examples
     --------
@@ -404,7 +421,7 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
 
     if not isinstance(model, Model):
         raise ValueError(f"model must be a kvmath Model, got {model!r}")
-    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
+    block_size = vllm_block_size(model, None, block_size)  # the block vLLM uses (DSA: 64 whatever was asked)
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
@@ -415,10 +432,18 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     return _whole(block_size * elems * b)
 
 
-def vllm_block_size(model, chip: Chip | None = None) -> int:
-    """The block size vLLM uses where none is asked for: :data:`BLOCK_SIZE`, except for models with MLA or DSA
-    layers: :data:`MLA_BLOCK_SIZE` (Hopper's FlashMLA) where no chip is given, else the chip's
-    (:data:`MLA_BLOCK_BY_CHIP`).
+def vllm_block_size(model, chip: Chip | None = None, block_size: int | None = None) -> int:
+    """The block (tokens) vLLM uses for ``model`` on ``chip`` when asked for ``block_size`` (None: not asked).
+
+    vLLM's rules (``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``): a model with neither
+    MLA nor DSA layers keeps the block asked for, :data:`BLOCK_SIZE` by default. MLA: on the chips of
+    :data:`MLA_BLOCK_BY_CHIP` a block that is not a multiple of the chip's (64 on Hopper, 128 on datacenter
+    Blackwell) becomes it, the default included; elsewhere the block asked for, 16 by default; without a chip,
+    :data:`MLA_BLOCK_SIZE` by default (Hopper's) and an asked block as given. DSA (DeepSeek-V3.2): 64 whatever
+    was asked, on every NVIDIA chip and where no chip is given (the sparse backend's rule, applied last); on AMD
+    chips vLLM's ROCm sparse backend takes :data:`ROCM_DSA_BLOCK_SIZE` only, so any other block (the default
+    included) raises ``ValueError``, as vLLM refuses to start; on other chips vLLM's DSA block is not known to
+    kvmath, and this raises ``ValueError`` saying so.
 
     Examples
     --------
@@ -427,12 +452,37 @@ def vllm_block_size(model, chip: Chip | None = None) -> int:
     (16, 64)
     >>> vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("b200")), vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("l4"))
     (128, 16)
+    >>> vllm_block_size(Model.preset("deepseek-v3.2"), Chip.preset("b200"), 16)   # DSA: 64 whatever was asked
+    64
     """
     if chip is not None:
         instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
-    if not any(s.kind in ("mla", "dsa") for s in _model(model).layer_specs()):
-        return BLOCK_SIZE
-    return MLA_BLOCK_SIZE if chip is None else MLA_BLOCK_BY_CHIP.get(chip.name, BLOCK_SIZE)
+    if block_size is not None:
+        block_size = int(one_int("block_size", block_size))
+        if block_size not in VLLM_BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    kinds = {s.kind for s in _model(model).layer_specs()}
+    if "dsa" in kinds:
+        vendor = None if chip is None else chip.vendor
+        if vendor in (None, "nvidia"):
+            return MLA_BLOCK_SIZE
+        if vendor == "amd":
+            if block_size != ROCM_DSA_BLOCK_SIZE:
+                raise ValueError(f"block_size {block_size if block_size is not None else 'default'}: vLLM's sparse MLA "
+                                 f"backend on ROCm ({chip.name}) takes block size {ROCM_DSA_BLOCK_SIZE} only "
+                                 "(RocmPlatform.get_attn_backend_cls, vllm/platforms/rocm.py) and refuses to start "
+                                 f"otherwise: pass block_size={ROCM_DSA_BLOCK_SIZE}")
+            return ROCM_DSA_BLOCK_SIZE
+        raise ValueError(f"{model.name} has DSA layers: kvmath knows vLLM's block for them on NVIDIA chips "
+                         f"({MLA_BLOCK_SIZE}) and AMD chips ({ROCM_DSA_BLOCK_SIZE}), not on {chip.name}")
+    if "mla" not in kinds:
+        return BLOCK_SIZE if block_size is None else block_size
+    if chip is None:
+        return MLA_BLOCK_SIZE if block_size is None else block_size
+    forced = MLA_BLOCK_BY_CHIP.get(chip.name)
+    if forced is None:
+        return BLOCK_SIZE if block_size is None else block_size
+    return forced if block_size is None or block_size % forced else block_size
 
 
 def vllm_model_dtype(stored: str, dtype: str = "auto") -> str:
@@ -674,8 +724,9 @@ def vllm_request_kv_bytes(
     ``page_bytes`` per layer, ``group_size`` layers a block. A quantized format's bytes are vLLM's: an fp8
     cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
     DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
-    indexer's keys beside it whatever the dtype. ``block_size`` None: vLLM's on CUDA, as for
-    :func:`vllm_kv_cache` (:func:`vllm_block_size`: 16, or 64 for MLA and DSA). The layout, TP and the format
+    indexer's keys beside it whatever the dtype. ``block_size``: the one asked for as vLLM uses it on CUDA, as for
+    :func:`vllm_kv_cache` (:func:`vllm_block_size`: None gives 16, or 64 for MLA and DSA; DSA is 64 whatever was
+    asked). The layout, TP and the format
     are checked as :func:`vllm_kv_cache` checks them (``ValueError`` naming the argument).
 
     Examples
@@ -694,17 +745,12 @@ def vllm_request_kv_bytes(
     ValueError: tokens must be > 0, got 0.0
     """
     mml = positive_int("tokens", tokens)
-    if block_size is not None:
-        block_size = one_int("block_size", block_size)
-        if block_size not in VLLM_BLOCK_SIZES:
-            raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    block_size = vllm_block_size(model, None, block_size)  # checked; what vLLM uses on CUDA
     mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
     hybrid = flag("hybrid", hybrid)
     mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
-    if block_size is None:
-        block_size = vllm_block_size(model)
     b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
     ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
     groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)
@@ -913,6 +959,7 @@ def vllm_kv_cache(
     tokens_rule: str = "blocks",
     dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
+    chip: Chip | None = None,
 ) -> EngineBudget:
     """Blocks, tokens and maximum concurrency vLLM gets from one rank's KV memory.
 
@@ -953,8 +1000,9 @@ def vllm_kv_cache(
     max_model_len : int or array
         vLLM's ``--max-model-len``, tokens.
     block_size, kv_dtype, tensor_parallel :
-        Tokens per block asked for (default :func:`vllm_block_size`: 16, or 64 for MLA and DSA), cached
-        element format, TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever
+        Tokens per block asked for, used as vLLM uses it (:func:`vllm_block_size`: by default 16, or 64 for MLA
+        and DSA; DSA's is 64 whatever was asked, an MLA block on Hopper or datacenter Blackwell a multiple of
+        the chip's), cached element format, TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever
         ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
@@ -985,6 +1033,9 @@ def vllm_kv_cache(
         vLLM's ``--mamba-ssm-cache-dtype`` for the recurrent part of a linear layer's state: "auto" (the
         convolution's dtype, or the config's ``mamba_ssm_dtype`` where it names one, as vLLM reads Qwen3.5's),
         "bf16", "fp16" or "fp32".
+    chip : Chip, optional
+        The chip, for vLLM's block rules on it (:func:`vllm_block_size`); None: CUDA's rules without the
+        chip's MLA block (an asked block used as given).
 
     Examples
     --------
@@ -1021,9 +1072,7 @@ def vllm_kv_cache(
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     _whole(mml, "max_model_len")
-    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
-    if block_size not in VLLM_BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    block_size = vllm_block_size(model, chip, block_size)  # checked; the block vLLM uses for the one asked for
     if block_alignment is not None:
         block_alignment = one_int("block_alignment", block_alignment)
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
@@ -1159,12 +1208,10 @@ def vllm_engine(
     act = vllm_activation_peak_bytes(model, mnbt, max_num_seqs, tensor_parallel=tp) \
         if activation_peak_bytes is None else non_negative("activation_peak_bytes", activation_peak_bytes)
     avail = vllm_available_kv_bytes(total, w, act, non_torch, util)
-    if block_size is None:
-        block_size = vllm_block_size(model, chip if isinstance(chip, Chip) else None)
     kv = vllm_kv_cache(model, avail, mml, block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tp,
                        max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine,
                        mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule, dtype=dtype,
-                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
+                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, chip=chip if isinstance(chip, Chip) else None)
     return EngineBudget(**{**kv.__dict__, "total_bytes": plain(total), "requested_bytes": plain(util * total),
                            "weight_bytes": plain(w), "activation_peak_bytes": plain(act),
                            "non_torch_bytes": plain(non_torch),

@@ -378,6 +378,45 @@ def test_mla_is_sized_in_vllms_mla_block_by_default():
     assert vllm_block_size(km.Model.from_hf_config(NEXT), km.Chip.preset("h200")) == 16
 
 
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
+    """Review J23-1. vLLM's ``CudaPlatform.check_and_update_config`` (vllm/platforms/cuda.py, commit 002db495 and
+    the v0.11-era versions): ``use_sparse = hasattr(hf_config, "index_topk")``, then, after the FlashMLA (64) and
+    CUTLASS MLA (128) rules, ``if use_sparse and block_size != 64: block_size = 64``. So DeepSeek-V3.2 is paged in
+    64-token blocks on Hopper, Blackwell and every other CUDA chip, and an asked 16 or 128 becomes 64; MLA alone
+    (DeepSeek-V3) keeps the chip's rule: Hopper a multiple of 64, datacenter Blackwell a multiple of 128.
+
+    By hand, V3.2 at 40 GiB, bf16: a block of 61 layers x 64 x (1,152 + 132) B = 5,012,736 B, 8,568 blocks
+    whatever block is asked (16 would give 61 x 16 x 1,284 = 1,253,184 B and 34,272 blocks)."""
+    from kvmath.memory import MLA_BLOCK_SIZE, vllm_block_size
+
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    nvidia = [c for c in km.Chip.presets() if km.Chip.preset(c).vendor == "nvidia"]
+    assert {"h200", "b200", "gb200", "b300", "gb300", "l4", "rtx-pro-6000"} <= set(nvidia)
+    for name in nvidia:
+        chip = km.Chip.preset(name)
+        for asked in (None, 1, 16, 64, 128, 256):
+            assert vllm_block_size(v32, chip, asked) == 64, (name, asked)
+    assert MLA_BLOCK_SIZE == 64 and vllm_block_size(v32) == vllm_block_size(v32, None, 16) == 64
+    # MLA alone: the chip's multiple replaces a block that is not one; a multiple asked for is kept
+    assert [vllm_block_size(v3, km.Chip.preset("h200"), b) for b in (None, 16, 64, 128)] == [64, 64, 64, 128]
+    assert [vllm_block_size(v3, km.Chip.preset("b200"), b) for b in (None, 16, 64, 256)] == [128, 128, 128, 256]
+    assert [vllm_block_size(v3, km.Chip.preset("l4"), b) for b in (None, 32)] == [16, 32]
+    # the engine uses that block: 8,568 blocks of 64 at 40 GiB, the same when 16 is asked
+    for asked in (None, 16, 128):
+        kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=asked, kv_dtype="bf16")
+        assert (kv.block_size, kv.page_bytes, kv.num_blocks) == (64, 5_012_736, 8568)
+    b200 = vllm_engine(v32, km.Chip.preset("b200"), 8192, tensor_parallel=8, kv_dtype="bf16")
+    assert b200.block_size == 64
+    # AMD: vLLM's ROCm sparse backend takes block size 1 only and refuses to start otherwise
+    assert vllm_block_size(v32, km.Chip.preset("mi300x"), 1) == 1
+    with pytest.raises(ValueError, match="ROCm.*block size 1"):
+        vllm_block_size(v32, km.Chip.preset("mi300x"))
+    with pytest.raises(ValueError, match="not on tpu-v7"):
+        vllm_block_size(v32, km.Chip.preset("tpu-v7"))
+
+
 def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
     # vLLM v0.10-v0.11 groups by the most layers of any kind where they are under 1.25 times the fewest,
     # commit 001cabc1 under 1.5 (kvmath's VLLM_GROUP_SIZE_RATIO): the two differ for ratios in [1.25, 1.5) only
