@@ -624,6 +624,8 @@ def _mamba2(c: _Config, d: int) -> LayerSpec:
     channels (``d_inner = n_heads d_head``): what vLLM caches
     (``MambaStateShapeCalculator.mamba2_state_shape``, ``d_conv - 1``
     columns; transformers' ``GraniteMoeHybridMambaLayer`` keeps ``d_conv``).
+    Under tensor parallelism vLLM replicates the ``n_groups`` B/C groups
+    where the ranks do not divide them (:meth:`kvmath.layers.LayerSpec.conv_elems_per_rank`).
     FLOPs per token: 2 per state element for the decayed rank-1 update and 2
     for the readout ``C h`` (the convolution and gates left out).
     Parameters: ``in_proj`` (``d -> 2 d_inner + 2 n_groups d_state + n_heads``),
@@ -639,8 +641,10 @@ def _mamba2(c: _Config, d: int) -> LayerSpec:
     conv_dim = d_inner + 2 * groups * d_state
     params = (d * (2 * d_inner + 2 * groups * d_state + n_heads) + conv_dim * d_conv + 3 * n_heads + d_inner
               + d_inner * d)
+    # conv_groups / group_conv_elems: the B/C groups, which vLLM replicates across TP ranks that do not divide them
     return _linear_state(c, n_heads=n_heads, conv_elems=conv_dim * (d_conv - 1), ssm_elems=n_heads * d_head * d_state,
-                         state_flops=float(4 * n_heads * d_head * d_state), params=params)
+                         state_flops=float(4 * n_heads * d_head * d_state), params=params, conv_groups=groups,
+                         group_conv_elems=2 * d_state * (d_conv - 1))
 
 
 def _granite_moe(c: _Config, d_ff: int) -> dict:

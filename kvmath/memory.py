@@ -517,16 +517,21 @@ def _vllm_weights(weights, dtype: str):
     return {group: loaded(fmt) for group, fmt in weights.items()} if isinstance(weights, dict) else loaded(weights)
 
 
-def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str) -> float:
-    """A linear layer's state per sequence as vLLM keeps it (``MambaStateDtypeCalculator``, ``mamba_utils.py``,
-    v0.10.2): the convolution's inputs in ``mamba_cache_dtype`` "auto", the model dtype; the recurrent state in
-    ``mamba_ssm_cache_dtype``, whose "auto" is the convolution's, or the config's ``mamba_ssm_dtype`` where it
-    names one (``Qwen3_5ForConditionalGenerationConfig``). A layer given in bytes only is taken as given."""
+def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str, tp: int = 1) -> float:
+    """A linear layer's state per sequence on one of ``tp`` ranks as vLLM keeps it (``MambaStateDtypeCalculator``,
+    ``mamba_utils.py``, v0.10.2): the convolution's inputs in ``mamba_cache_dtype`` "auto", the model dtype; the
+    recurrent state in ``mamba_ssm_cache_dtype``, whose "auto" is the convolution's, or the config's
+    ``mamba_ssm_dtype`` where it names one (``Qwen3_5ForConditionalGenerationConfig``). Shards as
+    ``MambaStateShapeCalculator`` does: the recurrent state's heads over ``tp``, the convolution's channels over
+    ``tp`` after Mamba-2's B/C groups are replicated where ``tp`` does not divide them
+    (:meth:`kvmath.layers.LayerSpec.conv_elems_per_rank`). A layer given in bytes only is split evenly."""
+    from .units import dtype_bytes as width
+
     if not (spec.conv_elems or spec.ssm_elems):
-        return spec.state_bytes
+        return spec.state_bytes / tp
     conv = vllm_model_dtype(spec.state_dtype, dtype)
     ssm = (spec.ssm_dtype or conv) if mamba_ssm_cache_dtype == "auto" else mamba_ssm_cache_dtype
-    return spec.state_bytes_as(conv, ssm)
+    return spec.conv_elems_per_rank(tp) * width(conv) + spec.ssm_elems / tp * width(ssm)
 
 
 def _hybrid_default(model) -> bool:
@@ -544,8 +549,9 @@ def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = F
 
     Keys are ``(kind, window, bytes)``: bytes of one token in one layer for attention kinds
     (``2 x max(1, kv_heads // tp) x head_dim x kv_bytes``; MLA's latent, unsplit), of one sequence's state
-    for ``linear`` (:func:`_vllm_state_bytes` over ``tp``: ``gated_delta_net_state_shape`` splits the conv
-    channels and the value heads by TP). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
+    for ``linear`` (:func:`_vllm_state_bytes` on one of ``tp`` ranks: ``gated_delta_net_state_shape`` splits the
+    conv channels and the value heads by TP; ``mamba2_state_shape`` first replicates the B/C groups TP does not
+    divide). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
     ``ds_mla``, vLLM's format for an fp8 cache of it) and its indexer's keys (``"index"``, ``index_bytes`` in
     their own format whatever the KV dtype), two layers to vLLM. A ``shared`` layer gives none. Without the
     hybrid manager, sliding and chunked layers become full attention (``unify_hybrid_kv_cache_specs``,
@@ -568,7 +574,7 @@ def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = F
             if not hybrid:
                 raise ValueError(f"{model.name} has linear-attention layers: vLLM keeps their state in its own "
                                  "pages and refuses to start with the hybrid KV-cache manager disabled")
-            add(("linear", None, _vllm_state_bytes(spec, dtype, mamba_ssm_cache_dtype) / tp))
+            add(("linear", None, _vllm_state_bytes(spec, dtype, mamba_ssm_cache_dtype, tp)))
         elif kind == "mla":
             add(("mla", None, spec.latent_dim * kv_bytes))
         elif kind == "dsa":

@@ -417,6 +417,53 @@ def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
         vllm_block_size(v32, km.Chip.preset("tpu-v7"))
 
 
+def test_mamba2_state_under_tensor_parallelism_replicates_the_groups_by_hand():
+    """Review J23-2. vLLM's ``MambaStateShapeCalculator.mamba2_state_shape`` (vllm/model_executor/layers/mamba/
+    mamba_utils.py @ 02d71083) first sets ``n_groups += extra_groups_for_head_shards(n_groups, tp)``, ``tp -
+    n_groups`` where tp does not divide n_groups, so every rank keeps the B/C groups its heads need; the conv
+    state per rank is ``(d_inner + 2 (n_groups + extra) d_state) / tp x (d_conv - 1)`` and the SSM state
+    ``n_heads / tp x d_head x d_state``. Gated DeltaNet (``gated_delta_net_state_shape``) splits evenly.
+
+    Granite 4.0 H Micro (one group, d_inner 4,096 = 64 heads x 64, d_state 128, d_conv 4, bf16; attention 8 KV
+    heads of 64), by hand:
+      TP=1: (4,096 + 256) x 3 + 64 x 64 x 128 = 13,056 + 524,288 = 537,344 elements, 1,074,688 B;
+      TP=2: (4,096 + 2 x 2 x 128) / 2 x 3 = 6,912 + 262,144 = 269,056 x 2 = 538,112 B (an even split: 537,344);
+      TP=4: (4,096 + 2 x 4 x 128) / 4 x 3 = 3,840 + 131,072 = 134,912 x 2 = 269,824 B;
+      TP=8: (4,096 + 2 x 8 x 128) / 8 x 3 = 2,304 + 65,536 = 67,840 x 2 = 135,680 B.
+    The attention block: 16 x cdiv(state, 16 x bytes per token and layer), 2 x max(1, 8 / tp) x 64 x 2 B:
+      TP=2: 4 heads, 1,024 B: 16 x cdiv(538,112, 16,384) = 16 x 33 = 528, padding 540,672 / 538,112 - 1 = 0.48%;
+      TP=4: 2 heads, 512 B: 16 x cdiv(269,824, 8,192) = 528, padding 270,336 / 269,824 - 1 = 0.19%;
+      TP=8: 1 head, 256 B: 16 x cdiv(135,680, 4,096) = 16 x 34 = 544 (528 without the replication), padding
+      139,264 / 135,680 - 1 = 2.64%. Tokens at 30 GiB, 131,072 tokens, TP=8: 4 full + 36 linear layers, groups
+      of 4, 10 groups; floor(floor(32,212,254,720 / 139,264) / 4) = floor(231,303 / 4) = 57,825 blocks;
+      57,825 // 10 x 544 = 5,782 x 544 = 3,145,408.
+    """
+    from kvmath.layers import LayerSpec
+
+    m = km.Model.from_hf_config(RECONSTRUCTED / "ibm-granite--granite-4.0-h-micro.json")
+    spec = next(s for s in m.layer_specs() if s.kind == "linear")
+    assert (spec.conv_groups, spec.group_conv_elems) == (1, 2 * 128 * 3)
+    assert [spec.conv_elems_per_rank(tp) for tp in (1, 2, 4, 8)] == [13_056, 6_912, 3_840, 2_304]
+    hand = {1: (1_074_688, 528, 0.0062), 2: (538_112, 528, 0.0048), 4: (269_824, 528, 0.0019),
+            8: (135_680, 544, 0.0264)}
+    for tp, (state, block, padding) in hand.items():
+        kv = vllm_kv_cache(m, 30 * GiB, 131072, tensor_parallel=tp)
+        assert (kv.state_bytes, kv.block_size) == (state, block), tp
+        assert round(kv.state_padding, 4) == padding, tp  # vLLM prints it to 0.01%
+    kv8 = vllm_kv_cache(m, 30 * GiB, 131072, tensor_parallel=8)
+    assert (kv8.page_bytes, kv8.num_blocks, kv8.tokens) == (139_264, 57_825, 3_145_408)
+    # Gated DeltaNet splits evenly (no groups): Qwen3-Next's state per rank is the state over TP
+    gdn = next(s for s in km.Model.from_hf_config(NEXT).layer_specs() if s.kind == "linear")
+    assert gdn.conv_groups == 0 and gdn.conv_elems_per_rank(2) == gdn.conv_elems // 2
+    # groups that TP divides are split, not replicated: 8 groups at TP=4 (2 each), at TP=8 (1 each)
+    eight = LayerSpec("linear", n_heads=64, state_bytes=2 * ((4096 + 2 * 8 * 128) * 3 + 524_288),
+                      conv_elems=(4096 + 2 * 8 * 128) * 3, ssm_elems=524_288, state_dtype="bf16", conv_groups=8,
+                      group_conv_elems=768)
+    assert eight.conv_elems_per_rank(4) == (4096 + 2048) * 3 // 4 and eight.conv_elems_per_rank(8) == 6144 * 3 // 8
+    with pytest.raises(ValueError, match="conv_groups .* go together"):
+        LayerSpec("linear", state_bytes=2.0, conv_elems=1, state_dtype="bf16", conv_groups=1)
+
+
 def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
     # vLLM v0.10-v0.11 groups by the most layers of any kind where they are under 1.25 times the fewest,
     # commit 001cabc1 under 1.5 (kvmath's VLLM_GROUP_SIZE_RATIO): the two differ for ratios in [1.25, 1.5) only
