@@ -497,7 +497,8 @@ def _add_check_config(checks) -> None:
                        help=f"with --vllm-tokens: {text}" + (f" (default: {default})" if default else ""))
     _add_vllm_rules(p, "with --vllm-tokens: ")
     p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
-                   help="cached keys and values (default: bf16)")
+                   help="cached keys and values (default: bf16; with --vllm-tokens, vLLM's --kv-cache-dtype auto: "
+                        "the model dtype, or fp8_ds_mla for DeepSeek-V3.2 as vLLM v0.11 stores it)")
     p.add_argument("--json", action=_OnceFlag, help="print the result's to_dict() as JSON (default: text)")
 
 
@@ -537,7 +538,7 @@ def _check_config(args) -> "_Answer":
             if getattr(args, dest) is not None:
                 kw[dest] = int(positive_int(_option(args, dest), getattr(args, dest)))
         kw.update(_vllm_rules(args))
-    r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype, **kw)
+    r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype if _given(args, "kv_dtype") else None, **kw)
     # exit 1 where the figure disagrees with kvmath's, so that a script or CI can use the check
     return _Answer(r.to_dict(), lambda: _print_check_config(r), status=0 if r.matches else 1)
 
@@ -942,6 +943,8 @@ def _capacity(args) -> _Answer:
     if args.engine:
         # given rules only: the library's defaults stand otherwise
         engine = dict(engine="vllm", vllm_version=args.vllm_version or "v1", **_vllm_rules(args))
+        if not _given(args, "kv_dtype"):  # vLLM's own default, --kv-cache-dtype auto (DeepSeek-V3.2: fp8_ds_mla)
+            engine["kv_dtype"] = "auto"
         if args.gpu_memory_utilization is not None:
             engine["gpu_memory_utilization"] = fraction("--gpu-memory-utilization", args.gpu_memory_utilization)
         if args.block_size is not None:
@@ -1042,6 +1045,13 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row("activation peak", fmt_bytes(e.activation_peak_bytes), 4)
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
+        if e.kv_cache_dtype != args.kv_dtype:  # vLLM's --kv-cache-dtype auto, or fp8 made fp8_ds_mla: said
+            from .memory import VLLM_DSA_AUTO_KV
+            why = (f"vLLM v0.11's --kv-cache-dtype auto for DSA; later releases keep bf16 (--kv-dtype bf16)"
+                   if e.kv_cache_dtype == VLLM_DSA_AUTO_KV and not _given(args, "kv_dtype") else
+                   "vLLM's format for an fp8 DSA cache" if e.kv_cache_dtype == VLLM_DSA_AUTO_KV else
+                   "vLLM's --kv-cache-dtype auto: the model dtype")
+            _row("KV cache dtype", f"{e.kv_cache_dtype}  ({why})", 4)
         kinds = Counter(e.group_kinds)
         # one group of layers with different pages (DSA's latent and indexer keys): a block spans all of them
         spans = "1 spanning every layer" if (e.num_groups, e.group_size) == (1, 1) and dep.model.n_layers > 1 \

@@ -163,7 +163,7 @@ def _kv_terms(model, layers, quantity, tokens, kv_bytes):
 
 def check_config(config, quantity: str, figure: float, *, tokens: int | None = None,
                  available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int | None = None,
-                 tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str = "bf16",
+                 tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str | None = None,
                  rtol: float | None = None, mamba_cache_mode: str | None = None,
                  tokens_rule: str | None = None, hybrid: bool | None = None, dtype: str | None = None,
                  mamba_ssm_cache_dtype: str | None = None) -> ConfigCheck:
@@ -185,8 +185,9 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         ``vllm_tokens`` only: the vLLM rules that differ between releases (how vLLM caches linear layers'
         states, what its tokens line counts, its hybrid KV-cache manager, ``--dtype`` and
         ``--mamba-ssm-cache-dtype``; default :func:`kvmath.memory.vllm_kv_cache`'s).
-    kv_dtype : str
-        The cached element format (default bf16).
+    kv_dtype : str, optional
+        The cached element format (default bf16; for ``vllm_tokens``, vLLM's default ``--kv-cache-dtype
+        auto``: the model dtype, or ``fp8_ds_mla`` for DeepSeek-V3.2 under v0.11).
     rtol : float, optional
         Relative difference taken as equal (default :data:`RTOL` for the quantity).
 
@@ -217,7 +218,7 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
     figure = float(positive("figure", figure))
     rtol = RTOL["tokens" if quantity == "vllm_tokens" else "bytes"] if rtol is None else float(positive("rtol", rtol))
     model = model_from_hf_config(config)  # a refusal names the file
-    kv_bytes = dtype_bytes(kv_dtype, argument="kv_dtype")
+    kv_bytes = dtype_bytes(kv_dtype or "bf16", argument="kv_dtype")
     readings: dict = {}
     terms: dict = {}
     if quantity in ("kv_bytes_per_token", "seq_bytes"):
@@ -246,7 +247,7 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         if available_kv_bytes is None:
             raise ValueError("available_kv_bytes (vLLM's 'Available KV cache memory') is needed for vllm_tokens")
         avail = float(positive("available_kv_bytes", available_kv_bytes))
-        kw = dict(block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel,
+        kw = dict(block_size=block_size, kv_dtype=kv_dtype or "auto", tensor_parallel=tensor_parallel,
                   max_num_batched_tokens=max_num_batched_tokens, **rules)
 
         def engine(m, **more):

@@ -150,10 +150,23 @@ VLLM_TOKEN_RULES = ("blocks", "concurrency")
 #: scales (16 B) and the 64 rope values in bf16 (128 B).
 VLLM_FP8_DS_MLA_BYTES = 656
 
+#: What vLLM's ``--kv-cache-dtype auto`` (its default) stores DeepSeek-V3.2's (DSA) cache in under the defaults
+#: kvmath reproduces: its own fp8 format, not the model dtype. ``DeepseekV32ForCausalLM.verify_and_update_config``
+#: (``vllm/model_executor/models/config.py``): "For DeepSeekV3.2, we use a custom fp8 format as default (i.e.
+#: "auto")", ``if cache_dtype == "auto" or cache_dtype.startswith("fp8"): cache_dtype = "fp8_ds_mla"``, from vLLM
+#: PR #25988 ("Fix default kv-cache-dtype default for DeepseekV3.2", merged 2025-09-30, in the v0.11 release cycle,
+#: the first in which vLLM serves DeepSeek-V3.2; the code index holds it at commit 0144dd5b, a v0.11-era
+#: file); vLLM's DeepSeek-V3.2 recipe says the same ("The default config uses a custom fp8 kvcache. You can also
+#: use bfloat16 kvcache by specifying kv_cache_dtype=bfloat16"). Later versions of the same file map only an
+#: explicit fp8 ("a custom fp8 format is used when fp8 kv-cache is enabled"), so "auto" there is the model's
+#: bf16: pass ``kv_dtype="bf16"`` for them. Which tagged release made that change was not found.
+VLLM_DSA_AUTO_KV = "fp8_ds_mla"
+
 #: The vLLM release whose defaults kvmath's are: every default of :func:`vllm_kv_cache` and :func:`vllm_engine`
 #: is what vLLM v0.10.2 to v0.11 does unless told otherwise (``gpu_memory_utilization`` 0.9, block 16 and 64 for
 #: MLA, ``mamba_cache_mode`` "none", the hybrid manager off for chunked local attention, the "blocks" tokens
-#: line); each argument names what later releases do instead.
+#: line, ``kv_dtype`` "auto": the model's dtype, and for DeepSeek-V3.2 v0.11's :data:`VLLM_DSA_AUTO_KV`); each
+#: argument names what later releases do instead.
 VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 
 #: Where each rule of :func:`vllm_kv_cache` and :func:`vllm_engine` was read, with the release:
@@ -205,6 +218,27 @@ VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")
 #: attention (FlashAttention's block sizes; 32 on Blackwell with FlashInfer and head size 256, which
 #: ``block_alignment=32`` reproduces), 64 for MLA (128 with the CUTLASS MLA backend).
 VLLM_BLOCK_ALIGNMENT = {"attention": 16, "mla": 64}
+
+
+def _vllm_kv_format(model, kv_dtype, dtype: str = "auto") -> tuple[float, bool, str]:
+    """``(bytes per cached element, ds_mla, name)`` of vLLM's ``--kv-cache-dtype kv_dtype`` for ``model``.
+
+    "auto" (vLLM's default) is the model dtype (``--dtype``; "auto": a 2-byte bf16 or fp16, a float32 checkpoint
+    downcast to bf16), except for a model with DSA layers, which vLLM v0.11 stores in :data:`VLLM_DSA_AUTO_KV`.
+    An fp8 format makes a DSA latent ``fp8_ds_mla`` in every release (``ds_mla`` True: :data:`VLLM_FP8_DS_MLA_BYTES`
+    a token and layer). Another format name, or a number of bytes, is used as given."""
+    dsa = any(s.kind == "dsa" for s in model.layer_specs())
+    if isinstance(kv_dtype, str) and kv_dtype.strip().lower() == "auto":
+        if dsa:
+            return 1.0, True, VLLM_DSA_AUTO_KV
+        fmt = "bf16" if dtype == "auto" else dtype
+        return float(dtype_bytes(fmt)), False, fmt
+    if isinstance(kv_dtype, str):
+        b = float(dtype_bytes(kv_dtype, argument="kv_dtype"))
+        ds_mla = dsa and kv_dtype.lower().startswith("fp8")
+        return b, ds_mla, VLLM_DSA_AUTO_KV if ds_mla else kv_dtype.strip().lower()
+    b = float(positive("kv_dtype", kv_dtype))
+    return b, False, f"{b:g} B an element"
 
 
 def _known(chip: Chip, attr: str, needed_by: str) -> float:
@@ -390,7 +424,7 @@ def _check_tensor_parallel(model, tp: int) -> None:
 
 
 @checked
-def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float = "bf16",
+def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float = "auto",
                     tensor_parallel: int = 1) -> int:
     """Bytes of one KV-cache block of one layer on one rank, as vLLM allocates it.
 
@@ -403,7 +437,9 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     (``MLAAttentionSpec``; ``get_head_size`` returns ``kv_lora_rank +
     qk_rope_head_dim``, ``get_num_kv_heads`` returns 1), the same on every
     rank. ``block_size``: the one asked for, as vLLM uses it on CUDA (:func:`vllm_block_size`: None gives
-    vLLM's default; a DSA model's is 64 whatever was asked).
+    vLLM's default; a DSA model's is 64 whatever was asked). ``kv_dtype``: vLLM's ``--kv-cache-dtype``, "auto"
+    (the default) the model's 2-byte dtype, or for DeepSeek-V3.2 (DSA) v0.11's ``fp8_ds_mla``,
+    :data:`VLLM_FP8_DS_MLA_BYTES` a token (:data:`VLLM_DSA_AUTO_KV`; the indexer's keys are a page of their own).
 
     Examples
     --------
@@ -424,7 +460,9 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     block_size = vllm_block_size(model, None, block_size)  # the block vLLM uses (DSA: 64 whatever was asked)
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    b, ds_mla, _ = _vllm_kv_format(model, kv_dtype)
+    if ds_mla:
+        return _whole(block_size * VLLM_FP8_DS_MLA_BYTES)
     if _model(model).attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
     else:
@@ -719,7 +757,7 @@ def _request_blocks(groups, blocks: dict, block_size: int, mml: ArrayLike, mnbt:
 
 @checked
 def vllm_request_kv_bytes(
-    model, tokens: ArrayLike, *, kv_dtype: str | float = "bf16", block_size: int | None = None,
+    model, tokens: ArrayLike, *, kv_dtype: str | float = "auto", block_size: int | None = None,
     tensor_parallel: int = 1, max_num_batched_tokens: ArrayLike | None = None, hybrid: bool = True,
     mamba_cache_mode: str = "none",
 ) -> ArrayLike:
@@ -757,8 +795,7 @@ def vllm_request_kv_bytes(
     mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
-    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
+    b, ds_mla, _ = _vllm_kv_format(model, kv_dtype)
     groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)
     _, _, per_request = _request_blocks(groups, blocks, block_size, mml, mnbt, mamba_cache_mode)
     return _whole(per_request * page * group_size, "request_bytes")
@@ -914,6 +951,9 @@ class EngineBudget(Result):
         later releases print for the same pool).
     weight_formats : str or dict or None
         :func:`vllm_engine` only: the formats the weights were sized in, as vLLM loads them (``--dtype``).
+    kv_cache_dtype : str
+        The format vLLM stores the cache in (its ``--kv-cache-dtype`` resolved: "auto" is the model's dtype, or
+        ``fp8_ds_mla`` for DeepSeek-V3.2 under v0.11, :data:`VLLM_DSA_AUTO_KV`).
     """
 
     available_kv_bytes: ArrayLike
@@ -938,6 +978,7 @@ class EngineBudget(Result):
     tokens_rule: str = "blocks"
     tokens_by_rule: dict | None = None
     weight_formats: str | dict | None = None
+    kv_cache_dtype: str = ""
 
     @property
     def state_padding(self) -> float | None:
@@ -954,7 +995,7 @@ def vllm_kv_cache(
     max_model_len: ArrayLike,
     *,
     block_size: int | None = None,
-    kv_dtype: str | float = "bf16",
+    kv_dtype: str | float = "auto",
     tensor_parallel: int = 1,
     layers: int | None = None,
     max_num_batched_tokens: ArrayLike | None = None,
@@ -1008,8 +1049,10 @@ def vllm_kv_cache(
     block_size, kv_dtype, tensor_parallel :
         Tokens per block asked for, used as vLLM uses it (:func:`vllm_block_size`: by default 16, or 64 for MLA
         and DSA; DSA's is 64 whatever was asked, an MLA block on Hopper or datacenter Blackwell a multiple of
-        the chip's), cached element format, TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever
-        ``kv_dtype``.
+        the chip's), cached element format (vLLM's ``--kv-cache-dtype``: "auto", the default, is the model's
+        2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``, :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its
+        latent in bf16, what later releases' "auto" does; an fp8 format is ``fp8_ds_mla`` for it in every
+        release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
         whose layers vLLM keeps in one group only). Default: all.
@@ -1085,13 +1128,12 @@ def vllm_kv_cache(
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
     tp = int(tensor_parallel)
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
+    b, ds_mla, kv_name = _vllm_kv_format(model, kv_dtype, dtype)
     v1_only = {"linear": "linear-attention", "dsa": "DSA (sparse-attention indexer)", "shared": "shared-KV"}
     kinds = [v1_only[k] for k in v1_only if any(s.kind == k for s in model.layer_specs())]
     if engine == "v0" and kinds:
         raise ValueError(f"engine 'v0': {model.name} has {' and '.join(kinds)} layers, whose caches V0 did not "
                          "page (vLLM serves them with the V1 engine); kvmath sizes them for V1 only")
-    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
     hybrid = hybrid and engine == "v1"
     groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid, block_alignment, ds_mla,
                                                            dtype, mamba_ssm_cache_dtype)
@@ -1136,6 +1178,7 @@ def vllm_kv_cache(
         group_kinds=tuple(k[0] for k in groups), state_bytes=None if state is None else _whole(state, "state_bytes"),
         hybrid_kv_cache_manager=hybrid, tokens_rule=tokens_rule,
         tokens_by_rule={rule: _whole(value, "tokens") for rule, value in by_rule.items()},
+        kv_cache_dtype=kv_name,
     )
 
 
@@ -1148,7 +1191,7 @@ def vllm_engine(
     gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
     block_size: int | None = None,
     weights="bf16",
-    kv_dtype: str | float = "bf16",
+    kv_dtype: str | float = "auto",
     tensor_parallel: int = 1,
     max_num_batched_tokens: ArrayLike | None = None,
     max_num_seqs: ArrayLike | None = None,

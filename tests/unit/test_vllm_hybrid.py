@@ -253,14 +253,14 @@ def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
     v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
     assert {s.kind for s in v32.layer_specs()} == {"dsa"}
     assert vllm_kv_groups(v32) == (1, ("dsa",))
-    kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64)
+    kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, kv_dtype="bf16")
     assert (kv.page_bytes, kv.group_size, kv.num_groups) == (61 * 64 * 1284, 1, 1)
     assert (kv.num_blocks, kv.tokens, kv.blocks_per_request) == (8568, 548_352, 2048)
     assert round(kv.max_concurrency, 2) == 4.18
     fp8 = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, kv_dtype="fp8")
     assert (fp8.page_bytes, fp8.num_blocks) == (61 * 64 * 788, 13_961)
     # tensor parallelism does not split an MLA latent or the indexer's key
-    assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8).num_blocks == 8568
+    assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8, kv_dtype="bf16").num_blocks == 8568
     v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
     assert vllm_kv_cache(v3, 40 * GiB, 131072, block_size=64).num_blocks == 9549
     with pytest.raises(ValueError, match="engine 'v0'.*DSA"):
@@ -333,16 +333,22 @@ def test_a_float32_config_is_served_in_bf16_weights_and_states():
     2,048 B per token and layer; the state 537,344 elements per layer, 1,074,688 B in bf16: block 16 x cdiv(1,074,688,
     16 x 2,048) = 528, page 1,081,344 B; 4 full + 36 linear layers: groups of 4, 1 + 9 groups; floor(floor(40 GiB /
     1,081,344) / 4) = 9,929 blocks; a request cdiv(8,192, 528) = 16 + 9 = 25: 397.16x, tokens 9,929 // 10 x 528 =
-    523,776. In fp32 (--dtype fp32): 2,149,376 B, block 1,056, 4,964 blocks, 8 + 9 = 17 a request: 292.0x."""
+    523,776. In fp32 (--dtype fp32) with a bf16 cache (--kv-cache-dtype bfloat16): 2,149,376 B, block 1,056, 4,964
+    blocks, 8 + 9 = 17 a request: 292.0x. With vLLM's --kv-cache-dtype auto the cache is fp32 too, 4,096 B per
+    token and layer: block 16 x cdiv(2,149,376, 65,536) = 528, page 2,162,688 B, floor(floor(40 GiB / 2,162,688) /
+    4) = floor(19,859 / 4) = 4,964 blocks, 16 + 9 = 25 a request: 198.56x."""
     config = json.loads((RECONSTRUCTED / "ibm-granite--granite-4.0-h-micro.json").read_text())
     m = km.Model.from_hf_config({**config, "dtype": "float32"})
     auto = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048)
     assert (auto.state_bytes, auto.block_size, auto.page_bytes) == (1_074_688, 528, 1_081_344)
     assert (auto.num_blocks, auto.blocks_per_request, auto.tokens) == (9929, 25, 523_776)
     assert round(auto.max_concurrency, 2) == 397.16
-    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32")
+    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32", kv_dtype="bf16")
     assert (fp32.state_bytes, fp32.block_size, fp32.num_blocks, fp32.blocks_per_request) == (2_149_376, 1056, 4964, 17)
     assert round(fp32.max_concurrency, 2) == 292.0
+    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32")
+    assert (fp32.kv_cache_dtype, fp32.block_size, fp32.page_bytes) == ("fp32", 528, 2_162_688)
+    assert (fp32.num_blocks, fp32.blocks_per_request, round(fp32.max_concurrency, 2)) == (4964, 25, 198.56)
     # OLMo-2 32B's float32 file on one H200: 32,233,886,720 parameters loaded in bf16, 64,467,773,440 B, not
     # the 128,935,546,880 B the file stores
     olmo = km.Model.from_hf_config(Path(__file__).parents[1] / "data" / "hf_configs" / "allenai--OLMo-2-0325-32B")
@@ -462,6 +468,39 @@ def test_mamba2_state_under_tensor_parallelism_replicates_the_groups_by_hand():
     assert eight.conv_elems_per_rank(4) == (4096 + 2048) * 3 // 4 and eight.conv_elems_per_rank(8) == 6144 * 3 // 8
     with pytest.raises(ValueError, match="conv_groups .* go together"):
         LayerSpec("linear", state_bytes=2.0, conv_elems=1, state_dtype="bf16", conv_groups=1)
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_deepseek_v32_default_cache_is_fp8_ds_mla_as_vllm_v0_11_stores_it(capsys):
+    """Review J23-3. vLLM v0.11's DeepseekV32ForCausalLM.verify_and_update_config (models/config.py; PR #25988,
+    merged 2025-09-30) turns --kv-cache-dtype "auto" (the default) and any fp8 into fp8_ds_mla for DeepSeek-V3.2;
+    an explicit bfloat16 keeps bf16 (what later releases' "auto" does). By hand, 40 GiB on one rank, 8,192 tokens:
+    fp8_ds_mla, a block of 61 x 64 x (656 + 132) = 3,076,352 B: floor(42,949,672,960 / 3,076,352) = 13,961 blocks,
+    893,504 tokens, 13,961 / 128 = 109.07x; bf16, 61 x 64 x (1,152 + 132) = 5,012,736 B: 8,568 blocks, 66.94x.
+    Other models' "auto" is their 2-byte dtype: Llama 3.1 8B's figures are bf16's."""
+    from kvmath.cli import main
+
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    auto = vllm_kv_cache(v32, 40 * GiB, 8192)
+    assert (auto.kv_cache_dtype, auto.page_bytes, auto.num_blocks, auto.tokens) == ("fp8_ds_mla", 3_076_352,
+                                                                                     13_961, 893_504)
+    assert round(auto.max_concurrency, 2) == 109.07
+    assert vllm_kv_cache(v32, 40 * GiB, 8192, kv_dtype="fp8").num_blocks == 13_961
+    bf16 = vllm_kv_cache(v32, 40 * GiB, 8192, kv_dtype="bf16")
+    assert (bf16.kv_cache_dtype, bf16.page_bytes, bf16.num_blocks, round(bf16.max_concurrency, 2)) == (
+        "bf16", 5_012_736, 8568, 66.94)
+    llama = km.Model.preset("llama-3.1-8b")
+    a, b = vllm_kv_cache(llama, 40 * GiB, 8192), vllm_kv_cache(llama, 40 * GiB, 8192, kv_dtype="bf16")
+    assert (a.kv_cache_dtype, a.num_blocks) == ("bf16", b.num_blocks) and a.num_blocks == 20_480
+    # the command line sizes vLLM at its own default and says which format that is
+    config = str(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "8192",
+                 "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache dtype                       fp8_ds_mla  (vLLM v0.11's --kv-cache-dtype auto for DSA" in out
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "8192",
+                 "--engine", "vllm", "--kv-dtype", "bf16"]) == 0
+    assert "KV cache dtype" not in capsys.readouterr().out
 
 
 def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
