@@ -479,14 +479,19 @@ def _add_check_config(checks) -> None:
                         help="their bytes of cache for one sequence of --tokens tokens (one figure is required)")
     figure.add_argument("--vllm-tokens", type=_number, action=_Once,
                         help="vLLM's 'GPU KV cache size: N tokens' for --available-gib of KV memory "
-                             "(one figure is required)")
+                             "(one figure is required; through v0.20 it equals the memory over every layer paged "
+                             "as full attention, so it cannot tell the hybrid misreadings apart: "
+                             "--vllm-concurrency can)")
+    figure.add_argument("--vllm-concurrency", type=_number, action=_Once,
+                        help="vLLM's 'Maximum concurrency for N tokens per request: X x' for --available-gib of KV "
+                             "memory and --max-model-len N (one figure is required)")
     figure.add_argument("--weight-bytes", type=_number, action=_Once,
                         help="their bytes of weights in memory (one figure is required)")
     p.add_argument("--tokens", type=_number, action=_Once,
                    help="with --seq-bytes: the sequence's length (required there; default: none)")
     p.add_argument("--available-gib", type=_number, action=_Once,
-                   help="with --vllm-tokens: vLLM's 'Available KV cache memory' per rank, GiB (required there; "
-                        "default: none)")
+                   help="with --vllm-tokens or --vllm-concurrency: vLLM's 'Available KV cache memory' per rank, GiB "
+                        "(required there; default: none)")
     for opt, default, text in (("--max-model-len", 8192, "vLLM's --max-model-len"),
                                ("--block-size", None, "tokens per vLLM block asked for (default: 16, or 64 for "
                                                       "MLA, FlashMLA's on Hopper; DSA 64 whatever is asked)"),
@@ -494,8 +499,9 @@ def _add_check_config(checks) -> None:
                                ("--max-num-batched-tokens", None, "vLLM's --max-num-batched-tokens (default: "
                                                                   "vLLM's for the engine)")):
         p.add_argument(opt, type=_number, action=_Once,
-                       help=f"with --vllm-tokens: {text}" + (f" (default: {default})" if default else ""))
-    _add_vllm_rules(p, "with --vllm-tokens: ")
+                       help=f"with --vllm-tokens or --vllm-concurrency: {text}"
+                            + (f" (default: {default})" if default else ""))
+    _add_vllm_rules(p, "with --vllm-tokens or --vllm-concurrency: ")
     p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
                    help="cached keys and values (default: bf16; with --vllm-tokens, vLLM's --kv-cache-dtype auto: "
                         "the model dtype, or fp8_ds_mla for DeepSeek-V3.2 as vLLM v0.11 stores it)")
@@ -514,15 +520,16 @@ def _check_config(args) -> "_Answer":
     from .config_check import check_config
 
     figures = {"kv_bytes_per_token": "--kv-bytes-per-token", "seq_bytes": "--seq-bytes",
-               "vllm_tokens": "--vllm-tokens", "weight_bytes": "--weight-bytes"}
+               "vllm_tokens": "--vllm-tokens", "vllm_concurrency": "--vllm-concurrency",
+               "weight_bytes": "--weight-bytes"}
     quantity = next(q for q in figures if getattr(args, q) is not None)
-    needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",)}
-    applies = {"tokens": "seq_bytes", "available_gib": "vllm_tokens", "max_model_len": "vllm_tokens",
-               "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens",
-               **{dest: "vllm_tokens" for dest in _VLLM_RULES}}
-    for dest, owner in applies.items():
-        if getattr(args, dest) is not None and owner != quantity:
-            raise ValueError(f"{_option(args, dest)} applies to {figures[owner]} only")
+    engine = ("vllm_tokens", "vllm_concurrency")
+    needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",), "vllm_concurrency": ("available_gib",)}
+    applies = {"tokens": ("seq_bytes",), "available_gib": engine, "max_model_len": engine, "block_size": engine,
+               "tensor_parallel": engine, "max_num_batched_tokens": engine, **{dest: engine for dest in _VLLM_RULES}}
+    for dest, owners in applies.items():
+        if getattr(args, dest) is not None and quantity not in owners:
+            raise ValueError(f"{_option(args, dest)} applies to {' and '.join(figures[o] for o in owners)} only")
     for dest in needs.get(quantity, ()):
         if getattr(args, dest) is None:
             raise ValueError(f"{figures[quantity]} needs --{dest.replace('_', '-')}")
@@ -532,7 +539,7 @@ def _check_config(args) -> "_Answer":
     kw = {}
     if quantity == "seq_bytes":
         kw["tokens"] = int(positive_int("--tokens", args.tokens))
-    if quantity == "vllm_tokens":
+    if quantity in engine:
         kw["available_kv_bytes"] = float(positive("--available-gib", args.available_gib)) * 2**30
         for dest in ("max_model_len", "block_size", "tensor_parallel", "max_num_batched_tokens"):
             if getattr(args, dest) is not None:
@@ -547,17 +554,20 @@ _CHECKS["config"] = _check_config
 
 
 def _print_check_config(r) -> None:
-    unit = "tokens" if r.quantity == "vllm_tokens" else "B"
-    _row(f"{r.quantity}: yours", f"{r.figure:,.0f} {unit}")
-    _row(f"{r.quantity}: kvmath", f"{r.kvmath:,.0f} {unit}")
+    from .config_check import shown
+
+    engine = r.quantity.startswith("vllm")
+    _row(f"{r.quantity}: yours", shown(r.quantity, r.figure))
+    _row(f"{r.quantity}: kvmath", shown(r.quantity, r.kvmath))
     for kind, value in r.terms.items():
-        shown = f"{value:,}" if isinstance(value, int) else f"{value:,.0f} B"
-        _row(f"{kind} layers" if r.quantity != "vllm_tokens" else kind, shown, 2)
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.0f} B"
+        _row(kind if engine else f"{kind} layers", text, 2)
     print(r.explanation)
     if r.readings and not r.matches:
         print("readings of the config (the figure each gives):")
         for name, value in r.readings.items():
-            print(f"  {value:>20,.0f} {unit}  {name}")
+            same = "  (= kvmath's: this figure cannot tell it apart)" if name in r.indistinguishable else ""
+            print(f"  {shown(r.quantity, value):>20}  {name}{same}")
 
 
 def _layout_text(layout: ParallelLayout) -> str:

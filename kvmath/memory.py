@@ -1029,7 +1029,13 @@ def vllm_kv_cache(
     Through v0.20 the "GPU KV cache size" is therefore not the tokens one could cache: for a hybrid model
     it counts ``num_blocks`` shared by all the groups, a full group's share of them, in attention blocks;
     the concurrency line is the figure that says how many ``max_model_len`` requests fit. Later releases
-    print ``int(concurrency x max_model_len)`` (``tokens_rule="concurrency"``).
+    print ``int(concurrency x max_model_len)`` (``tokens_rule="concurrency"``). The old line is, by
+    construction, what the same memory gives with every layer paged as full attention: the unified page is
+    ``block x`` a full layer's bytes per token and ``groups x group_size`` is every layer (padding layers
+    aside), so ``num_blocks // groups x block`` is ``available / (layers x`` a full layer's bytes per
+    token ``)`` up to whole blocks (Qwen3-Next at TP=2: 973,760 against 974,080 tokens; gpt-oss-20b: equal).
+    A calculator that counts linear layers as attention or ignores the windows reproduces it, so only the
+    concurrency line checks such a reading (:func:`kvmath.config_check.check_config` says so).
 
     Where vLLM refuses to start, this raises ``ValueError`` saying why: no
     whole block fits, one request of ``max_model_len`` tokens does not fit
@@ -1073,8 +1079,9 @@ def vllm_kv_cache(
         How linear layers' states are cached (:data:`VLLM_MAMBA_CACHE_MODES`): "none" (prefix caching off),
         "align" (what vLLM selects for Gated DeltaNet models with prefix caching on), "all".
     tokens_rule : str
-        What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20),
-        "concurrency" (the later ``int(max_concurrency x max_model_len)``).
+        What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20;
+        equal, up to whole blocks, to the memory over every layer paged as full attention), "concurrency"
+        (``int(max_concurrency x max_model_len)``, printed by v0.29; the switch falls between v0.20 and v0.29).
     dtype : str
         vLLM's ``--dtype`` (:data:`VLLM_DTYPES`), the dtype a linear layer's state is kept in (its
         ``mamba_cache_dtype`` "auto"); "auto": the layer's own, a float32 one in bf16 (:func:`vllm_model_dtype`).
