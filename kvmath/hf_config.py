@@ -808,6 +808,38 @@ _ONE_MATRIX = re.compile(r"\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|q_a_proj|q_b_
                          r"gate_proj|up_proj|down_proj|gate_up_proj|w1|w2|w3)$")
 
 
+#: The matrices of a decoder block, by the names GPTQ's ``modules_in_block_to_quantize`` gives them, and the
+#: weight group each whole set makes: a group is quantized where every matrix of one of its sets is listed.
+_BLOCK_MODULE_SETS = {"attention": ({"q_proj", "k_proj", "v_proj", "o_proj"}, {"qkv_proj", "o_proj"}),
+                      "mlp": ({"gate_proj", "up_proj", "down_proj"}, {"gate_up_proj", "down_proj"})}
+
+
+def _gptq_block_groups(quant: Mapping) -> set:
+    """The groups GPTQ's ``modules_in_block_to_quantize`` quantizes (``[["self_attn.q_proj", ...], ...]``, the
+    modules of each block, in sequential order): whole attention and MLP sets only, else ``ValueError`` by name."""
+    key = "quantization_config.modules_in_block_to_quantize"
+    listed = quant["modules_in_block_to_quantize"]
+    if not isinstance(listed, list) or not all(isinstance(step, list) and all(isinstance(m, str) for m in step)
+                                               for step in listed):
+        raise ValueError(f"config.json '{key}' must be a list of lists of module names, got {listed!r}")
+    names = {m.rsplit(".", 1)[-1] for step in listed for m in step}
+    if any("expert" in m for step in listed for m in step):
+        raise ValueError(f"config.json '{key}' names expert modules: kvmath reads it for dense attention and MLP "
+                         "matrices only; give the formats yourself (--weight-dtype, or weights= in Python)")
+    groups, covered = set(), set()
+    for group, sets in _BLOCK_MODULE_SETS.items():
+        whole = next((full for full in sets if full <= names), None)
+        if whole is not None:
+            groups.add(group)
+            covered |= whole
+    partial = sorted(names - covered)
+    if partial:
+        raise ValueError(f"config.json '{key}' quantizes {', '.join(partial)} without the rest of its group: kvmath "
+                         "sizes each weight group (attention, MLP) in one format; give the formats yourself "
+                         "(--weight-dtype, or weights= in Python)")
+    return groups
+
+
 def _int_quant_bits(quant: Mapping, method: str) -> Union[str, float]:
     """Bytes per weight (or the format's name) of a gptq / awq checkpoint from its bits and group_size.
 
@@ -854,7 +886,13 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
       matrices at ``bits`` with a fp16 scale (and a zero point, GPTQ always,
       AWQ with ``zero_point``) per ``group_size`` weights, in bytes per
       weight (``"int4-g128"`` where that is the layout); the rest in
-      ``torch_dtype``.
+      ``torch_dtype``. GPTQ's ``lm_head`` true (GPTQModel) quantizes the LM
+      head too; its ``modules_in_block_to_quantize`` quantizes only the
+      attention or MLP sets it lists whole (a set left part-quantized, or
+      expert modules, raise ``ValueError`` naming the key).
+    * ``quant_method`` ``"mxfp4"`` on a config without experts, and
+      GPTQModel's per-module ``dynamic`` overrides, raise ``ValueError``
+      naming the key: they would size the weights wrong, not roughly.
 
     Any other ``quant_method`` (compressed-tensors, bitsandbytes, ...) raises
     ``ValueError`` naming ``quantization_config.quant_method``: its bits depend
@@ -875,8 +913,9 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
     --------
     >>> weights_from_hf_config({"torch_dtype": "bfloat16"})
     'bf16'
-    >>> weights_from_hf_config({"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-    ...     "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}})
+    >>> weights_from_hf_config({"num_local_experts": 32, "quantization_config": {"quant_method": "mxfp4",
+    ...     "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+    ...                                "lm_head"]}})
     {'default': 'bf16', 'experts': 'mxfp4'}
     >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8",
     ...     "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}})
@@ -922,6 +961,34 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
         stored = _int_quant_bits(quant, method)
     else:
         stored = "mxfp4"
+        experts = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if c.int(k, 0, minimum=0)]
+        if not experts:  # Mxfp4HfQuantizer converts experts only (gpt-oss): on a dense model it would change nothing
+            raise ValueError("config.json 'quantization_config.quant_method' 'mxfp4' quantizes expert weights only "
+                             "(transformers' Mxfp4 quantizer, for gpt-oss), and this config has no experts "
+                             f"({c.name('num_local_experts')!r}); give the formats yourself (--weight-dtype, or "
+                             "weights= in Python)")
+    quantized = set(_QUANTIZED_GROUPS[method])
+    for key in ("dynamic",):
+        if quant.get(key):  # GPTQModel's per-module overrides: bits, group sizes or skips by regex
+            raise ValueError(f"config.json 'quantization_config.{key}' sets formats module by module, which kvmath "
+                             "does not read; give the formats yourself (--weight-dtype, or weights= in Python)")
+    if quant.get("modules_in_block_to_quantize") is not None:
+        if method != "gptq":
+            raise ValueError(f"config.json 'quantization_config.modules_in_block_to_quantize' is a GPTQ option, "
+                             f"not read for quant_method {method!r}")
+        quantized = _gptq_block_groups(quant) | {"experts", "shared_experts"}
+    head = quant.get("lm_head", False)
+    if not isinstance(head, bool):
+        raise ValueError(f"config.json 'quantization_config.lm_head' must be true or false, got {head!r}")
+    if head:
+        if method != "gptq":
+            raise ValueError(f"config.json 'quantization_config.lm_head' true is read for quant_method 'gptq' "
+                             f"(GPTQModel's option) only, not {method!r}")
+        if data.get("tie_word_embeddings", c.raw("tie_word_embeddings", False)):
+            raise ValueError("config.json 'quantization_config.lm_head' true with 'tie_word_embeddings' true: "
+                             "kvmath cannot tell whether the tied table is stored once quantized or twice; give "
+                             "the formats yourself (--weight-dtype, or weights= in Python)")
+        quantized.add("lm_head")
     kept = quant.get("modules_to_not_convert") or []
     if not isinstance(kept, list) or not all(isinstance(k, str) for k in kept):
         raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' must be a list of module "
@@ -946,5 +1013,6 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
                              "which kvmath cannot map to a weight group")
         unconverted.add(group)
     weights = {"default": base}
-    weights.update({g: stored for g in _QUANTIZED_GROUPS[method] if g not in unconverted})
+    order = (*_QUANTIZED_GROUPS[method], "lm_head")
+    weights.update({g: stored for g in order if g in quantized and g not in unconverted})
     return weights
