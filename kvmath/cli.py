@@ -170,7 +170,8 @@ def _add_model_options(p: argparse.ArgumentParser, notes: bool) -> None:
     else:
         _add_model_choice(p, "model preset (see `kvmath models`); default: none, then --config is needed")
     p.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES),
-                   help="format of the stored weights, scales included (default: bf16)", action=_Once)
+                   help="format of the stored weights, scales included (default: bf16; with --config, the "
+                        "formats the config stores)", action=_Once)
     p.add_argument("--lm-head-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
                    help="format of the LM head (default: --weight-dtype)", action=_Once)
     p.add_argument("--embedding-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
@@ -434,8 +435,8 @@ def _add_vllm_rules(p, applies: str) -> None:
     p.add_argument("--tokens-rule", type=str.lower, choices=VLLM_TOKEN_RULES, action=_Once,
                    help=f"{applies}what vLLM's 'GPU KV cache size: N tokens' line counts (_report_kv_cache_config, "
                         "vllm/v1/core/kv_cache_utils.py): blocks, num_blocks // groups x the smallest block size "
-                        "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (later releases, "
-                        f"such as v0.29.0) (default: {default['tokens_rule']})")
+                        "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (vLLM v0.29.0; the "
+                        f"switch falls between v0.20 and v0.29) (default: {default['tokens_rule']})")
     p.add_argument("--hybrid-kv-cache-manager", type=str.lower, choices=("on", "off"), action=_Once,
                    help=f"{applies}vLLM's hybrid KV-cache manager: off is --disable-hybrid-kv-cache-manager (every "
                         f"attention layer paged as full attention) (default: vLLM {VLLM_DEFAULTS_VERSION}'s, on except "
@@ -674,13 +675,19 @@ def _config_weights(args) -> dict:
     try:
         stored = weights_from_hf_config(args.config)
     except ValueError as err:
-        raise ValueError(f"{err} (or give --weight-dtype to size the weights yourself)") from None
+        text = str(err)
+        raise ValueError(text if "--weight-dtype" in text else
+                         f"{text} (or give --weight-dtype to size the weights yourself)") from None
     weights = {"default": "bf16", **group_formats(stored)}
     for dest, group in (("experts_dtype", "experts"), ("lm_head_dtype", "lm_head"), ("embedding_dtype", "embedding")):
         if getattr(args, dest, None):
             weights[group] = getattr(args, dest)
-    shown = ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items()
-                      if g != "default")
+    named = {g: f if isinstance(f, str) else f"{f:g} B/weight" for g, f in weights.items() if g != "default"}
+    shown = f"every group {next(iter(named.values()))}" if len(set(named.values())) == 1 else \
+        ", ".join(f"{g} {f}" for g, f in named.items())
+    if "fp32" in named.values():  # review J23-9: the engine figures below are in bf16; say why they differ
+        shown += ("; engines load float32 weights in bf16 (vLLM's --dtype auto), so vLLM's figures use half "
+                  "these bytes (--weight-dtype bf16 sizes them so here too)")
     args._notes = [f"weights as config.json stores them (--weight-dtype overrides): {shown}"]
     args._weights_formats = weights  # --json carries them too (weights_formats)
     return weights
@@ -1072,7 +1079,7 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)
         print("  engine (all ranks)")
         other = next(r for r in e.tokens_by_rule if r != e.tokens_rule)
-        versions = {"blocks": "vLLM up to v0.20", "concurrency": "later releases"}
+        versions = {"blocks": "vLLM up to v0.20", "concurrency": "vLLM v0.29; the switch falls between v0.20 and v0.29"}
         _row("KV cache size", f"{e.tokens:,} tokens ({versions[e.tokens_rule]}; {e.tokens_by_rule[other]:,} in "
              f"{versions[other]})", 4)
         _row("max concurrency", f"{e.max_concurrency:.2f}x at {e.max_model_len:,} tokens", 4)

@@ -360,12 +360,12 @@ def _text_config(data: dict) -> tuple[_Config, str]:
     else:
         inner, model_type, prefix = data, outer_type, ""
     if model_type is None:
-        raise ValueError(f"config.json has no {prefix}'model_type'")
+        raise ValueError(f"config.json has no '{prefix}model_type'")
     if not isinstance(model_type, str):
-        raise ValueError(f"config.json {prefix}'model_type' must be a string, got {model_type!r}")
+        raise ValueError(f"config.json '{prefix}model_type' must be a string, got {model_type!r}")
     model_type = _ALIASES.get(model_type, model_type)
     if model_type not in _FAMILY:
-        raise ValueError(f"config.json {prefix}'model_type' {model_type!r} is not one kvmath reads; "
+        raise ValueError(f"config.json '{prefix}model_type' {model_type!r} is not one kvmath reads; "
                          f"it reads {sorted(_FAMILY)}")
     if model_type == "gemma3_text":
         if "sliding_window" in inner and inner["sliding_window"] is None:
@@ -392,9 +392,10 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
     for key, readers in _SIZE_KEYS.items():
         value = c.data.get(key)
         if _present(value) and value != _INERT.get(key, _MISSING) and model_type not in readers:
-            where = f"only {', '.join(readers)} configs" if readers else "no family kvmath reads"
-            raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and which kvmath "
-                             f"reads in {where}, not in a {model_type!r} config: kvmath would size it without it")
+            where = (f"which kvmath reads in only {', '.join(readers)} configs, not in a {model_type!r} config"
+                     if readers else "which no kvmath reader reads")
+            raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and {where}: "
+                             "kvmath would size it without it")
     window = c.data.get("sliding_window")
     types = c.data.get("layer_types") if isinstance(c.data.get("layer_types"), list) else []
     if (_present(window) and model_type not in _SLIDING_READERS and "sliding_attention" not in types
@@ -1002,7 +1003,7 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
         if part and not any(fragment in module for fragment in _NOT_A_GROUP):
             raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, {part}: "
                              "kvmath sizes each weight group in one format in every layer; give the formats "
-                             "yourself (weights=, or --weight-dtype)")
+                             "yourself (--weight-dtype, or weights= in Python)")
         group = next((g for fragment, g in _MODULE_GROUPS if fragment in module), None)
         if group is None and (module == "gate" or module.endswith(".gate")):
             group = "router"  # MiniMax-M2's router is called gate (not gate_proj, an MLP matrix)

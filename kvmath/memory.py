@@ -140,8 +140,9 @@ VLLM_MAMBA_CACHE_MODES = ("none", "align", "all")
 #: What vLLM's "GPU KV cache size: N tokens" line counts (``_report_kv_cache_config``,
 #: ``vllm/v1/core/kv_cache_utils.py``): ``"blocks"``, ``num_blocks // num_groups x`` the smallest block size
 #: (commit 001cabc1, v0.10-v0.20: the Qwen3.6 log of vLLM 0.20.0 prints 6,288 = 3 x 2,096 tokens);
-#: ``"concurrency"``, ``int(max_concurrency x max_model_len)`` (later releases, whose code says the block
-#: formula "underestimates capacity" of hybrid models; vLLM 0.29.0 printed 314,187 = int(652 / 17 x 8,192)).
+#: ``"concurrency"``, ``int(max_concurrency x max_model_len)`` (v0.29.0, whose code says the block formula
+#: "underestimates capacity" of hybrid models: it printed 314,187 = int(652 / 17 x 8,192); the switch falls between
+#: v0.20 and v0.29, the releases in between are not known here).
 VLLM_TOKEN_RULES = ("blocks", "concurrency")
 
 #: Bytes per token of DeepSeek-V3.2's latent in vLLM's ``fp8_ds_mla`` cache format, which an fp8 KV cache becomes
@@ -196,8 +197,9 @@ VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 #:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
 VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block size for linear states); "
                       "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1 (groups, blocks, "
-                      "concurrency, tokens line 'blocks'); a later kv_cache_utils.py (tokens line 'concurrency', "
-                      "between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
+                      "concurrency, tokens line 'blocks'; a commit, not a tagged release, whose rules reproduce the "
+                      "v0.10.2 and v0.20.0 logs); kv_cache_utils.py as vLLM v0.29.0 runs it (tokens line "
+                      "'concurrency'; the switch falls between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
                       "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64 on Hopper, 128 on "
                       "datacenter Blackwell; DSA 64 on every CUDA chip); "
                       "VllmConfig.__post_init__ v0.10.0-v0.11 (no hybrid manager for chunked local attention)")
@@ -948,7 +950,7 @@ class EngineBudget(Result):
         What ``tokens`` counts (:data:`VLLM_TOKEN_RULES`).
     tokens_by_rule : dict
         The "GPU KV cache size" line under each rule of :data:`VLLM_TOKEN_RULES` (what vLLM through v0.20 and
-        later releases print for the same pool).
+        v0.29 print for the same pool).
     weight_formats : str or dict or None
         :func:`vllm_engine` only: the formats the weights were sized in, as vLLM loads them (``--dtype``).
     kv_cache_dtype : str
@@ -1017,7 +1019,7 @@ def vllm_kv_cache(
     // group_size`` (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``; V0's ``available // (page x
     layers)`` is the same integer) and ``tokens = num_blocks // num_groups x`` the smallest block size of
     any group, a linear group's being ``max_model_len`` with ``mamba_cache_mode`` "none" and the attention
-    block otherwise (``_report_kv_cache_config``); later releases print ``int(concurrency x max_model_len)``
+    block otherwise (``_report_kv_cache_config``); v0.29 prints ``int(concurrency x max_model_len)``
     instead (``tokens_rule``, :data:`VLLM_TOKEN_RULES`). A request of ``max_model_len`` tokens takes, in each
     group, the blocks :func:`_blocks_per_request` gives (a linear group: one state page, two with
     ``mamba_cache_mode`` "align"); V1's maximum concurrency is ``num_blocks`` over their sum

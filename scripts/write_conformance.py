@@ -158,7 +158,8 @@ def build() -> dict:
                     "auto, the model's bf16 except DeepSeek-V3.2's fp8_ds_mla as vLLM v0.11 stores it, named by "
                     "'kv_cache_dtype'; weights and states in vLLM's --dtype auto, "
                     "float32 as bf16; the hybrid manager off for chunked local attention); 'tokens' is its 'GPU KV "
-                    "cache size' as vLLM up to v0.20 prints it, 'tokens_by_rule' that and later releases' "
+                    "cache size' as vLLM up to v0.20 prints it, 'tokens_by_rule' that and v0.29's (the switch falls "
+                    "between v0.20 and v0.29) "
                     "int(max_concurrency x max_model_len), 'max_concurrency' its 'Maximum concurrency' for "
                     "max_model_len",
         },
