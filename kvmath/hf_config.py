@@ -7,7 +7,8 @@ config, nested under ``text_config`` or not), gpt-oss, DeepSeek-V2/V3 and
 Kimi K2 (MLA), DeepSeek-V3.2 (MLA with the DSA indexer), GLM-4.5/4.6/4.7
 (``glm4_moe``), MiniMax-M2 (``minimax_m2``), Llama 4 (chunked local and
 NoPE global layers, MoE interleaved with dense layers), OLMo 2, Granite 4
-hybrid (Mamba-2 and attention layers), Falcon (old ``RefinedWebModel``
+hybrid (Mamba-2 and attention layers), SmolLM3 (``smollm3``: Llama's layout
+with NoPE layers, which cache the same keys), Falcon (old ``RefinedWebModel``
 keys and new ``falcon`` keys) and Phi-3/4.
 
 Rules:
@@ -121,7 +122,7 @@ _TIED_DEFAULT = {
     "qwen3_moe": False, "qwen3_next": False, "phi3": False, "gpt_oss": False, "deepseek_v2": False,
     "deepseek_v3": False, "kimi_k2": False, "gemma2": True, "gemma3_text": True, "falcon": True,
     "deepseek_v32": False, "glm4_moe": False, "minimax_m2": False, "llama4_text": False, "olmo2": False,
-    "granitemoehybrid": False,
+    "granitemoehybrid": False, "smollm3": True,  # SmolLM3Config(tie_word_embeddings=True)
 }
 
 _FAMILY = {
@@ -130,6 +131,7 @@ _FAMILY = {
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "kimi", "gemma2": "gemma",
     "gemma3_text": "gemma", "falcon": "falcon", "deepseek_v32": "deepseek", "glm4_moe": "glm",
     "minimax_m2": "minimax", "llama4_text": "llama", "olmo2": "olmo", "granitemoehybrid": "granite",
+    "smollm3": "smollm",
 }
 
 #: model_type spellings that mean the same reader.
@@ -416,7 +418,7 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
 
 #: Families that read sliding_window by their own rule (the rest only through layer_types).
 _SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
-                    "gemma3_text", "gpt_oss")
+                    "gemma3_text", "gpt_oss", "smollm3")
 
 #: Qwen families whose published configs carry a ``sliding_window`` that ``use_sliding_window: false`` switches off
 #: (Qwen3-Next's too, whose reader reads no window: with ``use_sliding_window`` true it is refused).
@@ -487,6 +489,16 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
             raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
         chunked = c.has("attention_chunk_size")
         return ["chunked" if f and chunked else "full" for f in flags]
+    if model_type == "smollm3":
+        # SmolLM3Config: layer_types left out, a NoPE layer (no_rope_layers[i] == 0; default every
+        # no_rope_layer_interval-th) is sliding where use_sliding_window and sliding_window are set, else full.
+        flags = c.raw("no_rope_layers", None) or [int((i + 1) % c.int("no_rope_layer_interval", 4) != 0)
+                                                  for i in range(n_layers)]
+        if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+            raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
+        if c.bool("use_sliding_window", False) and c.has("sliding_window"):
+            return ["full" if f else "sliding" for f in flags]
+        return ["full"] * n_layers
     if model_type == "granitemoehybrid":
         types = c.raw("layer_types", None)
         kinds = {"mamba": "linear", "attention": "full"}
