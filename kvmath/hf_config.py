@@ -8,7 +8,8 @@ Kimi K2 (MLA), DeepSeek-V3.2 (MLA with the DSA indexer), GLM-4.5/4.6/4.7
 (``glm4_moe``), MiniMax-M2 (``minimax_m2``), Llama 4 (chunked local and
 NoPE global layers, MoE interleaved with dense layers), OLMo 2, Granite 4
 hybrid (Mamba-2 and attention layers), SmolLM3 (``smollm3``: Llama's layout
-with NoPE layers, which cache the same keys), Falcon (old ``RefinedWebModel``
+with NoPE layers, which cache the same keys), OLMo 3 (``olmo3``: OLMo 2's
+layers, three sliding-window to one full), Falcon (old ``RefinedWebModel``
 keys and new ``falcon`` keys) and Phi-3/4.
 
 Rules:
@@ -123,6 +124,7 @@ _TIED_DEFAULT = {
     "deepseek_v3": False, "kimi_k2": False, "gemma2": True, "gemma3_text": True, "falcon": True,
     "deepseek_v32": False, "glm4_moe": False, "minimax_m2": False, "llama4_text": False, "olmo2": False,
     "granitemoehybrid": False, "smollm3": True,  # SmolLM3Config(tie_word_embeddings=True)
+    "olmo3": False,  # Olmo3Config(tie_word_embeddings=False)
 }
 
 _FAMILY = {
@@ -131,7 +133,7 @@ _FAMILY = {
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "kimi", "gemma2": "gemma",
     "gemma3_text": "gemma", "falcon": "falcon", "deepseek_v32": "deepseek", "glm4_moe": "glm",
     "minimax_m2": "minimax", "llama4_text": "llama", "olmo2": "olmo", "granitemoehybrid": "granite",
-    "smollm3": "smollm",
+    "smollm3": "smollm", "olmo3": "olmo",
 }
 
 #: model_type spellings that mean the same reader.
@@ -418,7 +420,7 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
 
 #: Families that read sliding_window by their own rule (the rest only through layer_types).
 _SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
-                    "gemma3_text", "gpt_oss", "smollm3")
+                    "gemma3_text", "gpt_oss", "smollm3", "olmo3")
 
 #: Qwen families whose published configs carry a ``sliding_window`` that ``use_sliding_window: false`` switches off
 #: (Qwen3-Next's too, whose reader reads no window: with ``use_sliding_window`` true it is refused).
@@ -489,6 +491,10 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
             raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
         chunked = c.has("attention_chunk_size")
         return ["chunked" if f and chunked else "full" for f in flags]
+    if model_type == "olmo3":
+        # Olmo3Config (vllm/transformers_utils/configs/olmo3.py, as transformers'): layer_types left out, every
+        # 4th layer full attention and the others sliding over sliding_window (default 4096)
+        return ["full" if (i + 1) % 4 == 0 else "sliding" for i in range(n_layers)]
     if model_type == "smollm3":
         # SmolLM3Config: layer_types left out, a NoPE layer (no_rope_layers[i] == 0; default every
         # no_rope_layer_interval-th) is sliding where use_sliding_window and sliding_window are set, else full.
@@ -762,13 +768,14 @@ def model_from_hf_config(config: PathOrDict):
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
         # Layers alike but for the window: the preset fields say it (as the presets do).
-        return base.replace(sliding_window=c.int("sliding_window"), n_sliding_layers=kinds.count("sliding"))
+        window = c.int("sliding_window", 4096) if model_type == "olmo3" else c.int("sliding_window")  # Olmo3Config's
+        return base.replace(sliding_window=window, n_sliding_layers=kinds.count("sliding"))
     attn_params = base._attention_params_per_layer()
     specs = []
     # Each local kind has its own window: sliding layers sliding_window, chunked layers attention_chunk_size.
     windows = {"full": None}
     if "sliding" in kinds:
-        windows["sliding"] = c.int("sliding_window")
+        windows["sliding"] = c.int("sliding_window", 4096) if model_type == "olmo3" else c.int("sliding_window")
     if "chunked" in kinds:
         windows["chunked"] = c.int("attention_chunk_size")
     if "linear" in kinds:
