@@ -195,6 +195,10 @@ VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 #:   (DSA: block size 1 only);
 #: * the hybrid manager off for chunked local attention: ``VllmConfig.__post_init__`` (vLLM PR #21761, v0.10.0),
 #:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
+#:
+#: Published start-up logs check the full-attention, MLA and Gated DeltaNet rules (tests/unit/test_memory.py,
+#: tests/unit/test_vllm_hybrid.py, tests/data/vllm_logs.json); the Mamba-2 (with its group replication under TP),
+#: chunked-local, sliding-window, DSA and shared-KV rules are checked by hand against the code above only.
 VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block size for linear states); "
                       "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1 (groups, blocks, "
                       "concurrency, tokens line 'blocks'; a commit, not a tagged release, whose rules reproduce the "
