@@ -170,7 +170,8 @@ def _add_model_options(p: argparse.ArgumentParser, notes: bool) -> None:
     else:
         _add_model_choice(p, "model preset (see `kvmath models`); default: none, then --config is needed")
     p.add_argument("--weight-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES),
-                   help="format of the stored weights, scales included (default: bf16)", action=_Once)
+                   help="format of the stored weights, scales included (default: bf16; with --config, the "
+                        "formats the config stores)", action=_Once)
     p.add_argument("--lm-head-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
                    help="format of the LM head (default: --weight-dtype)", action=_Once)
     p.add_argument("--embedding-dtype", type=str.lower, choices=sorted(DTYPE_BYTES),
@@ -321,7 +322,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         _add_estimate_option(decode)
 
     if only in (None, "capacity"):
-        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, VLLM_ENGINES
+        from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, MLA_BLOCK_BY_CHIP, MLA_BLOCK_SIZE, VLLM_ENGINES
         capacity = sub.add_parser("capacity", help="weights, KV budget, tokens and batch that fit (Deployment.capacity)")
         _add_model_options(capacity, notes=True)
         capacity.add_argument("--hardware", action=_Once,
@@ -340,8 +341,10 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         capacity.add_argument("--gpu-memory-utilization", type=_number,
                               help=f"vLLM's fraction of the CUDA runtime total (default: {GPU_MEMORY_UTILIZATION})", action=_Once)
         capacity.add_argument("--block-size", type=_number, action=_Once,
-                              help=f"tokens per vLLM block (default: {BLOCK_SIZE}; for MLA and DSA the block vLLM "
-                                   "sets on the chip, 64 on Hopper, 128 on datacenter Blackwell)")
+                              help=f"tokens per vLLM block asked for (default: {BLOCK_SIZE}; for MLA the block vLLM "
+                                   f"sets on the chip, {MLA_BLOCK_BY_CHIP['h200']} on Hopper, "
+                                   f"{MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell; for DSA {MLA_BLOCK_SIZE} "
+                                   "on every NVIDIA chip, whatever is asked, as vLLM forces it)")
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)
@@ -432,8 +435,8 @@ def _add_vllm_rules(p, applies: str) -> None:
     p.add_argument("--tokens-rule", type=str.lower, choices=VLLM_TOKEN_RULES, action=_Once,
                    help=f"{applies}what vLLM's 'GPU KV cache size: N tokens' line counts (_report_kv_cache_config, "
                         "vllm/v1/core/kv_cache_utils.py): blocks, num_blocks // groups x the smallest block size "
-                        "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (later releases, "
-                        f"such as v0.29.0) (default: {default['tokens_rule']})")
+                        "(vLLM v0.10 to v0.20); concurrency, int(max concurrency x max_model_len) (vLLM v0.29.0; the "
+                        f"switch falls between v0.20 and v0.29) (default: {default['tokens_rule']})")
     p.add_argument("--hybrid-kv-cache-manager", type=str.lower, choices=("on", "off"), action=_Once,
                    help=f"{applies}vLLM's hybrid KV-cache manager: off is --disable-hybrid-kv-cache-manager (every "
                         f"attention layer paged as full attention) (default: vLLM {VLLM_DEFAULTS_VERSION}'s, on except "
@@ -477,25 +480,32 @@ def _add_check_config(checks) -> None:
                         help="their bytes of cache for one sequence of --tokens tokens (one figure is required)")
     figure.add_argument("--vllm-tokens", type=_number, action=_Once,
                         help="vLLM's 'GPU KV cache size: N tokens' for --available-gib of KV memory "
-                             "(one figure is required)")
+                             "(one figure is required; through v0.20 it equals the memory over every layer paged "
+                             "as full attention, so it cannot tell the hybrid misreadings apart: "
+                             "--vllm-concurrency can)")
+    figure.add_argument("--vllm-concurrency", type=_number, action=_Once,
+                        help="vLLM's 'Maximum concurrency for N tokens per request: X x' for --available-gib of KV "
+                             "memory and --max-model-len N (one figure is required)")
     figure.add_argument("--weight-bytes", type=_number, action=_Once,
                         help="their bytes of weights in memory (one figure is required)")
     p.add_argument("--tokens", type=_number, action=_Once,
                    help="with --seq-bytes: the sequence's length (required there; default: none)")
     p.add_argument("--available-gib", type=_number, action=_Once,
-                   help="with --vllm-tokens: vLLM's 'Available KV cache memory' per rank, GiB (required there; "
-                        "default: none)")
+                   help="with --vllm-tokens or --vllm-concurrency: vLLM's 'Available KV cache memory' per rank, GiB "
+                        "(required there; default: none)")
     for opt, default, text in (("--max-model-len", 8192, "vLLM's --max-model-len"),
                                ("--block-size", None, "tokens per vLLM block asked for (default: 16, or 64 for "
-                                                      "MLA and DSA, FlashMLA's on Hopper)"),
+                                                      "MLA, FlashMLA's on Hopper; DSA 64 whatever is asked)"),
                                ("--tensor-parallel", 1, "vLLM's --tensor-parallel-size"),
                                ("--max-num-batched-tokens", None, "vLLM's --max-num-batched-tokens (default: "
                                                                   "vLLM's for the engine)")):
         p.add_argument(opt, type=_number, action=_Once,
-                       help=f"with --vllm-tokens: {text}" + (f" (default: {default})" if default else ""))
-    _add_vllm_rules(p, "with --vllm-tokens: ")
+                       help=f"with --vllm-tokens or --vllm-concurrency: {text}"
+                            + (f" (default: {default})" if default else ""))
+    _add_vllm_rules(p, "with --vllm-tokens or --vllm-concurrency: ")
     p.add_argument("--kv-dtype", default="bf16", type=str.lower, choices=sorted(DTYPE_BYTES), action=_Once,
-                   help="cached keys and values (default: bf16)")
+                   help="cached keys and values (default: bf16; with --vllm-tokens, vLLM's --kv-cache-dtype auto: "
+                        "the model dtype, or fp8_ds_mla for DeepSeek-V3.2 as vLLM v0.11 stores it)")
     p.add_argument("--json", action=_OnceFlag, help="print the result's to_dict() as JSON (default: text)")
 
 
@@ -511,15 +521,16 @@ def _check_config(args) -> "_Answer":
     from .config_check import check_config
 
     figures = {"kv_bytes_per_token": "--kv-bytes-per-token", "seq_bytes": "--seq-bytes",
-               "vllm_tokens": "--vllm-tokens", "weight_bytes": "--weight-bytes"}
+               "vllm_tokens": "--vllm-tokens", "vllm_concurrency": "--vllm-concurrency",
+               "weight_bytes": "--weight-bytes"}
     quantity = next(q for q in figures if getattr(args, q) is not None)
-    needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",)}
-    applies = {"tokens": "seq_bytes", "available_gib": "vllm_tokens", "max_model_len": "vllm_tokens",
-               "block_size": "vllm_tokens", "tensor_parallel": "vllm_tokens", "max_num_batched_tokens": "vllm_tokens",
-               **{dest: "vllm_tokens" for dest in _VLLM_RULES}}
-    for dest, owner in applies.items():
-        if getattr(args, dest) is not None and owner != quantity:
-            raise ValueError(f"{_option(args, dest)} applies to {figures[owner]} only")
+    engine = ("vllm_tokens", "vllm_concurrency")
+    needs = {"seq_bytes": ("tokens",), "vllm_tokens": ("available_gib",), "vllm_concurrency": ("available_gib",)}
+    applies = {"tokens": ("seq_bytes",), "available_gib": engine, "max_model_len": engine, "block_size": engine,
+               "tensor_parallel": engine, "max_num_batched_tokens": engine, **{dest: engine for dest in _VLLM_RULES}}
+    for dest, owners in applies.items():
+        if getattr(args, dest) is not None and quantity not in owners:
+            raise ValueError(f"{_option(args, dest)} applies to {' and '.join(figures[o] for o in owners)} only")
     for dest in needs.get(quantity, ()):
         if getattr(args, dest) is None:
             raise ValueError(f"{figures[quantity]} needs --{dest.replace('_', '-')}")
@@ -529,13 +540,13 @@ def _check_config(args) -> "_Answer":
     kw = {}
     if quantity == "seq_bytes":
         kw["tokens"] = int(positive_int("--tokens", args.tokens))
-    if quantity == "vllm_tokens":
+    if quantity in engine:
         kw["available_kv_bytes"] = float(positive("--available-gib", args.available_gib)) * 2**30
         for dest in ("max_model_len", "block_size", "tensor_parallel", "max_num_batched_tokens"):
             if getattr(args, dest) is not None:
                 kw[dest] = int(positive_int(_option(args, dest), getattr(args, dest)))
         kw.update(_vllm_rules(args))
-    r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype, **kw)
+    r = check_config(args.file, quantity, figure, kv_dtype=args.kv_dtype if _given(args, "kv_dtype") else None, **kw)
     # exit 1 where the figure disagrees with kvmath's, so that a script or CI can use the check
     return _Answer(r.to_dict(), lambda: _print_check_config(r), status=0 if r.matches else 1)
 
@@ -544,17 +555,20 @@ _CHECKS["config"] = _check_config
 
 
 def _print_check_config(r) -> None:
-    unit = "tokens" if r.quantity == "vllm_tokens" else "B"
-    _row(f"{r.quantity}: yours", f"{r.figure:,.0f} {unit}")
-    _row(f"{r.quantity}: kvmath", f"{r.kvmath:,.0f} {unit}")
+    from .config_check import shown
+
+    engine = r.quantity.startswith("vllm")
+    _row(f"{r.quantity}: yours", shown(r.quantity, r.figure))
+    _row(f"{r.quantity}: kvmath", shown(r.quantity, r.kvmath))
     for kind, value in r.terms.items():
-        shown = f"{value:,}" if isinstance(value, int) else f"{value:,.0f} B"
-        _row(f"{kind} layers" if r.quantity != "vllm_tokens" else kind, shown, 2)
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.0f} B"
+        _row(kind if engine else f"{kind} layers", text, 2)
     print(r.explanation)
     if r.readings and not r.matches:
         print("readings of the config (the figure each gives):")
         for name, value in r.readings.items():
-            print(f"  {value:>20,.0f} {unit}  {name}")
+            same = "  (= kvmath's: this figure cannot tell it apart)" if name in r.indistinguishable else ""
+            print(f"  {shown(r.quantity, value):>20}  {name}{same}")
 
 
 def _layout_text(layout: ParallelLayout) -> str:
@@ -661,13 +675,19 @@ def _config_weights(args) -> dict:
     try:
         stored = weights_from_hf_config(args.config)
     except ValueError as err:
-        raise ValueError(f"{err} (or give --weight-dtype to size the weights yourself)") from None
+        text = str(err)
+        raise ValueError(text if "--weight-dtype" in text else
+                         f"{text} (or give --weight-dtype to size the weights yourself)") from None
     weights = {"default": "bf16", **group_formats(stored)}
     for dest, group in (("experts_dtype", "experts"), ("lm_head_dtype", "lm_head"), ("embedding_dtype", "embedding")):
         if getattr(args, dest, None):
             weights[group] = getattr(args, dest)
-    shown = ", ".join(f"{g} {f if isinstance(f, str) else f'{f:g} B/weight'}" for g, f in weights.items()
-                      if g != "default")
+    named = {g: f if isinstance(f, str) else f"{f:g} B/weight" for g, f in weights.items() if g != "default"}
+    shown = f"every group {next(iter(named.values()))}" if len(set(named.values())) == 1 else \
+        ", ".join(f"{g} {f}" for g, f in named.items())
+    if "fp32" in named.values():  # review J23-9: the engine figures below are in bf16; say why they differ
+        shown += ("; engines load float32 weights in bf16 (vLLM's --dtype auto), so vLLM's figures use half "
+                  "these bytes (--weight-dtype bf16 sizes them so here too)")
     args._notes = [f"weights as config.json stores them (--weight-dtype overrides): {shown}"]
     args._weights_formats = weights  # --json carries them too (weights_formats)
     return weights
@@ -940,6 +960,8 @@ def _capacity(args) -> _Answer:
     if args.engine:
         # given rules only: the library's defaults stand otherwise
         engine = dict(engine="vllm", vllm_version=args.vllm_version or "v1", **_vllm_rules(args))
+        if not _given(args, "kv_dtype"):  # vLLM's own default, --kv-cache-dtype auto (DeepSeek-V3.2: fp8_ds_mla)
+            engine["kv_dtype"] = "auto"
         if args.gpu_memory_utilization is not None:
             engine["gpu_memory_utilization"] = fraction("--gpu-memory-utilization", args.gpu_memory_utilization)
         if args.block_size is not None:
@@ -1040,6 +1062,13 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row("activation peak", fmt_bytes(e.activation_peak_bytes), 4)
         _row("non-torch memory", fmt_bytes(e.non_torch_bytes), 4)
         _row("KV cache", fmt_bytes(e.available_kv_bytes), 4)
+        if e.kv_cache_dtype != args.kv_dtype:  # vLLM's --kv-cache-dtype auto, or fp8 made fp8_ds_mla: said
+            from .memory import VLLM_DSA_AUTO_KV
+            why = (f"vLLM v0.11's --kv-cache-dtype auto for DSA; later releases keep bf16 (--kv-dtype bf16)"
+                   if e.kv_cache_dtype == VLLM_DSA_AUTO_KV and not _given(args, "kv_dtype") else
+                   "vLLM's format for an fp8 DSA cache" if e.kv_cache_dtype == VLLM_DSA_AUTO_KV else
+                   "vLLM's --kv-cache-dtype auto: the model dtype")
+            _row("KV cache dtype", f"{e.kv_cache_dtype}  ({why})", 4)
         kinds = Counter(e.group_kinds)
         # one group of layers with different pages (DSA's latent and indexer keys): a block spans all of them
         spans = "1 spanning every layer" if (e.num_groups, e.group_size) == (1, 1) and dep.model.n_layers > 1 \
@@ -1050,7 +1079,7 @@ def _print_capacity(args, dep: Deployment, c, fewest: bool, hbm) -> None:
         _row(f"blocks of {e.block_size} tokens", f"{e.num_blocks:,}", 4)
         print("  engine (all ranks)")
         other = next(r for r in e.tokens_by_rule if r != e.tokens_rule)
-        versions = {"blocks": "vLLM up to v0.20", "concurrency": "later releases"}
+        versions = {"blocks": "vLLM up to v0.20", "concurrency": "vLLM v0.29; the switch falls between v0.20 and v0.29"}
         _row("KV cache size", f"{e.tokens:,} tokens ({versions[e.tokens_rule]}; {e.tokens_by_rule[other]:,} in "
              f"{versions[other]})", 4)
         _row("max concurrency", f"{e.max_concurrency:.2f}x at {e.max_model_len:,} tokens", 4)

@@ -18,6 +18,18 @@ Quantities (base units, as the command line's options name them):
 ``vllm_tokens``
     vLLM's "GPU KV cache size: N tokens" for ``available_kv_bytes`` of KV memory
     (:func:`kvmath.memory.vllm_kv_cache`).
+``vllm_concurrency``
+    vLLM's "Maximum concurrency for N tokens per request: X x" for the same memory: the figure that tells the
+    hybrid misreadings apart where the tokens line cannot (below).
+
+Where a misreading gives kvmath's own figure it cannot be told from the right reading by that figure, and
+:class:`ConfigCheck` lists it under ``indistinguishable``, not as an explanation. vLLM's tokens line of v0.10 to
+v0.20 is such a figure by construction for every hybrid model: with unified pages a block holds one page of
+every layer of a group, ``page = block x`` a full-attention layer's bytes per token, and the groups times the
+group size are all the layers (padding layers aside), so ``num_blocks // groups x block`` is ``available /
+(layers x`` a full layer's bytes per token``)``, up to whole blocks: the memory over every layer paged as full
+attention, which is what "linear layers as full attention", "windows ignored" and "the hybrid manager off" give
+too. The concurrency line counts each group's real blocks a request and separates them.
 ``weight_bytes``
     The weights in memory, in the formats the config stores them in
     (:func:`kvmath.hf_config.weights_from_hf_config`).
@@ -34,12 +46,15 @@ from .results import Result
 from .validation import positive, positive_int
 
 #: The quantities :func:`check_config` compares.
-QUANTITIES = ("kv_bytes_per_token", "seq_bytes", "vllm_tokens", "weight_bytes")
+QUANTITIES = ("kv_bytes_per_token", "seq_bytes", "vllm_tokens", "vllm_concurrency", "weight_bytes")
 
 #: Relative difference under which two figures are taken as equal: bytes (calculators print rounded
 #: figures: "13.7 GB" is 0.4% wide), and vLLM's token counts (exact integers from a memory figure printed to
 #: 0.01 GiB: 0.011% of 44.59 GiB).
 RTOL = {"bytes": 0.005, "tokens": 1e-4}
+
+#: vLLM prints its concurrency to two decimals ("14.77x"): figures within half of that are taken as equal.
+CONCURRENCY_ATOL = 0.005
 
 
 @dataclass(frozen=True, eq=False)  # a result: compared by its figures
@@ -58,6 +73,9 @@ class ConfigCheck(Result):
         ``{reading: figure}``: the quantity under each way of misreading the config that applies to it.
     explained_by : list of str
         The readings whose figure agrees with the one handed in (empty where kvmath's does, or none does).
+    indistinguishable : list of str
+        The readings whose figure equals kvmath's own: this quantity cannot tell them from the right reading
+        (vLLM's old tokens line for a hybrid model, by construction; compare ``vllm_concurrency`` instead).
     explanation : str
         One sentence: equal, equal under which reading, or by how much it differs from kvmath's.
     terms : dict
@@ -73,6 +91,7 @@ class ConfigCheck(Result):
     explained_by: list
     explanation: str
     terms: dict
+    indistinguishable: list = ()
 
 
 # ----- readings: the config as a calculator reads it -------------------------------------------
@@ -163,7 +182,7 @@ def _kv_terms(model, layers, quantity, tokens, kv_bytes):
 
 def check_config(config, quantity: str, figure: float, *, tokens: int | None = None,
                  available_kv_bytes: float | None = None, max_model_len: int = 8192, block_size: int | None = None,
-                 tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str = "bf16",
+                 tensor_parallel: int = 1, max_num_batched_tokens: int | None = None, kv_dtype: str | None = None,
                  rtol: float | None = None, mamba_cache_mode: str | None = None,
                  tokens_rule: str | None = None, hybrid: bool | None = None, dtype: str | None = None,
                  mamba_ssm_cache_dtype: str | None = None) -> ConfigCheck:
@@ -176,17 +195,20 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
     quantity : str
         One of :data:`QUANTITIES`.
     figure : float
-        The other calculator's or engine's figure (bytes; tokens for ``vllm_tokens``).
+        The other calculator's or engine's figure (bytes; tokens for ``vllm_tokens``; requests of
+        ``max_model_len`` tokens for ``vllm_concurrency``).
     tokens : int
         ``seq_bytes`` only: the sequence's length.
     available_kv_bytes, max_model_len, block_size, tensor_parallel, max_num_batched_tokens :
-        ``vllm_tokens`` only: the engine's KV memory per rank ("Available KV cache memory") and settings.
+        ``vllm_tokens`` and ``vllm_concurrency`` only: the engine's KV memory per rank ("Available KV cache
+        memory") and settings.
     mamba_cache_mode, tokens_rule, hybrid, dtype, mamba_ssm_cache_dtype : optional
-        ``vllm_tokens`` only: the vLLM rules that differ between releases (how vLLM caches linear layers'
+        ``vllm_tokens`` and ``vllm_concurrency`` only: the vLLM rules that differ between releases (how vLLM caches linear layers'
         states, what its tokens line counts, its hybrid KV-cache manager, ``--dtype`` and
         ``--mamba-ssm-cache-dtype``; default :func:`kvmath.memory.vllm_kv_cache`'s).
-    kv_dtype : str
-        The cached element format (default bf16).
+    kv_dtype : str, optional
+        The cached element format (default bf16; for ``vllm_tokens``, vLLM's default ``--kv-cache-dtype
+        auto``: the model dtype, or ``fp8_ds_mla`` for DeepSeek-V3.2 under v0.11).
     rtol : float, optional
         Relative difference taken as equal (default :data:`RTOL` for the quantity).
 
@@ -212,12 +234,16 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
     rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule),
                                ("hybrid", hybrid), ("dtype", dtype), ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype))
              if v is not None}
-    if rules and quantity != "vllm_tokens":  # they would change nothing: refused, not ignored
-        raise ValueError(f"{next(iter(rules))} applies to vllm_tokens only, got quantity {quantity!r}")
+    vllm = quantity in ("vllm_tokens", "vllm_concurrency")
+    if rules and not vllm:  # they would change nothing: refused, not ignored
+        raise ValueError(f"{next(iter(rules))} applies to vllm_tokens and vllm_concurrency only, got quantity "
+                         f"{quantity!r}")
     figure = float(positive("figure", figure))
-    rtol = RTOL["tokens" if quantity == "vllm_tokens" else "bytes"] if rtol is None else float(positive("rtol", rtol))
+    rtol = (0.0 if quantity == "vllm_concurrency" else RTOL["tokens" if vllm else "bytes"]) if rtol is None \
+        else float(positive("rtol", rtol))
+    atol = CONCURRENCY_ATOL if quantity == "vllm_concurrency" else 0.0
     model = model_from_hf_config(config)  # a refusal names the file
-    kv_bytes = dtype_bytes(kv_dtype, argument="kv_dtype")
+    kv_bytes = dtype_bytes(kv_dtype or "bf16", argument="kv_dtype")
     readings: dict = {}
     terms: dict = {}
     if quantity in ("kv_bytes_per_token", "seq_bytes"):
@@ -240,22 +266,23 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
             if other != kv_bytes:
                 readings[f"the cache is stored in {other} byte(s) per element instead of {kv_bytes:g}"] = \
                     value(model, other)
-    elif quantity == "vllm_tokens":
+    elif vllm:
         from .memory import vllm_kv_cache
 
         if available_kv_bytes is None:
-            raise ValueError("available_kv_bytes (vLLM's 'Available KV cache memory') is needed for vllm_tokens")
+            raise ValueError(f"available_kv_bytes (vLLM's 'Available KV cache memory') is needed for {quantity}")
         avail = float(positive("available_kv_bytes", available_kv_bytes))
-        kw = dict(block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel,
+        kw = dict(block_size=block_size, kv_dtype=kv_dtype or "auto", tensor_parallel=tensor_parallel,
                   max_num_batched_tokens=max_num_batched_tokens, **rules)
 
         def engine(m, **more):
             return vllm_kv_cache(m, avail, max_model_len, **{**kw, **more})
 
         def value(m, **more):
-            return float(engine(m, **more).tokens)
+            kv = engine(m, **more)
+            return float(kv.tokens if quantity == "vllm_tokens" else kv.max_concurrency)
         kv = engine(model)
-        ours = float(kv.tokens)
+        ours = value(model)
         terms = {f"block size (tokens, {kv.block_size})": kv.block_size, "page per layer and block (B)": kv.page_bytes,
                  f"groups ({', '.join(kv.group_kinds)})": kv.num_groups, "layers per group": kv.group_size,
                  "blocks": kv.num_blocks, "blocks a max_model_len request takes": kv.blocks_per_request}
@@ -266,18 +293,20 @@ def check_config(config, quantity: str, figure: float, *, tokens: int | None = N
         readings["the hybrid KV-cache manager is off (--disable-hybrid-kv-cache-manager)"] = \
             _or_refused(value, model, hybrid=False)
         per_token = model.kv_bytes_per_token(kv_bytes) / tensor_parallel
-        readings["tokens are the memory over the bytes per token (no pages, no groups)"] = float(
-            np.floor(avail / per_token)) if per_token else None
+        tokens = float(np.floor(avail / per_token)) if per_token else None
+        readings["tokens are the memory over the bytes per token (no pages, no groups)"] = \
+            tokens if tokens is None or quantity == "vllm_tokens" else tokens / max_model_len
         readings = {k: v for k, v in readings.items() if v is not None}
     else:
         stored = weights_from_hf_config(config)
         ours = float(model.weight_bytes_resident(stored))
         readings = weight_readings(model, stored)
-    matches = _close(figure, ours, rtol)
-    explained = [] if matches else [name for name, v in readings.items() if _close(figure, v, rtol)]
+    matches = _close(figure, ours, rtol, atol)
+    same = [name for name, v in readings.items() if _close(ours, v, rtol, atol)]
+    explained = [] if matches else [name for name, v in readings.items() if _close(figure, v, rtol, atol)]
     return ConfigCheck(quantity=quantity, figure=figure, kvmath=ours, matches=matches, readings=readings,
-                       explained_by=explained, explanation=_explain(quantity, figure, ours, matches, explained),
-                       terms=terms)
+                       explained_by=explained, explanation=_explain(quantity, figure, ours, matches, explained, same),
+                       terms=terms, indistinguishable=same)
 
 
 def weight_readings(model, stored) -> dict:
@@ -318,19 +347,30 @@ def _or_refused(value, model, **more):
         return None
 
 
-def _close(a: float, b: float | None, rtol: float) -> bool:
-    return b is not None and abs(a - b) <= rtol * max(abs(a), abs(b))
+def _close(a: float, b: float | None, rtol: float, atol: float = 0.0) -> bool:
+    return b is not None and abs(a - b) <= max(rtol * max(abs(a), abs(b)), atol + 1e-12)
 
 
-def _explain(quantity, figure, ours, matches, explained) -> str:
-    unit = "tokens" if quantity == "vllm_tokens" else "B"
+def shown(quantity: str, value: float) -> str:
+    """A figure of ``quantity`` as the check prints it, with its unit ("973,760 tokens", "14.77x", "24,576 B")."""
+    if quantity == "vllm_concurrency":
+        return f"{value:,.2f}x"
+    return f"{value:,.0f} {'tokens' if quantity == 'vllm_tokens' else 'B'}"
+
+
+def _explain(quantity, figure, ours, matches, explained, same=()) -> str:
     if matches:
-        return f"your figure equals kvmath's ({ours:,.0f} {unit})"
+        text = f"your figure equals kvmath's ({shown(quantity, ours)})"
+        if same:
+            other = " or vllm_concurrency" if quantity == "vllm_tokens" else ""
+            text += (f"; so does the config when {'; or when '.join(same)}: this figure cannot tell those readings "
+                     f"from the right one (compare kv_bytes_per_token, seq_bytes{other})")
+        return text
     if explained:
-        return (f"kvmath gives {ours:,.0f} {unit}; your {figure:,.0f} {unit} is what the config gives when "
+        return (f"kvmath gives {shown(quantity, ours)}; your {shown(quantity, figure)} is what the config gives when "
                 + "; or when ".join(explained))
-    where = "the engine's terms above" if quantity == "vllm_tokens" else "the terms by layer kind above"
-    return (f"kvmath gives {ours:,.0f} {unit}; yours is {100 * (figure / ours - 1):+.1f}%, which no single "
+    where = "the engine's terms above" if quantity.startswith("vllm") else "the terms by layer kind above"
+    return (f"kvmath gives {shown(quantity, ours)}; yours is {100 * (figure / ours - 1):+.1f}%, which no single "
             f"reading explains: compare {where}")
 
 

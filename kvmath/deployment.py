@@ -515,7 +515,9 @@ class Deployment:
             ``"vllm"`` adds vLLM's own KV sizing (:func:`kvmath.memory.vllm_engine`,
             an estimate; ``engine_options`` go to it: ``gpu_memory_utilization``,
             ``max_model_len``, ``vllm_version``, ``mamba_cache_mode``, ``tokens_rule``,
-            ``hybrid``, ``dtype``, ``mamba_ssm_cache_dtype``; and ``block_size``). The
+            ``hybrid``, ``dtype``, ``mamba_ssm_cache_dtype``, ``kv_dtype`` (vLLM's
+            ``--kv-cache-dtype``, "auto" its default; default: this deployment's KV
+            format); and ``block_size``). The
             weights are this deployment's formats as vLLM loads them (``dtype`` "auto":
             a float32 checkpoint in bf16). Options without ``engine`` are refused by name.
         prefix_tokens, prefix_hit_rate, block_size : optional
@@ -611,7 +613,7 @@ class Deployment:
     def _vllm(self, context, *, hbm_bytes: float | None = None, gpu_memory_utilization: float | None = None,
               block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1",
               mamba_cache_mode: str | None = None, tokens_rule: str | None = None, hybrid: bool | None = None,
-              dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None):
+              dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None, kv_dtype: str | None = None):
         from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
@@ -632,7 +634,8 @@ class Deployment:
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
                            block_size=block_size, hybrid=hybrid,
-                           weights=self.formats.weights, kv_dtype=self.formats.kv, tensor_parallel=self.layout.tp,
+                           weights=self.formats.weights, tensor_parallel=self.layout.tp,
+                           kv_dtype=self.formats.kv if kv_dtype is None else kv_dtype,
                            engine=vllm_version, **rules)
 
     def fewest_chips(self, budget: str = "device", hbm_bytes: float | None = None,

@@ -7,7 +7,9 @@ config, nested under ``text_config`` or not), gpt-oss, DeepSeek-V2/V3 and
 Kimi K2 (MLA), DeepSeek-V3.2 (MLA with the DSA indexer), GLM-4.5/4.6/4.7
 (``glm4_moe``), MiniMax-M2 (``minimax_m2``), Llama 4 (chunked local and
 NoPE global layers, MoE interleaved with dense layers), OLMo 2, Granite 4
-hybrid (Mamba-2 and attention layers), Falcon (old ``RefinedWebModel``
+hybrid (Mamba-2 and attention layers), SmolLM3 (``smollm3``: Llama's layout
+with NoPE layers, which cache the same keys), OLMo 3 (``olmo3``: OLMo 2's
+layers, three sliding-window to one full), Falcon (old ``RefinedWebModel``
 keys and new ``falcon`` keys) and Phi-3/4.
 
 Rules:
@@ -121,7 +123,8 @@ _TIED_DEFAULT = {
     "qwen3_moe": False, "qwen3_next": False, "phi3": False, "gpt_oss": False, "deepseek_v2": False,
     "deepseek_v3": False, "kimi_k2": False, "gemma2": True, "gemma3_text": True, "falcon": True,
     "deepseek_v32": False, "glm4_moe": False, "minimax_m2": False, "llama4_text": False, "olmo2": False,
-    "granitemoehybrid": False,
+    "granitemoehybrid": False, "smollm3": True,  # SmolLM3Config(tie_word_embeddings=True)
+    "olmo3": False,  # Olmo3Config(tie_word_embeddings=False)
 }
 
 _FAMILY = {
@@ -130,6 +133,7 @@ _FAMILY = {
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "kimi", "gemma2": "gemma",
     "gemma3_text": "gemma", "falcon": "falcon", "deepseek_v32": "deepseek", "glm4_moe": "glm",
     "minimax_m2": "minimax", "llama4_text": "llama", "olmo2": "olmo", "granitemoehybrid": "granite",
+    "smollm3": "smollm", "olmo3": "olmo",
 }
 
 #: model_type spellings that mean the same reader.
@@ -360,12 +364,12 @@ def _text_config(data: dict) -> tuple[_Config, str]:
     else:
         inner, model_type, prefix = data, outer_type, ""
     if model_type is None:
-        raise ValueError(f"config.json has no {prefix}'model_type'")
+        raise ValueError(f"config.json has no '{prefix}model_type'")
     if not isinstance(model_type, str):
-        raise ValueError(f"config.json {prefix}'model_type' must be a string, got {model_type!r}")
+        raise ValueError(f"config.json '{prefix}model_type' must be a string, got {model_type!r}")
     model_type = _ALIASES.get(model_type, model_type)
     if model_type not in _FAMILY:
-        raise ValueError(f"config.json {prefix}'model_type' {model_type!r} is not one kvmath reads; "
+        raise ValueError(f"config.json '{prefix}model_type' {model_type!r} is not one kvmath reads; "
                          f"it reads {sorted(_FAMILY)}")
     if model_type == "gemma3_text":
         if "sliding_window" in inner and inner["sliding_window"] is None:
@@ -392,9 +396,10 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
     for key, readers in _SIZE_KEYS.items():
         value = c.data.get(key)
         if _present(value) and value != _INERT.get(key, _MISSING) and model_type not in readers:
-            where = f"only {', '.join(readers)} configs" if readers else "no family kvmath reads"
-            raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and which kvmath "
-                             f"reads in {where}, not in a {model_type!r} config: kvmath would size it without it")
+            where = (f"which kvmath reads in only {', '.join(readers)} configs, not in a {model_type!r} config"
+                     if readers else "which no kvmath reader reads")
+            raise ValueError(f"config.json has {c.name(key)!r}, which changes the model's sizes and {where}: "
+                             "kvmath would size it without it")
     window = c.data.get("sliding_window")
     types = c.data.get("layer_types") if isinstance(c.data.get("layer_types"), list) else []
     if (_present(window) and model_type not in _SLIDING_READERS and "sliding_attention" not in types
@@ -415,7 +420,7 @@ def _refuse_foreign_keys(c: _Config, model_type: str) -> list[str]:
 
 #: Families that read sliding_window by their own rule (the rest only through layer_types).
 _SLIDING_READERS = ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
-                    "gemma3_text", "gpt_oss")
+                    "gemma3_text", "gpt_oss", "smollm3", "olmo3")
 
 #: Qwen families whose published configs carry a ``sliding_window`` that ``use_sliding_window: false`` switches off
 #: (Qwen3-Next's too, whose reader reads no window: with ``use_sliding_window`` true it is refused).
@@ -486,6 +491,20 @@ def _layer_kinds(c: _Config, model_type: str, n_layers: int) -> list[str]:
             raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
         chunked = c.has("attention_chunk_size")
         return ["chunked" if f and chunked else "full" for f in flags]
+    if model_type == "olmo3":
+        # Olmo3Config (vllm/transformers_utils/configs/olmo3.py, as transformers'): layer_types left out, every
+        # 4th layer full attention and the others sliding over sliding_window (default 4096)
+        return ["full" if (i + 1) % 4 == 0 else "sliding" for i in range(n_layers)]
+    if model_type == "smollm3":
+        # SmolLM3Config: layer_types left out, a NoPE layer (no_rope_layers[i] == 0; default every
+        # no_rope_layer_interval-th) is sliding where use_sliding_window and sliding_window are set, else full.
+        flags = c.raw("no_rope_layers", None) or [int((i + 1) % c.int("no_rope_layer_interval", 4) != 0)
+                                                  for i in range(n_layers)]
+        if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+            raise ValueError(f"config.json {c.name('no_rope_layers')} must list {n_layers} flags of 0 or 1")
+        if c.bool("use_sliding_window", False) and c.has("sliding_window"):
+            return ["full" if f else "sliding" for f in flags]
+        return ["full"] * n_layers
     if model_type == "granitemoehybrid":
         types = c.raw("layer_types", None)
         kinds = {"mamba": "linear", "attention": "full"}
@@ -624,6 +643,8 @@ def _mamba2(c: _Config, d: int) -> LayerSpec:
     channels (``d_inner = n_heads d_head``): what vLLM caches
     (``MambaStateShapeCalculator.mamba2_state_shape``, ``d_conv - 1``
     columns; transformers' ``GraniteMoeHybridMambaLayer`` keeps ``d_conv``).
+    Under tensor parallelism vLLM replicates the ``n_groups`` B/C groups
+    where the ranks do not divide them (:meth:`kvmath.layers.LayerSpec.conv_elems_per_rank`).
     FLOPs per token: 2 per state element for the decayed rank-1 update and 2
     for the readout ``C h`` (the convolution and gates left out).
     Parameters: ``in_proj`` (``d -> 2 d_inner + 2 n_groups d_state + n_heads``),
@@ -639,8 +660,10 @@ def _mamba2(c: _Config, d: int) -> LayerSpec:
     conv_dim = d_inner + 2 * groups * d_state
     params = (d * (2 * d_inner + 2 * groups * d_state + n_heads) + conv_dim * d_conv + 3 * n_heads + d_inner
               + d_inner * d)
+    # conv_groups / group_conv_elems: the B/C groups, which vLLM replicates across TP ranks that do not divide them
     return _linear_state(c, n_heads=n_heads, conv_elems=conv_dim * (d_conv - 1), ssm_elems=n_heads * d_head * d_state,
-                         state_flops=float(4 * n_heads * d_head * d_state), params=params)
+                         state_flops=float(4 * n_heads * d_head * d_state), params=params, conv_groups=groups,
+                         group_conv_elems=2 * d_state * (d_conv - 1))
 
 
 def _granite_moe(c: _Config, d_ff: int) -> dict:
@@ -745,13 +768,14 @@ def model_from_hf_config(config: PathOrDict):
         return base
     if set(kinds) == {"full", "sliding"} or set(kinds) == {"sliding"}:
         # Layers alike but for the window: the preset fields say it (as the presets do).
-        return base.replace(sliding_window=c.int("sliding_window"), n_sliding_layers=kinds.count("sliding"))
+        window = c.int("sliding_window", 4096) if model_type == "olmo3" else c.int("sliding_window")  # Olmo3Config's
+        return base.replace(sliding_window=window, n_sliding_layers=kinds.count("sliding"))
     attn_params = base._attention_params_per_layer()
     specs = []
     # Each local kind has its own window: sliding layers sliding_window, chunked layers attention_chunk_size.
     windows = {"full": None}
     if "sliding" in kinds:
-        windows["sliding"] = c.int("sliding_window")
+        windows["sliding"] = c.int("sliding_window", 4096) if model_type == "olmo3" else c.int("sliding_window")
     if "chunked" in kinds:
         windows["chunked"] = c.int("attention_chunk_size")
     if "linear" in kinds:
@@ -804,6 +828,38 @@ _ONE_MATRIX = re.compile(r"\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|q_a_proj|q_b_
                          r"gate_proj|up_proj|down_proj|gate_up_proj|w1|w2|w3)$")
 
 
+#: The matrices of a decoder block, by the names GPTQ's ``modules_in_block_to_quantize`` gives them, and the
+#: weight group each whole set makes: a group is quantized where every matrix of one of its sets is listed.
+_BLOCK_MODULE_SETS = {"attention": ({"q_proj", "k_proj", "v_proj", "o_proj"}, {"qkv_proj", "o_proj"}),
+                      "mlp": ({"gate_proj", "up_proj", "down_proj"}, {"gate_up_proj", "down_proj"})}
+
+
+def _gptq_block_groups(quant: Mapping) -> set:
+    """The groups GPTQ's ``modules_in_block_to_quantize`` quantizes (``[["self_attn.q_proj", ...], ...]``, the
+    modules of each block, in sequential order): whole attention and MLP sets only, else ``ValueError`` by name."""
+    key = "quantization_config.modules_in_block_to_quantize"
+    listed = quant["modules_in_block_to_quantize"]
+    if not isinstance(listed, list) or not all(isinstance(step, list) and all(isinstance(m, str) for m in step)
+                                               for step in listed):
+        raise ValueError(f"config.json '{key}' must be a list of lists of module names, got {listed!r}")
+    names = {m.rsplit(".", 1)[-1] for step in listed for m in step}
+    if any("expert" in m for step in listed for m in step):
+        raise ValueError(f"config.json '{key}' names expert modules: kvmath reads it for dense attention and MLP "
+                         "matrices only; give the formats yourself (--weight-dtype, or weights= in Python)")
+    groups, covered = set(), set()
+    for group, sets in _BLOCK_MODULE_SETS.items():
+        whole = next((full for full in sets if full <= names), None)
+        if whole is not None:
+            groups.add(group)
+            covered |= whole
+    partial = sorted(names - covered)
+    if partial:
+        raise ValueError(f"config.json '{key}' quantizes {', '.join(partial)} without the rest of its group: kvmath "
+                         "sizes each weight group (attention, MLP) in one format; give the formats yourself "
+                         "(--weight-dtype, or weights= in Python)")
+    return groups
+
+
 def _int_quant_bits(quant: Mapping, method: str) -> Union[str, float]:
     """Bytes per weight (or the format's name) of a gptq / awq checkpoint from its bits and group_size.
 
@@ -850,7 +906,13 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
       matrices at ``bits`` with a fp16 scale (and a zero point, GPTQ always,
       AWQ with ``zero_point``) per ``group_size`` weights, in bytes per
       weight (``"int4-g128"`` where that is the layout); the rest in
-      ``torch_dtype``.
+      ``torch_dtype``. GPTQ's ``lm_head`` true (GPTQModel) quantizes the LM
+      head too; its ``modules_in_block_to_quantize`` quantizes only the
+      attention or MLP sets it lists whole (a set left part-quantized, or
+      expert modules, raise ``ValueError`` naming the key).
+    * ``quant_method`` ``"mxfp4"`` on a config without experts, and
+      GPTQModel's per-module ``dynamic`` overrides, raise ``ValueError``
+      naming the key: they would size the weights wrong, not roughly.
 
     Any other ``quant_method`` (compressed-tensors, bitsandbytes, ...) raises
     ``ValueError`` naming ``quantization_config.quant_method``: its bits depend
@@ -871,8 +933,9 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
     --------
     >>> weights_from_hf_config({"torch_dtype": "bfloat16"})
     'bf16'
-    >>> weights_from_hf_config({"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-    ...     "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}})
+    >>> weights_from_hf_config({"num_local_experts": 32, "quantization_config": {"quant_method": "mxfp4",
+    ...     "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+    ...                                "lm_head"]}})
     {'default': 'bf16', 'experts': 'mxfp4'}
     >>> weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8",
     ...     "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}})
@@ -918,6 +981,34 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
         stored = _int_quant_bits(quant, method)
     else:
         stored = "mxfp4"
+        experts = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if c.int(k, 0, minimum=0)]
+        if not experts:  # Mxfp4HfQuantizer converts experts only (gpt-oss): on a dense model it would change nothing
+            raise ValueError("config.json 'quantization_config.quant_method' 'mxfp4' quantizes expert weights only "
+                             "(transformers' Mxfp4 quantizer, for gpt-oss), and this config has no experts "
+                             f"({c.name('num_local_experts')!r}); give the formats yourself (--weight-dtype, or "
+                             "weights= in Python)")
+    quantized = set(_QUANTIZED_GROUPS[method])
+    for key in ("dynamic",):
+        if quant.get(key):  # GPTQModel's per-module overrides: bits, group sizes or skips by regex
+            raise ValueError(f"config.json 'quantization_config.{key}' sets formats module by module, which kvmath "
+                             "does not read; give the formats yourself (--weight-dtype, or weights= in Python)")
+    if quant.get("modules_in_block_to_quantize") is not None:
+        if method != "gptq":
+            raise ValueError(f"config.json 'quantization_config.modules_in_block_to_quantize' is a GPTQ option, "
+                             f"not read for quant_method {method!r}")
+        quantized = _gptq_block_groups(quant) | {"experts", "shared_experts"}
+    head = quant.get("lm_head", False)
+    if not isinstance(head, bool):
+        raise ValueError(f"config.json 'quantization_config.lm_head' must be true or false, got {head!r}")
+    if head:
+        if method != "gptq":
+            raise ValueError(f"config.json 'quantization_config.lm_head' true is read for quant_method 'gptq' "
+                             f"(GPTQModel's option) only, not {method!r}")
+        if data.get("tie_word_embeddings", c.raw("tie_word_embeddings", False)):
+            raise ValueError("config.json 'quantization_config.lm_head' true with 'tie_word_embeddings' true: "
+                             "kvmath cannot tell whether the tied table is stored once quantized or twice; give "
+                             "the formats yourself (--weight-dtype, or weights= in Python)")
+        quantized.add("lm_head")
     kept = quant.get("modules_to_not_convert") or []
     if not isinstance(kept, list) or not all(isinstance(k, str) for k in kept):
         raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' must be a list of module "
@@ -931,7 +1022,7 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
         if part and not any(fragment in module for fragment in _NOT_A_GROUP):
             raise ValueError(f"config.json 'quantization_config.modules_to_not_convert' names {module!r}, {part}: "
                              "kvmath sizes each weight group in one format in every layer; give the formats "
-                             "yourself (weights=, or --weight-dtype)")
+                             "yourself (--weight-dtype, or weights= in Python)")
         group = next((g for fragment, g in _MODULE_GROUPS if fragment in module), None)
         if group is None and (module == "gate" or module.endswith(".gate")):
             group = "router"  # MiniMax-M2's router is called gate (not gate_proj, an MLP matrix)
@@ -942,5 +1033,6 @@ def weights_from_hf_config(config: PathOrDict) -> "Precision":
                              "which kvmath cannot map to a weight group")
         unconverted.add(group)
     weights = {"default": base}
-    weights.update({g: stored for g in _QUANTIZED_GROUPS[method] if g not in unconverted})
+    order = (*_QUANTIZED_GROUPS[method], "lm_head")
+    weights.update({g: stored for g in order if g in quantized and g not in unconverted})
     return weights

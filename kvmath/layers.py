@@ -97,6 +97,13 @@ class LayerSpec:
         names another (``mamba_ssm_dtype``; '' for the same).
         ``state_bytes`` must then equal ``conv_elems x state_dtype +
         ssm_elems x (ssm_dtype or state_dtype)`` bytes.
+    conv_groups, group_conv_elems : int
+        ``linear`` Mamba-2 layers only, optional: the B/C groups of the
+        convolution (``n_groups``) and the convolution elements one group
+        adds (``2 d_state (d_conv - 1)``), which tensor parallelism
+        replicates rather than splits where the ranks do not divide the
+        groups (:meth:`conv_elems_per_rank`; 0 and 0: the convolution splits
+        evenly, as Gated DeltaNet's does).
     state_flops : float
         FLOPs a ``linear`` layer spends per token on its state.
     params : int
@@ -125,6 +132,8 @@ class LayerSpec:
     ssm_elems: int = 0
     state_dtype: str = ""
     ssm_dtype: str = ""
+    conv_groups: int = 0
+    group_conv_elems: int = 0
 
     def __post_init__(self) -> None:
         # stored lower-cased: every rule below compares kind with the lower-case names
@@ -163,6 +172,16 @@ class LayerSpec:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"linear layer {attr} must be a whole number >= 0, got {value!r}")
             object.__setattr__(self, attr, int(value))
+        for attr in ("conv_groups", "group_conv_elems"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"linear layer {attr} must be a whole number >= 0, got {value!r}")
+            object.__setattr__(self, attr, int(value))
+        if bool(self.conv_groups) != bool(self.group_conv_elems) or \
+                self.conv_groups * self.group_conv_elems > self.conv_elems:
+            raise ValueError(f"linear layer conv_groups ({self.conv_groups}) and group_conv_elems "
+                             f"({self.group_conv_elems}) go together, and their product cannot exceed conv_elems "
+                             f"({self.conv_elems})")
         if not self.state_dtype:
             raise ValueError("linear layer state_dtype is needed with conv_elems / ssm_elems (the format they are "
                              "stored in)")
@@ -189,6 +208,36 @@ class LayerSpec:
                              "cannot be resized to another format")
         return (self.conv_elems * dtype_bytes(conv_dtype, argument="conv_dtype")
                 + self.ssm_elems * dtype_bytes(ssm_dtype, argument="ssm_dtype"))
+
+    def conv_elems_per_rank(self, tensor_parallel: int) -> int:
+        """Convolution elements of this linear layer's state on one of ``tensor_parallel`` ranks, as vLLM shards it.
+
+        The channels split evenly over the ranks, except that Mamba-2's B/C groups are first replicated so
+        that every rank holds the groups its heads need: ``n_groups`` grows by ``tp - n_groups`` where ``tp``
+        does not divide it (``MambaStateShapeCalculator.mamba2_state_shape`` and
+        ``extra_groups_for_head_shards``, ``vllm/model_executor/layers/mamba/mamba_utils.py``, vllm-project/vllm
+        at commit 02d71083, the same rule as ``HybridAttentionMambaModelConfig`` of v0.10.2-v0.11): per rank
+        ``(conv_elems + extra x group_conv_elems) / tp``. Raises ``ValueError`` where that does not divide, as
+        vLLM's ``divide`` does.
+
+        Examples
+        --------
+        Granite 4.0 H Micro's Mamba-2 layer (d_inner 4,096, one group, d_state 128, d_conv 4): at TP=2 each rank
+        keeps both halves' B and C: (4,096 + 2 x 2 x 128) / 2 x 3 = 6,912 elements, not 13,056 / 2 = 6,528.
+
+        >>> m2 = LayerSpec("linear", n_heads=64, state_bytes=2 * (13_056 + 524_288), conv_elems=13_056,
+        ...                ssm_elems=524_288, state_dtype="bf16", conv_groups=1, group_conv_elems=768)
+        >>> m2.conv_elems_per_rank(1), m2.conv_elems_per_rank(2), m2.conv_elems_per_rank(8)
+        (13056, 6912, 2304)
+        """
+        tp = int(positive_int("tensor_parallel", as_scalar("tensor_parallel", tensor_parallel)))
+        groups = self.conv_groups
+        extra = 0 if not groups or groups % tp == 0 else tp - groups
+        elems = self.conv_elems + extra * self.group_conv_elems
+        if elems % tp:
+            raise ValueError(f"tensor_parallel {tp} does not divide the {elems:,} convolution-state elements of the "
+                             "linear layer (after vLLM's group replication); vLLM refuses it")
+        return elems // tp
 
     def _count(self, attr: str) -> None:
         """Check a count field (one whole number >= 1) and store it as a Python int, so sizes cannot wrap."""

@@ -61,18 +61,30 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: (``CacheConfig.DEFAULT_BLOCK_SIZE = 16``, ``vllm/config/cache.py``).
 BLOCK_SIZE = 16
 
-#: The block size vLLM forces for MLA and DSA layers on Hopper: ``CudaPlatform.check_and_update_config``
-#: (``vllm/platforms/cuda.py``, v0.8 to v0.11) sets ``block_size = 64`` for the FlashMLA backend, the default MLA
-#: backend where FlashMLA runs (compute capability 9.0: "Forcing kv cache block size to 64 for FlashMLA backend",
-#: logged by v0.8.3 and v0.10.1), and for DeepSeek-V3.2's sparse FlashMLA backend whatever was asked.
+#: The block size vLLM forces for MLA layers on Hopper and for DSA layers on every CUDA chip:
+#: ``CudaPlatform.check_and_update_config`` (``vllm/platforms/cuda.py``, v0.8 to v0.11 and later) sets
+#: ``block_size = 64`` for the FlashMLA backend, the default MLA backend where FlashMLA runs (compute capability
+#: 9.0: "Forcing kv cache block size to 64 for FlashMLA backend", logged by v0.8.3 and v0.10.1), and, last of its
+#: block rules, for DeepSeek-V3.2's sparse backend whatever was asked and on whatever chip (``use_sparse =
+#: hasattr(hf_config, "index_topk")``; ``if use_sparse and cache_config.block_size != 64: block_size = 64``,
+#: "Forcing kv cache block size to 64 for FlashMLASparse backend"; read in vllm-project/vllm
+#: ``vllm/platforms/cuda.py`` at commit 002db4951e0c4b326a559eb44b05698afd3e534a and in the v0.11-era versions
+#: of the same file, where the rule is the same).
 MLA_BLOCK_SIZE = 64
 
-#: The block vLLM v0.10-v0.11 uses for MLA and DSA on each chip preset where it is not :data:`BLOCK_SIZE`
-#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64; datacenter Blackwell (compute capability
-#: 10.x: "Blackwell => Force CutlassMLA") 128. Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the
-#: block asked for: DeepSeek-V2-Lite on L4s logged 16-token blocks (vLLM PR #20665).
+#: The block vLLM v0.10-v0.11 uses for MLA (not DSA, which is :data:`MLA_BLOCK_SIZE` everywhere) on each chip
+#: preset where it is not :data:`BLOCK_SIZE`, and the multiple an asked block must be or be replaced by it
+#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64 (``block_size % 64 != 0`` -> 64);
+#: datacenter Blackwell (compute capability 10.x: "Blackwell => Force CutlassMLA") 128 (``block_size % 128 != 0``
+#: -> 128). Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the block asked for: DeepSeek-V2-Lite on
+#: L4s logged 16-token blocks (vLLM PR #20665).
 MLA_BLOCK_BY_CHIP = {"h100-sxm": 64, "h200": 64, "h20": 64, "h800": 64,
                      "b200": 128, "b200-hgx": 128, "gb200": 128, "b300": 128, "gb300": 128}
+
+#: The one block vLLM's ROCm sparse MLA backend (DeepSeek-V3.2 on AMD chips) accepts: ``RocmPlatform
+#: .get_attn_backend_cls`` asserts "Sparse MLA backend on ROCm only supports block size 1 for now"
+#: (``vllm/platforms/rocm.py``), so vLLM starts only with ``--block-size 1`` there.
+ROCM_DSA_BLOCK_SIZE = 1
 
 #: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
 #: API server uses 1024 on GPUs of 70 GiB or more other than the A100).
@@ -128,8 +140,9 @@ VLLM_MAMBA_CACHE_MODES = ("none", "align", "all")
 #: What vLLM's "GPU KV cache size: N tokens" line counts (``_report_kv_cache_config``,
 #: ``vllm/v1/core/kv_cache_utils.py``): ``"blocks"``, ``num_blocks // num_groups x`` the smallest block size
 #: (commit 001cabc1, v0.10-v0.20: the Qwen3.6 log of vLLM 0.20.0 prints 6,288 = 3 x 2,096 tokens);
-#: ``"concurrency"``, ``int(max_concurrency x max_model_len)`` (later releases, whose code says the block
-#: formula "underestimates capacity" of hybrid models; vLLM 0.29.0 printed 314,187 = int(652 / 17 x 8,192)).
+#: ``"concurrency"``, ``int(max_concurrency x max_model_len)`` (v0.29.0, whose code says the block formula
+#: "underestimates capacity" of hybrid models: it printed 314,187 = int(652 / 17 x 8,192); the switch falls between
+#: v0.20 and v0.29, the releases in between are not known here).
 VLLM_TOKEN_RULES = ("blocks", "concurrency")
 
 #: Bytes per token of DeepSeek-V3.2's latent in vLLM's ``fp8_ds_mla`` cache format, which an fp8 KV cache becomes
@@ -138,10 +151,23 @@ VLLM_TOKEN_RULES = ("blocks", "concurrency")
 #: scales (16 B) and the 64 rope values in bf16 (128 B).
 VLLM_FP8_DS_MLA_BYTES = 656
 
+#: What vLLM's ``--kv-cache-dtype auto`` (its default) stores DeepSeek-V3.2's (DSA) cache in under the defaults
+#: kvmath reproduces: its own fp8 format, not the model dtype. ``DeepseekV32ForCausalLM.verify_and_update_config``
+#: (``vllm/model_executor/models/config.py``): "For DeepSeekV3.2, we use a custom fp8 format as default (i.e.
+#: "auto")", ``if cache_dtype == "auto" or cache_dtype.startswith("fp8"): cache_dtype = "fp8_ds_mla"``, from vLLM
+#: PR #25988 ("Fix default kv-cache-dtype default for DeepseekV3.2", merged 2025-09-30, in the v0.11 release cycle,
+#: the first in which vLLM serves DeepSeek-V3.2; the code index holds it at commit 0144dd5b, a v0.11-era
+#: file); vLLM's DeepSeek-V3.2 recipe says the same ("The default config uses a custom fp8 kvcache. You can also
+#: use bfloat16 kvcache by specifying kv_cache_dtype=bfloat16"). Later versions of the same file map only an
+#: explicit fp8 ("a custom fp8 format is used when fp8 kv-cache is enabled"), so "auto" there is the model's
+#: bf16: pass ``kv_dtype="bf16"`` for them. Which tagged release made that change was not found.
+VLLM_DSA_AUTO_KV = "fp8_ds_mla"
+
 #: The vLLM release whose defaults kvmath's are: every default of :func:`vllm_kv_cache` and :func:`vllm_engine`
 #: is what vLLM v0.10.2 to v0.11 does unless told otherwise (``gpu_memory_utilization`` 0.9, block 16 and 64 for
 #: MLA, ``mamba_cache_mode`` "none", the hybrid manager off for chunked local attention, the "blocks" tokens
-#: line); each argument names what later releases do instead.
+#: line, ``kv_dtype`` "auto": the model's dtype, and for DeepSeek-V3.2 v0.11's :data:`VLLM_DSA_AUTO_KV`); each
+#: argument names what later releases do instead.
 VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 
 #: Where each rule of :func:`vllm_kv_cache` and :func:`vllm_engine` was read, with the release:
@@ -163,14 +189,23 @@ VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 #: * the state's dtypes: ``MambaStateDtypeCalculator``, ``vllm/model_executor/layers/mamba/mamba_utils.py``,
 #:   v0.10.2, and ``Qwen3_5ForConditionalGenerationConfig`` (``models/config.py``, the Qwen3.5 releases);
 #: * the model dtype: ``_resolve_auto_dtype``, ``vllm/config/model.py`` ("Downcast for float32 models");
-#: * the block size for MLA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``;
+#: * the block size for MLA and DSA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``
+#:   (v0.11-era versions and commit 002db495: FlashMLA 64 on Hopper, CUTLASS MLA 128 on datacenter Blackwell,
+#:   the sparse backend 64 on every CUDA chip), and ``RocmPlatform.get_attn_backend_cls``, ``vllm/platforms/rocm.py``
+#:   (DSA: block size 1 only);
 #: * the hybrid manager off for chunked local attention: ``VllmConfig.__post_init__`` (vLLM PR #21761, v0.10.0),
 #:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
+#:
+#: Published start-up logs check the full-attention, MLA and Gated DeltaNet rules (tests/unit/test_memory.py,
+#: tests/unit/test_vllm_hybrid.py, tests/data/vllm_logs.json); the Mamba-2 (with its group replication under TP),
+#: chunked-local, sliding-window, DSA and shared-KV rules are checked by hand against the code above only.
 VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block size for linear states); "
                       "v1/core/kv_cache_utils.py and v1/kv_cache_interface.py @ 001cabc1 (groups, blocks, "
-                      "concurrency, tokens line 'blocks'); a later kv_cache_utils.py (tokens line 'concurrency', "
-                      "between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
-                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64); "
+                      "concurrency, tokens line 'blocks'; a commit, not a tagged release, whose rules reproduce the "
+                      "v0.10.2 and v0.20.0 logs); kv_cache_utils.py as vLLM v0.29.0 runs it (tokens line "
+                      "'concurrency'; the switch falls between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
+                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64 on Hopper, 128 on "
+                      "datacenter Blackwell; DSA 64 on every CUDA chip); "
                       "VllmConfig.__post_init__ v0.10.0-v0.11 (no hybrid manager for chunked local attention)")
 
 #: vLLM's threshold for grouping layers by the most of any kind rather than the fewest: the most are used where
@@ -189,6 +224,27 @@ VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")
 #: attention (FlashAttention's block sizes; 32 on Blackwell with FlashInfer and head size 256, which
 #: ``block_alignment=32`` reproduces), 64 for MLA (128 with the CUTLASS MLA backend).
 VLLM_BLOCK_ALIGNMENT = {"attention": 16, "mla": 64}
+
+
+def _vllm_kv_format(model, kv_dtype, dtype: str = "auto") -> tuple[float, bool, str]:
+    """``(bytes per cached element, ds_mla, name)`` of vLLM's ``--kv-cache-dtype kv_dtype`` for ``model``.
+
+    "auto" (vLLM's default) is the model dtype (``--dtype``; "auto": a 2-byte bf16 or fp16, a float32 checkpoint
+    downcast to bf16), except for a model with DSA layers, which vLLM v0.11 stores in :data:`VLLM_DSA_AUTO_KV`.
+    An fp8 format makes a DSA latent ``fp8_ds_mla`` in every release (``ds_mla`` True: :data:`VLLM_FP8_DS_MLA_BYTES`
+    a token and layer). Another format name, or a number of bytes, is used as given."""
+    dsa = any(s.kind == "dsa" for s in model.layer_specs())
+    if isinstance(kv_dtype, str) and kv_dtype.strip().lower() == "auto":
+        if dsa:
+            return 1.0, True, VLLM_DSA_AUTO_KV
+        fmt = "bf16" if dtype == "auto" else dtype
+        return float(dtype_bytes(fmt)), False, fmt
+    if isinstance(kv_dtype, str):
+        b = float(dtype_bytes(kv_dtype, argument="kv_dtype"))
+        ds_mla = dsa and kv_dtype.lower().startswith("fp8")
+        return b, ds_mla, VLLM_DSA_AUTO_KV if ds_mla else kv_dtype.strip().lower()
+    b = float(positive("kv_dtype", kv_dtype))
+    return b, False, f"{b:g} B an element"
 
 
 def _known(chip: Chip, attr: str, needed_by: str) -> float:
@@ -374,7 +430,7 @@ def _check_tensor_parallel(model, tp: int) -> None:
 
 
 @checked
-def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float = "bf16",
+def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float = "auto",
                     tensor_parallel: int = 1) -> int:
     """Bytes of one KV-cache block of one layer on one rank, as vLLM allocates it.
 
@@ -386,7 +442,10 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     ``kv_lora_rank + qk_rope_dim`` per token, no factor 2
     (``MLAAttentionSpec``; ``get_head_size`` returns ``kv_lora_rank +
     qk_rope_head_dim``, ``get_num_kv_heads`` returns 1), the same on every
-    rank. ``block_size`` None: vLLM's on CUDA (:func:`vllm_block_size`).
+    rank. ``block_size``: the one asked for, as vLLM uses it on CUDA (:func:`vllm_block_size`: None gives
+    vLLM's default; a DSA model's is 64 whatever was asked). ``kv_dtype``: vLLM's ``--kv-cache-dtype``, "auto"
+    (the default) the model's 2-byte dtype, or for DeepSeek-V3.2 (DSA) v0.11's ``fp8_ds_mla``,
+    :data:`VLLM_FP8_DS_MLA_BYTES` a token (:data:`VLLM_DSA_AUTO_KV`; the indexer's keys are a page of their own).
 
     Examples
     --------
@@ -404,10 +463,12 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
 
     if not isinstance(model, Model):
         raise ValueError(f"model must be a kvmath Model, got {model!r}")
-    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
+    block_size = vllm_block_size(model, None, block_size)  # the block vLLM uses (DSA: 64 whatever was asked)
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else positive("kv_dtype", kv_dtype)
+    b, ds_mla, _ = _vllm_kv_format(model, kv_dtype)
+    if ds_mla:
+        return _whole(block_size * VLLM_FP8_DS_MLA_BYTES)
     if _model(model).attention == "mla":
         elems = model.kv_elems_per_token_per_layer()
     else:
@@ -415,10 +476,18 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     return _whole(block_size * elems * b)
 
 
-def vllm_block_size(model, chip: Chip | None = None) -> int:
-    """The block size vLLM uses where none is asked for: :data:`BLOCK_SIZE`, except for models with MLA or DSA
-    layers: :data:`MLA_BLOCK_SIZE` (Hopper's FlashMLA) where no chip is given, else the chip's
-    (:data:`MLA_BLOCK_BY_CHIP`).
+def vllm_block_size(model, chip: Chip | None = None, block_size: int | None = None) -> int:
+    """The block (tokens) vLLM uses for ``model`` on ``chip`` when asked for ``block_size`` (None: not asked).
+
+    vLLM's rules (``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``): a model with neither
+    MLA nor DSA layers keeps the block asked for, :data:`BLOCK_SIZE` by default. MLA: on the chips of
+    :data:`MLA_BLOCK_BY_CHIP` a block that is not a multiple of the chip's (64 on Hopper, 128 on datacenter
+    Blackwell) becomes it, the default included; elsewhere the block asked for, 16 by default; without a chip,
+    :data:`MLA_BLOCK_SIZE` by default (Hopper's) and an asked block as given. DSA (DeepSeek-V3.2): 64 whatever
+    was asked, on every NVIDIA chip and where no chip is given (the sparse backend's rule, applied last); on AMD
+    chips vLLM's ROCm sparse backend takes :data:`ROCM_DSA_BLOCK_SIZE` only, so any other block (the default
+    included) raises ``ValueError``, as vLLM refuses to start; on other chips vLLM's DSA block is not known to
+    kvmath, and this raises ``ValueError`` saying so.
 
     Examples
     --------
@@ -427,12 +496,37 @@ def vllm_block_size(model, chip: Chip | None = None) -> int:
     (16, 64)
     >>> vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("b200")), vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("l4"))
     (128, 16)
+    >>> vllm_block_size(Model.preset("deepseek-v3.2"), Chip.preset("b200"), 16)   # DSA: 64 whatever was asked
+    64
     """
     if chip is not None:
         instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
-    if not any(s.kind in ("mla", "dsa") for s in _model(model).layer_specs()):
-        return BLOCK_SIZE
-    return MLA_BLOCK_SIZE if chip is None else MLA_BLOCK_BY_CHIP.get(chip.name, BLOCK_SIZE)
+    if block_size is not None:
+        block_size = int(one_int("block_size", block_size))
+        if block_size not in VLLM_BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    kinds = {s.kind for s in _model(model).layer_specs()}
+    if "dsa" in kinds:
+        vendor = None if chip is None else chip.vendor
+        if vendor in (None, "nvidia"):
+            return MLA_BLOCK_SIZE
+        if vendor == "amd":
+            if block_size != ROCM_DSA_BLOCK_SIZE:
+                raise ValueError(f"block_size {block_size if block_size is not None else 'default'}: vLLM's sparse MLA "
+                                 f"backend on ROCm ({chip.name}) takes block size {ROCM_DSA_BLOCK_SIZE} only "
+                                 "(RocmPlatform.get_attn_backend_cls, vllm/platforms/rocm.py) and refuses to start "
+                                 f"otherwise: pass block_size={ROCM_DSA_BLOCK_SIZE}")
+            return ROCM_DSA_BLOCK_SIZE
+        raise ValueError(f"{model.name} has DSA layers: kvmath knows vLLM's block for them on NVIDIA chips "
+                         f"({MLA_BLOCK_SIZE}) and AMD chips ({ROCM_DSA_BLOCK_SIZE}), not on {chip.name}")
+    if "mla" not in kinds:
+        return BLOCK_SIZE if block_size is None else block_size
+    if chip is None:
+        return MLA_BLOCK_SIZE if block_size is None else block_size
+    forced = MLA_BLOCK_BY_CHIP.get(chip.name)
+    if forced is None:
+        return BLOCK_SIZE if block_size is None else block_size
+    return forced if block_size is None or block_size % forced else block_size
 
 
 def vllm_model_dtype(stored: str, dtype: str = "auto") -> str:
@@ -467,16 +561,21 @@ def _vllm_weights(weights, dtype: str):
     return {group: loaded(fmt) for group, fmt in weights.items()} if isinstance(weights, dict) else loaded(weights)
 
 
-def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str) -> float:
-    """A linear layer's state per sequence as vLLM keeps it (``MambaStateDtypeCalculator``, ``mamba_utils.py``,
-    v0.10.2): the convolution's inputs in ``mamba_cache_dtype`` "auto", the model dtype; the recurrent state in
-    ``mamba_ssm_cache_dtype``, whose "auto" is the convolution's, or the config's ``mamba_ssm_dtype`` where it
-    names one (``Qwen3_5ForConditionalGenerationConfig``). A layer given in bytes only is taken as given."""
+def _vllm_state_bytes(spec, dtype: str, mamba_ssm_cache_dtype: str, tp: int = 1) -> float:
+    """A linear layer's state per sequence on one of ``tp`` ranks as vLLM keeps it (``MambaStateDtypeCalculator``,
+    ``mamba_utils.py``, v0.10.2): the convolution's inputs in ``mamba_cache_dtype`` "auto", the model dtype; the
+    recurrent state in ``mamba_ssm_cache_dtype``, whose "auto" is the convolution's, or the config's
+    ``mamba_ssm_dtype`` where it names one (``Qwen3_5ForConditionalGenerationConfig``). Shards as
+    ``MambaStateShapeCalculator`` does: the recurrent state's heads over ``tp``, the convolution's channels over
+    ``tp`` after Mamba-2's B/C groups are replicated where ``tp`` does not divide them
+    (:meth:`kvmath.layers.LayerSpec.conv_elems_per_rank`). A layer given in bytes only is split evenly."""
+    from .units import dtype_bytes as width
+
     if not (spec.conv_elems or spec.ssm_elems):
-        return spec.state_bytes
+        return spec.state_bytes / tp
     conv = vllm_model_dtype(spec.state_dtype, dtype)
     ssm = (spec.ssm_dtype or conv) if mamba_ssm_cache_dtype == "auto" else mamba_ssm_cache_dtype
-    return spec.state_bytes_as(conv, ssm)
+    return spec.conv_elems_per_rank(tp) * width(conv) + spec.ssm_elems / tp * width(ssm)
 
 
 def _hybrid_default(model) -> bool:
@@ -494,8 +593,9 @@ def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = F
 
     Keys are ``(kind, window, bytes)``: bytes of one token in one layer for attention kinds
     (``2 x max(1, kv_heads // tp) x head_dim x kv_bytes``; MLA's latent, unsplit), of one sequence's state
-    for ``linear`` (:func:`_vllm_state_bytes` over ``tp``: ``gated_delta_net_state_shape`` splits the conv
-    channels and the value heads by TP). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
+    for ``linear`` (:func:`_vllm_state_bytes` on one of ``tp`` ranks: ``gated_delta_net_state_shape`` splits the
+    conv channels and the value heads by TP; ``mamba2_state_shape`` first replicates the B/C groups TP does not
+    divide). A ``dsa`` layer gives two: its latent (``"dsa"``; :data:`VLLM_FP8_DS_MLA_BYTES` where
     ``ds_mla``, vLLM's format for an fp8 cache of it) and its indexer's keys (``"index"``, ``index_bytes`` in
     their own format whatever the KV dtype), two layers to vLLM. A ``shared`` layer gives none. Without the
     hybrid manager, sliding and chunked layers become full attention (``unify_hybrid_kv_cache_specs``,
@@ -518,7 +618,7 @@ def _layer_types(model, tp: int, kv_bytes: float, hybrid: bool, ds_mla: bool = F
             if not hybrid:
                 raise ValueError(f"{model.name} has linear-attention layers: vLLM keeps their state in its own "
                                  "pages and refuses to start with the hybrid KV-cache manager disabled")
-            add(("linear", None, _vllm_state_bytes(spec, dtype, mamba_ssm_cache_dtype) / tp))
+            add(("linear", None, _vllm_state_bytes(spec, dtype, mamba_ssm_cache_dtype, tp)))
         elif kind == "mla":
             add(("mla", None, spec.latent_dim * kv_bytes))
         elif kind == "dsa":
@@ -663,7 +763,7 @@ def _request_blocks(groups, blocks: dict, block_size: int, mml: ArrayLike, mnbt:
 
 @checked
 def vllm_request_kv_bytes(
-    model, tokens: ArrayLike, *, kv_dtype: str | float = "bf16", block_size: int | None = None,
+    model, tokens: ArrayLike, *, kv_dtype: str | float = "auto", block_size: int | None = None,
     tensor_parallel: int = 1, max_num_batched_tokens: ArrayLike | None = None, hybrid: bool = True,
     mamba_cache_mode: str = "none",
 ) -> ArrayLike:
@@ -694,8 +794,9 @@ def vllm_request_kv_bytes(
     format's bytes are vLLM's: an fp8
     cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
     DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
-    indexer's keys beside it whatever the dtype. ``block_size`` None: vLLM's on CUDA, as for
-    :func:`vllm_kv_cache` (:func:`vllm_block_size`: 16, or 64 for MLA and DSA). The layout, TP and the format
+    indexer's keys beside it whatever the dtype. ``block_size``: the one asked for as vLLM uses it on CUDA, as for
+    :func:`vllm_kv_cache` (:func:`vllm_block_size`: None gives 16, or 64 for MLA and DSA; DSA is 64 whatever was
+    asked). The layout, TP and the format
     are checked as :func:`vllm_kv_cache` checks them (``ValueError`` naming the argument).
 
     Examples
@@ -714,19 +815,13 @@ def vllm_request_kv_bytes(
     ValueError: tokens must be > 0, got 0.0
     """
     mml = positive_int("tokens", tokens)
-    if block_size is not None:
-        block_size = one_int("block_size", block_size)
-        if block_size not in VLLM_BLOCK_SIZES:
-            raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    block_size = vllm_block_size(model, None, block_size)  # checked; what vLLM uses on CUDA
     mamba_cache_mode = choice("mamba_cache_mode", mamba_cache_mode, VLLM_MAMBA_CACHE_MODES)
     hybrid = flag("hybrid", hybrid)
     mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
-    if block_size is None:
-        block_size = vllm_block_size(model)
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
-    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
+    b, ds_mla, _ = _vllm_kv_format(model, kv_dtype)
     groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)
     _, _, per_request = _request_blocks(groups, blocks, block_size, mml, mnbt, mamba_cache_mode)
     return _whole(per_request * page * group_size, "request_bytes")
@@ -879,9 +974,12 @@ class EngineBudget(Result):
         What ``tokens`` counts (:data:`VLLM_TOKEN_RULES`).
     tokens_by_rule : dict
         The "GPU KV cache size" line under each rule of :data:`VLLM_TOKEN_RULES` (what vLLM through v0.20 and
-        later releases print for the same pool).
+        v0.29 print for the same pool).
     weight_formats : str or dict or None
         :func:`vllm_engine` only: the formats the weights were sized in, as vLLM loads them (``--dtype``).
+    kv_cache_dtype : str
+        The format vLLM stores the cache in (its ``--kv-cache-dtype`` resolved: "auto" is the model's dtype, or
+        ``fp8_ds_mla`` for DeepSeek-V3.2 under v0.11, :data:`VLLM_DSA_AUTO_KV`).
     """
 
     available_kv_bytes: ArrayLike
@@ -906,6 +1004,7 @@ class EngineBudget(Result):
     tokens_rule: str = "blocks"
     tokens_by_rule: dict | None = None
     weight_formats: str | dict | None = None
+    kv_cache_dtype: str = ""
 
     @property
     def state_padding(self) -> float | None:
@@ -922,7 +1021,7 @@ def vllm_kv_cache(
     max_model_len: ArrayLike,
     *,
     block_size: int | None = None,
-    kv_dtype: str | float = "bf16",
+    kv_dtype: str | float = "auto",
     tensor_parallel: int = 1,
     layers: int | None = None,
     max_num_batched_tokens: ArrayLike | None = None,
@@ -933,6 +1032,7 @@ def vllm_kv_cache(
     tokens_rule: str = "blocks",
     dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
+    chip: Chip | None = None,
 ) -> EngineBudget:
     """Blocks, tokens and maximum concurrency vLLM gets from one rank's KV memory.
 
@@ -943,7 +1043,7 @@ def vllm_kv_cache(
     // group_size`` (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``; V0's ``available // (page x
     layers)`` is the same integer) and ``tokens = num_blocks // num_groups x`` the smallest block size of
     any group, a linear group's being ``max_model_len`` with ``mamba_cache_mode`` "none" and the attention
-    block otherwise (``_report_kv_cache_config``); later releases print ``int(concurrency x max_model_len)``
+    block otherwise (``_report_kv_cache_config``); v0.29 prints ``int(concurrency x max_model_len)``
     instead (``tokens_rule``, :data:`VLLM_TOKEN_RULES`). A request of ``max_model_len`` tokens takes, in each
     group, the blocks :func:`_blocks_per_request` gives (a linear group: one state page, two with
     ``mamba_cache_mode`` "align"); V1's maximum concurrency is ``num_blocks`` over their sum
@@ -955,7 +1055,13 @@ def vllm_kv_cache(
     Through v0.20 the "GPU KV cache size" is therefore not the tokens one could cache: for a hybrid model
     it counts ``num_blocks`` shared by all the groups, a full group's share of them, in attention blocks;
     the concurrency line is the figure that says how many ``max_model_len`` requests fit. Later releases
-    print ``int(concurrency x max_model_len)`` (``tokens_rule="concurrency"``).
+    print ``int(concurrency x max_model_len)`` (``tokens_rule="concurrency"``). The old line is, by
+    construction, what the same memory gives with every layer paged as full attention: the unified page is
+    ``block x`` a full layer's bytes per token and ``groups x group_size`` is every layer (padding layers
+    aside), so ``num_blocks // groups x block`` is ``available / (layers x`` a full layer's bytes per
+    token ``)`` up to whole blocks (Qwen3-Next at TP=2: 973,760 against 974,080 tokens; gpt-oss-20b: equal).
+    A calculator that counts linear layers as attention or ignores the windows reproduces it, so only the
+    concurrency line checks such a reading (:func:`kvmath.config_check.check_config` says so).
 
     Where vLLM refuses to start, this raises ``ValueError`` saying why: no
     whole block fits, one request of ``max_model_len`` tokens does not fit
@@ -973,9 +1079,12 @@ def vllm_kv_cache(
     max_model_len : int or array
         vLLM's ``--max-model-len``, tokens.
     block_size, kv_dtype, tensor_parallel :
-        Tokens per block asked for (default :func:`vllm_block_size`: 16, or 64 for MLA and DSA), cached
-        element format, TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever
-        ``kv_dtype``.
+        Tokens per block asked for, used as vLLM uses it (:func:`vllm_block_size`: by default 16, or 64 for MLA
+        and DSA; DSA's is 64 whatever was asked, an MLA block on Hopper or datacenter Blackwell a multiple of
+        the chip's), cached element format (vLLM's ``--kv-cache-dtype``: "auto", the default, is the model's
+        2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``, :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its
+        latent in bf16, what later releases' "auto" does; an fp8 format is ``fp8_ds_mla`` for it in every
+        release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
         whose layers vLLM keeps in one group only). Default: all.
@@ -996,8 +1105,9 @@ def vllm_kv_cache(
         How linear layers' states are cached (:data:`VLLM_MAMBA_CACHE_MODES`): "none" (prefix caching off),
         "align" (what vLLM selects for Gated DeltaNet models with prefix caching on), "all".
     tokens_rule : str
-        What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20),
-        "concurrency" (the later ``int(max_concurrency x max_model_len)``).
+        What the "GPU KV cache size" line counts (:data:`VLLM_TOKEN_RULES`): "blocks" (vLLM through v0.20;
+        equal, up to whole blocks, to the memory over every layer paged as full attention), "concurrency"
+        (``int(max_concurrency x max_model_len)``, printed by v0.29; the switch falls between v0.20 and v0.29).
     dtype : str
         vLLM's ``--dtype`` (:data:`VLLM_DTYPES`), the dtype a linear layer's state is kept in (its
         ``mamba_cache_dtype`` "auto"); "auto": the layer's own, a float32 one in bf16 (:func:`vllm_model_dtype`).
@@ -1005,6 +1115,9 @@ def vllm_kv_cache(
         vLLM's ``--mamba-ssm-cache-dtype`` for the recurrent part of a linear layer's state: "auto" (the
         convolution's dtype, or the config's ``mamba_ssm_dtype`` where it names one, as vLLM reads Qwen3.5's),
         "bf16", "fp16" or "fp32".
+    chip : Chip, optional
+        The chip, for vLLM's block rules on it (:func:`vllm_block_size`); None: CUDA's rules without the
+        chip's MLA block (an asked block used as given).
 
     Examples
     --------
@@ -1041,22 +1154,19 @@ def vllm_kv_cache(
     avail = non_negative("available_kv_bytes", available_kv_bytes)
     mml = positive_int("max_model_len", max_model_len)
     _whole(mml, "max_model_len")
-    block_size = vllm_block_size(model) if block_size is None else one_int("block_size", block_size)
-    if block_size not in VLLM_BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of vLLM's {VLLM_BLOCK_SIZES}, got {block_size}")
+    block_size = vllm_block_size(model, chip, block_size)  # checked; the block vLLM uses for the one asked for
     if block_alignment is not None:
         block_alignment = one_int("block_alignment", block_alignment)
     mnbt = vllm_max_num_batched_tokens(mml, engine) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
     vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
     tp = int(tensor_parallel)
-    b = dtype_bytes(kv_dtype, argument="kv_dtype") if isinstance(kv_dtype, str) else float(kv_dtype)
+    b, ds_mla, kv_name = _vllm_kv_format(model, kv_dtype, dtype)
     v1_only = {"linear": "linear-attention", "dsa": "DSA (sparse-attention indexer)", "shared": "shared-KV"}
     kinds = [v1_only[k] for k in v1_only if any(s.kind == k for s in model.layer_specs())]
     if engine == "v0" and kinds:
         raise ValueError(f"engine 'v0': {model.name} has {' and '.join(kinds)} layers, whose caches V0 did not "
                          "page (vLLM serves them with the V1 engine); kvmath sizes them for V1 only")
-    ds_mla = isinstance(kv_dtype, str) and kv_dtype.lower().startswith("fp8")
     hybrid = hybrid and engine == "v1"
     groups, group_size, page, blocks, state = _vllm_layout(model, block_size, b, tp, hybrid, block_alignment, ds_mla,
                                                            dtype, mamba_ssm_cache_dtype)
@@ -1101,6 +1211,7 @@ def vllm_kv_cache(
         group_kinds=tuple(k[0] for k in groups), state_bytes=None if state is None else _whole(state, "state_bytes"),
         hybrid_kv_cache_manager=hybrid, tokens_rule=tokens_rule,
         tokens_by_rule={rule: _whole(value, "tokens") for rule, value in by_rule.items()},
+        kv_cache_dtype=kv_name,
     )
 
 
@@ -1113,7 +1224,7 @@ def vllm_engine(
     gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
     block_size: int | None = None,
     weights="bf16",
-    kv_dtype: str | float = "bf16",
+    kv_dtype: str | float = "auto",
     tensor_parallel: int = 1,
     max_num_batched_tokens: ArrayLike | None = None,
     max_num_seqs: ArrayLike | None = None,
@@ -1179,12 +1290,10 @@ def vllm_engine(
     act = vllm_activation_peak_bytes(model, mnbt, max_num_seqs, tensor_parallel=tp) \
         if activation_peak_bytes is None else non_negative("activation_peak_bytes", activation_peak_bytes)
     avail = vllm_available_kv_bytes(total, w, act, non_torch, util)
-    if block_size is None:
-        block_size = vllm_block_size(model, chip if isinstance(chip, Chip) else None)
     kv = vllm_kv_cache(model, avail, mml, block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tp,
                        max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine,
                        mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule, dtype=dtype,
-                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
+                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, chip=chip if isinstance(chip, Chip) else None)
     return EngineBudget(**{**kv.__dict__, "total_bytes": plain(total), "requested_bytes": plain(util * total),
                            "weight_bytes": plain(w), "activation_peak_bytes": plain(act),
                            "non_torch_bytes": plain(non_torch),

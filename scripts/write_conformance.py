@@ -29,9 +29,11 @@ VERSION = 1
 CONTEXTS = (1_024, 8_192, 131_072)
 GiB = 2**30
 #: The engine setting every entry is sized at: one rank with 40 GiB of KV memory, vLLM's defaults otherwise (the
-#: block vLLM picks: 16, or 64 for MLA and DSA on Hopper; dtype "auto"; the hybrid manager as v0.10.2-v0.11 sets it).
+#: block vLLM picks: 16, or 64 for MLA on Hopper and for DSA; dtype "auto"; --kv-cache-dtype "auto", the model's
+#: bf16 except DeepSeek-V3.2's fp8_ds_mla under v0.11, which each entry's kv_cache_dtype names; the hybrid manager
+#: as v0.10.2-v0.11 sets it).
 VLLM_SETTINGS = {"available_kv_gib": 40, "block_size": None, "max_model_len": 8192, "tensor_parallel": 1,
-                 "max_num_batched_tokens": 2048, "kv_dtype": "bf16"}
+                 "max_num_batched_tokens": 2048, "kv_dtype": "auto"}
 
 
 def config_paths() -> list[Path]:
@@ -58,7 +60,8 @@ def _vllm(model, **settings) -> dict:
             "max_concurrency": round(float(kv.max_concurrency), 4), "num_blocks": kv.num_blocks,
             "block_size": kv.block_size, "page_bytes": kv.page_bytes, "group_size": kv.group_size,
             "group_kinds": list(kv.group_kinds), "blocks_per_request": kv.blocks_per_request,
-            "state_bytes": kv.state_bytes, "hybrid_kv_cache_manager": kv.hybrid_kv_cache_manager}
+            "state_bytes": kv.state_bytes, "hybrid_kv_cache_manager": kv.hybrid_kv_cache_manager,
+            "kv_cache_dtype": kv.kv_cache_dtype}
 
 
 def _logs_for(rel: str, model) -> list[dict]:
@@ -69,7 +72,7 @@ def _logs_for(rel: str, model) -> list[dict]:
         s, f = log["settings"], log["figures"]
         settings = dict(tensor_parallel=s["tensor_parallel"], max_model_len=s["max_model_len"],
                         max_num_batched_tokens=s["max_num_batched_tokens"] or 2048,
-                        kv_dtype="fp8" if s["kv_cache_dtype"].startswith("fp8") else "bf16",
+                        kv_dtype="fp8" if s["kv_cache_dtype"].startswith("fp8") else s["kv_cache_dtype"],
                         block_size=s["block_size_asked"])
         entry = {"id": log["id"], "source": log["source"], "vllm_version": log["vllm_version"], "lines": log["lines"]}
         if f["available_kv_gib"] is not None:
@@ -151,9 +154,12 @@ def build() -> dict:
                        "or a reconstruction may store them otherwise than the published checkpoint; 'misreadings': "
                        "the same with the stored precision ignored",
             "vllm": f"vLLM V1's KV cache with the defaults of vLLM {VLLM_DEFAULTS_VERSION} for {VLLM_SETTINGS} "
-                    "(block_size null: vLLM's, 16 or 64 for MLA and DSA; weights and states in vLLM's --dtype auto, "
+                    "(block_size null: vLLM's, 16 or 64 for MLA and DSA; kv_dtype auto: vLLM's --kv-cache-dtype "
+                    "auto, the model's bf16 except DeepSeek-V3.2's fp8_ds_mla as vLLM v0.11 stores it, named by "
+                    "'kv_cache_dtype'; weights and states in vLLM's --dtype auto, "
                     "float32 as bf16; the hybrid manager off for chunked local attention); 'tokens' is its 'GPU KV "
-                    "cache size' as vLLM up to v0.20 prints it, 'tokens_by_rule' that and later releases' "
+                    "cache size' as vLLM up to v0.20 prints it, 'tokens_by_rule' that and v0.29's (the switch falls "
+                    "between v0.20 and v0.29) "
                     "int(max_concurrency x max_model_len), 'max_concurrency' its 'Maximum concurrency' for "
                     "max_model_len",
         },

@@ -552,8 +552,9 @@ def test_the_cli_defaults_are_the_librarys(capsys):
         main(["capacity", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert f"CUDA runtime total (default: {memory.GPU_MEMORY_UTILIZATION})" in out
-    assert f"tokens per vLLM block (default: {memory.BLOCK_SIZE}; for MLA and DSA the block vLLM sets on the chip, " \
-           f"{memory.MLA_BLOCK_BY_CHIP['h200']} on Hopper, {memory.MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell)" in out
+    assert f"tokens per vLLM block asked for (default: {memory.BLOCK_SIZE}; for MLA the block vLLM sets on the chip, " \
+           f"{memory.MLA_BLOCK_BY_CHIP['h200']} on Hopper, {memory.MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell; " \
+           f"for DSA {memory.MLA_BLOCK_SIZE} on every NVIDIA chip, whatever is asked, as vLLM forces it)" in out
 
 
 def test_capacity_engine_says_and_switches_the_hybrid_manager_and_the_dtype(capsys):

@@ -14,6 +14,7 @@ from tests.unit.test_hf_config import GPT_OSS, NEXT, path
 
 NEXT_PATH = str(path("Qwen--Qwen3-Next-80B-A3B-Instruct"))
 V3_PATH = str(path("deepseek-ai--DeepSeek-V3"))
+GPT_OSS_PATH = str(path("openai--gpt-oss-20b"))
 
 
 def test_hybrid_linear_layers_counted_as_full():
@@ -84,6 +85,41 @@ def test_vllm_tokens_of_the_published_log_and_as_full_attention():
     assert not r.matches and r.explained_by == ["linear-attention layers are counted as full attention"]
 
 
+def test_the_old_tokens_line_cannot_tell_the_hybrid_misreadings_apart_and_concurrency_can(capsys):
+    """Review J23-4. With unified pages vLLM's v0.10-v0.20 tokens line is num_blocks // groups x block, and
+    groups x group size = all layers, so it is the memory over every layer paged as full attention, up to whole
+    blocks. gpt-oss-20b (12 sliding + 12 full layers, 8 KV heads of 64, 2,048 B per token and layer) at 56.76 GiB,
+    131,072 tokens, 8,192 batched, by hand: page 16 x 2,048 = 32,768 B; groups of 12, 2 groups;
+    floor(floor(60,945,538,007 / 32,768) / 12) = floor(1,859,910 / 12) = 154,992 blocks; tokens 154,992 // 2 x 16
+    = 1,239,936. Every layer full: page 32,768, one group of 24, floor(1,859,910 / 24) = 77,496 blocks x 16 =
+    1,239,936, the same number. Concurrency tells them apart: a request takes cdiv(131,072, 16) = 8,192 full
+    blocks + cdiv(127 + 8,192, 16) + 1 = 521 sliding = 8,713: 154,992 / 8,713 = 17.79x, against 77,496 / 8,192 =
+    9.46x with the windows ignored."""
+    avail = 56.76 * 2**30
+    kw = dict(available_kv_bytes=avail, max_model_len=131_072, max_num_batched_tokens=8192)
+    ignored = "sliding windows and chunks are ignored (every layer holds every token)"
+    off = "the hybrid KV-cache manager is off (--disable-hybrid-kv-cache-manager)"
+    r = check_config(GPT_OSS, "vllm_tokens", 1_239_936, **kw)
+    assert r.matches and r.kvmath == 1_239_936 and r.readings[ignored] == r.readings[off] == 1_239_936
+    assert {ignored, off} <= set(r.indistinguishable) and "cannot tell those readings" in r.explanation
+    c = check_config(GPT_OSS, "vllm_concurrency", 9.46, **kw)
+    assert not c.matches and round(c.kvmath, 2) == 17.79 and set(c.explained_by) >= {ignored, off}
+    assert not c.indistinguishable
+    assert check_config(GPT_OSS, "vllm_concurrency", 17.79, **kw).matches
+    assert not check_config(GPT_OSS, "vllm_concurrency", 17.80, **kw).matches  # printed to 0.01: 17.79 +- 0.005
+    # the command line marks the reading that equals kvmath's instead of offering it as an explanation
+    args = ["check", "config", GPT_OSS_PATH, "--available-gib", "56.76", "--max-model-len", "131072",
+            "--max-num-batched-tokens", "8192"]
+    assert main(args + ["--vllm-tokens", "100"]) == 1
+    out = capsys.readouterr().out
+    assert f"1,239,936 tokens  {ignored}  (= kvmath's: this figure cannot tell it apart)" in out
+    assert main(args + ["--vllm-concurrency", "9.46"]) == 1
+    out = capsys.readouterr().out
+    assert "kvmath gives 17.79x; your 9.46x is what the config gives when" in out and ignored in out
+    assert main(["check", "config", GPT_OSS_PATH, "--vllm-concurrency", "9.46"]) == 2  # needs --available-gib
+    assert "--vllm-concurrency needs --available-gib" in capsys.readouterr().err
+
+
 # ----- the command line -------------------------------------------------------------------------
 
 def test_cli_text_json_and_exit_codes(capsys):
@@ -133,8 +169,8 @@ def test_cli_vllm_rules_refused_by_name(capsys):
         assert exit_info.value.code == 2 and err.count("\n") == 1 and named in err
     # they change only the vLLM figure: with another one they are refused, in the CLI and in Python
     assert main(["check", "config", NEXT_PATH, "--kv-bytes-per-token", "5", "--tokens-rule", "blocks"]) == 2
-    assert "--tokens-rule applies to --vllm-tokens only" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="mamba_cache_mode applies to vllm_tokens only"):
+    assert "--tokens-rule applies to --vllm-tokens and --vllm-concurrency only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="mamba_cache_mode applies to vllm_tokens and vllm_concurrency only"):
         check_config(NEXT, "kv_bytes_per_token", 5, mamba_cache_mode="align")
 
 

@@ -75,6 +75,21 @@ CASES = {
     # emb (tied, once) 100352*2048 = 205,520,896; norms 81*2048 = 165,888 -> 3,191,239,424
     "ibm-granite--granite-4.0-h-micro": (8_192, {s: 8_192 * s + 38_688_768 for s in S3},
                                           3_191_239_424, 3_191_239_424),
+    # SmolLM3-3B (smollm3, bf16): L36 d2048 h16 kv4 d_h 2048/16 = 128; every layer full attention (layer_types; the
+    # NoPE layers, no_rope_layers 0 on every 4th, skip the rotation but cache the same K and V): KV 2*4*128*2*36 =
+    # 73,728 B per token; 1,024 tokens 75,497,472 B, 8,192 603,979,776, 131,072 9,663,676,416.
+    # attn 2048*2048*2 + 2*2048*512 = 10,485,760; mlp 3*2048*11008 = 67,633,152; x36 = 2,812,280,832;
+    # emb tied (SmolLM3Config's default tie_word_embeddings=True; the file leaves it out) 128256*2048 =
+    # 262,668,288; norms 73*2048 = 149,504 -> 3,075,098,624 (dense: all active)
+    "HuggingFaceTB--SmolLM3-3B": (73_728, {s: 73_728 * s for s in S3}, 3_075_098_624, 3_075_098_624),
+    # an OLMo 3 model (olmo3, bf16; a 190M continued-pretraining model's file, README): L12 d768 h12 kv12 d_h 64,
+    # layer_types 3 sliding (window 4,096) to 1 full: 2*12*64*2 = 3,072 B per token and layer, 36,864 reserved;
+    # 3 full layers hold S tokens, 9 sliding min(S, 4,096): S=1,024 12*3,072*1,024 = 37,748,736; S=8,192
+    # 3*3,072*8,192 + 9*3,072*4,096 = 75,497,472 + 113,246,208 = 188,743,680; S=131,072 1,207,959,552 +
+    # 113,246,208 = 1,321,205,760. attn 4*768*768 = 2,359,296; mlp 3*768*3072 = 7,077,888; x12 = 113,246,208;
+    # emb 2*48000*768 = 73,728,000 (untied); norms 25*768 = 19,200 -> 186,993,408 (q/k norms not counted)
+    "complexly--olmo3-190m-zh-continue": (36_864, {1024: 37_748_736, 8192: 188_743_680, 131072: 1_321_205_760},
+                                          186_993_408, 186_993_408),
 }
 
 
@@ -192,6 +207,7 @@ READERS = {
     "gemma3_text": "google--gemma-3-12b-it", "falcon": "tiiuae--falcon-40b", "glm4_moe": "zai-org--GLM-4.7",
     "minimax_m2": "amd--MiniMax-M2.7-BF16", "llama4_text": "meta-llama--Llama-4-Maverick-17B-128E-Instruct",
     "olmo2": "allenai--OLMo-2-0325-32B", "granitemoehybrid": "ibm-granite--granite-4.0-h-micro",
+    "smollm3": "HuggingFaceTB--SmolLM3-3B", "olmo3": "complexly--olmo3-190m-zh-continue",
     # no qwen2_moe file: Qwen3-30B-A3B's, relabelled (the two model_types share one reader and one set of keys)
     "qwen2_moe": "Qwen--Qwen3-30B-A3B",
 }
@@ -338,3 +354,32 @@ def test_gpt_oss_relabelled_mixtral_reads_the_same_sizes():
     relabelled = km.Model.from_hf_config({**config, "model_type": "mixtral"})
     assert relabelled.param_count() == load("openai--gpt-oss-20b").param_count() == 20_907_927_360
     assert relabelled.layer_specs() == load("openai--gpt-oss-20b").layer_specs()
+
+
+def test_smollm3_nope_layers_cache_as_full_and_slide_only_where_its_config_says():
+    # SmolLM3Config: layer_types, where a config leaves them out, are sliding on the NoPE layers (no_rope_layers 0,
+    # every 4th) only where use_sliding_window and sliding_window are set. SmolLM3-3B's file lists 36 full layers.
+    config = json.loads(path("HuggingFaceTB--SmolLM3-3B").read_text())
+    assert load("HuggingFaceTB--SmolLM3-3B").layer_kinds == ("full",)
+    bare = {k: v for k, v in config.items() if k != "layer_types"}
+    assert km.Model.from_hf_config(bare).kv_bytes_per_seq(8192) == 73_728 * 8192
+    # with a 4,096-token window on the 9 NoPE layers, 2,048 B per token and layer: 27 full layers hold S tokens,
+    # 9 hold min(S, 4,096): S = 131,072 -> 2,048 * (27 * 131,072 + 9 * 4,096) = 7,323,254,784
+    windowed = km.Model.from_hf_config({**bare, "use_sliding_window": True, "sliding_window": 4096})
+    assert windowed.kv_bytes_per_seq(131072) == 2048 * (27 * 131072 + 9 * 4096) == 7_323_254_784
+    # the file's explicit layer_types win, as in SmolLM3Attention (a window only on a "sliding_attention" layer):
+    # 36 full layers stay full whatever use_sliding_window says
+    listed = km.Model.from_hf_config({**config, "use_sliding_window": True, "sliding_window": 4096})
+    assert listed.kv_bytes_per_seq(131072) == 73_728 * 131072
+
+
+def test_olmo3_windows_follow_layer_types_or_olmo3configs_rule():
+    # Olmo3Config (vllm/transformers_utils/configs/olmo3.py): layer_types left out, every 4th layer is full and the
+    # others slide over sliding_window, 4,096 by default; the file's own layer_types give the same 9 + 3
+    config = json.loads(path("complexly--olmo3-190m-zh-continue").read_text())
+    bare = {k: v for k, v in config.items() if k not in ("layer_types", "sliding_window")}
+    m = km.Model.from_hf_config(bare)
+    assert m.kv_bytes_per_seq(131072) == load("complexly--olmo3-190m-zh-continue").kv_bytes_per_seq(131072)
+    assert m.kv_bytes_by_kind(131072) == {"sliding": 9 * 3072 * 4096, "full": 3 * 3072 * 131072}
+    # windows ignored would charge all 12 layers for every token: 12 * 3,072 * 131,072 = 4,831,838,208
+    assert m.kv_bytes_per_seq(131072) == 1_321_205_760 != 12 * 3072 * 131072

@@ -150,3 +150,65 @@ def test_a_shared_expert_gate_is_not_a_group():
     quant = {"quant_method": "fp8", "modules_to_not_convert": ["model.layers.*.mlp.shared_expert_gate", "lm_head"]}
     w = km.hf_config.weights_from_hf_config({"torch_dtype": "bfloat16", "quantization_config": quant})
     assert w["shared_experts"] == "fp8-e4m3" and "lm_head" not in w
+
+
+# ----- review J23-8: quantization settings that change the stored size are read or refused by name ----------
+
+LLAMA_8B = json.loads(path("meta-llama--Llama-3.1-8B").read_text())
+GPTQ_4_128 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}
+
+
+def _gptq(**extra):
+    return {**LLAMA_8B, "quantization_config": {**GPTQ_4_128, **extra}}
+
+
+def test_gptq_lm_head_and_whole_group_modules_in_block_by_hand():
+    """Llama 3.1 8B (hidden 4,096, MLP 14,336, 32 layers, 32 / 8 heads of 128, vocab 128,256, untied, bf16), GPTQ
+    4 bits in groups of 128: (4 + 16/128 + 4/128) / 8 = 133/256 = 0.51953125 B a weight. By hand: attention 32 x
+    4,096 x (4,096 + 2 x 1,024 + 4,096) = 1,342,177,280 weights, MLP 32 x 3 x 4,096 x 14,336 = 5,637,144,576,
+    embedding = LM head = 128,256 x 4,096 = 525,336,576, norms 65 x 4,096 = 266,240.
+      default (head in bf16): 6,979,321,856 x 133/256 + (2 x 525,336,576 + 266,240) x 2 = 3,625,975,808 +
+        2,101,878,784 = 5,727,854,592 B;
+      lm_head true (GPTQModel): 3,625,975,808 + 525,336,576 x 133/256 (272,928,768) + (525,336,576 + 266,240) x 2
+        = 4,950,110,208 B;
+      modules_in_block_to_quantize of the attention only: 1,342,177,280 x 133/256 = 697,303,040 + (5,637,144,576 +
+        1,050,673,152 + 266,240) x 2 = 14,073,470,976 B."""
+    m = km.Model.from_hf_config(LLAMA_8B)
+    read = km.hf_config.weights_from_hf_config
+    assert m.weight_bytes_resident(read(_gptq())) == 5_727_854_592
+    head = read(_gptq(lm_head=True))
+    assert head["lm_head"] == 0.51953125 and m.weight_bytes_resident(head) == 4_950_110_208
+    everything = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
+                  ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]
+    assert read(_gptq(modules_in_block_to_quantize=everything)) == read(_gptq())
+    attention = read(_gptq(modules_in_block_to_quantize=everything[:2]))
+    assert "mlp" not in attention and m.weight_bytes_resident(attention) == 14_073_470_976
+
+
+@pytest.mark.parametrize("extra, named", [
+    # only q_proj quantized (15.27 GB by hand: kvmath cannot size one matrix of a group apart): refused, not 5.73
+    (dict(modules_in_block_to_quantize=[["self_attn.q_proj"]]), "modules_in_block_to_quantize' quantizes q_proj"),
+    (dict(modules_in_block_to_quantize=[["mlp.experts.0.up_proj"]]), "modules_in_block_to_quantize' names expert"),
+    (dict(modules_in_block_to_quantize="self_attn"), "modules_in_block_to_quantize' must be a list of lists"),
+    (dict(dynamic={"-:model\\.layers\\.0\\..*": {}}), "quantization_config.dynamic' sets formats module by module"),
+    (dict(lm_head="yes"), "quantization_config.lm_head' must be true or false"),
+])
+def test_gptq_settings_kvmath_cannot_size_are_refused_by_name(extra, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        km.hf_config.weights_from_hf_config(_gptq(**extra))
+
+
+def test_mxfp4_on_a_dense_model_and_lm_head_elsewhere_are_refused_by_name(capsys):
+    # transformers' mxfp4 quantizer converts experts only (gpt-oss): on a dense Llama it would leave every weight in
+    # bf16 (16.06 GB) while the config says mxfp4, so the config is refused, naming the key
+    dense = {**LLAMA_8B, "quantization_config": {"quant_method": "mxfp4"}}
+    with pytest.raises(ValueError, match=r"'quantization_config.quant_method' 'mxfp4' quantizes expert weights only"):
+        km.hf_config.weights_from_hf_config(dense)
+    awq = {**LLAMA_8B, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "lm_head": True}}
+    with pytest.raises(ValueError, match=r"'quantization_config.lm_head' true is read for quant_method 'gptq'"):
+        km.hf_config.weights_from_hf_config(awq)
+    tied = {**LLAMA_8B, "tie_word_embeddings": True, "quantization_config": {**GPTQ_4_128, "lm_head": True}}
+    with pytest.raises(ValueError, match="'tie_word_embeddings' true"):
+        km.hf_config.weights_from_hf_config(tied)
+    # gpt-oss's own mxfp4 (experts present) is still read
+    assert km.hf_config.weights_from_hf_config(GPT_OSS)["experts"] == "mxfp4"

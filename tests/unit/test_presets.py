@@ -315,8 +315,8 @@ def test_row_extensions_refuse_what_they_cannot_express():
     ("b300", 270e9, 7.7e12, {"fp4": 14e15, "fp8": 4.5e15, "bf16": 2.25e15, "int8": 0.15e15}),
     # the brief's Table 2, GB300 NVL72 dense figures / 72 GPUs: FP4 1,080 PF, FP8 360, BF16 180; 576 TB/s; 279 GB per GPU
     ("gb300", 279e9, 576e12 / 72, {"fp4": 1080e15 / 72, "fp8": 360e15 / 72, "bf16": 180e15 / 72}),
-    # docs.cloud.google.com/tpu/docs/tpu7x: BF16 2307, FP8 4614 TFLOPs, 192 GiB; 7.37 TB/s (Google's announcement)
-    ("tpu-v7", 192 * 2**30, 7.37e12, {"bf16": 2307e12, "fp8": 4614e12}),
+    # docs.cloud.google.com/tpu/docs/tpu7x, its table: BF16 2307, FP8 4614 TFLOPs, 192 GiB, 7380 GBps (review J23-13)
+    ("tpu-v7", 192 * 2**30, 7380e9, {"bf16": 2307e12, "fp8": 4614e12}),
     # AWS Neuron docs, Trainium2: 1,299 FP8 and 667 BF16 dense TFLOPS (2,563 sparse listed apart); 96 GiB, 2.9 TB/s
     ("trainium2", 96 * 2**30, 2.9e12, {"fp8": 1299e12, "bf16": 667e12}),
     # GTC 2025: 96 GB GDDR7 at 28 Gbps on 512 bits = 1,792 GB/s; 4,000 AI TOPS FP4 with sparsity, halved

@@ -253,14 +253,14 @@ def test_deepseek_v32_indexer_cache_is_its_own_spec_in_one_group_by_hand():
     v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
     assert {s.kind for s in v32.layer_specs()} == {"dsa"}
     assert vllm_kv_groups(v32) == (1, ("dsa",))
-    kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64)
+    kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, kv_dtype="bf16")
     assert (kv.page_bytes, kv.group_size, kv.num_groups) == (61 * 64 * 1284, 1, 1)
     assert (kv.num_blocks, kv.tokens, kv.blocks_per_request) == (8568, 548_352, 2048)
     assert round(kv.max_concurrency, 2) == 4.18
     fp8 = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, kv_dtype="fp8")
     assert (fp8.page_bytes, fp8.num_blocks) == (61 * 64 * 788, 13_961)
     # tensor parallelism does not split an MLA latent or the indexer's key
-    assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8).num_blocks == 8568
+    assert vllm_kv_cache(v32, 40 * GiB, 131072, block_size=64, tensor_parallel=8, kv_dtype="bf16").num_blocks == 8568
     v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
     assert vllm_kv_cache(v3, 40 * GiB, 131072, block_size=64).num_blocks == 9549
     with pytest.raises(ValueError, match="engine 'v0'.*DSA"):
@@ -333,16 +333,22 @@ def test_a_float32_config_is_served_in_bf16_weights_and_states():
     2,048 B per token and layer; the state 537,344 elements per layer, 1,074,688 B in bf16: block 16 x cdiv(1,074,688,
     16 x 2,048) = 528, page 1,081,344 B; 4 full + 36 linear layers: groups of 4, 1 + 9 groups; floor(floor(40 GiB /
     1,081,344) / 4) = 9,929 blocks; a request cdiv(8,192, 528) = 16 + 9 = 25: 397.16x, tokens 9,929 // 10 x 528 =
-    523,776. In fp32 (--dtype fp32): 2,149,376 B, block 1,056, 4,964 blocks, 8 + 9 = 17 a request: 292.0x."""
+    523,776. In fp32 (--dtype fp32) with a bf16 cache (--kv-cache-dtype bfloat16): 2,149,376 B, block 1,056, 4,964
+    blocks, 8 + 9 = 17 a request: 292.0x. With vLLM's --kv-cache-dtype auto the cache is fp32 too, 4,096 B per
+    token and layer: block 16 x cdiv(2,149,376, 65,536) = 528, page 2,162,688 B, floor(floor(40 GiB / 2,162,688) /
+    4) = floor(19,859 / 4) = 4,964 blocks, 16 + 9 = 25 a request: 198.56x."""
     config = json.loads((RECONSTRUCTED / "ibm-granite--granite-4.0-h-micro.json").read_text())
     m = km.Model.from_hf_config({**config, "dtype": "float32"})
     auto = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048)
     assert (auto.state_bytes, auto.block_size, auto.page_bytes) == (1_074_688, 528, 1_081_344)
     assert (auto.num_blocks, auto.blocks_per_request, auto.tokens) == (9929, 25, 523_776)
     assert round(auto.max_concurrency, 2) == 397.16
-    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32")
+    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32", kv_dtype="bf16")
     assert (fp32.state_bytes, fp32.block_size, fp32.num_blocks, fp32.blocks_per_request) == (2_149_376, 1056, 4964, 17)
     assert round(fp32.max_concurrency, 2) == 292.0
+    fp32 = vllm_kv_cache(m, 40 * GiB, 8192, max_num_batched_tokens=2048, dtype="fp32")
+    assert (fp32.kv_cache_dtype, fp32.block_size, fp32.page_bytes) == ("fp32", 528, 2_162_688)
+    assert (fp32.num_blocks, fp32.blocks_per_request, round(fp32.max_concurrency, 2)) == (4964, 25, 198.56)
     # OLMo-2 32B's float32 file on one H200: 32,233,886,720 parameters loaded in bf16, 64,467,773,440 B, not
     # the 128,935,546,880 B the file stores
     olmo = km.Model.from_hf_config(Path(__file__).parents[1] / "data" / "hf_configs" / "allenai--OLMo-2-0325-32B")
@@ -376,6 +382,125 @@ def test_mla_is_sized_in_vllms_mla_block_by_default():
     assert vllm_kv_cache(v3, 40 * GiB, 8192, block_size=16).num_blocks == 38_199
     assert [vllm_block_size(v3, km.Chip.preset(c)) for c in ("h200", "b200", "l4")] == [64, 128, 16]
     assert vllm_block_size(km.Model.from_hf_config(NEXT), km.Chip.preset("h200")) == 16
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
+    """Review J23-1. vLLM's ``CudaPlatform.check_and_update_config`` (vllm/platforms/cuda.py, commit 002db495 and
+    the v0.11-era versions): ``use_sparse = hasattr(hf_config, "index_topk")``, then, after the FlashMLA (64) and
+    CUTLASS MLA (128) rules, ``if use_sparse and block_size != 64: block_size = 64``. So DeepSeek-V3.2 is paged in
+    64-token blocks on Hopper, Blackwell and every other CUDA chip, and an asked 16 or 128 becomes 64; MLA alone
+    (DeepSeek-V3) keeps the chip's rule: Hopper a multiple of 64, datacenter Blackwell a multiple of 128.
+
+    By hand, V3.2 at 40 GiB, bf16: a block of 61 layers x 64 x (1,152 + 132) B = 5,012,736 B, 8,568 blocks
+    whatever block is asked (16 would give 61 x 16 x 1,284 = 1,253,184 B and 34,272 blocks)."""
+    from kvmath.memory import MLA_BLOCK_SIZE, vllm_block_size
+
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    nvidia = [c for c in km.Chip.presets() if km.Chip.preset(c).vendor == "nvidia"]
+    assert {"h200", "b200", "gb200", "b300", "gb300", "l4", "rtx-pro-6000"} <= set(nvidia)
+    for name in nvidia:
+        chip = km.Chip.preset(name)
+        for asked in (None, 1, 16, 64, 128, 256):
+            assert vllm_block_size(v32, chip, asked) == 64, (name, asked)
+    assert MLA_BLOCK_SIZE == 64 and vllm_block_size(v32) == vllm_block_size(v32, None, 16) == 64
+    # MLA alone: the chip's multiple replaces a block that is not one; a multiple asked for is kept
+    assert [vllm_block_size(v3, km.Chip.preset("h200"), b) for b in (None, 16, 64, 128)] == [64, 64, 64, 128]
+    assert [vllm_block_size(v3, km.Chip.preset("b200"), b) for b in (None, 16, 64, 256)] == [128, 128, 128, 256]
+    assert [vllm_block_size(v3, km.Chip.preset("l4"), b) for b in (None, 32)] == [16, 32]
+    # the engine uses that block: 8,568 blocks of 64 at 40 GiB, the same when 16 is asked
+    for asked in (None, 16, 128):
+        kv = vllm_kv_cache(v32, 40 * GiB, 131072, block_size=asked, kv_dtype="bf16")
+        assert (kv.block_size, kv.page_bytes, kv.num_blocks) == (64, 5_012_736, 8568)
+    b200 = vllm_engine(v32, km.Chip.preset("b200"), 8192, tensor_parallel=8, kv_dtype="bf16")
+    assert b200.block_size == 64
+    # AMD: vLLM's ROCm sparse backend takes block size 1 only and refuses to start otherwise
+    assert vllm_block_size(v32, km.Chip.preset("mi300x"), 1) == 1
+    with pytest.raises(ValueError, match="ROCm.*block size 1"):
+        vllm_block_size(v32, km.Chip.preset("mi300x"))
+    with pytest.raises(ValueError, match="not on tpu-v7"):
+        vllm_block_size(v32, km.Chip.preset("tpu-v7"))
+
+
+def test_mamba2_state_under_tensor_parallelism_replicates_the_groups_by_hand():
+    """Review J23-2. vLLM's ``MambaStateShapeCalculator.mamba2_state_shape`` (vllm/model_executor/layers/mamba/
+    mamba_utils.py @ 02d71083) first sets ``n_groups += extra_groups_for_head_shards(n_groups, tp)``, ``tp -
+    n_groups`` where tp does not divide n_groups, so every rank keeps the B/C groups its heads need; the conv
+    state per rank is ``(d_inner + 2 (n_groups + extra) d_state) / tp x (d_conv - 1)`` and the SSM state
+    ``n_heads / tp x d_head x d_state``. Gated DeltaNet (``gated_delta_net_state_shape``) splits evenly.
+
+    Granite 4.0 H Micro (one group, d_inner 4,096 = 64 heads x 64, d_state 128, d_conv 4, bf16; attention 8 KV
+    heads of 64), by hand:
+      TP=1: (4,096 + 256) x 3 + 64 x 64 x 128 = 13,056 + 524,288 = 537,344 elements, 1,074,688 B;
+      TP=2: (4,096 + 2 x 2 x 128) / 2 x 3 = 6,912 + 262,144 = 269,056 x 2 = 538,112 B (an even split: 537,344);
+      TP=4: (4,096 + 2 x 4 x 128) / 4 x 3 = 3,840 + 131,072 = 134,912 x 2 = 269,824 B;
+      TP=8: (4,096 + 2 x 8 x 128) / 8 x 3 = 2,304 + 65,536 = 67,840 x 2 = 135,680 B.
+    The attention block: 16 x cdiv(state, 16 x bytes per token and layer), 2 x max(1, 8 / tp) x 64 x 2 B:
+      TP=2: 4 heads, 1,024 B: 16 x cdiv(538,112, 16,384) = 16 x 33 = 528, padding 540,672 / 538,112 - 1 = 0.48%;
+      TP=4: 2 heads, 512 B: 16 x cdiv(269,824, 8,192) = 528, padding 270,336 / 269,824 - 1 = 0.19%;
+      TP=8: 1 head, 256 B: 16 x cdiv(135,680, 4,096) = 16 x 34 = 544 (528 without the replication), padding
+      139,264 / 135,680 - 1 = 2.64%. Tokens at 30 GiB, 131,072 tokens, TP=8: 4 full + 36 linear layers, groups
+      of 4, 10 groups; floor(floor(32,212,254,720 / 139,264) / 4) = floor(231,303 / 4) = 57,825 blocks;
+      57,825 // 10 x 544 = 5,782 x 544 = 3,145,408.
+    """
+    from kvmath.layers import LayerSpec
+
+    m = km.Model.from_hf_config(RECONSTRUCTED / "ibm-granite--granite-4.0-h-micro.json")
+    spec = next(s for s in m.layer_specs() if s.kind == "linear")
+    assert (spec.conv_groups, spec.group_conv_elems) == (1, 2 * 128 * 3)
+    assert [spec.conv_elems_per_rank(tp) for tp in (1, 2, 4, 8)] == [13_056, 6_912, 3_840, 2_304]
+    hand = {1: (1_074_688, 528, 0.0062), 2: (538_112, 528, 0.0048), 4: (269_824, 528, 0.0019),
+            8: (135_680, 544, 0.0264)}
+    for tp, (state, block, padding) in hand.items():
+        kv = vllm_kv_cache(m, 30 * GiB, 131072, tensor_parallel=tp)
+        assert (kv.state_bytes, kv.block_size) == (state, block), tp
+        assert round(kv.state_padding, 4) == padding, tp  # vLLM prints it to 0.01%
+    kv8 = vllm_kv_cache(m, 30 * GiB, 131072, tensor_parallel=8)
+    assert (kv8.page_bytes, kv8.num_blocks, kv8.tokens) == (139_264, 57_825, 3_145_408)
+    # Gated DeltaNet splits evenly (no groups): Qwen3-Next's state per rank is the state over TP
+    gdn = next(s for s in km.Model.from_hf_config(NEXT).layer_specs() if s.kind == "linear")
+    assert gdn.conv_groups == 0 and gdn.conv_elems_per_rank(2) == gdn.conv_elems // 2
+    # groups that TP divides are split, not replicated: 8 groups at TP=4 (2 each), at TP=8 (1 each)
+    eight = LayerSpec("linear", n_heads=64, state_bytes=2 * ((4096 + 2 * 8 * 128) * 3 + 524_288),
+                      conv_elems=(4096 + 2 * 8 * 128) * 3, ssm_elems=524_288, state_dtype="bf16", conv_groups=8,
+                      group_conv_elems=768)
+    assert eight.conv_elems_per_rank(4) == (4096 + 2048) * 3 // 4 and eight.conv_elems_per_rank(8) == 6144 * 3 // 8
+    with pytest.raises(ValueError, match="conv_groups .* go together"):
+        LayerSpec("linear", state_bytes=2.0, conv_elems=1, state_dtype="bf16", conv_groups=1)
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_deepseek_v32_default_cache_is_fp8_ds_mla_as_vllm_v0_11_stores_it(capsys):
+    """Review J23-3. vLLM v0.11's DeepseekV32ForCausalLM.verify_and_update_config (models/config.py; PR #25988,
+    merged 2025-09-30) turns --kv-cache-dtype "auto" (the default) and any fp8 into fp8_ds_mla for DeepSeek-V3.2;
+    an explicit bfloat16 keeps bf16 (what later releases' "auto" does). By hand, 40 GiB on one rank, 8,192 tokens:
+    fp8_ds_mla, a block of 61 x 64 x (656 + 132) = 3,076,352 B: floor(42,949,672,960 / 3,076,352) = 13,961 blocks,
+    893,504 tokens, 13,961 / 128 = 109.07x; bf16, 61 x 64 x (1,152 + 132) = 5,012,736 B: 8,568 blocks, 66.94x.
+    Other models' "auto" is their 2-byte dtype: Llama 3.1 8B's figures are bf16's."""
+    from kvmath.cli import main
+
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    auto = vllm_kv_cache(v32, 40 * GiB, 8192)
+    assert (auto.kv_cache_dtype, auto.page_bytes, auto.num_blocks, auto.tokens) == ("fp8_ds_mla", 3_076_352,
+                                                                                     13_961, 893_504)
+    assert round(auto.max_concurrency, 2) == 109.07
+    assert vllm_kv_cache(v32, 40 * GiB, 8192, kv_dtype="fp8").num_blocks == 13_961
+    bf16 = vllm_kv_cache(v32, 40 * GiB, 8192, kv_dtype="bf16")
+    assert (bf16.kv_cache_dtype, bf16.page_bytes, bf16.num_blocks, round(bf16.max_concurrency, 2)) == (
+        "bf16", 5_012_736, 8568, 66.94)
+    llama = km.Model.preset("llama-3.1-8b")
+    a, b = vllm_kv_cache(llama, 40 * GiB, 8192), vllm_kv_cache(llama, 40 * GiB, 8192, kv_dtype="bf16")
+    assert (a.kv_cache_dtype, a.num_blocks) == ("bf16", b.num_blocks) and a.num_blocks == 20_480
+    # the command line sizes vLLM at its own default and says which format that is
+    config = str(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "8192",
+                 "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache dtype                       fp8_ds_mla  (vLLM v0.11's --kv-cache-dtype auto for DSA" in out
+    assert main(["capacity", "--config", config, "--hardware", "h200", "--chips", "8", "--context", "8192",
+                 "--engine", "vllm", "--kv-dtype", "bf16"]) == 0
+    assert "KV cache dtype" not in capsys.readouterr().out
 
 
 def test_no_test_model_has_a_layer_ratio_where_vllms_two_thresholds_differ():
