@@ -6,8 +6,6 @@ turns bytes into "68.72 GB (64.00 GiB)" or seconds into "2.54 ms".
 
 from __future__ import annotations
 
-import math
-
 from .units import GB, GiB
 from .validation import as_scalar, non_negative, whole
 
@@ -108,12 +106,10 @@ def fmt_count(count: float, digits: int = 2) -> str:
     count, digits = _amount("count", count, digits)
     if count == 0:
         return "0"
-    exponent = math.floor(math.log10(abs(count)))
-    # below 1e-300, 10.0**exponent is subnormal or 0: scale up first
-    mantissa = count / 10.0**exponent if exponent > -300 else count * 1e300 / 10.0 ** (exponent + 300)
-    if round(mantissa, digits) >= 10:  # 9.999e9 rounds up to 10.00e9
-        mantissa, exponent = mantissa / 10, exponent + 1
-    return f"{mantissa:.{digits}f}e{exponent}"
+    # Python's "e" format rounds the count's exact value once (9.999e9 to 1.00e10, subnormals too); a mantissa
+    # divided out first is rounded twice (1,015,000 / 1e6 is 1.01499..., which printed 1.01e6)
+    mantissa, exponent = f"{count:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 #: The book's one digit-grouping separator (a thin space, U+2009), as in

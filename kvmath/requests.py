@@ -18,11 +18,12 @@ output tokens, runs as benchmarks run it:
   :func:`prefill_bound`), never the whole model's FLOPs on one chip.
 - **decode**: ``S_out - 1`` steps, the ``j``-th over a cache of ``S_in + j``
   tokens (``j = 1 .. S_out - 1``), each bounded by :meth:`kvmath.Deployment.step`'s
-  strict form. Within a stretch of contexts where no sliding window fills
-  up, every term of a step is affine in the context, so the sum of the
-  step bounds is a sum of the upper envelope of two lines and a constant
-  (the communication) over a range of integers, done in closed form (no
-  loop over steps).
+  strict form. Within a stretch of contexts where no window fills up (a
+  sliding or chunked layer's, a dsa layer's top-k) and, with a shared
+  prefix, the reads stay on one side of the prefix's share, every term of
+  a step is affine in the context, so the sum of the step bounds is a sum
+  of the upper envelope of two lines and a constant (the communication)
+  over a range of integers, done in closed form (no loop over steps).
 - ``time_per_output_token_s = decode_s / (S_out - 1)`` (undefined, NaN, for
   one output token: there is no decode step), ``output_tokens_per_s = B * S_out / (TTFT + decode_s)`` (the
   benchmarks' convention: prefill included), and the cost per million
@@ -518,22 +519,58 @@ def _prefill_passes(dep: Deployment, batch, s_in, chunk_tokens, last_mlp: bool, 
 
 
 def _decode_stretches(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0):
-    """Stretches of context ``lo .. hi`` where every term of a decode step is affine: before a sliding window fills,
-    and after. Yields ``(line, t1, first, last, steps)``: ``line(f)`` is ``(p, q)`` with ``f(step at S) = p + q S``
+    """Stretches of context ``lo .. hi`` on which every term of a decode step is affine in the context.
+
+    A step's terms bend where a window fills: every window of the model's
+    cache terms (sliding and chunked layers, a dsa layer's top-k, a shared
+    layer's source). With a shared prefix (``shared_per_seq`` bytes per
+    sequence left out of the reads, as :func:`_pass` leaves them, never below
+    none) they also bend where a sequence's reads reach that share ``c``:
+    below it the step reads none of the cache. Each stretch's line runs
+    through the steps at its lowest context ``x`` and at ``x + 1`` (``x`` a
+    window's end, where two stretches meet, or ``ceil(c)``), both on the
+    stretch or, where it holds one context only, through that context's step.
+
+    Yields ``(line, t1, first, last, steps)``: ``line(f)`` is ``(p, q)`` with ``f(step at S) = p + q S``
     on the stretch, ``t1`` a step on it, ``first .. last`` its contexts, ``steps`` how many."""
-    w = dep.model.sliding_window
-    stretches = [(1, 2, lo, hi)] if w is None else [(1, 2, lo, np.minimum(hi, w)), (w, w + 1, np.maximum(lo, w + 1), hi)]
-    for s1, s2, first, last in stretches:
-        t1, t2 = (_pass(dep, batch, float(s), **opts) if np.all(shared_per_seq == 0) else
-                  _pass(dep, batch, float(s), kv_seq=dep._plan.kv_per_seq(float(s)) - shared_per_seq, **opts)
-                  for s in (s1, s2))
+    plan = dep._plan
+    t = plan.terms
+    windows = sorted({w for terms in (t.held, t.read, t.flops) for _, w in terms if w is not None})
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    prefix = not np.all(np.asarray(shared_per_seq) == 0)
 
-        def line(f, t1=t1, t2=t2, s1=s1):
+    def stretch(x, first, last):
+        t1, t2 = (_pass(dep, batch, s, **opts) if not prefix else
+                  _pass(dep, batch, s, kv_seq=plan.kv_per_seq(s) - shared_per_seq, **opts) for s in (x, x + 1.0))
+
+        def line(f, t1=t1, t2=t2, x=x):
             slope = f(t2) - f(t1)
-            return f(t1) - slope * s1, slope
+            return f(t1) - slope * x, slope
 
-        first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
-        yield line, t1, first, last, np.maximum(last - first + 1, 0)
+        return line, t1, first, last, np.maximum(last - first + 1, 0)
+
+    # piece k: contexts ends[k] + 1 .. ends[k + 1] (the last one unbounded), its line anchored at max(ends[k], 1)
+    ends = [0, *windows]
+    for k, end in enumerate(ends):
+        top = ends[k + 1] if k + 1 < len(ends) else None
+        x = float(max(end, 1))
+        first = np.maximum(lo, end + 1.0)
+        last = hi if top is None else np.minimum(hi, float(top))
+        if not prefix:
+            yield stretch(x, first, last)
+            continue
+        # the reads, affine on the piece, reach the shared part at c: no cache read below, the rest above
+        r1 = plan.kv_read_per_seq(x)
+        dr = plan.kv_read_per_seq(x + 1.0) - r1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(dr > 0, x + (shared_per_seq - r1) / np.where(dr > 0, dr, 1.0),
+                         np.where(r1 >= shared_per_seq, -_BIG, _BIG))
+        cap = float(top) if top is not None else max(float(np.max(hi)), x) + 1.0
+        above = np.clip(np.ceil(c), x, cap)          # the first context that reads (a finite anchor where none does)
+        below_last = np.minimum(last, above - 1.0)
+        if np.any(below_last >= first):
+            yield stretch(x, first, below_last)
+        yield stretch(above, np.maximum(first, above), last)
 
 
 def _decode_sums(dep: Deployment, batch, lo, hi, opts, shared_per_seq=0.0) -> tuple[np.ndarray, np.ndarray]:

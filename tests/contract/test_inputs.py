@@ -471,6 +471,42 @@ def test_fmt_count_of_subnormal_counts():
     assert km.formatting.fmt_count(2.5e-300) == "2.50e-300"
 
 
+def test_fmt_count_rounds_the_exact_count_once():
+    # 1,015,000 is exactly 1.015e6, a tie that rounds to 1.02 (half-even and half-up agree); dividing by 1e6 first
+    # gave 1.0149999... and "1.01e6". The double nearest 1.005e-300 is 1.00499999999999999119...e-300: "1.00e-300"
+    # and the one nearest 1.005e-299 is 1.00500000000000002435...e-299: "1.01e-299" (the old code's two branches, at
+    # 1e-300 and above it, rounded such near-ties by the error of their division or product, not by the count)
+    assert km.formatting.fmt_count(1_015_000) == "1.02e6"
+    assert km.formatting.fmt_count(1.005e-300) == "1.00e-300"
+    assert km.formatting.fmt_count(1.005e-299) == "1.01e-299"
+
+
+def test_group_digits_leaves_text_without_digits_and_fmt_number_prints_floats_from_1e16_in_g():
+    assert km.formatting.group_digits("n/a") == "n/a" and km.formatting.group_digits("") == ""
+    # whole floats print whole below 1e16 (2^53 is 9.007e15: above it not every integer is a float) and with "g" from it
+    assert km.formatting.fmt_number(1e15) == "1\u2009000\u2009000\u2009000\u2009000\u2009000"
+    assert km.formatting.fmt_number(1e16) == "1e+16"
+
+
+def test_a_fraction_of_exactly_one_is_accepted_in_an_array_and_the_first_clashing_pair_is_named():
+    from kvmath.validation import fraction
+
+    assert fraction("efficiency", np.array([0.5, 1.0])).tolist() == [0.5, 1.0]
+    with pytest.raises(ValueError, match="efficiency must be in"):
+        fraction("efficiency", np.array([0.5, 1.5]))
+    # three arrays, the first clashing with the second (and the third): the pair named is the first two
+    with pytest.raises(ValueError, match=r"the shapes of batch \(3,\) and context \(4,\) do not"):
+        broadcast(batch=np.ones(3), context=np.ones(4), output_tokens=np.ones(4))
+
+
+def test_a_chip_whose_runtime_sees_all_its_device_memory_is_valid():
+    chip = km.Chip.preset("h100-sxm")
+    same = chip.replace(runtime_bytes=chip.device_bytes)
+    assert same.runtime_bytes == same.device_bytes == 85_520_809_984
+    with pytest.raises(ValueError, match="runtime_bytes .* cannot exceed device_bytes"):
+        chip.replace(runtime_bytes=chip.device_bytes + 1)
+
+
 def test_a_subnormal_rate_in_a_tensor_parallel_step_is_named():
     # the old closed form took parameter counts and bytes that could underflow when shared over the chips; a
     # deployment's model has whole counts, so the subnormal inputs left are the chip's rates: each must give a

@@ -120,6 +120,25 @@ def test_the_old_tokens_line_cannot_tell_the_hybrid_misreadings_apart_and_concur
     assert "--vllm-concurrency needs --available-gib" in capsys.readouterr().err
 
 
+def test_vllm_tokens_read_as_memory_over_bytes_per_token():
+    # the same log read without pages or groups: 44.59 GiB over Qwen3-Next's 24,576 B a token (12 full layers x
+    # 2 x 2 KV heads x 256 x 2 B) split over the 2 ranks, 12,288 B: 47,878,147,932.16 / 12,288 = 3,896,333.65,
+    # 3,896,333 whole tokens
+    kw = dict(available_kv_bytes=44.59 * 2**30, max_model_len=262_144, tensor_parallel=2,
+              max_num_batched_tokens=8192)
+    r = check_config(NEXT, "vllm_tokens", 973_760, **kw)
+    assert r.readings["tokens are the memory over the bytes per token (no pages, no groups)"] == 3_896_333
+
+
+def test_a_figure_matches_within_rtol_of_the_larger_inclusive():
+    # kvmath's 24,576 B a token: 0.4% more is within the default 0.5% of the larger figure; with rtol 0.5, twice
+    # it differs by exactly half the larger (24,576 of 49,152) and matches, a hair more does not
+    assert check_config(NEXT, "kv_bytes_per_token", 24_576 * 1.004).matches
+    assert not check_config(NEXT, "kv_bytes_per_token", 24_576 * 1.006).matches
+    assert check_config(NEXT, "kv_bytes_per_token", 49_152, rtol=0.5).matches
+    assert not check_config(NEXT, "kv_bytes_per_token", 49_152.01, rtol=0.5).matches
+
+
 # ----- the command line -------------------------------------------------------------------------
 
 def test_cli_text_json_and_exit_codes(capsys):

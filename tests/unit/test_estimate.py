@@ -333,6 +333,12 @@ def test_a_requests_decode_is_the_sum_of_its_steps():
         steps = E.estimate_step(dep, 8, np.arange(4001, 4300, dtype=float))
         assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
         assert r.time_per_output_token.estimate_s == pytest.approx(r.decode.estimate_s / 299, rel=1e-12)
+    # windows that are no model.sliding_window, crossed by the contexts 8,001 .. 8,399: a dsa layer's top-k of 2,048
+    # (the line drawn from contexts 1 and 2 went on growing past it) and Llama 4's chunks of 8,192
+    for dep in (km.Deployment("deepseek-v3.2", "h100-sxm", "tp=8"), km.Deployment("llama-4-scout", "h100-sxm", "tp=4")):
+        r = E.estimate_request(dep, 8, 8000, 400)
+        steps = E.estimate_step(dep, 8, np.arange(8001, 8400, dtype=float))
+        assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
 
 
 def test_a_prefill_estimate_is_its_passes_priced():

@@ -945,3 +945,63 @@ def test_the_simulation_takes_its_last_allowed_request_count():
     assert simulated_requests("simulate_requests", 125_000) == 125_000
     with pytest.raises(ValueError, match="simulate_requests"):
         simulated_requests("simulate_requests", 125_001)
+
+
+# ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
+
+def test_percentiles_of_0_and_100_are_refused_and_seeds_stop_below_2_to_the_63():
+    from kvmath.load import seed_value
+
+    for p in (0, 100):
+        with pytest.raises(ValueError, match="percentile must be strictly between 0 and 100"):
+            mm1_wait_s(8.0, 10.0, p)
+    # the largest float seed below 2^63 (2^63 - 1,024) is taken whole; 2^63 itself is refused
+    assert seed_value("seed", 2.0**63 - 1024) == 9_223_372_036_854_774_784
+    with pytest.raises(ValueError, match="seed must be a whole number"):
+        seed_value("seed", 2.0**63)
+
+
+def test_at_a_utilisation_of_exactly_1_the_queue_is_unstable():
+    # rho is linear in the rate: 1 / rho(1 req/s) is the saturating rate; among its float neighbours the one at
+    # which rho comes out exactly 1.0 has no wait (NaN: unstable), the one just below a finite wait
+    rho1 = float(serving_load(H100, 1.0, 2000, 200).utilisation)
+    rates = (1 / rho1) * (1 + np.arange(-8, 9) * 2.0**-52)
+    load = serving_load(H100, rates, 2000, 200)
+    at_one = np.flatnonzero(load.utilisation == 1.0)
+    assert at_one.size >= 1
+    i = int(at_one[0])
+    assert load.utilisation[i - 1] < 1
+    assert np.isnan(load.queue_wait_s[i]) and np.isfinite(load.queue_wait_s[i - 1])
+
+
+def test_the_simulations_clock_limit_counts_every_arrival_on_every_replica():
+    """dp=2: each replica draws 100 + 25 arrivals at rate / 2, a span of 125 x 2 / rate seconds, which float64
+    resolves to a thousandth of the shortest prefill (one one-token prompt a group) from the rate 125 x 2 x 2^-52 /
+    (1e-3 x t_p) on, that rate included; 1% below it is refused."""
+    dep = Deployment("llama-3-8b", "h100-sxm", "dp=2")
+    shortest = dep.request(2, 1, 1).ttft_s
+    least = 125 * 2 * 2.0**-52 / (1e-3 * shortest)
+    assert (125 * 2 / least) * 2.0**-52 == 1e-3 * shortest   # the limit itself, exactly
+    # resolved to a thousandth of the prefill there, as the limit says
+    assert simulate(dep, least, 1, 2, n_requests=100).ttft_s == pytest.approx(shortest, rel=1e-3)
+    with pytest.raises(ValueError, match="too low to simulate"):
+        simulate(dep, 0.99 * least, 1, 2, n_requests=100)
+
+
+def test_a_data_parallel_replica_simulates_as_one_deployment_at_its_share_of_the_rate():
+    # dp=2 at 20 req/s: each replica gets 10 req/s, prefills one prompt a group and steps its running sequences on
+    # its own chip, so every simulated time equals one H100's at 10 req/s (the deployment's step of 2 N sequences
+    # over the 2 groups is one chip's step of N)
+    one = simulate(H100, 10.0, 2000, 200, n_requests=200)
+    two = simulate(Deployment("llama-3-8b", "h100-sxm", "dp=2"), 20.0, 2000, 200, n_requests=200)
+    for key in ("ttft_s", "tpot_s", "queue_wait_s"):
+        assert getattr(two, key) == pytest.approx(getattr(one, key), rel=1e-12), key
+    assert two.tpot_percentiles_s == pytest.approx(one.tpot_percentiles_s, rel=1e-12)
+
+
+def test_the_estimated_step_is_priced_at_whole_micro_batches_under_pipeline_stages():
+    # pp=2: one sequence a stage is 2 on the replica, so the priced running counts are 2 x 1, 2, 4, ...
+    from kvmath.load import _Engine
+
+    e = _Engine(Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2"), 1000, 100, times="estimate")
+    assert e.knots[:4].tolist() == [2.0, 4.0, 8.0, 16.0]

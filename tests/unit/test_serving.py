@@ -232,11 +232,14 @@ def test_ttft_and_decode_sum_for_a_small_case_by_hand():
     ("gemma-2-9b", km.ParallelLayout(), None),                 # sliding windows fill up mid-request
     ("llama-2-70b", km.ParallelLayout(tp=8), NV4.replace(latency_s=20e-6)),  # communication binds at small batch
     ("mixtral-8x7b", km.ParallelLayout(tp=2, pp=2), NV4),
+    # windows that are no model.sliding_window: a dsa layer's top-k of 2,048 tokens, Llama 4's 8,192-token chunks
+    ("deepseek-v3.2", km.ParallelLayout(tp=8), NV4),
+    ("llama-4-scout", km.ParallelLayout(tp=4), NV4),
 ])
 def test_closed_form_decode_sum_equals_the_sum_of_step_bounds(name, layout, link):
     m = km.Model.preset(name)
     batches = np.array([1, 37, 512, 4096])[:, None]
-    shapes = [(5, 1), (1, 2), (100, 300), (3000, 2500)]
+    shapes = [(5, 1), (1, 2), (100, 300), (3000, 2500), (8000, 400)]
     dep = Deployment(m, H100, layout, link=link)  # link=None: no communication, as before
     r = dep.request(batches, [s for s, _ in shapes], [o for _, o in shapes])
     for i, b in enumerate(batches[:, 0]):
@@ -246,6 +249,64 @@ def test_closed_form_decode_sum_equals_the_sum_of_step_bounds(name, layout, link
             loose = 0.0 if steps is None else np.sum(steps.no_overlap_s)
             assert r.decode_s[i, j] == pytest.approx(strict, rel=1e-11, abs=1e-15)
             assert r.decode_no_overlap_s[i, j] == pytest.approx(loose, rel=1e-11, abs=1e-15)
+
+
+def test_decode_with_a_shared_prefix_by_hand():
+    """Llama 3 8B on one H100 (3.35e12 B/s), 32 requests of 4,096 tokens in and 256 out, the first 2,048 tokens a
+    prefix found cached (2,048 reused: whole 16-token blocks). Each of the 255 decode steps, over a cache of S =
+    4,097 .. 4,351 tokens, is memory-bound (32 tokens against a ridge of ~295 FLOPs a byte): it reads the weights
+    but the embedding table, 32 embedding rows, and each sequence's cache of S tokens (131,072 B a token) less the
+    prefix's, read once for the 32 sequences that share it: h x 2,048 x 131,072 x (1 - 1/32) B left out of each.
+    Summed in closed form here: 1.857721 s with every request hitting (the library said 1.143 s: it drew each
+    line through the steps at contexts 1 and 2, where the prefix's share exceeds the cache and the reads, clipped
+    at none, stop growing), 2.174435 s with half of them."""
+    m = km.Model.preset("llama-3-8b")
+    P, V, d, kv = m.param_count(), 128_256, 4096, 32 * 2 * 8 * 128 * 2
+    weights = (P - V * d) * 2 + 32 * d * 2
+    n, contexts = 255, sum(range(4097, 4352))
+    for hit in (1.0, 0.5):
+        shared = hit * 2048 * kv * (1 - 1 / 32)
+        by_hand = (n * weights + 32 * (kv * contexts - n * shared)) / 3.35e12
+        r = Deployment(m, H100).request(32, 4096, 256, prefix_tokens=2048, prefix_hit_rate=hit)
+        assert r.reused_tokens == 2048
+        assert r.decode_s == pytest.approx(by_hand, rel=1e-12), hit
+        assert r.decode_no_overlap_s == pytest.approx(by_hand, rel=1e-12), hit
+    assert by_hand == pytest.approx(2.174435, abs=1e-6)
+
+
+@pytest.mark.parametrize("name, layout", [
+    ("llama-3-8b", km.ParallelLayout()),
+    ("gemma-3-27b", km.ParallelLayout(tp=2)),        # windows of 1,024 tokens, the prefix longer than them
+    ("deepseek-v3.2", km.ParallelLayout(tp=8)),      # top-k reads: a long prefix's share exceeds them
+    ("mixtral-8x7b", km.ParallelLayout(tp=2, pp=2)),
+])
+def test_closed_form_decode_sum_with_a_prefix_equals_the_sum_of_its_steps(name, layout):
+    """With a cached prefix each decode step at context S reads its cache less the prefix's share (at least none):
+    the closed form against that step at every context, summed. DeepSeek-V3.2 reads 2,048 tokens' latents and
+    every token's indexer key, so with an 8,500-token prefix that 40% of 64 requests hit, the share exceeds the reads for
+    the first ~5,700 contexts and not after: both sides of that crossing are asserted to occur."""
+    from kvmath.prefix import reused_tokens
+    from kvmath.requests import _pass
+
+    dep = Deployment(km.Model.preset(name), H100, layout, link=NV4)
+    plan = dep._plan
+    batches = np.array([1, 3, 64])[:, None]
+    s_in, s_out = np.array([100, 2000, 9000]), np.array([50, 3000, 9000])
+    prefix, hit = np.array([64, 1999, 8500]), np.array([1.0, 0.6, 0.4])
+    r = dep.request(batches, s_in, s_out, prefix_tokens=prefix, prefix_hit_rate=hit)
+    crossings = set()
+    for i, b in enumerate(batches[:, 0]):
+        for j in range(3):
+            reused = reused_tokens(prefix[j], 16, s_in[j])
+            # read once by the chip's sequences (b, or its pipeline's micro-batch) that hit it
+            shared = hit[j] * (plan.kv_per_seq(reused) - plan.state_bytes) * (1 - 1 / max(plan.micro(b), 1.0))
+            contexts = np.arange(s_in[j] + 1, s_in[j] + s_out[j], dtype=float)
+            crossings.update(np.sign(plan.kv_read_per_seq(contexts) - shared))
+            steps = _pass(dep, float(b), contexts, kv_seq=plan.kv_per_seq(contexts) - shared)
+            assert r.decode_s[i, j] == pytest.approx(np.sum(steps.strict_s), rel=1e-11), (b, j)
+            assert r.decode_no_overlap_s[i, j] == pytest.approx(np.sum(steps.no_overlap_s), rel=1e-11), (b, j)
+    if name == "deepseek-v3.2":
+        assert crossings == {-1.0, 1.0}
 
 
 def test_chunked_prefill_never_beats_one_pass_and_matches_it_when_compute_bound():
