@@ -882,6 +882,52 @@ def estimate_frontier(dep: Deployment, input_tokens: ArrayLike, output_tokens: A
 
 # ----- the calibration rows, priced as bound_for bounds them --------------------------------------------
 
+#: The share of the memory beside the weights that a serving engine gives its cache: TensorRT-LLM's
+#: ``kv_cache_free_gpu_mem_fraction`` default, 0.90 (its performance overview, docs/source/performance/perf-overview.md:
+#: "the default setting of 0.90"; some of its runs set 0.95).
+KV_CACHE_FRACTION = 0.9
+
+
+def in_flight_batch(dep: Deployment, requests: ArrayLike, input_tokens: ArrayLike, output_tokens: ArrayLike) -> ArrayLike:
+    """Requests a continuous-batching run holds at once: all of them, or as many as the cache holds at full length.
+
+    A run of ``requests`` requests at an infinite rate (TensorRT-LLM's
+    ``trtllm-bench throughput``, MLPerf's Offline scenario, vLLM's throughput
+    benchmark) starts a request when its cache fits, reserving it to
+    completion: TensorRT-LLM's default capacity policy, ``GUARANTEED_NO_EVICT``
+    (``SchedulerConfig`` in tensorrt_llm/llmapi/llm_args.py), and trtllm-bench's
+    own sizing, which divides the cache memory by each request's
+    ``input + output`` tokens (``calc_engine_setting`` in
+    tensorrt_llm/bench/build/tuning.py); an engine that allocates as it goes
+    (vLLM) must preempt beyond it. The cache memory is
+    :data:`KV_CACHE_FRACTION` of what the busiest chip holds beside its
+    weights, its memory as the device reports it (the marketed size where the
+    chip preset has no reported total). The bound takes every request at once;
+    the estimate of such a run prices this many (:func:`_row_pricer`).
+
+    Examples
+    --------
+    Llama 3.1 70B in FP8 on one H200 (150.75 GB reported, 70.55 GB of weights) at 128 tokens in and 2,048 out:
+    each request's FP8 cache holds 2,176 x 160 KiB (356.5 MB), and 0.9 x 80.20 GB holds 202 of them, so of
+    3,000 requests 202 run at once.
+
+    >>> int(in_flight_batch(Deployment("llama-3.1-70b", "h200", weights="fp8", kv="fp8"), 3000, 128, 2048))
+    202
+    """
+    from .memory import memory_budget
+
+    instance("dep", dep, Deployment, "a Deployment")
+    requests = positive("requests", requests)
+    try:
+        memory = memory_budget(dep.chip, "reported")
+    except ValueError:  # no reported total: the marketed size, a little less
+        memory = dep.chip.hbm_bytes
+    full = positive_int("input_tokens", input_tokens) + positive_int("output_tokens", output_tokens)
+    weights = dep.capacity(full, hbm_bytes=memory).weight_bytes_per_chip
+    held = dep.capacity(full, hbm_bytes=weights + KV_CACHE_FRACTION * (memory - weights)).max_batch
+    return plain(np.minimum(requests, np.maximum(held, 1.0)))
+
+
 def _row_pricer(m):
     """``(price, constants)``: ``price(params)`` the estimate of one measurement in seconds per unit
     (``bound_for``'s ``unit_s``), its collectives priced with the row's engine's all-reduce."""
@@ -901,9 +947,13 @@ def _row_pricer(m):
     if m.metric == "seq_tok_s" and m.input_tokens == 0:  # llama-bench tg N: steps at contexts 1 .. N
         price = _decode_pricer(dep, float(m.batch), 1.0, float(m.output_tokens), c)
         return (lambda p: price(p) / m.output_tokens), c
-    prefill = _prefill_pricer(dep, float(m.batch), m.input_tokens, c)
-    decode = _decode_pricer(dep, float(m.batch), m.input_tokens + 1.0, m.input_tokens + m.output_tokens - 1.0, c)
-    return (lambda p: (prefill(p) + decode(p)) / m.output_tokens), c
+    # a continuous-batching run holds as many requests at once as its cache admits, in waves of that many
+    batch = float(in_flight_batch(dep, m.batch, m.input_tokens, m.output_tokens)) if m.continuous_batching \
+        else float(m.batch)
+    waves = m.batch / batch
+    prefill = _prefill_pricer(dep, batch, m.input_tokens, c)
+    decode = _decode_pricer(dep, batch, m.input_tokens + 1.0, m.input_tokens + m.output_tokens - 1.0, c)
+    return (lambda p: waves * (prefill(p) + decode(p)) / m.output_tokens), c
 
 
 def estimate_for(measurement) -> Estimate:
@@ -1156,6 +1206,6 @@ def parameter_table() -> list[dict]:
              "rows": parameter_rows(name)} for name, unit, home, meaning in PARAMETERS]
 
 
-__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "REGIME_JOIN", "regimes_of", "estimate_terms", "UNFUSED_ENGINES", "activation_width", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
+__all__ = ["PARAMETERS", "ENGINE_ALGORITHMS", "KV_CACHE_FRACTION", "in_flight_batch", "REGIME_JOIN", "regimes_of", "estimate_terms", "UNFUSED_ENGINES", "activation_width", "engine_algorithm", "Estimate", "EstimateParameters", "RegimeErrors", "RequestEstimate", "CrossValidation",
            "collective_estimate_s", "cross_validate", "estimate_for", "estimate_pass", "estimate_prefill", "estimate_request",
            "estimate_step", "estimate_steady_state", "estimate_frontier", "FrontierEstimate", "fit", "parameter_rows", "parameter_table", "regime_errors", "regime_of"]
