@@ -119,8 +119,7 @@ PARAMETERS = (
      "hidden vector and its MLP's intermediate) at the pass's bandwidth, in an engine that fuses its elementwise "
      "work: everything that grows with a pass's tokens and has no term of its own, the elementwise traffic between "
      "kernels (norms, residual adds, rotary embedding, the MLP's gate, quantising activations) and also attention "
-     "over caches of mixed lengths and GEMMs of a few hundred rows below peak; far more than the handful of passes "
-     "the elementwise kernels alone make"),
+     "over caches of mixed lengths; far more than the handful of passes the elementwise kernels alone make"),
     ("unfused_activation_passes", "count", ("prefill",),
      "the same cost per token and layer in an engine that runs each elementwise op as a kernel of its own "
      "(llama.cpp, eager PyTorch), each writing its output for the next to read"),
