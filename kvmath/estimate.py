@@ -32,17 +32,18 @@ stored in ``b_w`` bytes. Why a sum where the
 bound takes a max: a pass is a chain of kernels (the attention over the
 caches, the weight matmuls, the elementwise kernels between them, the
 collectives between layers), each limited by its own resource and each
-waiting for the one before, so their times add (the bound's no-overlap
-form, :attr:`kvmath.Step.no_overlap_s`). Inside the attention kernel the
-cache's bytes and the arithmetic overlap, so it is the larger of its two:
-it is rarely near its ridge (a decode step's attention is all reads, a
-prompt's all arithmetic). The weights' matmuls are charged their reads and
-their arithmetic in series: a batch of a few hundred sequences puts them
-near the ridge, where a matmul reaches neither roofline; out of sample, the
-series form predicts the table's rows better than the larger of the two
-does (mean absolute log error 0.212 against 0.218, lower in every regime but
-the quantized one, :func:`cross_validate`), and away from the ridge the two
-agree. With every
+waiting for the one before, so their times add, as the bound's no-overlap
+form adds them (:attr:`kvmath.Step.no_overlap_s`). Inside the attention
+kernel the cache's bytes and the arithmetic overlap, so it is the larger of
+the two: it is seldom near its ridge (a decode step's attention is nearly all
+reads, a prompt's nearly all arithmetic). The weights' matmuls are charged
+their reads and their arithmetic in series, where the no-overlap form takes
+the larger: a batch of a few hundred sequences puts them near the ridge,
+where a matmul reaches neither roofline, and away from it the two agree. On
+the 113-row table the series form predicted the rows better out of sample
+than the larger of the two did (a mean absolute log error of 0.212 against
+0.218 over the 102 fitted rows, lower in every regime but the quantized one;
+:func:`cross_validate`). With every
 efficiency at most 1 and every cost at least 0 the estimate is never below
 the bound; the bounds themselves do not change. A mixture of experts is
 priced reading the experts a uniform router touches (:data:`ROUTING`), not
