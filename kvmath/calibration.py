@@ -143,6 +143,11 @@ class Measurement:
     conversion: str = ""
     #: Why the row is held out of the estimate's fit (a key of :data:`HELD_OUT`); "" where it is fitted on.
     held_out: str = ""
+    #: ``batch`` is the run's number of requests, served by continuous batching (an ``out_tok_s`` run at an
+    #: infinite request rate, or MLPerf's Offline scenario): how many were in flight at once is not given. The
+    #: bound takes them all at once (the most a run can have); the estimate holds as many as the engine's cache
+    #: admits (:func:`kvmath.estimate.in_flight_batch`).
+    continuous_batching: bool = False
 
     def __post_init__(self):
         # checked here so that a row edited with dataclasses.replace is checked too
@@ -164,6 +169,10 @@ class Measurement:
             flag("per_chip", self.per_chip)
             flag("replicated_lm_head", self.replicated_lm_head)
             flag("last_mlp_logits_only", self.last_mlp_logits_only)
+            flag("continuous_batching", self.continuous_batching)
+            if self.continuous_batching and self.metric != "out_tok_s":
+                raise ValueError(f"continuous_batching applies to whole runs of many requests (out_tok_s), "
+                                 f"not {self.metric!r}")
             instance("conversion", self.conversion, str, "an arithmetic expression, or ''")
             instance("engine", self.engine, str, "an engine name")
             if self.held_out:
@@ -296,7 +305,8 @@ def _rows() -> tuple[Measurement, ...]:
             compute_flops_per_s=float(r["compute_flops_per_s"]) if r["compute_flops_per_s"] else None,
             replicated_lm_head=r["replicated_lm_head"] == "true",
             last_mlp_logits_only=r["last_mlp_logits_only"] == "true",
-            engine=r["engine"], conversion=r["conversion"], held_out=r["held_out"])
+            engine=r["engine"], conversion=r["conversion"], held_out=r["held_out"],
+            continuous_batching=r["continuous_batching"] == "true")
         out.append(m)
     return tuple(out)
 

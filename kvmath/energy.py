@@ -180,7 +180,7 @@ def energy_per_token(dep: Deployment, batch: ArrayLike, context: ArrayLike, *, p
     >>> round(float(e.joules_per_token_floor), 3), f"{float(e.tokens_per_mwh_ceiling):.3g}"
     (0.288, '1.25e+10')
     >>> round(float(e.joules_per_token_estimate), 2), e.estimate_regime
-    (4.72, 'batch1')
+    (4.69, 'batch1')
     """
     from .estimate import estimate_step
 

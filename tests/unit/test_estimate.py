@@ -64,6 +64,8 @@ def test_a_rerun_of_the_cross_validation_reproduces_the_committed_errors():
         assert (e.rows, e.sources, e.pooled) == (int(row["rows"]), int(row["sources"]), row["pooled"] == "true")
         for key in ("median_abs_error", "p90_abs_error", "log_low", "log_high", "coverage", "median_half_width"):
             assert getattr(e, key) == pytest.approx(float(row[key]), rel=1e-6, abs=1e-9), (regime, key)
+    # the module text's figure for the weights charged in series: a mean absolute log error of 0.212 out of sample
+    assert float(np.mean(np.abs(cv.log_residuals))) == pytest.approx(0.212, abs=5e-4)
 
 
 def _fitted(regime=None):
@@ -109,12 +111,15 @@ def test_the_regime_rule_gives_each_rows_regime(m):
 #: Targets the 102 fitted rows of the table do not reach (kept honest: each fails today, and must be
 #: removed from here when a better model or more rows reach it).
 MISSED = {
-    ("median", "all"),          # 16%: several chips and the mixtures of experts pull it above 15%
-    ("half_width", "multi_chip"),
-    ("half_width", "moe"),      # DeepSeek-R1 on eight GPUs (2.0-2.2x) and Qwen3-30B in NVFP4 at thousands of
-                                # sequences (1.8-2.2x) run slower than any term prices, gpt-fast's Mixtral on 8 faster
-    ("half_width", "all"),      # intervals wider than twice the median error: the residuals have heavy tails (MI300X
-                                # under vLLM, Meta's eager 65B and PaLM slower, gpt-fast's CUDA-graph all-reduces faster)
+    ("coverage", "large_batch"),  # 65%: TensorRT-LLM's H200 launch blog (v0.5, static batches) runs slower than the
+                                  # interval the two other sources' rows give, all five of its rows
+    ("coverage", "multi_chip"),   # 69%: five of gpt-fast's tensor-parallel rows run faster (its CUDA graph replays
+                                  # NCCL's all-reduces faster than nccl-tests' host-launched curve); PaLM on TPU v4,
+                                  # Meta's eager 65B and two of AMD's MI300X runs slower
+    ("half_width", "multi_chip"),  # a core within 10% and whole sources 20-90% off (gpt-fast below; MI300X under
+                                   # vLLM, Meta's eager 65B, PaLM on TPU v4 with no ICI curve above): heavy tails
+    ("half_width", "moe"),      # DeepSeek-R1 on eight GPUs (1.8-2.2x) and Qwen3-30B in NVFP4 at 1,400-1,600
+                                # sequences (1.8-2.0x) run slower than any term prices, gpt-fast's Mixtral on 8 faster
 }
 OWN = [r for r in REGIMES if int(ERRORS[r]["rows"]) >= E.ROWS_PER_PARAMETER]
 
@@ -126,6 +131,17 @@ def _target(kind: str, regime: str) -> bool:
     if kind == "coverage":
         return 0.70 <= float(e["coverage"]) <= 0.90
     return float(e["median_half_width"]) <= 2 * float(e["median_abs_error"])
+
+
+def test_the_targets_met_over_all_rows_since_capacity_and_the_weights_in_series():
+    """Over all 102 fitted rows the median error and the median half-width meet the issue's targets since the estimate
+    holds a continuous-batching run's requests to what its cache admits and charges the weights' reads and matmuls in
+    series: 14.5% <= 15% and 26.2% <= 2 x 14.5%, as committed by scripts/fit_estimate.py (to 0.05 points; a refit
+    after adding rows moves them, and this test with them)."""
+    e = ERRORS["all"]
+    median, half = float(e["median_abs_error"]), float(e["median_half_width"])
+    assert median == pytest.approx(0.145, abs=5e-4) and median <= 0.15
+    assert half == pytest.approx(0.262, abs=5e-4) and half <= 2 * median
 
 
 @pytest.mark.parametrize("kind, regime", [(k, r) for k in ("median", "coverage", "half_width") for r in (*OWN, "all")])
@@ -177,15 +193,17 @@ def test_a_batch_one_step_by_hand():
 
     Weights read: 32 layers of Q, K, V, O (4096 x 4096) and the MLP (3 x 4096 x 11008), the 32000 x 4096 head,
     one embedding row, 2 bytes each; the cache 2 x 32 x 4096 x 2 bytes a token. Estimate: the per-pass costs,
-    each read at the fitted fraction of 2.039 TB/s, and the fitted passes over one token's activations of each
-    layer, its 4096 hidden values and its MLP's 11008, in bf16 (the matmuls, 2 x 6.6e9 FLOPs at 312 TFLOP/s x 0.81,
-    are shorter).
+    each read at the fitted fraction of 2.039 TB/s, after them the matmuls, 2 FLOPs a weight (the head's too, not
+    the embedding row's) at the fitted fraction of 312 TFLOP/s, and the fitted passes over one token's activations
+    of each layer, its 4096 hidden values and its MLP's 11008, in bf16. (The attention's math is shorter than the
+    cache's read, which sets that kernel.)
     """
-    w = 2 * (32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096 + 4096)
+    n = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096
+    w = 2 * (n + 4096)
     kv = 2 * 32 * 4096 * 2 * 105
     p = PARAMS
     expected = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + (w + kv) / (2.039e12 * p["memory_efficiency"]) \
-        + _activations(1, 32, 4096 + 11008, 2.039e12)
+        + 2 * n / (312e12 * p["matmul_efficiency"]) + _activations(1, 32, 4096 + 11008, 2.039e12)
     e = E.estimate_step(km.Deployment("llama-2-7b", "a100-80gb"), 1, 105)
     assert e.estimate_s == pytest.approx(expected, rel=1e-4)  # norms left out by hand: 0.002%
     assert e.bound_s == pytest.approx((w + kv) / 2.039e12, rel=1e-4)
@@ -195,7 +213,8 @@ def test_a_batch_one_step_by_hand():
 def test_a_q4_0_steps_dequantization_term_by_hand():
     """Llama 2 7B in Q4_0 (4.5 bits a weight) on an RTX 3090 multiplying in fp16 (71 TFLOP/s, 936 GB/s).
 
-    Each weight read is unpacked: the fitted work per weight at the chip's rate, on top of the bytes.
+    Each weight read is unpacked: the fitted work per weight at the chip's rate, on top of the bytes; the matmuls,
+    2 FLOPs a weight multiplied (not the embedding row), follow at the fitted fraction of the same rate.
     """
     n = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096 + 4096  # weights read at B = 1
     b = 4.5 / 8
@@ -203,7 +222,8 @@ def test_a_q4_0_steps_dequantization_term_by_hand():
     dep = km.Deployment("llama-2-7b", "rtx-3090", weights="q4_0", kv="fp16", compute="fp16")
     dequant = n * p["dequant_flops_per_weight"] / 71e12
     kv = 2 * 32 * 4096 * 2 * 64
-    fixed = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + _activations(1, 32, 4096 + 11008, 936e9)
+    matmuls = 2 * (n - 4096) / (71e12 * p["matmul_efficiency"])
+    fixed = p["step_overhead_s"] + 32 * p["layer_overhead_s"] + _activations(1, 32, 4096 + 11008, 936e9) + matmuls
     expected = fixed + (n * b + kv) / (936e9 * p["memory_efficiency"]) + dequant
     assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-4)
     # in fp16 no weight is unpacked: the same step without that term, the bytes four times as many
@@ -263,8 +283,8 @@ def test_every_engine_has_its_all_reduce_and_stand_in_curves_are_flagged():
 
 
 def test_a_batch_one_moe_step_is_priced_at_the_dense_rate():
-    """gpt-oss-20b at batch 1 (4 of 32 experts a token, d = d_ff_expert = 2880): its weight term (reads and their
-    unpacking) with no factor for the experts, and the activations of its hidden vector and four experts'
+    """gpt-oss-20b at batch 1 (4 of 32 experts a token, d = d_ff_expert = 2880): its weight term (reads, their
+    unpacking and their matmuls) with no factor for the experts, and the activations of its hidden vector and four experts'
     intermediates, 2880 + 4 x 2880 = 14400 values a layer."""
     dep = km.Deployment("gpt-oss-20b", "rtx-4090", weights={"default": "q4_k", "experts": "mxfp4"}, kv="fp16",
                         compute="fp16")
@@ -274,7 +294,8 @@ def test_a_batch_one_moe_step_is_priced_at_the_dense_rate():
     # every group is stored below 16 bits (Q4_K, MXFP4 at 4.25 bits): each weight read is unpacked
     per = _group_bytes(dep.formats.weights, False)
     unpacked = sum(v / per[g] for g, v in dep.model.weight_bytes_read_by_group(1, dep.formats.weights).items())
-    weights = float(step.weight_read_s) / p.memory_efficiency + unpacked * p.dequant_flops_per_weight / dep.flops
+    weights = float(step.weight_read_s) / p.memory_efficiency + unpacked * p.dequant_flops_per_weight / dep.flops \
+        + float(step.weight_compute_s) / p.matmul_efficiency
     fixed = p.step_overhead_s + 24 * p.layer_overhead_s + _activations(1, 24, 2880 + 4 * 2880, 1.008e12)
     expected = fixed + float(step.kv_read_s) / p.memory_efficiency + weights
     assert E.estimate_step(dep, 1, 64).estimate_s == pytest.approx(expected, rel=1e-9)
@@ -326,6 +347,33 @@ def test_a_large_moe_batch_reads_the_experts_a_uniform_router_touches():
     assert float(uniform.weight_read_s) > 2 * float(floor.weight_read_s)
 
 
+def test_a_continuous_batching_run_holds_what_its_cache_admits_by_hand():
+    """TensorRT-LLM's Llama 3.1 70B in FP8 on one H200, 3,000 requests of 128 tokens in and 2,048 out. Each request's
+    FP8 cache, reserved to completion (GUARANTEED_NO_EVICT), holds 2,176 x (2 x 80 x 8 x 128 x 1 B) = 356,515,840 B;
+    the weights take 80 x (8192 x 18432 + 3 x 8192 x 28672 + 2 x 8192) + 2 x 128256 x 8192 + 8192 = 70,553,706,496 B
+    of the 150,754,820,096 B the H200 reports, and 0.9 of the rest holds 202 requests. The estimate prices waves of
+    202 (3000 / 202 of them), each a whole request of 202; the bound still takes all 3,000 at once."""
+    from kvmath.requests import request_times
+
+    weights = 80 * (8192 * 18432 + 3 * 8192 * 28672 + 2 * 8192) + 2 * 128256 * 8192 + 8192
+    seq = 2176 * 2 * 80 * 8 * 128
+    held = int(0.9 * (150_754_820_096 - weights) / seq)
+    assert (weights, seq, held) == (70_553_706_496, 356_515_840, 202)
+    m = get_measurement("pov-70b-h200-128-2048")
+    dep = m.deployment()
+    assert m.continuous_batching and E.in_flight_batch(dep, 3000, 128, 2048) == held
+    wave = E.estimate_request(dep, held, 128, 2048, engine="TensorRT-LLM").total.estimate_s
+    assert E.estimate_for(m).estimate_s == pytest.approx(3000 / held * wave / 2048, rel=1e-12)
+    assert bound_for(m).unit_s == pytest.approx(request_times(dep, 3000, 128, 2048).total_s / 2048, rel=1e-12)
+    # fewer requests than the cache holds all run at once; a row of a static batch is priced at its batch
+    assert E.in_flight_batch(dep, 150, 128, 2048) == 150
+    assert not get_measurement("h200-70b-b512").continuous_batching
+    with pytest.raises(ValueError, match="continuous_batching"):
+        dataclasses.replace(get_measurement("gf-7b-bf16"), continuous_batching=True)
+    with pytest.raises(ValueError, match="requests"):
+        E.in_flight_batch(dep, 0, 128, 2048)
+
+
 def test_a_requests_decode_is_the_sum_of_its_steps():
     """The closed form over contexts S_in + 1 .. S_in + S_out - 1 against one estimate per step, summed."""
     for dep in (km.Deployment("llama-3-8b", "h100-sxm"), km.Deployment("gemma-3-12b", "h100-sxm", weights="fp8")):
@@ -342,10 +390,10 @@ def test_a_requests_decode_is_the_sum_of_its_steps():
 
 
 def test_a_prefill_estimate_is_its_passes_priced():
-    """Whole prompt: one pass; in chunks of 512: four passes whose kernels are all compute-bound (a chunk's
-    2 x 512 x 6.7e9 FLOPs take 27 ms at the fitted 81% of 312 TFLOP/s, its 13.5 GB of weights 8.4 ms at 80% of
-    2.039 TB/s), with the same FLOPs in all (the causal attention telescopes, the LM head runs once): three more
-    passes' fixed costs, nothing else."""
+    """Whole prompt: one pass; in chunks of 512: four passes with the same FLOPs in all (the causal attention
+    telescopes, the LM head runs once), each reading the 32 layers' weights, 2 x 32 x (4 x 4096^2 + 3 x 4096 x 11008)
+    = 12.95 GB, at the fitted fraction of 2.039 TB/s before its matmuls: three more passes' fixed costs and three
+    more reads of the layers' weights (to 1e-4: the embedding rows each pass looks up)."""
     dep = km.Deployment("llama-2-7b", "a100-80gb", weights="fp16", compute="fp16")
     whole = E.estimate_prefill(dep, 1, 2048)
     p = dep.prefill(1, 2048)
@@ -353,7 +401,9 @@ def test_a_prefill_estimate_is_its_passes_priced():
                                              rel=1e-12)
     chunks = E.estimate_prefill(dep, 1, 2048, chunk_tokens=512)
     fixed = PARAMS["step_overhead_s"] + 32 * PARAMS["layer_overhead_s"]
-    assert chunks.estimate_s == pytest.approx(whole.estimate_s + 3 * fixed, rel=1e-9)
+    layers = 2 * 32 * (4 * 4096**2 + 3 * 4096 * 11008)
+    extra = chunks.estimate_s - whole.estimate_s - 3 * fixed
+    assert extra == pytest.approx(3 * layers / (2.039e12 * PARAMS["memory_efficiency"]), rel=1e-4)
     assert whole.regime == chunks.regime == "prefill"
 
 
@@ -403,17 +453,20 @@ def test_cli_estimate_is_the_results_to_dict():
 # ----- check: the calibration table, and figures that beat their bound -----------------------------------
 
 def test_every_row_of_the_table_is_checked():
-    """No row beats its bound; each falls inside its regime's interval except those listed: 15 of 113 (13%; an 80%
+    """No row beats its bound; each falls inside its regime's interval except those listed: 18 of 113 (16%; an 80%
     interval leaves out a fifth of the rows it was built from, and the held-out rows were built from none).
 
-    Slower than the interval: gpt-fast's int8 and int4 (its own unpacking kernels), PaLM on 64 TPU v4 chips, Meta's
-    eager reference code for LLaMA 65B, llama.cpp on an M2 Ultra (fp16 and Q4_K) and its fp16 prompt on an RTX
-    3090, and the held-out rows whose unknowns make the bound loosest (DeepSeek-R1 at batch 1 on B200s and H200s
-    with four tokens a step charged; MLPerf on one MI300X or B200 without its prompts). DeepSeek's production day,
-    its all-to-all now priced at DeepEP's curve over the nodes' network, is inside. Faster: gpt-fast's Llama 2 7B on eight A100s (its CUDA graph replays the
-    all-reduces faster than the NCCL curve, measured with a launch from the host), TensorRT-LLM's Llama 3.1 8B on an
-    H100 at 30,000 and 3,000 requests (the batch in flight unknown) and MLPerf's 8-GPU Llama 70B offline run on B200s
-    (held out: its batch of all the samples at once is priced, while the run held far fewer).
+    Slower than the interval: gpt-fast's int8 and int4 (its own unpacking kernels), PaLM on 64 TPU v4 chips (no ICI
+    curve: no collective priced), Meta's eager reference code for LLaMA 65B, llama.cpp's Q4_K decode on an M2 Ultra
+    and its 512-token prompts on an M2 Ultra and an RTX 3090 (fp16) and an RTX 4090 (Q4_K), TensorRT-LLM's
+    DeepSeek-R1 at 3,072 sequences on eight B200s, and the held-out rows whose unknowns make the bound loosest
+    (DeepSeek-R1 at batch 1 on B200s and H200s with four tokens a step charged; MLPerf on one MI300X or B200 and its
+    Mixtral runs on eight H100s, H200s and B200s, without their prompts). DeepSeek's production day, its all-to-all
+    priced at DeepEP's curve over the nodes' network, is inside, and so are TensorRT-LLM's Llama 3.1 8B runs of
+    30,000 and 3,000 requests on an H100 since the estimate holds as many at once as the cache admits. Faster:
+    gpt-fast's Llama 2 7B on eight A100s (its CUDA graph replays the all-reduces faster than the NCCL curve, measured
+    with a launch from the host) and MLPerf's 8-GPU Llama 70B offline run on B200s (held out: a 1-token prompt
+    charged).
     """
     slower, faster = [], []
     for m in ROWS:
@@ -424,10 +477,11 @@ def test_every_row_of_the_table_is_checked():
         if not inside:
             (slower if c.measured_s > c.estimate.estimate_high_s else faster).append(m.id)
             assert c.against_estimate == ("slower" if m.id in slower else "faster") + " than the interval"
-    assert sorted(slower) == ["dsr1-b200-minlat", "dsr1-h200-minlat", "gf-7b-int4", "gf-7b-int8", "meta-65b-tp8",
-                              "mlp41-b200-70b", "mlp41-mi300x1-70b", "pope-palm-64", "pr4766-3090-7b-f16-pp512",
-                              "xd-m2u-8b-f16", "xd-m2u-8b-q4km"]
-    assert sorted(faster) == ["gf-7b-tp8", "mlp50-b200x8-70b", "pov-8b-h100-128-128", "pov-8b-h100-2048-128"]
+    assert sorted(slower) == ["dsr1-b200-maxtp", "dsr1-b200-minlat", "dsr1-h200-minlat", "gf-7b-int4", "gf-7b-int8",
+                              "meta-65b-tp8", "mlp41-b200-70b", "mlp41-h100x8-mixtral", "mlp41-h200x8-mixtral",
+                              "mlp41-mi300x1-70b", "mlp50-b200x8-mixtral", "pope-palm-64", "pr4766-3090-7b-f16-pp512",
+                              "xd-4090-8b-q4km-pp512", "xd-m2u-8b-f16-pp512", "xd-m2u-8b-q4km"]
+    assert sorted(faster) == ["gf-7b-tp8", "mlp50-b200x8-70b"]
 
 
 @pytest.mark.parametrize("kwargs, cause", [
@@ -587,7 +641,7 @@ def test_the_terms_add_up_to_the_steps_estimate():
                                (km.Deployment("mixtral-8x7b", "a100-80gb", "tp=2"), 16, "gpt-fast"),
                                (km.Deployment("llama-2-7b", "a100-80gb"), 512, None)):
         t = E.estimate_terms(dep, batch, 1000, engine=engine)
-        total = (t["fixed"] + t["attention"] + max(t["weight_read"] + t["unpacking"], t["weight_compute"])
+        total = (t["fixed"] + t["attention"] + t["weight_read"] + t["unpacking"] + t["weight_compute"]
                  + t["activations"] + t["collectives"])
         assert E.estimate_step(dep, batch, 1000, engine=engine).estimate_s == pytest.approx(total, rel=1e-12)
 
