@@ -24,8 +24,9 @@ can check that every code cell was run.
 With ``--small`` the committed copy also leaves out what the book build
 makes again anyway (it re-executes every notebook): every image output
 (``image/png``, ``image/jpeg``, ``image/svg+xml``; the ``text/plain``
-"<Figure ...>" stays) and the pre-rendered frames of interactive figures,
-whose ``text/html`` becomes the default frame alone, as one ``<img>`` drawn at its CSS size. The
+"<Figure ...>" stays), the pre-rendered frames of interactive figures,
+whose ``text/html`` becomes the default frame alone, as one ``<img>`` drawn at its CSS size, and
+the HTML of notes dropdowns (``kvbook.tables.Dropdown``; their one-line text form stays). The
 text outputs nbval checks are untouched, so a notebook stays far under
 200 KB (tests/book/test_notebooks_committed.py) and a diff shows the numbers that changed.
 """
@@ -133,6 +134,10 @@ def small(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                     del data["text/html"]
             elif page and 'class="kvmath-interactive-static"' in page:  # a copy made small before: 1x now
                 data["text/html"] = _palette_img(page)
+            elif page and page.startswith('<details class="kvmath-dropdown">') and "text/plain" in data:
+                # notes kept closed until asked for (kvbook.tables.Dropdown): the build makes them again, and the
+                # text form, which says what they are, stays
+                del data["text/html"]
     return nb
 
 
