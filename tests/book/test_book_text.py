@@ -26,13 +26,19 @@ CHANGES = ROOT / "tests" / "data" / "book_text_changes.json"
 NUMBER = re.compile(r"\d[\d,.\u2009]*")
 
 
-def masked(lines: list[str], words: list[str] = (), optional: list[str] = ()) -> list[str]:
+def masked(lines: list[str], words: list[str] = (), optional: list[str] = (), machine: list[str] = ()) -> list[str]:
     """A volatile page's lines with each number, and each of ``words``, replaced by '#', and each of the
-    ``optional`` sentences (given masked) removed: those a measurement adds on some machines only."""
+    ``optional`` sentences (given masked) removed: those a measurement adds on some machines only. A line that
+    matches one of the ``machine`` patterns (regular expressions) describes the build machine (its CPU's name,
+    flags and BLAS kernel; matched once masked) and becomes the pattern itself."""
     choice = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")\b") if words else None
     out = []
     for line in lines:
         line = NUMBER.sub("#", choice.sub("#", line) if choice else line)
+        described = next((pattern for pattern in machine if re.search(pattern, line)), None)
+        if described is not None:
+            out.append(f"[the build machine: {described}]")
+            continue
         for sentence in optional:
             line = line.replace(" " + sentence, "").replace(sentence, "")
         out.append(line)
@@ -56,7 +62,8 @@ def unlisted(record: dict, now: dict, changes: list[dict], volatile: dict | None
         old_lines, new_lines = record[page], now[page]
         if page in (volatile or {}):
             words, optional = volatile[page].get("words", []), volatile[page].get("optional", [])
-            old_lines, new_lines = masked(old_lines, words, optional), masked(new_lines, words, optional)
+            machine = volatile[page].get("machine", [])
+            old_lines, new_lines = masked(old_lines, words, optional, machine), masked(new_lines, words, optional, machine)
         for old, new in hunks(old_lines, new_lines):
             key = (page, tuple(old), tuple(new))
             if key in listed:
@@ -91,6 +98,11 @@ def test_the_diff_finds_a_changed_number_and_a_stale_listing():
     chosen = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are left, far from the peak."]}
     record_chosen = {"p": ["It takes 3 GPUs.", "Then 16.00 GB are left, close to the peak."]}
     assert unlisted(record_chosen, chosen, [], {"p": {"why": "measured", "words": ["close to", "far from"]}}) == ([], [])
+    # a line naming the build machine is matched by a pattern, whatever the machine says
+    cpu = {"p": {"why": "the build machine", "machine": [r"^.+: # core at # GHz\. BLAS kernel: \S+\.$"]}}
+    intel, amd = {"p": ["Intel Xeon: 1 core at 2.1 GHz. BLAS kernel: SkylakeX."]}, {"p": ["AMD EPYC: 2 core at 3.0 GHz. BLAS kernel: Haswell."]}
+    assert unlisted(intel, amd, [], cpu) == ([], [])
+    assert unlisted(intel, {"p": ["AMD EPYC, 2 cores."]}, [], cpu)[0]  # another line still fails
     # a sentence that a measurement adds on some machines only is listed, masked, as optional
     added = {"p": ["It takes 3 GPUs.", "Then 16.01 GB are left, far from the peak. It ran at 3.1 GHz or more."]}
     optional = {"p": {"why": "measured", "words": ["close to", "far from"], "optional": ["It ran at # GHz or more."]}}
