@@ -1025,3 +1025,13 @@ def test_the_estimated_running_count_is_the_least_root_of_its_equation(model, la
     assert np.all(below - k[:, None] * e.step_s(below + 1.0) - extra[:, None] < 0)
     if layout.endswith("pp=2"):
         assert running[0] + 1 <= e.knots[0]   # the lightest load sits on the flat piece
+
+
+def test_a_simulation_runs_for_each_of_up_to_16_rates():
+    rates = np.arange(1.0, 17.0)
+    load = serving_load(H100, rates, 2000, 200, simulate_requests=10)
+    assert [s.arrival_rate for s in load.simulated] == rates.tolist()
+    with pytest.raises(ValueError, match="at most 16 rates"):
+        serving_load(H100, np.arange(1.0, 18.0), 2000, 200, simulate_requests=10)
+    with pytest.raises(ValueError, match="at most 16 rates"):
+        serving_load(H100, np.ones((2, 2)), 2000, 200, simulate_requests=10)
