@@ -1006,3 +1006,33 @@ def test_the_estimated_step_is_priced_at_whole_micro_batches_under_pipeline_stag
 
     e = _Engine(Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2"), 1000, 100, times="estimate")
     assert e.knots[:4].tolist() == [2.0, 4.0, 8.0, 16.0]
+
+
+@pytest.mark.parametrize("model, layout", [("llama-3-70b", "tp=4,pp=2"), ("mixtral-8x7b", "tp=2"),
+                                           ("llama-3-8b", "tp=1")])
+def test_the_estimated_running_count_is_the_least_root_of_its_equation(model, layout):
+    """N = k t_d(N + 1) + extra, t_d the estimate's interpolation of its priced counts: the count returned solves it
+    (to 1e-9) and no smaller count does (N - k t_d(N + 1) - extra < 0 on a grid below it), from a light load whose
+    N + 1 is within one micro-batch (pp=2: the flat piece below the first knot) to loads on the later chords."""
+    from kvmath.load import _Engine
+
+    e = _Engine(Deployment(model, "h100-sxm", layout), np.array([2000.0]), np.array([200.0]), times="estimate")
+    k = np.array([1e-3, 0.05, 0.5, 2.0, 8.0, 20.0]) / e.slope * 0.9 / 20.0   # k t_d's last slope from 4.5e-5 to 0.9
+    extra = np.array([0.0, 0.1, 0.3, 0.0, 1.0, 0.5])
+    running = e._running(k, extra, np.ones(k.size, dtype=bool))
+    assert np.all(np.isfinite(running))
+    assert running == pytest.approx(k * e.step_s(running + 1.0) + extra, rel=1e-9)
+    below = running[:, None] * np.linspace(0.0, 1 - 1e-6, 200)[None, :]
+    assert np.all(below - k[:, None] * e.step_s(below + 1.0) - extra[:, None] < 0)
+    if layout.endswith("pp=2"):
+        assert running[0] + 1 <= e.knots[0]   # the lightest load sits on the flat piece
+
+
+def test_a_simulation_runs_for_each_of_up_to_16_rates():
+    rates = np.arange(1.0, 17.0)
+    load = serving_load(H100, rates, 2000, 200, simulate_requests=10)
+    assert [s.arrival_rate for s in load.simulated] == rates.tolist()
+    with pytest.raises(ValueError, match="at most 16 rates"):
+        serving_load(H100, np.arange(1.0, 18.0), 2000, 200, simulate_requests=10)
+    with pytest.raises(ValueError, match="at most 16 rates"):
+        serving_load(H100, np.ones((2, 2)), 2000, 200, simulate_requests=10)
