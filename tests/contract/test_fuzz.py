@@ -426,7 +426,8 @@ DOMAIN_ERRORS = {
 # the configurations vLLM itself refuses to start (block sizes, tensor parallel sizes, no room).
 _VLLM_REFUSES = ("has no reported total", "no runtime total", "block_size must be one of", "does not divide the",
                  "neither divides", "vLLM refuses", "fewer than one", "no KV cache blocks", "0 blocks",
-                 "cannot hold", "too large to count", "exceeds the model's")
+                 "cannot hold", "too large to count", "exceeds the model's",
+                 "kvmath sizes them for V1 only")  # DSA, linear or shared-KV layers under V0, which never paged them
 for _name in ("memory.memory_budget", "memory.runtime_total_bytes", "memory.vllm_engine", "memory.vllm_kv_cache",
               "memory.vllm_available_kv_bytes", "memory.vllm_kv_groups", "memory.vllm_page_bytes",
               "memory.vllm_request_kv_bytes",
