@@ -1035,3 +1035,18 @@ def test_a_simulation_runs_for_each_of_up_to_16_rates():
         serving_load(H100, np.arange(1.0, 18.0), 2000, 200, simulate_requests=10)
     with pytest.raises(ValueError, match="at most 16 rates"):
         serving_load(H100, np.ones((2, 2)), 2000, 200, simulate_requests=10)
+
+
+def test_requests_without_a_decode_step_have_no_time_per_output_token_in_the_simulation():
+    # one output token: the first is the prefill's, so no step to time (NaN, JSON null), never 0 s
+    s = simulate(H100, 1.0, 1000, 1, n_requests=50)
+    assert np.isnan(s.tpot_s) and np.all(np.isnan(s.tpot_percentiles_s))
+
+
+def test_the_running_sequences_memory_cap_is_taken_at_the_mean_context_rounded_up():
+    # 40,000 in and 1,303 out: a running sequence holds 40,000 + 651.5 tokens on average, counted as 40,652 whole
+    # tokens; one H100 holds 11 sequences of 40,652 tokens and 12 of 40,651 (the cap drops between them)
+    from kvmath.load import _Engine
+
+    assert (H100.capacity(40_651).max_batch, H100.capacity(40_652).max_batch) == (12, 11)
+    assert _Engine(H100, 40_000, 1_303).max_running == 11
