@@ -1036,3 +1036,41 @@ def test_a_simulation_runs_for_each_of_up_to_16_rates():
         serving_load(H100, np.arange(1.0, 18.0), 2000, 200, simulate_requests=10)
     with pytest.raises(ValueError, match="at most 16 rates"):
         serving_load(H100, np.ones((2, 2)), 2000, 200, simulate_requests=10)
+
+
+def test_requests_without_a_decode_step_have_no_time_per_output_token_in_the_simulation():
+    # one output token: the first is the prefill's, so no step to time (NaN, JSON null), never 0 s
+    s = simulate(H100, 1.0, 1000, 1, n_requests=50)
+    assert np.isnan(s.tpot_s) and np.all(np.isnan(s.tpot_percentiles_s))
+
+
+def test_the_running_sequences_memory_cap_is_taken_at_the_mean_context_rounded_up():
+    # 40,000 in and 1,303 out: a running sequence holds 40,000 + 651.5 tokens on average, counted as 40,652 whole
+    # tokens; one H100 holds 11 sequences of 40,652 tokens and 12 of 40,651 (the cap drops between them)
+    from kvmath.load import _Engine
+
+    assert (H100.capacity(40_651).max_batch, H100.capacity(40_652).max_batch) == (12, 11)
+    assert _Engine(H100, 40_000, 1_303).max_running == 11
+
+
+def test_goodput_per_chip_is_the_served_output_rate_over_the_chips():
+    # two H100s (tp=2), 200 output tokens a request: 3 req/s is served, 600 tokens/s over 2 chips = 300 a chip;
+    # 1,000 req/s is not (fits False), so no goodput
+    load = serving_load(Deployment("llama-3-8b", "h100-sxm", "tp=2"), [3.0, 1000.0], 2000, 200)
+    assert list(load.fits) == [True, False]
+    assert load.goodput_tokens_per_s_per_chip.tolist() == [300.0, 0.0]
+
+
+def test_the_scheduler_by_hand():
+    """One replica, step time (S / 100)^2 s at mean context S. A: arrives at 0, 0.5 s prefill, 100-token prompt, 6
+    steps. B: arrives at 2.2 s, 0.5 s prefill, 100 tokens, 2 steps.
+
+    A's first steps run until the step in which B arrives: ceil((2.2 - 0.5) / 1.0) = 2 steps at their mean context
+    100.5, 1.010025 s each, to 2.52005 s; B is prefilled then (waits 0.32005 s, first token at 3.02005 s). Two steps
+    at a mean context of (100 + 98) / 2 + 2 + 0.5 = 101.5, 1.030225 s each, end B at 5.0805 s; A's last two at
+    104.5, 1.092025 s each, end at 7.26455 s. TPOT: A (7.26455 - 0.5) / 6 = 1.127425 s, B 1.030225 s."""
+    wait, ttft, tpot = run_scheduler(np.array([[0.0, 2.2]]), np.array([[0.5, 0.5]]), np.array([[6.0, 2.0]]),
+                                     np.array([[100.0, 100.0]]), lambda running, context: (context / 100) ** 2)
+    assert wait[0] == pytest.approx([0.0, 0.32005], rel=1e-12, abs=1e-15)
+    assert ttft[0] == pytest.approx([0.5, 0.82005], rel=1e-12)
+    assert tpot[0] == pytest.approx([1.127425, 1.030225], rel=1e-12)
