@@ -638,3 +638,50 @@ def test_cli_estimate_prints_its_regimes_errors_and_takes_the_engine():
     bad = _cli(*args[:-1], "--engine", "gpt-fast")
     assert bad.returncode == 2 and "--engine" in bad.stderr and "--estimate" in bad.stderr
     assert "all-reduce the estimate prices" in _cli("check", "measurement", "--help").stdout
+
+
+# ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
+
+def test_a_mixed_steps_estimate_by_its_equation():
+    """Llama 3 8B on one H100, a steady state of 64 sequences of 1,000 in and 200 out: its step (64 decode tokens and
+    321.6 prompt tokens on average) is priced as one kernel for its bytes and one for its FLOPs, the larger, plus the
+    fixed overheads of the step and its 32 layers and one activation pass of every token at each layer
+    (activation_width: d + d_ff = 4,096 + 14,336 values of 2 B)."""
+    dep = km.Deployment("llama-3-8b", "h100-sxm")
+    step = dep.steady_state(64, 1000, 200).step
+    p = E.EstimateParameters.fitted()
+    assert E.activation_width(dep) == 4096 + 14336
+    read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
+    work = max(read, step.total_flops / 989.4e12 / p.matmul_efficiency)
+    activations = (64 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
+    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + work + activations / p.memory_efficiency
+    assert step.prefill_tokens == pytest.approx(64 * 1000 / 199, rel=1e-12)
+    assert E.estimate_steady_state(dep, 64, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_a_prefill_stage_does_its_share_of_the_stage_groups_collectives_and_activations():
+    """Llama 3 70B on tp=4, pp=2 over NVLink 4, a prefill of 4 prompts of 1,000 tokens: a stage's chip does half its
+    stage group's (tp=4, every layer) chain of collectives for the 4,000 tokens, and passes each token's activations
+    of its 40 layers once: 4,000 x 40 x 15,360 values (d + d_ff / 4) x 2 B at 3.35 TB/s = 1.4672 ms."""
+    from kvmath.requests import _prefill_passes, _without_pipeline
+
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2", link="nvlink4")
+    c = E._constants(dep)
+    step, _, _ = _prefill_passes(dep, 4.0, 1000, None, False, {"overhead_s": 0.0, "efficiency": 1.0, "routing": "uniform"})
+    seconds, activation_s = E._collectives(c, step, stage=True)
+    group = _without_pipeline(c.dep)._comm_measured(4000.0, c.algorithm)[0]
+    assert seconds == pytest.approx(group / 2, rel=1e-12) and group > 0
+    assert activation_s == pytest.approx(4000 * 40 * 15_360 * 2 / 3.35e12, rel=1e-12)
+
+
+def test_an_interval_is_the_regimes_own_order_statistics_or_the_pooled_ones():
+    """Weibull quantiles (rank p (n + 1)): 9 residuals 1 .. 9 give the 10th and 90th percentiles at ranks 1 and 9;
+    with fewer rows than ROWS_PER_PARAMETER (5) the pooled 19 residuals' 5th and 95th, ranks 1 and 19."""
+    from kvmath.estimate import ROWS_PER_PARAMETER, _interval
+
+    assert ROWS_PER_PARAMETER == 5
+    own, pooled = np.arange(1.0, 10.0), np.arange(1.0, 20.0)
+    assert _interval(own, pooled, 5) == (1.0, 9.0, False)
+    assert _interval(own, pooled, 4) == (1.0, 19.0, True)
+    # 4 rows 1 .. 4: ranks 0.5 and 4.5 clip to the ends
+    assert _interval(np.arange(1.0, 5.0), pooled, 5) == (1.0, 4.0, False)
