@@ -339,6 +339,13 @@ def test_a_requests_decode_is_the_sum_of_its_steps():
         r = E.estimate_request(dep, 8, 8000, 400)
         steps = E.estimate_step(dep, 8, np.arange(8001, 8400, dtype=float))
         assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
+    # DeepSeek-V3 on one H200 with an fp8 cache: its absorbed attention's FLOPs, not its latents' bytes, bind
+    dep = km.Deployment("deepseek-v3", "h200", kv="fp8")
+    step, p = dep.step(8, 4000), E.EstimateParameters.fitted()
+    assert step.attention_compute_s / p.matmul_efficiency > 2 * step.kv_read_s / p.memory_efficiency
+    r = E.estimate_request(dep, 8, 4000, 300)
+    steps = E.estimate_step(dep, 8, np.arange(4001, 4300, dtype=float))
+    assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
 
 
 def test_a_prefill_estimate_is_its_passes_priced():
