@@ -346,6 +346,13 @@ def test_a_requests_decode_is_the_sum_of_its_steps():
     r = E.estimate_request(dep, 8, 4000, 300)
     steps = E.estimate_step(dep, 8, np.arange(4001, 4300, dtype=float))
     assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
+    # and DeepSeek-V3.2 past its top-k of 2,048: attention's FLOPs bind and are constant but the indexer's
+    dep = km.Deployment("deepseek-v3.2", "h200", kv="fp8")
+    step = dep.step(8, 8000)
+    assert step.attention_compute_s / p.matmul_efficiency > 1.3 * step.kv_read_s / p.memory_efficiency
+    r = E.estimate_request(dep, 8, 8000, 300)
+    steps = E.estimate_step(dep, 8, np.arange(8001, 8300, dtype=float))
+    assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
 
 
 def test_a_prefill_estimate_is_its_passes_priced():
@@ -680,6 +687,15 @@ def test_a_mixed_steps_estimate_by_its_equation():
     by_hand = (p.step_overhead_s + 32 * p.layer_overhead_s + work + seconds
                + activation_s * p.activation_passes / p.memory_efficiency)
     assert seconds > 0 and E.estimate_steady_state(dep, 2, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
+    # 256 sequences: 1,286 prompt tokens a step besides the 256 decode tokens, and the FLOPs, not the bytes, bind
+    dep = km.Deployment("llama-3-8b", "h100-sxm")
+    step = dep.steady_state(256, 1000, 200).step
+    read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
+    flops_s = step.total_flops / 989.4e12 / p.matmul_efficiency
+    activations = (256 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
+    assert flops_s > 1.3 * read
+    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + flops_s + activations / p.memory_efficiency
+    assert E.estimate_steady_state(dep, 256, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_a_prefill_stage_does_its_share_of_the_stage_groups_collectives_and_activations():
@@ -769,3 +785,12 @@ def test_a_prefill_under_pipeline_stages_adds_each_earlier_stages_weights_and_se
     hop_s = c.dep._comm_measured(None, c.algorithm, hops=hop_bytes)[0]
     by_hand = per + step.weight_read_s / p.memory_efficiency + hop_s
     assert hop_s > 0 and E.estimate_prefill(dep, 4, 1000).estimate_s == pytest.approx(by_hand, rel=1e-12)
+    # pp=4: three earlier stages each read their weights
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=2,pp=4", link="nvlink4")
+    c = E._constants(dep)
+    step, _, hop_bytes = _prefill_passes(dep, 4.0, 1000, None, False,
+                                         {"overhead_s": 0.0, "efficiency": 1.0, "routing": "uniform"})
+    per = E._pass_s(step, c, p, E._collectives(c, step, stage=True), E._unpack_s(c, step))
+    hop_s = c.dep._comm_measured(None, c.algorithm, hops=hop_bytes)[0]
+    by_hand = per + 3 * step.weight_read_s / p.memory_efficiency + hop_s
+    assert E.estimate_prefill(dep, 4, 1000).estimate_s == pytest.approx(by_hand, rel=1e-12)
