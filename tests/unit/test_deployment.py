@@ -50,6 +50,12 @@ def test_learned_positions_are_looked_up_too():
     m = km.Model.preset("starcoder")  # 8192 learned positions of d = 6144
     assert m.weight_bytes_read_by_group(batch=3)["positions"] == 3 * 6144 * 2
     assert m.param_groups()["positions"] == 8192 * 6144
+    # and a deployment's step reads them (its one step model): 3 tokens read 2 rows more than 1, 2 x 6,144 x 2 B
+    # (the embedding rows are inside the tied head), and holds the table with every other weight, 2 B each
+    dep = km.Deployment(m, "h100-sxm")
+    assert dep.step(3, 100).weight_bytes_read - dep.step(1, 100).weight_bytes_read == 2 * 6144 * 2
+    assert dep.step(3, 100).weight_bytes_read == m.weight_bytes_read(3)
+    assert dep.step(1, 100).weight_bytes_resident == m.param_count() * 2
 
 
 def test_a_precision_per_group():

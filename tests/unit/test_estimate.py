@@ -387,6 +387,20 @@ def test_a_requests_decode_is_the_sum_of_its_steps():
         r = E.estimate_request(dep, 8, 8000, 400)
         steps = E.estimate_step(dep, 8, np.arange(8001, 8400, dtype=float))
         assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
+    # DeepSeek-V3 on one H200 with an fp8 cache: its absorbed attention's FLOPs, not its latents' bytes, bind
+    dep = km.Deployment("deepseek-v3", "h200", kv="fp8")
+    step, p = dep.step(8, 4000), E.EstimateParameters.fitted()
+    assert step.attention_compute_s / p.matmul_efficiency > 2 * step.kv_read_s / p.memory_efficiency
+    r = E.estimate_request(dep, 8, 4000, 300)
+    steps = E.estimate_step(dep, 8, np.arange(4001, 4300, dtype=float))
+    assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
+    # and DeepSeek-V3.2 past its top-k of 2,048: attention's FLOPs bind and are constant but the indexer's
+    dep = km.Deployment("deepseek-v3.2", "h200", kv="fp8")
+    step = dep.step(8, 8000)
+    assert step.attention_compute_s / p.matmul_efficiency > 1.3 * step.kv_read_s / p.memory_efficiency
+    r = E.estimate_request(dep, 8, 8000, 300)
+    steps = E.estimate_step(dep, 8, np.arange(8001, 8300, dtype=float))
+    assert r.decode.estimate_s == pytest.approx(float(np.sum(steps.estimate_s)), rel=1e-9)
 
 
 def test_a_prefill_estimate_is_its_passes_priced():
@@ -692,3 +706,145 @@ def test_cli_estimate_prints_its_regimes_errors_and_takes_the_engine():
     bad = _cli(*args[:-1], "--engine", "gpt-fast")
     assert bad.returncode == 2 and "--engine" in bad.stderr and "--estimate" in bad.stderr
     assert "all-reduce the estimate prices" in _cli("check", "measurement", "--help").stdout
+
+
+# ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
+
+def test_a_mixed_steps_estimate_by_its_equation():
+    """Llama 3 8B on one H100, a steady state of 64 sequences of 1,000 in and 200 out: its step (64 decode tokens and
+    321.6 prompt tokens on average) is priced as one kernel for its bytes and one for its FLOPs, the larger, plus the
+    fixed overheads of the step and its 32 layers and one activation pass of every token at each layer
+    (activation_width: d + d_ff = 4,096 + 14,336 values of 2 B)."""
+    dep = km.Deployment("llama-3-8b", "h100-sxm")
+    step = dep.steady_state(64, 1000, 200).step
+    p = E.EstimateParameters.fitted()
+    assert E.activation_width(dep) == 4096 + 14336
+    read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
+    work = max(read, step.total_flops / 989.4e12 / p.matmul_efficiency)
+    activations = (64 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
+    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + work + activations / p.memory_efficiency
+    assert step.prefill_tokens == pytest.approx(64 * 1000 / 199, rel=1e-12)
+    assert E.estimate_steady_state(dep, 64, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
+    # Mixtral on tp=2, pp=2 over NVLink 4, its experts in Q4_0 (unpacked to bf16 for the matmuls), 2 sequences: the
+    # step's collectives carry its 2 + 10.05 tokens a pipeline stage at a time, (2 + 10.05) / 2, and it unpacks the
+    # experts that its 1 + 10.05 / 2 tokens per sequence touch (more than one token's)
+    dep = km.Deployment("mixtral-8x7b", "h100-sxm", "tp=2,pp=2", link="nvlink4",
+                        weights={"experts": "q4_0", "default": "bf16"})
+    step = dep.steady_state(2, 1000, 200).step
+    c = E._constants(dep)
+    assert step.prefill_tokens == pytest.approx(2 * 1000 / 199, rel=1e-12)
+    unpack = E._unpack_s(c, step, tokens_per_seq=1 + step.prefill_tokens / 2)
+    assert unpack > 1.2 * E._unpack_s(c, step, tokens_per_seq=1.0)
+    seconds, activation_s = E._chain(c, (2 + step.prefill_tokens) / 2, c.dep)
+    read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency + unpack * p.dequant_flops_per_weight
+    work = max(read, step.total_flops / 989.4e12 / p.matmul_efficiency)
+    by_hand = (p.step_overhead_s + 32 * p.layer_overhead_s + work + seconds
+               + activation_s * p.activation_passes / p.memory_efficiency)
+    assert seconds > 0 and E.estimate_steady_state(dep, 2, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
+    # 256 sequences: 1,286 prompt tokens a step besides the 256 decode tokens, and the FLOPs, not the bytes, bind
+    dep = km.Deployment("llama-3-8b", "h100-sxm")
+    step = dep.steady_state(256, 1000, 200).step
+    read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
+    flops_s = step.total_flops / 989.4e12 / p.matmul_efficiency
+    activations = (256 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
+    assert flops_s > 1.3 * read
+    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + flops_s + activations / p.memory_efficiency
+    assert E.estimate_steady_state(dep, 256, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_a_prefill_stage_does_its_share_of_the_stage_groups_collectives_and_activations():
+    """Llama 3 70B on tp=4, pp=2 over NVLink 4, a prefill of 4 prompts of 1,000 tokens: a stage's chip does half its
+    stage group's (tp=4, every layer) chain of collectives for the 4,000 tokens, and passes each token's activations
+    of its 40 layers once: 4,000 x 40 x 15,360 values (d + d_ff / 4) x 2 B at 3.35 TB/s = 1.4672 ms."""
+    from kvmath.requests import _prefill_passes, _without_pipeline
+
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2", link="nvlink4")
+    c = E._constants(dep)
+    step, _, _ = _prefill_passes(dep, 4.0, 1000, None, False, {"overhead_s": 0.0, "efficiency": 1.0, "routing": "uniform"})
+    seconds, activation_s = E._collectives(c, step, stage=True)
+    group = _without_pipeline(c.dep)._comm_measured(4000.0, c.algorithm)[0]
+    assert seconds == pytest.approx(group / 2, rel=1e-12) and group > 0
+    assert activation_s == pytest.approx(4000 * 40 * 15_360 * 2 / 3.35e12, rel=1e-12)
+
+
+def test_an_interval_is_the_regimes_own_order_statistics_or_the_pooled_ones():
+    """Weibull quantiles (rank p (n + 1)): 9 residuals 1 .. 9 give the 10th and 90th percentiles at ranks 1 and 9;
+    with fewer rows than ROWS_PER_PARAMETER (5) the pooled 19 residuals' 5th and 95th, ranks 1 and 19."""
+    from kvmath.estimate import ROWS_PER_PARAMETER, _interval
+
+    assert ROWS_PER_PARAMETER == 5
+    own, pooled = np.arange(1.0, 10.0), np.arange(1.0, 20.0)
+    assert _interval(own, pooled, 5) == (1.0, 9.0, False)
+    assert _interval(own, pooled, 4) == (1.0, 19.0, True)
+    # 4 rows 1 .. 4: ranks 0.5 and 4.5 clip to the ends
+    assert _interval(np.arange(1.0, 5.0), pooled, 5) == (1.0, 4.0, False)
+
+
+def test_the_regime_a_pass_of_several_one_token_prompts_falls_in_and_fp8_weights_that_need_no_unpacking():
+    dep = km.Deployment("llama-3-8b", "h100-sxm")
+    # batch x prompt tokens a pass > 1: four one-token prompts are a prefill pass, one is not
+    assert E.regime_of(dep, 4, prompt_tokens_per_pass=1) == "prefill"
+    assert E.regime_of(dep, 1, prompt_tokens_per_pass=1) == "batch1"
+    # a one-token prompt is no prefill regime whatever the chunk it could have been cut in
+    assert E.estimate_prefill(dep, 1, 1, chunk_tokens=512).regime == "batch1"
+    assert E.estimate_request(dep, 1, 1, 2, chunk_tokens=512).ttft.regime == "batch1"
+    # weights of one byte and no separate compute format are multiplied as stored: nothing is unpacked
+    fp8 = km.Deployment("llama-3-8b", "h100-sxm", weights="fp8")
+    assert E._unpacked_weights(fp8) is None and E.estimate_terms(fp8, 1, 256)["unpacking"] == 0.0
+
+
+def test_attention_is_estimated_at_the_slower_of_its_bytes_and_its_flops():
+    """DeepSeek-V3 on 8 H200s, 64 sequences verifying 16 tokens each at 4,000 tokens of context: its absorbed MLA
+    attention does 16 x 278,528 FLOPs per cached latent, which at the fitted matmul efficiency outlast reading them."""
+    dep = km.Deployment("deepseek-v3", "h200", "tp=8", link="nvlink4")
+    step = dep.step(64, 4000, tokens_per_seq=16)
+    p = E.EstimateParameters.fitted()
+    flops_s, bytes_s = step.attention_compute_s / p.matmul_efficiency, step.kv_read_s / p.memory_efficiency
+    assert flops_s > 2 * bytes_s
+    assert E.estimate_terms(dep, 64, 4000, tokens_per_seq=16)["attention"] == pytest.approx(flops_s, rel=1e-12)
+
+
+def test_a_one_token_pass_under_pipeline_stages_is_priced_as_the_decode_step_it_is():
+    # prompt_tokens_per_pass 1 is no prefill: the step of a mixture of experts is priced at the experts a uniform
+    # router touches and with the deployment's own chain of collectives, exactly as estimate_step prices it
+    dep = km.Deployment("mixtral-8x7b", "h100-sxm", "tp=2,pp=2", link="nvlink4")
+    step = dep.step(8, 1000)
+    assert E.estimate_pass(dep, step, prompt_tokens_per_pass=1).estimate_s == pytest.approx(
+        E.estimate_step(dep, 8, 1000).estimate_s, rel=1e-12)
+
+
+def test_the_estimated_frontier_by_hand_at_one_batch():
+    """One batch of 64, 1,000 in and 200 out, on two H100s (tp=2): its throughput per chip is 64 x 200 / 2 tokens
+    over the estimated request's time, the interval's high end over its low time and the low over its high; with a
+    TPOT limit equal to its own estimated TPOT, it is admitted (the limit is inclusive)."""
+    dep = km.Deployment("llama-3-8b", "h100-sxm", "tp=2", link="nvlink4")
+    r = E.estimate_request(dep, 64, 1000, 200)
+    f = E.estimate_frontier(dep, 1000, 200, batch=[64], tpot_limit_s=float(r.time_per_output_token.estimate_s))
+    assert f.best_batch.tolist() == [64]
+    assert f.throughput_per_chip_estimate[0] == pytest.approx(64 * 200 / 2 / r.total.estimate_s, rel=1e-12)
+    assert f.throughput_per_chip_estimate_high[0] == pytest.approx(64 * 200 / 2 / r.total.estimate_low_s, rel=1e-12)
+    assert f.throughput_per_chip_estimate_low[0] == pytest.approx(64 * 200 / 2 / r.total.estimate_high_s, rel=1e-12)
+
+
+def test_a_prefill_under_pipeline_stages_adds_each_earlier_stages_weights_and_send():
+    """pp=2: the estimated time to first token is the last stage's priced pass, plus the first stage's weights read
+    at the fitted bandwidth and its send of the first chunk's activations down the pipeline."""
+    from kvmath.requests import _prefill_passes
+
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2", link="nvlink4")
+    c, p = E._constants(dep), E.EstimateParameters.fitted()
+    step, _, hop_bytes = _prefill_passes(dep, 4.0, 1000, None, False,
+                                         {"overhead_s": 0.0, "efficiency": 1.0, "routing": "uniform"})
+    per = E._pass_s(step, c, p, E._collectives(c, step, stage=True), E._unpack_s(c, step))
+    hop_s = c.dep._comm_measured(None, c.algorithm, hops=hop_bytes)[0]
+    by_hand = per + step.weight_read_s / p.memory_efficiency + hop_s
+    assert hop_s > 0 and E.estimate_prefill(dep, 4, 1000).estimate_s == pytest.approx(by_hand, rel=1e-12)
+    # pp=4: three earlier stages each read their weights
+    dep = km.Deployment("llama-3-70b", "h100-sxm", "tp=2,pp=4", link="nvlink4")
+    c = E._constants(dep)
+    step, _, hop_bytes = _prefill_passes(dep, 4.0, 1000, None, False,
+                                         {"overhead_s": 0.0, "efficiency": 1.0, "routing": "uniform"})
+    per = E._pass_s(step, c, p, E._collectives(c, step, stage=True), E._unpack_s(c, step))
+    hop_s = c.dep._comm_measured(None, c.algorithm, hops=hop_bytes)[0]
+    by_hand = per + 3 * step.weight_read_s / p.memory_efficiency + hop_s
+    assert E.estimate_prefill(dep, 4, 1000).estimate_s == pytest.approx(by_hand, rel=1e-12)

@@ -1074,3 +1074,22 @@ def test_the_scheduler_by_hand():
     assert wait[0] == pytest.approx([0.0, 0.32005], rel=1e-12, abs=1e-15)
     assert ttft[0] == pytest.approx([0.5, 0.82005], rel=1e-12)
     assert tpot[0] == pytest.approx([1.127425, 1.030225], rel=1e-12)
+
+
+def test_the_closed_forms_of_a_data_parallel_replica_are_one_chips_at_its_share_of_the_rate():
+    one = serving_load(H100, [5.0, 20.0], 2000, 200)
+    two = serving_load(Deployment("llama-3-8b", "h100-sxm", "dp=2"), [10.0, 40.0], 2000, 200)
+    for key in ("utilisation", "prefill_utilisation", "running", "queue_wait_s", "ttft_s", "tpot_s"):
+        assert getattr(two, key) == pytest.approx(getattr(one, key), rel=1e-12), key
+
+
+def test_under_pipeline_stages_the_utilisation_takes_the_steps_chord_from_one_micro_batch_to_two():
+    """pp=2: rho = lambda (t_p + 199 b), b the steepest of the step's memory, compute and communication chords from
+    2 sequences (one a stage) to 4, per sequence, at the mean context 2,000 + 100 (a chord from 1 to 2 sequences
+    would be flat: one sequence a stage costs what two do)."""
+    dep = Deployment("llama-3-70b", "h100-sxm", "tp=4,pp=2")
+    s1, s2 = dep.step(2, 2100), dep.step(4, 2100)
+    b = max((getattr(s2, k) - getattr(s1, k)) / 2 for k in ("memory_s", "compute_s", "comm_s"))
+    assert b > 0
+    t_p = dep.request(1, 2000, 1).ttft_s
+    assert serving_load(dep, 3.0, 2000, 200).utilisation == pytest.approx(3.0 * (t_p + 199 * b), rel=1e-12)

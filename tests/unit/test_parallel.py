@@ -300,3 +300,24 @@ def test_collectives_broadcast_over_batches_and_refuse_a_bad_batch():
     assert list(c.collectives[0].message_bytes) == [16_384, 1_048_576]
     with pytest.raises(ValueError, match="batch"):
         km.Deployment("llama-2-70b", "h100-sxm", "tp=8").collectives(0)
+
+
+# ----- pins the mutation check asked for (scripts/mutation_check.py) ------------------
+
+def test_a_stage_of_context_parallel_groups_fills_nodes_by_all_its_chips():
+    # tp=2, cp=2, pp=4 on nodes of 8 H100s: each stage is 4 chips, so stages 1-2 fill node 1 and 3-4 node 2: of the
+    # 3 hops one crosses a node boundary (counting 2 chips a stage, without cp, none would)
+    c = km.Deployment("llama-3-70b", "h100-sxm", "tp=2,cp=2,pp=4", link="nvlink4").collectives(1)
+    assert [(k.name, k.count) for k in c.collectives] == [
+        ("tensor-parallel all-reduce", 160), ("context-parallel combine", 80), ("pipeline hop across nodes", 1),
+        ("pipeline hop", 2)]
+
+
+def test_collectives_and_their_estimate_carry_every_token_of_a_multi_token_pass():
+    # 16 sequences verifying 4 tokens each move 64 tokens' activations: 64 x 8,192 x 2 B per all-reduce, the same
+    # messages (and the same measured-curve estimate) as 64 sequences of one token
+    dep = km.Deployment("llama-2-70b", "h100-sxm", "tp=8")
+    (ar,) = dep.collectives(16, tokens_per_seq=4).collectives
+    assert ar.message_bytes == 64 * 8192 * 2
+    e = dep.comm_estimate(16, tokens_per_seq=4)
+    assert e.tokens == 64 and e.estimate_s == dep.comm_estimate(64).estimate_s > dep.comm_estimate(16).estimate_s
