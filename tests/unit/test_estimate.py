@@ -712,7 +712,7 @@ def test_cli_estimate_prints_its_regimes_errors_and_takes_the_engine():
 
 def test_a_mixed_steps_estimate_by_its_equation():
     """Llama 3 8B on one H100, a steady state of 64 sequences of 1,000 in and 200 out: its step (64 decode tokens and
-    321.6 prompt tokens on average) is priced as one kernel for its bytes and one for its FLOPs, the larger, plus the
+    321.6 prompt tokens on average) is priced as its bytes and its FLOPs in series (the weights' kernels' form), plus the
     fixed overheads of the step and its 32 layers and one activation pass of every token at each layer
     (activation_width: d + d_ff = 4,096 + 14,336 values of 2 B)."""
     dep = km.Deployment("llama-3-8b", "h100-sxm")
@@ -720,14 +720,17 @@ def test_a_mixed_steps_estimate_by_its_equation():
     p = E.EstimateParameters.fitted()
     assert E.activation_width(dep) == 4096 + 14336
     read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
-    work = max(read, step.total_flops / 989.4e12 / p.matmul_efficiency)
+    work = read + step.total_flops / 989.4e12 / p.matmul_efficiency
     activations = (64 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
     by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + work + activations / p.memory_efficiency
     assert step.prefill_tokens == pytest.approx(64 * 1000 / 199, rel=1e-12)
     assert E.estimate_steady_state(dep, 64, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
     # Mixtral on tp=2, pp=2 over NVLink 4, its experts in Q4_0 (unpacked to bf16 for the matmuls), 2 sequences: the
     # step's collectives carry its 2 + 10.05 tokens a pipeline stage at a time, (2 + 10.05) / 2, and it unpacks the
-    # experts that its 1 + 10.05 / 2 tokens per sequence touch (more than one token's)
+    # experts that its 1 + 10.05 / 2 tokens per sequence touch (more than one token's). Its matmuls run at one rate
+    # that gives the same total time: the two active experts' 32 x 2 x 3 x 4,096 x 14,336 parameters at Q4_0's int8
+    # rate (1,978.9 TFLOP/s; llama.cpp multiplies int8 activations against them) and attention (32 x 4,096 x 10,240),
+    # the router (32 x 4,096 x 8) and the lm_head (32,000 x 4,096) at bf16 (989.4)
     dep = km.Deployment("mixtral-8x7b", "h100-sxm", "tp=2,pp=2", link="nvlink4",
                         weights={"experts": "q4_0", "default": "bf16"})
     step = dep.steady_state(2, 1000, 200).step
@@ -736,19 +739,22 @@ def test_a_mixed_steps_estimate_by_its_equation():
     unpack = E._unpack_s(c, step, tokens_per_seq=1 + step.prefill_tokens / 2)
     assert unpack > 1.2 * E._unpack_s(c, step, tokens_per_seq=1.0)
     seconds, activation_s = E._chain(c, (2 + step.prefill_tokens) / 2, c.dep)
+    experts, rest = 32 * 2 * 3 * 4096 * 14336, 32 * 4096 * 10240 + 32 * 4096 * 8 + 32000 * 4096
+    rate = (experts + rest) / (experts / 1978.9e12 + rest / 989.4e12)
     read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency + unpack * p.dequant_flops_per_weight
-    work = max(read, step.total_flops / 989.4e12 / p.matmul_efficiency)
+    work = read + step.total_flops / rate / p.matmul_efficiency
     by_hand = (p.step_overhead_s + 32 * p.layer_overhead_s + work + seconds
                + activation_s * p.activation_passes / p.memory_efficiency)
     assert seconds > 0 and E.estimate_steady_state(dep, 2, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
-    # 256 sequences: 1,286 prompt tokens a step besides the 256 decode tokens, and the FLOPs, not the bytes, bind
+    # 256 sequences: 1,286 prompt tokens a step besides the 256 decode tokens; the FLOPs now outweigh the bytes, and
+    # both are still charged
     dep = km.Deployment("llama-3-8b", "h100-sxm")
     step = dep.steady_state(256, 1000, 200).step
     read = (step.weight_bytes_read + step.kv_bytes_read) / 3.35e12 / p.memory_efficiency
     flops_s = step.total_flops / 989.4e12 / p.matmul_efficiency
     activations = (256 + step.prefill_tokens) * 32 * (4096 + 14336) * 2 / 3.35e12 * p.activation_passes
     assert flops_s > 1.3 * read
-    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + flops_s + activations / p.memory_efficiency
+    by_hand = p.step_overhead_s + 32 * p.layer_overhead_s + read + flops_s + activations / p.memory_efficiency
     assert E.estimate_steady_state(dep, 256, 1000, 200).estimate_s == pytest.approx(by_hand, rel=1e-12)
 
 
