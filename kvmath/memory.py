@@ -1156,10 +1156,10 @@ def vllm_kv_cache(
     block_size, kv_dtype, tensor_parallel :
         Tokens per block asked for, used as vLLM uses it (:func:`vllm_block_size`: by default 16, or 64 for MLA
         and DSA; DSA's is 64 whatever was asked, an MLA block on compute capability 9.x or exactly 10.0 a
-        multiple of the chip's, :data:`MLA_BLOCK_BY_CHIP`), cached element format (vLLM's ``--kv-cache-dtype``: "auto", the default, is the model's
-        2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``, :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its
-        latent in bf16, what later releases' "auto" does; an fp8 format is ``fp8_ds_mla`` for it in every
-        release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
+        multiple of the chip's, :data:`MLA_BLOCK_BY_CHIP`), cached element format (vLLM's ``--kv-cache-dtype``:
+        "auto", the default, is the model's 2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``,
+        :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its latent in bf16, what later releases' "auto" does; an fp8 format
+        is ``fp8_ds_mla`` for it in every release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
         whose layers vLLM keeps in one group only). Default: all.
