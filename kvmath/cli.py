@@ -343,8 +343,9 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
         capacity.add_argument("--block-size", type=_number, action=_Once,
                               help=f"tokens per vLLM block asked for (default: {BLOCK_SIZE}; for MLA the block vLLM "
                                    f"sets on the chip, {MLA_BLOCK_BY_CHIP['h200']} on Hopper, "
-                                   f"{MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell; for DSA {MLA_BLOCK_SIZE} "
-                                   "on every NVIDIA chip, whatever is asked, as vLLM forces it)")
+                                   f"{MLA_BLOCK_BY_CHIP['b200']} on the B200 and GB200 (compute capability 10.0); "
+                                   f"for DSA {MLA_BLOCK_SIZE} on Hopper and datacenter Blackwell, whatever is asked, "
+                                   "as vLLM forces it; vLLM v0.10-v0.11's rules, kvmath.memory.vllm_block_size)")
         capacity.add_argument("--max-model-len", type=_number, help="vLLM's --max-model-len (default: --context)", action=_Once)
         capacity.add_argument("--vllm-version", type=str.lower, choices=VLLM_ENGINES,
                               help="v1 (default: hybrid sliding-window groups) or v0 (every layer full attention)", action=_Once)

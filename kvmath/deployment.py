@@ -614,7 +614,7 @@ class Deployment:
               block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1",
               mamba_cache_mode: str | None = None, tokens_rule: str | None = None, hybrid: bool | None = None,
               dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None, kv_dtype: str | None = None):
-        from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
+        from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_block_size, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -626,6 +626,8 @@ class Deployment:
                              "requests")
         # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
         total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
+        if hbm_bytes is not None:  # a number for the memory, the chip's block rules all the same (DSA refused off it)
+            block_size = vllm_block_size(self.model, self.chip, block_size)
         # vLLM's hybrid rules: given ones only, so that vllm_engine's defaults stay the one place they are set
         rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule),
                                    ("dtype", dtype), ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype))

@@ -61,25 +61,66 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: (``CacheConfig.DEFAULT_BLOCK_SIZE = 16``, ``vllm/config/cache.py``).
 BLOCK_SIZE = 16
 
-#: The block size vLLM forces for MLA layers on Hopper and for DSA layers on every CUDA chip:
+#: The block size vLLM forces for MLA layers on Hopper and for DSA layers wherever its sparse backend runs:
 #: ``CudaPlatform.check_and_update_config`` (``vllm/platforms/cuda.py``, v0.8 to v0.11 and later) sets
 #: ``block_size = 64`` for the FlashMLA backend, the default MLA backend where FlashMLA runs (compute capability
-#: 9.0: "Forcing kv cache block size to 64 for FlashMLA backend", logged by v0.8.3 and v0.10.1), and, last of its
-#: block rules, for DeepSeek-V3.2's sparse backend whatever was asked and on whatever chip (``use_sparse =
+#: 9.x: "Forcing kv cache block size to 64 for FlashMLA backend", logged by v0.8.3 and v0.10.1), and, last of its
+#: block rules, for DeepSeek-V3.2's sparse backend whatever was asked and whatever the chip (``use_sparse =
 #: hasattr(hf_config, "index_topk")``; ``if use_sparse and cache_config.block_size != 64: block_size = 64``,
 #: "Forcing kv cache block size to 64 for FlashMLASparse backend"; read in vllm-project/vllm
 #: ``vllm/platforms/cuda.py`` at commit 002db4951e0c4b326a559eb44b05698afd3e534a and in the v0.11-era versions
-#: of the same file, where the rule is the same).
+#: of the same file, where the rule is the same). Which chips that backend runs on: :data:`VLLM_SPARSE_MLA_MAJORS`.
 MLA_BLOCK_SIZE = 64
 
-#: The block vLLM v0.10-v0.11 uses for MLA (not DSA, which is :data:`MLA_BLOCK_SIZE` everywhere) on each chip
-#: preset where it is not :data:`BLOCK_SIZE`, and the multiple an asked block must be or be replaced by it
-#: (``CudaPlatform.check_and_update_config``): Hopper's FlashMLA 64 (``block_size % 64 != 0`` -> 64);
-#: datacenter Blackwell (compute capability 10.x: "Blackwell => Force CutlassMLA") 128 (``block_size % 128 != 0``
-#: -> 128). Elsewhere (Ampere, Ada, consumer Blackwell, AMD) vLLM keeps the block asked for: DeepSeek-V2-Lite on
-#: L4s logged 16-token blocks (vLLM PR #20665).
-MLA_BLOCK_BY_CHIP = {"h100-sxm": 64, "h200": 64, "h20": 64, "h800": 64,
-                     "b200": 128, "b200-hgx": 128, "gb200": 128, "b300": 128, "gb300": 128}
+#: Compute capability ``(major, minor)`` of each NVIDIA chip preset, which vLLM's MLA and DSA rules test (an NVIDIA
+#: chip outside this table is refused by :func:`vllm_block_size`, not guessed). From NVIDIA's CUDA GPU Compute
+#: Capability table (https://developer.nvidia.com/cuda/gpus; also ``nvidia-smi --query-gpu=compute_cap``, which
+#: the CUDA Programming Guide's "Compute Capabilities" appendix points to): A100 8.0, RTX 3090 8.6; L4, L40S,
+#: RTX 4090 8.9 (Ada); H100, H200 9.0 (Hopper); B200, GB200 10.0; B300, GB300 10.3 (Blackwell Ultra, sm_103:
+#: vLLM logs "Device capability 10.3" on a B300, vllm-project/vllm issue #30630); RTX 5090 and RTX PRO 6000
+#: Blackwell 12.0; GB10 (DGX Spark) 12.1 (vLLM PR #31740, "SM121/GB10"). The H800 and H20 are Hopper parts, 9.0
+#: (deepseek-ai/FlashMLA, "for Hopper GPUs", gives its figures on the H800 SXM5; FlashMLA-ETAP is "for Hopper H20").
+CUDA_COMPUTE_CAPABILITY = {
+    "a100-40gb": (8, 0), "a100-80gb": (8, 0), "rtx-3090": (8, 6), "l4": (8, 9), "l40s": (8, 9),
+    "rtx-4090": (8, 9), "h100-sxm": (9, 0), "h200": (9, 0), "h800": (9, 0), "h20": (9, 0),
+    "b200": (10, 0), "b200-hgx": (10, 0), "gb200": (10, 0), "b300": (10, 3), "gb300": (10, 3),
+    "rtx-5090": (12, 0), "rtx-pro-6000": (12, 0), "rtx-pro-6000-server": (12, 0), "dgx-spark": (12, 1),
+}
+
+#: The block vLLM v0.10.1-v0.11 uses for MLA (not DSA, which is :data:`MLA_BLOCK_SIZE`) on each chip preset where
+#: it is not :data:`BLOCK_SIZE`, and the multiple an asked block must be or be replaced by it: derived from
+#: :data:`CUDA_COMPUTE_CAPABILITY` by ``CudaPlatform.check_and_update_config``'s two rules. Compute capability 9.x:
+#: FlashMLA's 64 (the default backend there; ``is_flashmla_supported``/``is_flashmla_dense_supported`` require
+#: ``get_device_capability()[0] == 9``, "FlashMLA is only supported on Hopper devices", vllm/attention/ops/flashmla.py
+#: at commit 9c3cc56087859a29c12a6ee4e4c62b89e4677b61 and in v0.11; ``block_size % 64 != 0`` -> 64). Compute
+#: capability exactly 10.0: CUTLASS MLA's 128 ("Blackwell => Force CutlassMLA" under ``cls.is_device_capability(100)``,
+#: and ``Platform.is_device_capability`` is "exactly the specified device capability", ``to_int() == 100``,
+#: vllm/platforms/interface.py; the review of vLLM PR #21626, which made CUTLASS MLA the default, asked for
+#: ``is_device_capability`` in place of ``has_device_capability``; ``block_size % 128 != 0`` -> 128). So the B300 and
+#: GB300 (10.3) are neither: vLLM v0.10-v0.11 gives them no MLA block rule, picks Triton MLA and keeps the block asked
+#: for, 16 by default, as on Ampere, Ada, consumer Blackwell and AMD (DeepSeek-V2-Lite on L4s logged 16-token
+#: blocks, vLLM PR #20665). Read in the v0.10 and v0.11 versions of vllm/platforms/cuda.py (``check_and_update_config``
+#: and ``get_attn_backend_cls``, where CUTLASS and FlashInfer MLA are picked only under ``is_device_capability(100)``).
+#: Later vLLM differs: vLLM's SM103 support came with PR #30484 (December 2025), and at commit 002db495 the rule is
+#: ``is_device_capability_family(100)`` (any 10.x), FlashInfer MLA by default (64 unless 32 or a multiple of 64 is
+#: asked, for DeepSeek's ``qk_nope_head_dim`` 128; PR #32339, January 2026) and CUTLASS MLA's 128 for other head
+#: sizes or with decode context parallelism; which release first made 10.3 part of that rule was not found. kvmath
+#: follows v0.10-v0.11.
+MLA_BLOCK_BY_CHIP = {name: 64 if cc[0] == 9 else 128 for name, cc in CUDA_COMPUTE_CAPABILITY.items()
+                     if cc[0] == 9 or cc == (10, 0)}
+
+#: Compute capability majors on which vLLM serves DeepSeek-V3.2's DSA layers: 9 (Hopper) and 10 (datacenter
+#: Blackwell), where its one sparse MLA backend for them, FlashMLASparse, runs (``is_flashmla_sparse_supported``:
+#: ``get_device_capability()[0] not in (9, 10)`` -> "FlashMLA Sparse is only supported on Hopper and Blackwell
+#: devices", vllm/attention/ops/flashmla.py, v0.11; later ``FlashMLASparseBackend.supports_compute_capability``,
+#: ``capability.major in [9, 10]``, vllm/v1/attention/backends/mla/flashmla_sparse.py at commit 008a0c31dc02).
+#: Elsewhere vLLM cannot serve the model: v0.11 selects that backend whatever the chip ("Using Sparse MLA backend")
+#: and its kernels fail ("RuntimeError: Only SM90 and SM100 are supported" on an A100, vllm-project/vllm issue
+#: #30036); later releases refuse at start-up ("No valid attention backend found", issue #31936 on RTX PRO 6000s).
+#: A later Triton path admits 12.x under a condition (``_use_triton_sparse_mla()``, same file). v0.11's wheels built FlashMLA for sm_90a and
+#: sm_100a only, which "will trigger errors on B300 (sm103a)" until PR #30705 (December 2025) built it for the 10.x
+#: family: kvmath gives the block vLLM's rules set on 10.3 and does not model which build a B300 runs.
+VLLM_SPARSE_MLA_MAJORS = (9, 10)
 
 #: The one block vLLM's ROCm sparse MLA backend (DeepSeek-V3.2 on AMD chips) accepts: ``RocmPlatform
 #: .get_attn_backend_cls`` asserts "Sparse MLA backend on ROCm only supports block size 1 for now"
@@ -190,8 +231,9 @@ VLLM_DEFAULTS_VERSION = "v0.10.2-v0.11"
 #:   v0.10.2, and ``Qwen3_5ForConditionalGenerationConfig`` (``models/config.py``, the Qwen3.5 releases);
 #: * the model dtype: ``_resolve_auto_dtype``, ``vllm/config/model.py`` ("Downcast for float32 models");
 #: * the block size for MLA and DSA: ``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``
-#:   (v0.11-era versions and commit 002db495: FlashMLA 64 on Hopper, CUTLASS MLA 128 on datacenter Blackwell,
-#:   the sparse backend 64 on every CUDA chip), and ``RocmPlatform.get_attn_backend_cls``, ``vllm/platforms/rocm.py``
+#:   (v0.10- and v0.11-era versions: FlashMLA 64 on compute capability 9.x, CUTLASS MLA 128 on exactly 10.0, the
+#:   sparse backend 64 wherever it runs, 9.x and 10.x: :data:`MLA_BLOCK_BY_CHIP`, :data:`VLLM_SPARSE_MLA_MAJORS`;
+#:   commit 002db495 for the later family rule), and ``RocmPlatform.get_attn_backend_cls``, ``vllm/platforms/rocm.py``
 #:   (DSA: block size 1 only);
 #: * the hybrid manager off for chunked local attention: ``VllmConfig.__post_init__`` (vLLM PR #21761, v0.10.0),
 #:   until ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaulted to 1 in a later release (PR #29627).
@@ -204,8 +246,9 @@ VLLM_HYBRID_SOURCE = ("vllm-project/vllm: models/config.py v0.10.2-v0.11 (block 
                       "concurrency, tokens line 'blocks'; a commit, not a tagged release, whose rules reproduce the "
                       "v0.10.2 and v0.20.0 logs); kv_cache_utils.py as vLLM v0.29.0 runs it (tokens line "
                       "'concurrency'; the switch falls between v0.20.0 and v0.29.0); layers/mamba/mamba_utils.py v0.10.2 (state dtypes); "
-                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py (MLA block 64 on Hopper, 128 on "
-                      "datacenter Blackwell; DSA 64 on every CUDA chip); "
+                      "config/model.py _resolve_auto_dtype (fp32 -> bf16); platforms/cuda.py v0.10-v0.11 (MLA block 64 on "
+                      "compute capability 9.x, 128 on exactly 10.0; DSA 64 on 9.x and 10.x, the only chips its sparse "
+                      "backend runs on); "
                       "VllmConfig.__post_init__ v0.10.0-v0.11 (no hybrid manager for chunked local attention)")
 
 #: vLLM's threshold for grouping layers by the most of any kind rather than the fewest: the most are used where
@@ -476,28 +519,48 @@ def vllm_page_bytes(model, block_size: int | None = None, kv_dtype: str | float 
     return _whole(block_size * elems * b)
 
 
+def _cuda_capability(chip: Chip) -> tuple[int, int]:
+    """An NVIDIA chip's compute capability (:data:`CUDA_COMPUTE_CAPABILITY`); ``ValueError`` for one not there."""
+    cc = CUDA_COMPUTE_CAPABILITY.get(chip.name)
+    if cc is None:
+        raise ValueError(f"chip {chip.name!r}: kvmath knows the compute capability only of the NVIDIA presets "
+                         "(kvmath.memory.CUDA_COMPUTE_CAPABILITY), and vLLM's block for MLA and DSA caches depends "
+                         "on it: use a preset, or chip=None for vLLM's rules without a chip")
+    return cc
+
+
 def vllm_block_size(model, chip: Chip | None = None, block_size: int | None = None) -> int:
     """The block (tokens) vLLM uses for ``model`` on ``chip`` when asked for ``block_size`` (None: not asked).
 
-    vLLM's rules (``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``): a model with neither
-    MLA nor DSA layers keeps the block asked for, :data:`BLOCK_SIZE` by default. MLA: on the chips of
-    :data:`MLA_BLOCK_BY_CHIP` a block that is not a multiple of the chip's (64 on Hopper, 128 on datacenter
-    Blackwell) becomes it, the default included; elsewhere the block asked for, 16 by default; without a chip,
-    :data:`MLA_BLOCK_SIZE` by default (Hopper's) and an asked block as given. DSA (DeepSeek-V3.2): 64 whatever
-    was asked, on every NVIDIA chip and where no chip is given (the sparse backend's rule, applied last); on AMD
-    chips vLLM's ROCm sparse backend takes :data:`ROCM_DSA_BLOCK_SIZE` only, so any other block (the default
-    included) raises ``ValueError``, as vLLM refuses to start; on other chips vLLM's DSA block is not known to
-    kvmath, and this raises ``ValueError`` saying so.
+    vLLM v0.10-v0.11's rules (``CudaPlatform.check_and_update_config``, ``vllm/platforms/cuda.py``): a model with
+    neither MLA nor DSA layers keeps the block asked for, :data:`BLOCK_SIZE` by default. MLA: on an NVIDIA chip of
+    compute capability 9.x (Hopper: FlashMLA) a block that is not a multiple of 64 becomes 64, and on one of
+    exactly 10.0 (B200, GB200: CUTLASS MLA) one that is not a multiple of 128 becomes 128, the default included
+    (:data:`MLA_BLOCK_BY_CHIP`); on every other chip, the B300 and GB300 (10.3) among them, the block asked for,
+    16 by default; without a chip, :data:`MLA_BLOCK_SIZE` by default (Hopper's) and an asked block as given.
+    DSA (DeepSeek-V3.2): 64 whatever was asked (the sparse backend's rule, applied last) on the NVIDIA chips its
+    sparse backend runs on (compute capability 9.x and 10.x, :data:`VLLM_SPARSE_MLA_MAJORS`) and where no chip
+    is given; on other NVIDIA chips (Ampere, Ada, consumer Blackwell) vLLM has no backend for DSA and cannot
+    serve the model, and this raises ``ValueError`` naming the chip; on AMD chips vLLM's ROCm sparse backend
+    takes :data:`ROCM_DSA_BLOCK_SIZE` only, so any other block (the default included) raises ``ValueError``, as
+    vLLM refuses to start; on other chips vLLM's DSA block is not known to kvmath, and this raises ``ValueError``
+    saying so. An NVIDIA chip kvmath has no compute capability for (not a preset) raises ``ValueError`` for MLA
+    and DSA models.
 
     Examples
     --------
     >>> from kvmath import Chip, Model
     >>> vllm_block_size(Model.preset("llama-3-8b")), vllm_block_size(Model.preset("deepseek-v3"))
     (16, 64)
-    >>> vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("b200")), vllm_block_size(Model.preset("deepseek-v3"), Chip.preset("l4"))
-    (128, 16)
+    >>> v3 = Model.preset("deepseek-v3")
+    >>> [vllm_block_size(v3, Chip.preset(c)) for c in ("h100-sxm", "b200", "b300", "l4")]  # 9.0, 10.0, 10.3, 8.9
+    [64, 128, 16, 16]
     >>> vllm_block_size(Model.preset("deepseek-v3.2"), Chip.preset("b200"), 16)   # DSA: 64 whatever was asked
     64
+    >>> vllm_block_size(Model.preset("deepseek-v3.2"), Chip.preset("l4"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: deepseek-v3.2 has DSA layers, which vLLM cannot serve on l4 (compute capability 8.9): ...
     """
     if chip is not None:
         instance("chip", chip, Chip, "a Chip (Chip.preset(name))")
@@ -508,21 +571,32 @@ def vllm_block_size(model, chip: Chip | None = None, block_size: int | None = No
     kinds = {s.kind for s in _model(model).layer_specs()}
     if "dsa" in kinds:
         vendor = None if chip is None else chip.vendor
-        if vendor in (None, "nvidia"):
+        if vendor is None:
+            return MLA_BLOCK_SIZE
+        if vendor == "nvidia":
+            major, minor = _cuda_capability(chip)
+            if major not in VLLM_SPARSE_MLA_MAJORS:
+                raise ValueError(f"{model.name} has DSA layers, which vLLM cannot serve on {chip.name} (compute "
+                                 f"capability {major}.{minor}): its sparse MLA backend (FlashMLASparse, the only one "
+                                 "for them) runs on compute capability 9.x and 10.x only (Hopper, datacenter "
+                                 "Blackwell); use such a chip")
             return MLA_BLOCK_SIZE
         if vendor == "amd":
             if block_size != ROCM_DSA_BLOCK_SIZE:
                 raise ValueError(f"block_size {block_size if block_size is not None else 'default'}: vLLM's sparse MLA "
                                  f"backend on ROCm ({chip.name}) takes block size {ROCM_DSA_BLOCK_SIZE} only "
-                                 "(RocmPlatform.get_attn_backend_cls, vllm/platforms/rocm.py) and refuses to start "
-                                 f"otherwise: pass block_size={ROCM_DSA_BLOCK_SIZE}")
+                                 "(RocmPlatform.get_attn_backend_cls, vllm/platforms/rocm.py) and vLLM refuses to "
+                                 f"start otherwise: pass block_size={ROCM_DSA_BLOCK_SIZE}")
             return ROCM_DSA_BLOCK_SIZE
-        raise ValueError(f"{model.name} has DSA layers: kvmath knows vLLM's block for them on NVIDIA chips "
-                         f"({MLA_BLOCK_SIZE}) and AMD chips ({ROCM_DSA_BLOCK_SIZE}), not on {chip.name}")
+        raise ValueError(f"{model.name} has DSA layers, which kvmath does not size as vLLM does on {chip.name}: it "
+                         f"knows vLLM's block for them on NVIDIA chips of compute capability 9.x and 10.x "
+                         f"({MLA_BLOCK_SIZE}) and on AMD chips ({ROCM_DSA_BLOCK_SIZE}) only")
     if "mla" not in kinds:
         return BLOCK_SIZE if block_size is None else block_size
     if chip is None:
         return MLA_BLOCK_SIZE if block_size is None else block_size
+    if chip.vendor == "nvidia":
+        _cuda_capability(chip)  # an NVIDIA chip kvmath has no compute capability for is refused, not guessed
     forced = MLA_BLOCK_BY_CHIP.get(chip.name)
     if forced is None:
         return BLOCK_SIZE if block_size is None else block_size
@@ -820,9 +894,10 @@ def vllm_request_kv_bytes(
     hybrid = flag("hybrid", hybrid)
     mnbt = vllm_max_num_batched_tokens(mml) if max_num_batched_tokens is None else \
         positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    vllm_page_bytes(model, block_size, kv_dtype, tensor_parallel)  # the model, the format and TP, checked once
+    tp = one_int("tensor_parallel", tensor_parallel)  # the model was checked by vllm_block_size, TP and the format here
+    _check_tensor_parallel(model, tp)
     b, ds_mla, _ = _vllm_kv_format(model, kv_dtype)
-    groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tensor_parallel), hybrid, None, ds_mla)
+    groups, group_size, page, blocks, _ = _vllm_layout(model, block_size, b, int(tp), hybrid, None, ds_mla)
     _, _, per_request = _request_blocks(groups, blocks, block_size, mml, mnbt, mamba_cache_mode)
     return _whole(per_request * page * group_size, "request_bytes")
 
@@ -1080,11 +1155,11 @@ def vllm_kv_cache(
         vLLM's ``--max-model-len``, tokens.
     block_size, kv_dtype, tensor_parallel :
         Tokens per block asked for, used as vLLM uses it (:func:`vllm_block_size`: by default 16, or 64 for MLA
-        and DSA; DSA's is 64 whatever was asked, an MLA block on Hopper or datacenter Blackwell a multiple of
-        the chip's), cached element format (vLLM's ``--kv-cache-dtype``: "auto", the default, is the model's
-        2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``, :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its
-        latent in bf16, what later releases' "auto" does; an fp8 format is ``fp8_ds_mla`` for it in every
-        release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
+        and DSA; DSA's is 64 whatever was asked, an MLA block on compute capability 9.x or exactly 10.0 a
+        multiple of the chip's, :data:`MLA_BLOCK_BY_CHIP`), cached element format (vLLM's ``--kv-cache-dtype``:
+        "auto", the default, is the model's 2-byte dtype, and for DeepSeek-V3.2 v0.11's ``fp8_ds_mla``,
+        :data:`VLLM_DSA_AUTO_KV`; "bf16" keeps its latent in bf16, what later releases' "auto" does; an fp8 format
+        is ``fp8_ds_mla`` for it in every release), TP ranks. A linear layer's state keeps the model's dtype (``dtype``), whatever ``kv_dtype``.
     layers : int, optional
         Attention layers on this rank (a pipeline stage's share; models
         whose layers vLLM keeps in one group only). Default: all.
@@ -1116,8 +1191,8 @@ def vllm_kv_cache(
         convolution's dtype, or the config's ``mamba_ssm_dtype`` where it names one, as vLLM reads Qwen3.5's),
         "bf16", "fp16" or "fp32".
     chip : Chip, optional
-        The chip, for vLLM's block rules on it (:func:`vllm_block_size`); None: CUDA's rules without the
-        chip's MLA block (an asked block used as given).
+        The chip, for vLLM's block rules on it (:func:`vllm_block_size`, which refuses DeepSeek-V3.2 on a chip
+        vLLM cannot serve it on); None: CUDA's rules without the chip's MLA block (an asked block used as given).
 
     Examples
     --------
@@ -1275,6 +1350,8 @@ def vllm_engine(
     engine = choice("engine", engine, VLLM_ENGINES)
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
+    # the block vLLM uses on the chip, first: a model vLLM cannot serve there is refused before its memory is sized
+    block_size = vllm_block_size(model, chip if isinstance(chip, Chip) else None, block_size)
     mml = positive_int("max_model_len", max_model_len)
     total = _runtime_total(chip, "vllm_engine") if isinstance(chip, Chip) else positive("total_bytes", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)

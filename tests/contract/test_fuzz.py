@@ -427,10 +427,13 @@ DOMAIN_ERRORS = {
 _VLLM_REFUSES = ("has no reported total", "no runtime total", "block_size must be one of", "does not divide the",
                  "neither divides", "vLLM refuses", "fewer than one", "no KV cache blocks", "0 blocks",
                  "cannot hold", "too large to count", "exceeds the model's",
-                 "kvmath sizes them for V1 only")  # DSA, linear or shared-KV layers under V0, which never paged them
+                 "kvmath sizes them for V1 only",  # DSA, linear or shared-KV layers under V0, which never paged them
+                 # DeepSeek-V3.2 on a chip without vLLM's sparse MLA backend (compute capability 8.x, 12.x), and on
+                 # a chip whose vLLM DSA block kvmath does not know (TPU, Apple, Trainium)
+                 "vLLM cannot serve", "which kvmath does not size as vLLM does")
 for _name in ("memory.memory_budget", "memory.runtime_total_bytes", "memory.vllm_engine", "memory.vllm_kv_cache",
               "memory.vllm_available_kv_bytes", "memory.vllm_kv_groups", "memory.vllm_page_bytes",
-              "memory.vllm_request_kv_bytes",
+              "memory.vllm_request_kv_bytes", "memory.vllm_block_size",
               "memory.vllm_max_num_batched_tokens", "memory.vllm_activation_peak_bytes", "formulas.kv_budget_bytes",
               "formulas.min_chips_for_weights", "Deployment.frontier", "Deployment.request", "Deployment.capacity",
               "Deployment.fewest_chips"):

@@ -319,6 +319,22 @@ def test_engine_refuses_what_vllm_refuses(capsys):
     assert "block_size must be one of" in fails(capsys, *CAP, "--engine", "vllm", "--block-size", "1e12")
 
 
+@pytest.mark.parametrize("extra", [["--hardware", "a100-80gb"], ["--hardware", "l4", "--chips", "64"],
+                                   ["--hardware", "a100-80gb", "--hbm-bytes", "85e9"],
+                                   ["--hardware", "rtx-pro-6000", "--chips", "16", "--block-size", "64"]])
+def test_engine_refuses_deepseek_v32_where_vllm_has_no_sparse_backend(capsys, extra):
+    # review R26e-4: vLLM's sparse MLA backend runs on compute capability 9.x and 10.x only; elsewhere it cannot
+    # serve the model, and the command says so in one line naming the chip, exit status 2 (a memory size given
+    # in place of the preset's keeps the chip's rule)
+    err = fails(capsys, "capacity", "--model", "deepseek-v3.2", "--context", "8192", "--engine", "vllm", *extra)
+    assert f"vLLM cannot serve on {extra[1]} (compute capability" in err and "9.x and 10.x only" in err
+    # on Hopper and on the B200 it is sized, in blocks of 64
+    for chip in ("h100-sxm", "b200"):
+        engine = json.loads(text(capsys, "capacity", "--model", "deepseek-v3.2", "--hardware", chip, "--context",
+                                 "8192", "--engine", "vllm", "--json"))["engine"]
+        assert engine["block_size"] == 64
+
+
 #: Qwen3-Next on 4 H100s, sized by vLLM (issue 23: --mamba-cache-mode and --tokens-rule)
 NEXT_TP4 = ["capacity", "--config", NEXT, "--hardware", "h100-sxm", "--chips", "4", "--context", "32768",
             "--engine", "vllm"]
@@ -553,8 +569,9 @@ def test_the_cli_defaults_are_the_librarys(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert f"CUDA runtime total (default: {memory.GPU_MEMORY_UTILIZATION})" in out
     assert f"tokens per vLLM block asked for (default: {memory.BLOCK_SIZE}; for MLA the block vLLM sets on the chip, " \
-           f"{memory.MLA_BLOCK_BY_CHIP['h200']} on Hopper, {memory.MLA_BLOCK_BY_CHIP['b200']} on datacenter Blackwell; " \
-           f"for DSA {memory.MLA_BLOCK_SIZE} on every NVIDIA chip, whatever is asked, as vLLM forces it)" in out
+           f"{memory.MLA_BLOCK_BY_CHIP['h200']} on Hopper, {memory.MLA_BLOCK_BY_CHIP['b200']} on the B200 and GB200 " \
+           f"(compute capability 10.0); for DSA {memory.MLA_BLOCK_SIZE} on Hopper and datacenter Blackwell, whatever " \
+           "is asked, as vLLM forces it; vLLM v0.10-v0.11's rules, kvmath.memory.vllm_block_size)" in out
 
 
 def test_capacity_engine_says_and_switches_the_hybrid_manager_and_the_dtype(capsys):

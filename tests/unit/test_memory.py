@@ -626,7 +626,7 @@ def test_one_request_by_hand():
     assert vllm_request_kv_bytes(v32, 1000, kv_dtype="bf16") == 1024 * 61 * (576 * 2 + 132)
     # vLLM v0.11's default, --kv-cache-dtype auto, is fp8_ds_mla for DeepSeek-V3.2 (review J23-3)
     assert vllm_request_kv_bytes(v32, 1000) == 1024 * 61 * (656 + 132)
-    # an asked block of 16 is not what vLLM uses for DSA: its sparse backend forces 64 on every CUDA chip
+    # an asked block of 16 is not what vLLM uses for DSA: its sparse backend forces 64 on every chip it runs on
     # (review J23-1), so 1,024 tokens again, not the 1,008 of 63 blocks of 16
     assert vllm_request_kv_bytes(v32, 1000, kv_dtype="fp8", block_size=16) == 1024 * 61 * (656 + 132)
     v3 = get_model("deepseek-v3")  # MLA without a chip: the block asked for, as given

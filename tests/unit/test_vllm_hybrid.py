@@ -385,12 +385,12 @@ def test_mla_is_sized_in_vllms_mla_block_by_default():
 
 
 @pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
-def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
+def test_dsa_block_is_64_wherever_vllms_sparse_backend_runs_whatever_is_asked():
     """Review J23-1. vLLM's ``CudaPlatform.check_and_update_config`` (vllm/platforms/cuda.py, commit 002db495 and
     the v0.11-era versions): ``use_sparse = hasattr(hf_config, "index_topk")``, then, after the FlashMLA (64) and
     CUTLASS MLA (128) rules, ``if use_sparse and block_size != 64: block_size = 64``. So DeepSeek-V3.2 is paged in
-    64-token blocks on Hopper, Blackwell and every other CUDA chip, and an asked 16 or 128 becomes 64; MLA alone
-    (DeepSeek-V3) keeps the chip's rule: Hopper a multiple of 64, datacenter Blackwell a multiple of 128.
+    64-token blocks on every chip its sparse backend runs on, and an asked 16 or 128 becomes 64; MLA alone
+    (DeepSeek-V3) keeps the chip's rule: Hopper a multiple of 64, the B200 a multiple of 128.
 
     By hand, V3.2 at 40 GiB, bf16: a block of 61 layers x 64 x (1,152 + 132) B = 5,012,736 B, 8,568 blocks
     whatever block is asked (16 would give 61 x 16 x 1,284 = 1,253,184 B and 34,272 blocks)."""
@@ -398,9 +398,8 @@ def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
 
     v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
     v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
-    nvidia = [c for c in km.Chip.presets() if km.Chip.preset(c).vendor == "nvidia"]
-    assert {"h200", "b200", "gb200", "b300", "gb300", "l4", "rtx-pro-6000"} <= set(nvidia)
-    for name in nvidia:
+    # Hopper (9.0) and datacenter Blackwell (10.0, and the B300's 10.3): FlashMLASparse runs there
+    for name in ("h100-sxm", "h200", "h800", "h20", "b200", "b200-hgx", "gb200", "b300", "gb300"):
         chip = km.Chip.preset(name)
         for asked in (None, 1, 16, 64, 128, 256):
             assert vllm_block_size(v32, chip, asked) == 64, (name, asked)
@@ -419,8 +418,84 @@ def test_dsa_block_is_64_on_every_nvidia_chip_whatever_is_asked():
     assert vllm_block_size(v32, km.Chip.preset("mi300x"), 1) == 1
     with pytest.raises(ValueError, match="ROCm.*block size 1"):
         vllm_block_size(v32, km.Chip.preset("mi300x"))
-    with pytest.raises(ValueError, match="not on tpu-v7"):
+    with pytest.raises(ValueError, match="not size as vLLM does on tpu-v7"):
         vllm_block_size(v32, km.Chip.preset("tpu-v7"))
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+@pytest.mark.parametrize("name, capability", [("a100-80gb", "8.0"), ("a100-40gb", "8.0"), ("rtx-3090", "8.6"),
+                                              ("l4", "8.9"), ("l40s", "8.9"), ("rtx-4090", "8.9"),
+                                              ("rtx-5090", "12.0"), ("rtx-pro-6000", "12.0"),
+                                              ("rtx-pro-6000-server", "12.0"), ("dgx-spark", "12.1")])
+def test_dsa_is_refused_where_vllm_has_no_sparse_backend(name, capability):
+    """Review R26e-4. vLLM's one sparse MLA backend for DeepSeek-V3.2, FlashMLASparse, runs on compute capability
+    9.x and 10.x only (``is_flashmla_sparse_supported``, vllm/attention/ops/flashmla.py, v0.11: ``[0] not in (9,
+    10)``; ``supports_compute_capability``, ``capability.major in [9, 10]``, later): v0.11 picks it whatever the chip
+    and its kernels fail on an A100 ("Only SM90 and SM100 are supported", vllm-project/vllm issue #30036), later
+    releases refuse at start-up ("No valid attention backend found", issue #31936, RTX PRO 6000). kvmath refuses
+    by name, from every entry point that takes the chip; DeepSeek-V3 (MLA, no DSA) is served there."""
+    from kvmath.memory import vllm_block_size
+
+    v32 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.2.json")
+    chip = km.Chip.preset(name)
+    wanted = rf"vLLM cannot serve on {name} \(compute capability {capability}\).*9\.x and 10\.x only"
+    for asked in (None, 16, 64):
+        with pytest.raises(ValueError, match=wanted):
+            vllm_block_size(v32, chip, asked)
+    with pytest.raises(ValueError, match=wanted):
+        vllm_kv_cache(v32, 40 * GiB, 8192, chip=chip)
+    if chip.runtime_bytes is not None or chip.device_bytes is not None:
+        with pytest.raises(ValueError, match=wanted):
+            vllm_engine(v32, chip, 8192, tensor_parallel=8, weight_bytes=40 * GiB)
+    # a memory size in place of the preset's keeps the chip's rule (Deployment.capacity with hbm_bytes)
+    with pytest.raises(ValueError, match=wanted):
+        km.Deployment(v32, chip, "tp=64").capacity(8192, hbm_bytes=200e9, engine="vllm")
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    assert vllm_block_size(v3, chip) == 16  # MLA without FlashMLA or CUTLASS MLA: the default block, as asked
+
+
+@pytest.mark.filterwarnings("ignore:config.json num_nextn_predict_layers")
+def test_b300_and_gb300_mla_block_is_the_one_asked_for_in_vllm_v0_10_v0_11():
+    """Review R26e-1. The B300 and GB300 are compute capability 10.3 (NVIDIA's CUDA GPUs table; vLLM logs "Device
+    capability 10.3" on a B300, vllm-project/vllm issue #30630). vLLM v0.10-v0.11's CUTLASS MLA rule is
+    ``cls.is_device_capability(100)``, exactly 10.0 (``Platform.is_device_capability``: ``to_int() == 100``), and
+    FlashMLA needs ``get_device_capability()[0] == 9``: neither rule forces a block there, Triton MLA keeps the
+    one asked for, 16 by default. By hand: 16 by default, any block of vLLM's kept (32 is not a multiple of 64 or
+    128 and stays 32); the B200 (10.0) makes 16 and 32 into 128 and keeps 256."""
+    from kvmath.memory import MLA_BLOCK_BY_CHIP, vllm_block_size
+
+    v3 = km.Model.from_hf_config(RECONSTRUCTED / "deepseek-ai--DeepSeek-V3.json")
+    for name in ("b300", "gb300"):
+        chip = km.Chip.preset(name)
+        assert [vllm_block_size(v3, chip, b) for b in (None, 16, 32, 64, 128)] == [16, 16, 32, 64, 128]
+    assert [vllm_block_size(v3, km.Chip.preset("gb200"), b) for b in (None, 16, 32, 256)] == [128, 128, 128, 256]
+    # the table, by hand from the compute capabilities: 9.x 64, exactly 10.0 128, nothing else
+    assert MLA_BLOCK_BY_CHIP == {"h100-sxm": 64, "h200": 64, "h800": 64, "h20": 64,
+                                 "b200": 128, "b200-hgx": 128, "gb200": 128}
+    # the engine sizes in that block: at 40 GiB, 16-token pages of 16 x 576 x 2 = 18,432 B, floor(floor(40 GiB
+    # / 18,432) / 61) = 38,199 blocks (the 16-token count of test_mla_is_sized_in_vllms_mla_block_by_default)
+    kv = vllm_kv_cache(v3, 40 * GiB, 8192, chip=km.Chip.preset("b300"))
+    assert (kv.block_size, kv.page_bytes, kv.num_blocks) == (16, 18_432, 38_199)
+
+
+def test_every_nvidia_preset_has_its_compute_capability_and_no_other_chip_has_one():
+    """NVIDIA's CUDA GPU Compute Capability table (https://developer.nvidia.com/cuda/gpus): A100 8.0, RTX 3090 8.6,
+    L4 / L40S / RTX 4090 8.9, H100 / H200 9.0, B200 / GB200 10.0, B300 / GB300 10.3, RTX 5090 / RTX PRO 6000 12.0,
+    GB10 12.1; the H800 and H20 are Hopper, 9.0. A new NVIDIA preset without one would be refused for MLA and DSA
+    models, so every one has it."""
+    from kvmath.memory import CUDA_COMPUTE_CAPABILITY, vllm_block_size
+
+    nvidia = {n for n in km.Chip.presets() if km.Chip.preset(n).vendor == "nvidia"}
+    assert set(CUDA_COMPUTE_CAPABILITY) == nvidia
+    assert {n: CUDA_COMPUTE_CAPABILITY[n] for n in ("a100-40gb", "rtx-3090", "l4", "h100-sxm", "h20", "b200",
+                                                    "b300", "gb300", "rtx-pro-6000", "dgx-spark")} == {
+        "a100-40gb": (8, 0), "rtx-3090": (8, 6), "l4": (8, 9), "h100-sxm": (9, 0), "h20": (9, 0), "b200": (10, 0),
+        "b300": (10, 3), "gb300": (10, 3), "rtx-pro-6000": (12, 0), "dgx-spark": (12, 1)}
+    # an NVIDIA chip kvmath has no compute capability for is refused for an MLA model, not guessed
+    other = km.Chip.preset("h100-sxm").replace(name="h100-pcie")
+    with pytest.raises(ValueError, match="'h100-pcie'.*compute capability"):
+        vllm_block_size(km.Model.preset("deepseek-v3"), other)
+    assert vllm_block_size(km.Model.preset("llama-3-8b"), other) == 16  # no MLA, no DSA: no rule to test
 
 
 def test_mamba2_state_under_tensor_parallelism_replicates_the_groups_by_hand():
