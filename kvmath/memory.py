@@ -915,8 +915,9 @@ def vllm_max_num_batched_tokens(max_model_len: ArrayLike, engine: str = "v1", la
     V1 always chunks prefills. ``EngineArgs.get_batch_defaults``
     (``vllm/engine/arg_utils.py``) gives the API server 8192 tokens (and
     ``max_num_seqs`` 1024) on a GPU of 70 GiB or more that is not an A100,
-    2048 (and 256) elsewhere; the ``LLM`` class doubles the tokens, and
-    early V1 used 2048 everywhere: pass the value a log shows. V0
+    2048 (and 256) elsewhere; the offline ``LLM`` class 16384 and 8192
+    tokens there, and early V1 used 2048 everywhere: pass the value a log
+    shows. V0
     (``SchedulerConfig.__post_init__``, ``vllm/config.py``):
     ``max(max_model_len, 2048)``, or 2048 where chunked prefill is on, which
     ``EngineArgs`` turns on by default above ``max_model_len`` 32K.

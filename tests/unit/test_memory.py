@@ -653,6 +653,46 @@ def test_one_request_windowed_layers_by_hand():
     assert vllm_request_kv_bytes(m7, 100_000, max_num_batched_tokens=8192) == 769 * 16 * 2 * 8 * 128 * 2 * 32
 
 
+def test_one_request_in_one_pass_holds_every_token_of_its_windowed_layers():
+    """A one-pass prefill (max_num_batched_tokens = S): vLLM's window keeps its last w - 1 tokens and every newly
+    scheduled one, so each windowed layer holds all S tokens, plus the spec's one block (chapter 16, R26f-1)."""
+    S = 131_072
+    # gpt-oss-20b (models.csv: 24 layers, 12 windowed of 128 and 12 full, 8 KV heads of 64): a bf16 page of
+    # 16 x 2 x 8 x 64 x 2 = 32,768 B, one group of 12 of each kind; full cdiv(S, 16) = 8,192 blocks, windowed
+    # cdiv(min(127 + S, S), 16) + 1 = 8,193
+    oss = get_model("gpt-oss-20b")
+    assert vllm_request_kv_bytes(oss, S, kv_dtype="bf16", max_num_batched_tokens=S) == \
+        32_768 * 12 * (8_192 + 8_193) == 6_442_844_160                       # 6.44 GB, twice the 3.22 GB trimmed
+    assert oss.kv_bytes_per_seq(S) == 12 * S * 2 * 8 * 64 * 2 + 12 * 128 * 2 * 8 * 64 * 2
+    # Gemma 3 27B (62 layers, 52 windowed of 1,024 and 10 full, 16 KV heads of 128): a page of
+    # 16 x 2 x 16 x 128 x 2 = 131,072 B; 52 / 10 > 1.5, so groups of 10 layers: one full, six windowed (60 slots)
+    g27 = get_model("gemma-3-27b")
+    assert vllm_request_kv_bytes(g27, S, kv_dtype="bf16", max_num_batched_tokens=S) == \
+        131_072 * 10 * (8_192 + 6 * 8_193) == 75_169_792_000                # 75.17 GB against 11.17 GB trimmed
+    # chunks of 8,192: a window holds cdiv(1,023 + 8,192, 16) + 1 = 577 blocks
+    assert vllm_request_kv_bytes(g27, S, kv_dtype="bf16", max_num_batched_tokens=8_192) == \
+        131_072 * 10 * (8_192 + 6 * 577) == 15_275_130_880
+    # full attention only: the pass holds what the calculator counts (S a multiple of the block)
+    for name in ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"):
+        m = get_model(name)
+        assert vllm_request_kv_bytes(m, S, kv_dtype="bf16", max_num_batched_tokens=S) == m.kv_bytes_per_seq(S)
+
+
+def test_one_request_windowed_layer_against_the_element_count():
+    """Chapter 16's take-away: a windowed layer's pages are one to two blocks above one byte an element up to
+    w - 1 + a step's tokens (cdiv(S, b) + 1 blocks), and stop growing past it."""
+    m7 = get_model("mistral-7b-v0.1")            # every one of its 32 layers windowed (4,096), 8 KV heads of 128
+    per_token = 2 * 8 * 128 * 32                 # fp8: one byte an element
+
+    def held(tokens):
+        return vllm_request_kv_bytes(m7, tokens, kv_dtype="fp8", max_num_batched_tokens=2048) / per_token
+
+    short = np.arange(1, 4096 + 2048)            # S up to w - 1 + 2,048
+    over = held(short) - short
+    assert over.min() == 16 and over.max() == 31                 # 16 to 31 tokens: one block to two less a token
+    assert held(4095 + 2048) == held(10 * 6143) == (384 + 1) * 16  # then constant: cdiv(6,143, 16) + 1 blocks
+
+
 def test_one_request_against_the_element_count():
     """A full-attention request's pages exceed its elements by the unfilled part of its last block: 0 to b - 1
     tokens a layer, set by S mod b, so the shortfall of the element count is not monotone in S."""
@@ -674,8 +714,8 @@ def test_one_request_against_the_element_count():
 
 def test_activation_peak_by_hand_and_chapter16s_ordering():
     """vllm_activation_peak_bytes by hand (one prompt of 131,072 tokens, bf16, fp32 logits of one sequence), and
-    chapter 16's claim: of its four dense models the smaller errs more, while gpt-oss-20b, smaller than Gemma 3
-    27B, errs less (R26d-4)."""
+    chapter 16's claims: of the three Llama models the smaller errs more, Gemma 3 27B, whose windows hold the whole
+    pass, errs most of the four, and gpt-oss-20b served (experts MXFP4) errs more than Llama 3.1 8B (R26f-1)."""
     S = 131_072
     # Llama 3.2 1B (d 2,048, gated MLP of 8,192, vocab 128,256)
     assert vllm_activation_peak_bytes(get_model("llama-3.2-1b"), S, max_num_seqs=1) == \
@@ -683,16 +723,20 @@ def test_activation_peak_by_hand_and_chapter16s_ordering():
     # gpt-oss-20b (d 2,880, top-4 of 32 experts of 2,880, no shared one, vocab 201,088): the MLP a token runs through
     assert vllm_activation_peak_bytes(get_model("gpt-oss-20b"), S, max_num_seqs=1) == \
         S * (2 * 2880 + 3 * 4 * 2880) * 2 + 201_088 * 4
+    # the cache each holds in the pass: the hand values of the test above; full attention, the calculator's
+    in_pass = {"gemma-3-27b": 75_169_792_000, "gpt-oss-20b": 6_442_844_160}
 
-    def ratio(m):   # the calculator's weights and cache over kvmath's with the peak added
-        held = m.weight_bytes_resident(2) + m.kv_bytes_per_seq(S)
-        return held / (held + vllm_activation_peak_bytes(m, S, max_num_seqs=1))
+    def ratio(m, weights=2):   # the calculator's weights and trimmed cache over the pass's weights, cache and peak
+        cache = in_pass.get(m.name, m.kv_bytes_per_seq(S))
+        return (m.weight_bytes_resident(weights) + m.kv_bytes_per_seq(S)) / \
+            (m.weight_bytes_resident(weights) + cache + vllm_activation_peak_bytes(m, S, max_num_seqs=1))
 
     dense = [get_model(n) for n in ("llama-3.2-1b", "llama-3.1-8b", "gemma-3-27b", "llama-3.1-70b")]
-    assert [m.weight_bytes_resident(2) for m in dense] == sorted(m.weight_bytes_resident(2) for m in dense)
-    assert [round(ratio(m), 3) for m in dense] == [0.474, 0.712, 0.768, 0.873]   # smaller errs more
-    oss, gemma = get_model("gpt-oss-20b"), dense[2]
-    assert oss.weight_bytes_resident(2) < gemma.weight_bytes_resident(2) and round(ratio(oss), 3) == 0.810
+    assert [round(ratio(m), 3) for m in dense] == [0.474, 0.712, 0.438, 0.873]   # Gemma below the 1B
+    oss = get_model("gpt-oss-20b")
+    served = {"experts": "mxfp4", "default": "bf16"}
+    assert round(ratio(oss), 3) == 0.766 and round(ratio(oss, served), 3) == 0.552 < 0.712
+    assert 2 * get_model("llama-3.1-8b").param_count() < oss.param_count()
 
 
 def test_one_request_refuses_bad_input():
