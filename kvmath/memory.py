@@ -103,7 +103,7 @@ CUDA_COMPUTE_CAPABILITY = {
 #: and ``get_attn_backend_cls``, where CUTLASS and FlashInfer MLA are picked only under ``is_device_capability(100)``).
 #: Later vLLM differs: vLLM's SM103 support came with PR #30484 (December 2025), and at commit 002db495 the rule is
 #: ``is_device_capability_family(100)`` (any 10.x), FlashInfer MLA by default (64 unless 32 or a multiple of 64 is
-#: asked, for DeepSeek's ``qk_nope_head_dim`` 128; PR #32339, January 2026) and CUTLASS MLA's 128 for other head
+#: asked, for DeepSeek's ``qk_nope_head_dim`` 128; PR #32615, January 2026, which re-applied the reverted #32339) and CUTLASS MLA's 128 for other head
 #: sizes or with decode context parallelism; which release first made 10.3 part of that rule was not found. kvmath
 #: follows v0.10-v0.11.
 MLA_BLOCK_BY_CHIP = {name: 64 if cc[0] == 9 else 128 for name, cc in CUDA_COMPUTE_CAPABILITY.items()
@@ -844,9 +844,11 @@ def vllm_request_kv_bytes(
     """Bytes of KV cache vLLM's V1 engine sets aside on one rank for one request of ``tokens`` tokens.
 
     The sum over the KV-cache groups of each layer spec's ``max_memory_usage_bytes`` at ``max_model_len =
-    tokens`` (``vllm/v1/kv_cache_interface.py``): the most the request's pages can take at any step of it,
-    which vLLM's start-up check requires the cache to hold (``check_enough_kv_cache_memory``,
-    ``vllm/v1/core/kv_cache_utils.py``). What vLLM allocates, not the elements times their width: whole
+    tokens`` (``vllm/v1/kv_cache_interface.py``): the most the request's pages can take from the block pool
+    at any step of it, the figure vLLM's concurrency rule divides the pool by
+    (``get_max_concurrency_for_kv_cache_config``, ``vllm/v1/core/kv_cache_utils.py``, ``num_layer_per_group``
+    times each group's largest spec; at commit 001cabc1 the start-up check, ``check_enough_kv_cache_memory``,
+    sums the layers' own specs instead, without the padding of a group that is not full). What vLLM allocates, not the elements times their width: whole
     blocks of ``page_bytes`` per layer, ``group_size`` layers a block (:func:`vllm_kv_cache` gives each
     kind's count), in each group
 
