@@ -614,7 +614,7 @@ class Deployment:
               block_size: int | None = None, max_model_len: int | None = None, vllm_version: str = "v1",
               mamba_cache_mode: str | None = None, tokens_rule: str | None = None, hybrid: bool | None = None,
               dtype: str | None = None, mamba_ssm_cache_dtype: str | None = None, kv_dtype: str | None = None):
-        from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_block_size, vllm_engine
+        from .memory import GPU_MEMORY_UTILIZATION, runtime_total_bytes, vllm_engine
 
         if self.layout.n_chips != self.layout.tp:
             raise ValueError(f"engine 'vllm' is sized for tensor parallelism only, got {self.layout!r}")
@@ -625,14 +625,12 @@ class Deployment:
             raise ValueError(f"context ({context!r}) exceeds max_model_len ({max_model_len!r}): vLLM refuses longer "
                              "requests")
         # a memory size given is the reported total, as for the budgets: vLLM sees the runtime total, estimated below it
-        total = self.chip if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
-        if hbm_bytes is not None:  # a number for the memory, the chip's block rules all the same (DSA refused off it)
-            block_size = vllm_block_size(self.model, self.chip, block_size)
+        total = None if hbm_bytes is None else runtime_total_bytes(hbm_bytes)
         # vLLM's hybrid rules: given ones only, so that vllm_engine's defaults stay the one place they are set
         rules = {k: v for k, v in (("mamba_cache_mode", mamba_cache_mode), ("tokens_rule", tokens_rule),
                                    ("dtype", dtype), ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype))
                  if v is not None}
-        return vllm_engine(self.model, total, max_len,
+        return vllm_engine(self.model, self.chip, max_len, total_bytes=total,
                            gpu_memory_utilization=(GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
                                                    else gpu_memory_utilization),
                            block_size=block_size, hybrid=hybrid,

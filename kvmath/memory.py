@@ -1299,6 +1299,7 @@ def vllm_engine(
     chip: Chip | ArrayLike,
     max_model_len: ArrayLike,
     *,
+    total_bytes: ArrayLike | None = None,
     gpu_memory_utilization: ArrayLike = GPU_MEMORY_UTILIZATION,
     block_size: int | None = None,
     weights="bf16",
@@ -1323,8 +1324,11 @@ def vllm_engine(
     then :func:`vllm_kv_cache`. Give the figures a vLLM log prints to
     reproduce it; the defaults are estimates:
 
-    - total: :func:`runtime_total_bytes` of the chip; a number is the
-      runtime total itself (what vLLM prints as ``total_gpu_memory``);
+    - total: :func:`runtime_total_bytes` of the chip; ``total_bytes`` is
+      the runtime total itself (what vLLM prints as ``total_gpu_memory``),
+      the chip's rules (block sizes, defaults for a large GPU) kept; a
+      number in place of the chip is that total on a chip kvmath does not
+      know;
     - weights: ``model.weight_bytes_resident(weights) / tensor_parallel``
       (vocabulary-parallel embeddings, sharded layers; replicated norms
       ignored), ``weights`` being the formats the checkpoint stores, loaded
@@ -1354,9 +1358,16 @@ def vllm_engine(
     tp = one_int("tensor_parallel", tensor_parallel)
     _check_tensor_parallel(model, tp)
     # the block vLLM uses on the chip, first: a model vLLM cannot serve there is refused before its memory is sized
-    block_size = vllm_block_size(model, chip if isinstance(chip, Chip) else None, block_size)
+    known = chip if isinstance(chip, Chip) else None
+    if known is None and total_bytes is not None:
+        raise ValueError(f"give the runtime total once: chip is already a number ({chip!r}), and total_bytes "
+                         f"({total_bytes!r}) is given too")
+    block_size = vllm_block_size(model, known, block_size)
     mml = positive_int("max_model_len", max_model_len)
-    total = _runtime_total(chip, "vllm_engine") if isinstance(chip, Chip) else positive("total_bytes", chip)
+    if total_bytes is not None:
+        total = positive("total_bytes", total_bytes)
+    else:
+        total = _runtime_total(chip, "vllm_engine") if known is not None else positive("total_bytes", chip)
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     non_torch = non_negative("non_torch_bytes", non_torch_bytes)
     _check_free_at_start(total, util, non_torch)
@@ -1373,7 +1384,7 @@ def vllm_engine(
     kv = vllm_kv_cache(model, avail, mml, block_size=block_size, kv_dtype=kv_dtype, tensor_parallel=tp,
                        max_num_batched_tokens=mnbt, hybrid=hybrid, engine=engine,
                        mamba_cache_mode=mamba_cache_mode, tokens_rule=tokens_rule, dtype=dtype,
-                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, chip=chip if isinstance(chip, Chip) else None)
+                       mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, chip=known)
     return EngineBudget(**{**kv.__dict__, "total_bytes": plain(total), "requested_bytes": plain(util * total),
                            "weight_bytes": plain(w), "activation_peak_bytes": plain(act),
                            "non_torch_bytes": plain(non_torch),

@@ -602,3 +602,25 @@ def test_a_model_of_linear_layers_only_counts_max_model_len_tokens_a_block():
     m = km.Model("mamba-like", 4, 2048, 8, 2, 256, 8192, 32000, attention="gqa", layers=(linear,) * 4)
     kv = vllm_kv_cache(m, 1 * GiB, 8192)
     assert (kv.num_groups, kv.num_blocks, kv.tokens) == (1, 244, 244 * 8192)
+
+
+def test_a_runtime_total_beside_the_chip_keeps_the_chips_rules():
+    """vllm_engine takes the runtime total beside the chip (``total_bytes``), so a memory size given keeps what the
+    chip decides: vLLM's larger V1 defaults (8,192 tokens a pass, 1,024 sequences) go to a GPU of 70 GiB or more
+    whose name is not an A100's (``EngineArgs.get_batch_defaults``, vllm/engine/arg_utils.py); a bare number of
+    80 GiB stands for an unknown chip and gets them, an A100 with the same total does not. Deployment.capacity's
+    hbm_bytes goes through the same path."""
+    llama = km.Model.preset("llama-3.1-8b")
+    a100 = km.Chip.preset("a100-80gb")
+    assert vllm_engine(llama, 80 * GiB, 8192).max_num_batched_tokens == 8192
+    given = vllm_engine(llama, a100, 8192, total_bytes=80 * GiB)
+    assert (given.max_num_batched_tokens, given.total_bytes) == (2048, 80 * GiB)
+    # the chip's own total through total_bytes is the chip's own run, figure for figure
+    own = vllm_engine(llama, a100, 8192)
+    assert vllm_engine(llama, a100, 8192, total_bytes=own.total_bytes).to_dict() == own.to_dict()
+    engine = km.Deployment(llama, a100).capacity(8192, hbm_bytes=80e9, engine="vllm").engine
+    assert engine.max_num_batched_tokens == 2048
+    with pytest.raises(ValueError, match=r"give the runtime total once: chip is already a number"):
+        vllm_engine(llama, 80 * GiB, 8192, total_bytes=80 * GiB)
+    with pytest.raises(ValueError, match=r"total_bytes must be > 0, got -1"):
+        vllm_engine(llama, a100, 8192, total_bytes=-1)
