@@ -34,6 +34,8 @@ _READ_CELLS = """async () => {
       if (!cell.classList.contains('jp-MarkdownCell')) return;
       const index = cell.getAttribute('data-windowed-list-index') ?? String(position);
       const text = cell.querySelector('.jp-MarkdownOutput, .jp-RenderedMarkdown, .myst');
+      // a closed dropdown's body is not in innerText: open it, as a reader does, to read what it holds
+      if (text) text.querySelectorAll('details:not([open])').forEach(d => { d.open = true; });
       if (text && text.innerText.trim()) seen[index] = text.innerText;
     });
   };

@@ -170,7 +170,9 @@ def test_pages_carry_labels_and_print_the_same_number(book_pdf, reader, page_map
     top = int(height - pdfcheck.MARGINS_PT["bottom"])
     footers = subprocess.run(["pdftotext", "-x", "0", "-y", str(top), "-W", "600", "-H", str(int(height) - top),
                               str(book_pdf), "-"], capture_output=True, text=True, check=True).stdout.split("\f")
-    printed = [f.strip() for f in footers[: len(labels)]]
+    # the number is the margin's last line: a stretched glyph of a display equation (MathJax's brace extender in
+    # chapter 15's (15.1)) can report a text position in the margin while it is drawn inside the page
+    printed = [(f.strip().splitlines() or [""])[-1].strip() for f in footers[: len(labels)]]
     assert printed[0] == ""
     assert printed[1:] == labels[1:], [(i + 1, p, l) for i, (p, l) in enumerate(zip(printed, labels)) if p != l][:5]
 

@@ -222,6 +222,20 @@ _FONT_SRC = re.compile(r'src:url\(\.\./vendor/fontawesome/webfonts/(fa-(?:solid-
                        r'format\("woff2"\),url\(\.\./vendor/fontawesome/webfonts/\1\.ttf\) format\("truetype"\)')
 
 
+def css_glyphs(css: str) -> set[int]:
+    """The icon-font code points a stylesheet draws: escaped (``"\\f107"``) or written out as the character.
+
+    pydata-sphinx-theme's minified stylesheet writes its icons as literal
+    private-use characters (``--pst-icon-github``: U+F09B itself; the
+    admonition and version marks alike), so an escape-only reading misses
+    them all and their subsets come out empty.
+    """
+    return {int(code, 16) for code in _GLYPH.findall(css)} | {ord(c) for c in _PRIVATE_USE.findall(css)}
+
+
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+
+
 def subset_icon_fonts(outdir: Path) -> None:
     """Point the theme's icon @font-faces at subsets holding only the glyphs its CSS still uses."""
     from fontTools import subset
@@ -232,7 +246,7 @@ def subset_icon_fonts(outdir: Path) -> None:
         return
     used = set()
     for css in static.rglob("*.css"):
-        used |= {int(code, 16) for code in _GLYPH.findall(css.read_text(encoding="utf-8", errors="replace"))}
+        used |= css_glyphs(css.read_text(encoding="utf-8", errors="replace"))
     webfonts = static / "vendor" / "fontawesome" / "webfonts"
 
     def repl(m: re.Match) -> str:
