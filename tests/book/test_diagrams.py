@@ -69,12 +69,12 @@ def test_decode_step_labels_the_weights_and_cache_read_and_follow_the_chip():
     assert f"weights 15.01 GB: {ms(LLAMA3_READ / H100_W)}" in h100 and "4.48 ms" in ms(LLAMA3_READ / H100_W)
     assert f"+ KV 4.29 GB: {ms(8 * 4096 * LLAMA3_KV / H100_W)}" in h100
     assert "weights\n16.06 GB" in h100  # held: 8,030,261,248 parameters x 2 bytes, the whole table included
-    assert "HBM, 80 GB" in h100
+    assert "memory, 80 GB" in h100
     h200 = labels(diagrams.decode_step(Deployment("llama-3-8b", "h200"), (1, 8), 4096))
     assert f"weights 15.01 GB: {ms(LLAMA3_READ / H200_W)}" in h200 and "3.13 ms" in h200
     kv_us = 8 * 4096 * LLAMA3_KV / H200_W * 1e6
     assert f"+ KV 4.29 GB: {kv_us:.2f} µs" in h200 and "894.78" in h200
-    assert "HBM, 141 GB" in h200
+    assert "memory, 141 GB" in h200
 
 
 def test_decode_step_follows_the_model():
@@ -85,6 +85,25 @@ def test_decode_step_follows_the_model():
     assert f"weights {read / 1e9:.2f} GB: {ms(read / H100_W)}" in text and "13.21 GB" in text
     kv = 8 * 4096 * 2 * 32 * 128 * 32 * 2
     assert f"+ KV {kv / 1e9:.2f} GB: {ms(kv / H100_W)}" in text and "17.18 GB: 5.13 ms" in text
+
+
+def test_decode_step_says_what_its_bars_show_on_any_chip():
+    """Review R22r-14: the memory is not called HBM (Apple's is unified LPDDR, a GeForce's GDDR), the chip takes no
+    article that its name may not, and the alt text's last sentence follows the bars: a large batch of short
+    sequences is compute-bound. By hand, Llama 3 8B at B = 512, S = 128 on an H100 SXM: it reads 15.01 GB of
+    weights and 512 x 128 x 131,072 = 8.59 GB of cache, 7.05 ms at 3.35 TB/s, and computes about 2 x 7.5e9 x 512 =
+    7.7 TFLOP, 7.8 ms at 989.4 TFLOP/s: the arithmetic is the longer."""
+    m2 = diagrams.decode_step(Deployment("llama-3-8b", "m2-ultra"), (1, 8), 4096)
+    assert "memory, 192 GB" in labels(m2) and "HBM" not in labels(m2) + m2.alt
+    assert "on one Apple M2 Ultra (76-core GPU)." in m2.alt
+    assert m2.alt.endswith("Reading memory takes far longer than the arithmetic.")
+    kv = 512 * 128 * LLAMA3_KV
+    assert (LLAMA3_READ + kv) / H100_W == pytest.approx(7.05e-3, abs=0.01e-3)
+    big = diagrams.decode_step(Deployment("llama-3-8b", "h100-sxm"), (1, 512), 128)
+    assert big.alt.endswith("At B = 512 the arithmetic takes longer than reading memory.")
+    # between a third and all of the memory time: no "far"
+    mid = diagrams.decode_step(Deployment("llama-3-8b", "h100-sxm"), (1, 256), 256)
+    assert mid.alt.endswith(" Reading memory takes longer than the arithmetic.")
 
 
 def test_decode_step_refuses_a_batch_that_does_not_fit():

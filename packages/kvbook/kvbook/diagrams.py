@@ -130,7 +130,7 @@ def _kib(n_bytes: float) -> str:
 # --- 1. what one decode step moves and computes ---------------------------------------------------
 
 def decode_step(dep: kvmath.Deployment, batches: Sequence[int] = (1, 8), context: int = 4096) -> Diagram:
-    """What one decode step of ``dep`` reads from HBM and computes, at each of ``batches`` sequences of ``context``.
+    """What one decode step of ``dep`` reads from memory and computes, at each of ``batches`` sequences of ``context``.
 
     Top: the chip's memory to scale, with the weights it holds and the
     largest batch's KV cache, read through the memory bus into the compute
@@ -157,7 +157,8 @@ def decode_step(dep: kvmath.Deployment, batches: Sequence[int] = (1, 8), context
     ax.text(x0 + w0 / 2, y0 + h0 - held_w - held_kv - 1.2, kv_label, ha="center", va="top", fontsize=FONT)
     free = hbm - big.weight_bytes_resident - big.kv_bytes_resident
     ax.text(x0 + w0 / 2, y0 + 1.5, f"free {_gb(free)}", ha="center", va="bottom", fontsize=FONT, color="0.3")
-    ax.text(x0 + w0 / 2, y0 + h0 + 1.5, f"HBM, {hbm / GB:.0f} GB", ha="center", va="bottom", fontsize=FONT,
+    # "memory", not "HBM": kvmath's chips include GDDR cards and Apple's unified LPDDR, and it does not record which
+    ax.text(x0 + w0 / 2, y0 + h0 + 1.5, f"memory, {hbm / GB:.0f} GB", ha="center", va="bottom", fontsize=FONT,
             weight="bold")
     cx, cw = 62, 30
     _box(ax, cx, y0 + 10, cw, 16, f"compute\n{dep.flops / 1e12:.0f} TFLOP/s", color=COMPUTE)
@@ -192,12 +193,17 @@ def decode_step(dep: kvmath.Deployment, batches: Sequence[int] = (1, 8), context
                      f"{fmt_seconds(s.weight_read_s)} and {_gb(s.kv_bytes_read)} of KV cache in "
                      f"{fmt_seconds(s.kv_read_s)}, while its {flops / 1e9:.0f} GFLOP of arithmetic take "
                      f"{fmt_seconds(s.compute_s)}")
-    alt = (f"Diagram of one decode step of {model.display_name} on an {chip.display_name}. The chip's "
+    # the last sentence says what the bars show, for this chip and these batches: a large batch can be compute-bound
+    ratios = [float(s.compute_s / s.memory_s) for s in steps]
+    worst = int(np.argmax(ratios))
+    verdict = ("Reading memory takes far longer than the arithmetic." if ratios[worst] < 1 / 3 else
+               "Reading memory takes longer than the arithmetic." if ratios[worst] < 1 else
+               f"At B = {batches[worst]} the arithmetic takes longer than reading memory.")
+    alt = (f"Diagram of one decode step of {model.display_name} on one {chip.display_name}. The chip's "
            f"{hbm / GB:.0f} GB of memory holds {_gb(big.weight_bytes_resident)} of weights and, at "
            f"{batches[-1]} sequences of {context} tokens, {_gb(big.kv_bytes_resident)} of KV cache; every step "
            f"reads them through a {chip.bandwidth / 1e12:.2f} TB/s bus into compute units of "
-           f"{dep.flops / 1e12:.0f} TFLOP/s. Bars to scale: " + "; ".join(lines) + ". Reading memory takes "
-           "far longer than the arithmetic.")
+           f"{dep.flops / 1e12:.0f} TFLOP/s. Bars to scale: " + "; ".join(lines) + ". " + verdict)
     return _done(fig, alt)
 
 
