@@ -127,6 +127,17 @@ def test_roofline_labels_the_ridge_and_the_critical_batch_of_the_chip():
     assert "= 206 FLOP/B" in labels(diagrams.roofline(Deployment("llama-3-8b", "h200")))
 
 
+def test_roofline_alt_text_says_where_an_moes_critical_batch_sits():
+    """Review R22r-15: the alt text said "at the ridge" for every model; an MoE's critical batch is drawn right of
+    it. Mixtral 8x7B: the critical batch reaches the ridge's intensity times (P_total - P_emb) / (P_active - P_emb)
+    = (46.70e9 - 0.131e9) / (12.88e9 - 0.131e9) = 3.65 (Mistral AI's 46.7B total and 12.9B active parameters;
+    the input table 32,000 x 4,096 is only looked up)."""
+    alt = diagrams.roofline(Deployment("mixtral-8x7b", "h100-sxm")).alt
+    ratio = float(re.search(r"right of the ridge, at ([0-9.]+) times its intensity, compute-bound\.$", alt).group(1))
+    assert ratio == pytest.approx((46.70e9 - 0.131e9) / (12.88e9 - 0.131e9), abs=0.06)
+    assert diagrams.roofline(Deployment("llama-3-8b", "m2-ultra")).alt.endswith("34, at the ridge.")
+
+
 # --- KV cache layouts (chapter 5) ----------------------------------------------------------------------
 
 LAYOUTS = ("llama-2-7b", "llama-3-8b", "falcon-7b", "deepseek-v3", "mistral-7b-v0.1")

@@ -209,6 +209,16 @@ def decode_step(dep: kvmath.Deployment, batches: Sequence[int] = (1, 8), context
 
 # --- 2. the roofline with the chip's ridge -----------------------------------------------------------
 
+def _beside_ridge(ratio: float) -> str:
+    """Where a point of ``ratio`` times the ridge's intensity sits, in words: a dense model's critical batch puts
+    its weights at the ridge, an MoE's (its experts' weights read once, used by fewer sequences) right of it."""
+    if ratio > 1.1:
+        return f"right of the ridge, at {ratio:.1f} times its intensity, compute-bound"
+    if ratio < 0.9:
+        return f"left of the ridge, at {ratio:.2f} times its intensity, memory-bound"
+    return "at the ridge"
+
+
 def roofline(dep: kvmath.Deployment) -> Diagram:
     """The chip's roofline at the deployment's FLOP rate, its ridge, and where a decode step's weight matmuls sit
     at batch 1 and at the critical batch (intensity: the step's weight FLOPs per weight byte read)."""
@@ -259,7 +269,7 @@ def roofline(dep: kvmath.Deployment) -> Diagram:
            f"{alpha:.0f} FLOPs per byte, then stays flat at {dep.flops / 1e12:.0f} TFLOP/s ({fmt}). A decode "
            f"step of {model.display_name} at batch 1 sits far left on the slope, at {points[1]:.2f} FLOPs per "
            f"byte of weights, memory-bound; at the critical batch of {b_crit:.0f} sequences it sits at "
-           f"{points[b_crit]:.0f}, at the ridge.")
+           f"{points[b_crit]:.0f}, {_beside_ridge(points[b_crit] / alpha)}.")
     return _done(fig, alt)
 
 
