@@ -14,8 +14,8 @@ solutions in their dropdowns), and reports
 * ``preset id in a select``: an option of a ``<select>``, or of an interactive figure's choice control (the JSON
   the page's script builds its selects from), that is a model or chip preset id (``kipply-52b``) where the preset
   has a display name;
-* ``preset id in a table``: a table cell whose text, outside ``<code>``, holds such an id (code and CLI examples
-  keep their ids);
+* ``preset id in a table``: a table cell or caption whose text, outside ``<code>``, holds such an id, or a link
+  preset's (``nvlink4``; code and CLI examples keep their ids);
 * ``no takeaway``: a chapter (a page under notebooks/) whose last section before the exercises is not
   "What to take from this".
 
@@ -38,9 +38,12 @@ _SECTION_NUMBER = re.compile(r"^[\d.]+\s+")
 
 
 def _preset_pattern():
+    import kvmath
     from kvbook.interactive import preset_ids
 
-    names = sorted(preset_ids(), key=len, reverse=True)
+    # a table also names the links (a select never offers one): their ids are code too
+    links = {n for n in kvmath.Link.presets() if kvmath.Link.preset(n).display_name != n}
+    names = sorted(preset_ids() | links, key=len, reverse=True)
     return re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")(?![\w-])")
 
 
@@ -67,7 +70,7 @@ def page_problems(path: Path, rel: str, ids: re.Pattern | None = None) -> list[s
     for option in article.select("select option"):
         if ids.fullmatch(option.get_text(strip=True)):
             problems.append(f"preset id in a select: {option.get_text(strip=True)!r}")
-    for cell in article.select("table td, table th"):
+    for cell in article.select("table td, table th, table caption"):
         for code in cell.select("code"):
             code.decompose()
         text = cell.get_text(" ", strip=True)

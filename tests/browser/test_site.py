@@ -409,14 +409,16 @@ def test_the_page_check_catches_each_kind_of_leak(tmp_path):
              "<pre># equation bc-moe, and kvmath's bound (pq-allreduce-latency)</pre>"
              "<p>:label: ex-roofline-1</p>"
              "<table><tr><th>H100 SXM</th><th>floor eq bc-moe</th></tr><tr><td>llama-2-70b</td><td>295.3</td></tr>"
-             "</table><select><option>h100-sxm</option></select>"
+             "</table><table><caption>Llama 3 70B, link: nvlink4</caption><tr><td>1</td></tr></table>"
+             "<select><option>h100-sxm</option></select>"
              f"<script type='application/json' class='kvmath-interactive-data'>{json.dumps(controls)}</script>"
              "<h2>4.8. Interactive version<a class='headerlink'>#</a></h2><h2>4.9. Exercises</h2>"
              "</article></body></html>")
     clean = ("<html><body><article class='bd-article'><h1>4. A chapter</h1>"
              "<pre># the saturated MoE crossing: every expert touched</pre><p>By equation (4.3) ...</p>"
              "<table><tr><td>Llama 2 70B</td><td><code>kvmath step llama-2-70b h100-sxm</code></td>"
-             "<td>gpt-oss-20b</td></tr></table><select><option>NVIDIA H100 SXM</option></select>"
+             "<td>gpt-oss-20b</td></tr></table><table><caption>Llama 3 70B, link: NVLink 4</caption><tr><td>1</td>"
+             "</tr></table><select><option>NVIDIA H100 SXM</option></select>"
              "<h2>4.8. What to take from this<a class='headerlink'>#</a></h2><h2>4.9. Exercises</h2>"
              "</article></body></html>")
     (tmp_path / "notebooks").mkdir()
@@ -426,7 +428,8 @@ def test_the_page_check_catches_each_kind_of_leak(tmp_path):
     found = reports["notebooks/04_leaky.html"]
     for kind in ("# equation bc-moe", "(pq-allreduce-latency)", "floor eq bc-moe",
                  "directive text ':label:'", "preset id in a table: 'llama-2-70b'", "preset id in a select: 'h100-sxm'",
-                 "preset id in a select (model): 'kipply-52b'", "no takeaway"):
+                 "preset id in a select (model): 'kipply-52b'", "preset id in a table: 'Llama 3 70B, link: nvlink4'",
+                 "no takeaway"):
         assert any(kind in p for p in found), (kind, found)
     assert reports["notebooks/04_clean.html"] == []
 
