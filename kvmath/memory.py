@@ -124,7 +124,8 @@ VLLM_SPARSE_MLA_MAJORS = (9, 10)
 
 #: The one block vLLM's ROCm sparse MLA backend (DeepSeek-V3.2 on AMD chips) accepts: ``RocmPlatform
 #: .get_attn_backend_cls`` asserts "Sparse MLA backend on ROCm only supports block size 1 for now"
-#: (``vllm/platforms/rocm.py``), so vLLM starts only with ``--block-size 1`` there.
+#: (``vllm/platforms/rocm.py``), so vLLM starts only with ``--block-size 1`` there. The backend came after v0.11
+#: (vLLM PR #26670), whose ROCm platform refuses sparse attention: this rule is the later releases'.
 ROCM_DSA_BLOCK_SIZE = 1
 
 #: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
@@ -584,8 +585,9 @@ def vllm_block_size(model, chip: Chip | None = None, block_size: int | None = No
         if vendor == "amd":
             if block_size != ROCM_DSA_BLOCK_SIZE:
                 raise ValueError(f"block_size {block_size if block_size is not None else 'default'}: vLLM's sparse MLA "
-                                 f"backend on ROCm ({chip.name}) takes block size {ROCM_DSA_BLOCK_SIZE} only "
-                                 "(RocmPlatform.get_attn_backend_cls, vllm/platforms/rocm.py) and vLLM refuses to "
+                                 f"backend on ROCm ({chip.name}), added after v0.11 (vLLM PR #26670; v0.11 has none), takes "
+                                 f"block size {ROCM_DSA_BLOCK_SIZE} only (RocmPlatform.get_attn_backend_cls, "
+                                 "vllm/platforms/rocm.py) and vLLM refuses to "
                                  f"start otherwise: pass block_size={ROCM_DSA_BLOCK_SIZE}")
             return ROCM_DSA_BLOCK_SIZE
         raise ValueError(f"{model.name} has DSA layers, which kvmath does not size as vLLM does on {chip.name}: it "
@@ -867,8 +869,8 @@ def vllm_request_kv_bytes(
 
     ``max_num_batched_tokens`` None: vLLM's default for a ``max_model_len`` of ``tokens``
     (:func:`vllm_max_num_batched_tokens`); only windowed and chunked layers depend on it. A quantized
-    format's bytes are vLLM's: an fp8
-    cache keeps per-tensor (or per-head) scales outside the pages and costs 1 byte an element, but
+    format's bytes are vLLM's: an fp8 cache keeps one scale per tensor in each layer (v0.10.2-v0.11; per head
+    from vLLM PR #30141) outside the pages and costs 1 byte an element, but
     DeepSeek-V3.2's latent becomes ``fp8_ds_mla``, :data:`VLLM_FP8_DS_MLA_BYTES` a token and layer, with its
     indexer's keys beside it whatever the dtype. ``block_size``: the one asked for as vLLM uses it on CUDA, as for
     :func:`vllm_kv_cache` (:func:`vllm_block_size`: None gives 16, or 64 for MLA and DSA; DSA is 64 whatever was
