@@ -1,11 +1,25 @@
 // kvmath book: before printing (Ctrl+P, or `make pdf`), open every hidden code
-// cell and solution, so the printout holds what the page holds.
+// cell and solution, so the printout holds what the page holds; after it, close again
+// what printing opened, so the reader's page is as it was.
 (function () {
+  var reopened = [];  // how to put back each thing openAll opened
   function openAll() {
-    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
-    document.querySelectorAll(".toggle-hidden").forEach(function (e) { e.classList.remove("toggle-hidden"); });
+    document.querySelectorAll("details:not([open])").forEach(function (d) {
+      d.open = true;
+      reopened.push(function () { d.open = false; });
+    });
+    document.querySelectorAll(".toggle-hidden").forEach(function (e) {
+      e.classList.remove("toggle-hidden");
+      reopened.push(function () { e.classList.add("toggle-hidden"); });
+    });
+  }
+  function closeAgain() {
+    var undo = reopened;
+    reopened = [];
+    undo.forEach(function (f) { f(); });
   }
   window.addEventListener("beforeprint", openAll);
+  window.addEventListener("afterprint", closeAgain);
   window.kvmathOpenAll = openAll;
 })();
 
@@ -136,6 +150,7 @@ document.addEventListener("DOMContentLoaded", function () {
     button.setAttribute("aria-label", "Enlarge " + label(block) + " to its full size");
     button.addEventListener("click", function () { open(block, button); });
     block.kvmathEnlarge = button;
+    if (img) block.kvmathBuiltSrc = img.getAttribute("src");
     // under the image: a static figure's image sits in a link to its file (Sphinx)
     (block.matches("img") ? block.closest("a.image-reference") || block : img || block).after(button);
     if (!img) return;
@@ -147,11 +162,22 @@ document.addEventListener("DOMContentLoaded", function () {
     if (!img.complete) img.addEventListener("load", update, {once: true});
   }
 
+  function smallestText(block, img) {
+    // the frame shown now records its smallest text; a frame the page's live layer drew
+    // (kvbook/live/live.js) records none, and the figure's text is the same size as in the
+    // frame the book was built with (attach kept its address)
+    var now = img.currentSrc || img.src;
+    return minTextPx(now).then(function (px) {
+      if (px || !block.kvmathBuiltSrc || block.kvmathBuiltSrc === now) return px;
+      return minTextPx(block.kvmathBuiltSrc);
+    });
+  }
+
   function open(block, trigger) {
     if (shown || opening) return;
     opening = true;
     var img = image(block);
-    minTextPx(img.currentSrc || img.src).then(function (px) {
+    smallestText(block, img).then(function (px) {
       opening = false;
       var width = cssWidth(block);
       // wider than its own width where its smallest text needs it (at most twice: the PNG's pixels)
@@ -228,7 +254,14 @@ document.addEventListener("DOMContentLoaded", function () {
   }
 
   window.addEventListener("popstate", restore);
-  window.addEventListener("beforeprint", restore);
+  window.addEventListener("beforeprint", function () {
+    // the page prints as it is laid out in it: put the figure back now, and drop the
+    // history entry the full-size view pushed (its popstate finds nothing left to restore)
+    if (!shown) return;
+    var ours = history.state && history.state.kvmathZoom;
+    restore();
+    if (ours) history.back();
+  });
   document.addEventListener("keydown", function (e) { if (e.key === "Escape" && shown) dismiss(); });
   window.addEventListener("resize", update);
   document.addEventListener("DOMContentLoaded", function () {

@@ -279,6 +279,53 @@ def test_the_phone_check_passes_the_books_figures_and_catches_each_fault(browser
                 context.close()
 
 
+def test_the_full_size_view_survives_a_live_redraw_and_printing(browser, phone_site):
+    """Review R22r-1: a frame the live layer draws records no smallest text (it is encoded fast), and the figure
+    still opens as wide as its built frame needs (720 px, as above). R22r-3: printing while a figure is shown full
+    size puts it back and leaves no history entry behind. R22r-2: what printing opens (closed dropdowns, hidden
+    cells) is closed again after it; what the reader had open stays open."""
+    (phone_site / "print.html").write_text(_phone_page(
+        '<details><summary>closed</summary><p>a</p></details><details open><summary>open</summary><p>b</p></details>'
+        '<div class="cell"><div class="cell_input toggle-hidden"><pre>hidden code</pre></div></div>'), encoding="utf-8")
+    with serve(phone_site) as base:
+        context = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True)
+        try:
+            page = context.new_page()
+            page.goto(base + "good.html", wait_until="load")
+            # what live.js does on a move: the same img element shows a blob without the text chunk
+            page.evaluate("""async () => {
+                const img = document.querySelector('.kvmath-interactive-img');
+                const blob = await (await fetch('bare.png')).blob();
+                img.src = URL.createObjectURL(blob);
+                await img.decode(); }""")
+            page.locator(".kvmath-interactive-img").tap()
+            page.wait_for_selector(".kvmath-zoom .kvmath-interactive")
+            assert page.evaluate("() => document.querySelector('.kvmath-zoom .kvmath-interactive').style.width") \
+                == "720px"
+            page.locator(".kvmath-zoom-close").tap()
+            page.wait_for_selector(".kvmath-zoom", state="detached")
+
+            page.locator("figure img.kvmath-hidpi").tap()
+            page.wait_for_selector(".kvmath-zoom img")
+            assert page.evaluate("() => history.state && history.state.kvmathZoom") is True
+            page.evaluate("() => window.dispatchEvent(new Event('beforeprint'))")
+            assert page.evaluate("() => document.querySelector('.kvmath-zoom')") is None
+            page.wait_for_function("() => !(history.state && history.state.kvmathZoom)", timeout=3_000)
+            page.evaluate("() => window.dispatchEvent(new Event('afterprint'))")
+            assert page.url == base + "good.html"
+
+            page.goto(base + "print.html", wait_until="load")
+            state = """() => [Array.from(document.querySelectorAll('details')).map(d => d.open),
+                              document.querySelectorAll('.toggle-hidden').length]"""
+            assert page.evaluate(state) == [[False, True], 1]
+            page.evaluate("() => window.dispatchEvent(new Event('beforeprint'))")
+            assert page.evaluate(state) == [[True, True], 0]
+            page.evaluate("() => window.dispatchEvent(new Event('afterprint'))")
+            assert page.evaluate(state) == [[False, True], 1]
+        finally:
+            context.close()
+
+
 #: Pages that were wider than a phone (review R21c-11: inline code and the bibliography's long names), and chapter 1.
 PHONE_PAGES = ["notebooks/01_roofline.html", "notebooks/08_fitting_52b.html", "notebooks/10_speculative_decoding.html",
                "book/references.html", "book/teaching/run-it.html"]
