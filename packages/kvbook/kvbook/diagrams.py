@@ -249,12 +249,12 @@ def roofline(dep: kvmath.Deployment) -> Diagram:
         # labels placed against the roof, which moves with the chip: under the slope, under the flat part, above
         ax.annotate(f"decode, B = 1\nI = {points[1]:.2f}", (points[1], points[1] * chip.bandwidth),
                     xytext=(10, -6), textcoords="offset points", va="top", fontsize=FONT)
-        # no subscript: mathtext sets it at 70%, under 9 px on a phone
-        ax.annotate(f"decode at the\ncritical batch\nB = {b_crit:.0f}: I = {points[b_crit]:.0f}",
+        # no subscript: mathtext sets it at 70%, under 9 px on a phone. Under the flat roof, just right of the
+        # ridge line: a dense model's point is at the ridge, an MoE's up to 35 times right of it (Kimi K2), and
+        # the space between the ridge line and the edge holds the label for either, crossed by no line
+        ax.annotate(f"decode at the\ncritical batch\nB = {b_crit:.0f}\nI = {points[b_crit]:.0f}",
                     (points[b_crit], min(dep.flops, points[b_crit] * chip.bandwidth)),
-                    xytext=(8, -8) if points[b_crit] < 4 * alpha else (-8, -8),  # an MoE's sits right of the ridge
-                    textcoords="offset points", ha="left" if points[b_crit] < 4 * alpha else "right", va="top",
-                    fontsize=FONT)
+                    xytext=(1.25 * alpha, dep.flops / 2.5), ha="left", va="top", fontsize=FONT)
         ax.text(1.4 * lo, 1.4 * lo * chip.bandwidth * 40, "memory-bound:\ntime = bytes / W", fontsize=FONT, va="bottom")
         ax.text(0.98, 0.985, "compute-bound:\ntime = FLOPs / C", transform=ax.transAxes, fontsize=FONT, va="top",
                 ha="right")
