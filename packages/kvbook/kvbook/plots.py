@@ -65,6 +65,8 @@ __all__ = [
     "MIN_TEXT_KEY",
     "min_text_px",
     "png_text",
+    "plain_text",
+    "describe",
     "BookCanvas",
 ]
 
@@ -607,14 +609,133 @@ def min_text_px(fig, dpi: float | None = None) -> float | None:
     return None if smallest == math.inf else smallest * dpi / 72.0
 
 
-def png_text(fig, dpi: float | None = None) -> dict[str, str]:
-    """The PNG text chunks every figure PNG of the book carries: ``{MIN_TEXT_KEY: "25.00"}``.
+# --- what a figure shows, in words (its alt text) --------------------------------------
 
-    Empty for a figure with no text. ``dpi`` is the dpi the PNG is rendered at (the figure's
-    by default).
+_MATH_WORDS = {r"\times": "×", r"\cdot": "·", r"\leq": "≤", r"\geq": "≥", r"\le": "≤", r"\ge": "≥",
+               r"\approx": "≈", r"\infty": "infinity", r"\to": "to", r"\rightarrow": "to", r"\%": "%"}
+_MATH_COMMAND = re.compile(r"\\(?:mathrm|mathit|mathbf|mathdefault|text|operatorname)\s*\{([^{}]*)\}")
+_POWER_OF_TEN = re.compile(r"10\^\{?([−-]?\d+)\}?")
+
+
+def plain_text(label: str) -> str:
+    """A figure's label without mathtext, as a screen reader should hear it.
+
+    Examples
+    --------
+    >>> plain_text(r"$B_\\mathrm{crit}$ = 208")
+    'B_crit = 208'
+    >>> plain_text(r"$\\mathdefault{10^{-2}}$ to $\\mathdefault{10^{3}}$")
+    '0.01 to 1,000'
+    >>> plain_text(r"time per token $\\times$ 2")
+    'time per token × 2'
+    """
+    def power(m: re.Match) -> str:
+        k = int(m.group(1).replace("−", "-"))
+        return f"{10.0 ** k:,.{max(0, -k)}f}" if abs(k) <= 6 else f"10 to the {k}"
+
+    out = _POWER_OF_TEN.sub(power, label)  # a log axis's ticks, "$\\mathdefault{10^{3}}$"
+    for _ in range(3):  # nested commands, innermost first
+        out = _MATH_COMMAND.sub(r"\1", out)
+    for command, word in _MATH_WORDS.items():
+        out = out.replace(command, word)
+    out = re.sub(r"\\[,;:! ]", " ", out)
+    out = re.sub(r"\\([A-Za-z]+)", r"\1", out)  # a Greek letter or other symbol: its name
+    out = out.replace("$", "").replace("{", "").replace("}", "").replace("\\", "")
+    return " ".join(out.split())
+
+
+def _axis_words(axis, scale: str) -> str:
+    """``"batch size B (sequences), log scale, 1 to 1,024"``: the label and the ticks a reader sees."""
+    ticks = [plain_text(t.get_text()) for t in _drawn_texts(axis)
+             if t is not axis.label and t is not axis.offsetText]
+    ticks = [t for t in ticks if t]
+    words = [plain_text(axis.label.get_text())] if axis.label.get_text().strip() else []
+    if scale == "log":
+        words.append("log scale")
+    numeric = all(re.fullmatch(r"[−\-+]?[\d.,]+\s*[%\w]{0,4}", t) for t in ticks)
+    if ticks and numeric:
+        words.append(f"{ticks[0]} to {ticks[-1]}" if len(ticks) > 1 else ticks[0])
+    elif ticks:
+        words.append(", ".join(ticks[:8]) + (f" and {len(ticks) - 8} more" if len(ticks) > 8 else ""))
+    return ", ".join(words)
+
+
+def _axes_words(ax) -> str:
+    from matplotlib.collections import PathCollection, PolyCollection
+    from matplotlib.container import BarContainer
+
+    kinds = []
+    if any(isinstance(c, BarContainer) for c in ax.containers):
+        kinds.append("bars")
+    if any(line.get_visible() and len(line.get_xdata()) > 1 for line in ax.get_lines()):
+        kinds.append("lines")
+    if any(isinstance(c, PathCollection) for c in ax.collections):
+        kinds.append("points")
+    if any(isinstance(c, PolyCollection) for c in ax.collections):
+        kinds.append("shaded bands")
+    if not kinds and not ax.axison:
+        return ""
+    chart = {"bars": "A bar chart", "lines": "A line chart", "points": "A scatter plot"}.get(
+        kinds[0] if len(kinds) == 1 else "", "A chart")
+    parts = [chart + (f" of {', '.join(kinds)}" if len(kinds) > 1 else "")]
+    title = plain_text(ax.get_title())
+    if title:
+        parts[0] += f", {title}"
+    if ax.axison:
+        y, x = _axis_words(ax.yaxis, ax.get_yscale()), _axis_words(ax.xaxis, ax.get_xscale())
+        if y:
+            parts.append(f"y axis: {y}")
+        if x:
+            parts.append(f"x axis: {x}")
+    legend = ax.get_legend()
+    if legend is not None and legend.get_visible():
+        names = [plain_text(t.get_text()) for t in legend.get_texts() if t.get_text().strip()]
+        if names:
+            parts.append("key: " + "; ".join(names))
+    return "; ".join(parts) + "."
+
+
+def describe(fig) -> str:
+    """What ``fig`` shows, in words, for its alt text: each panel's kind of chart, its title, its
+    axes (label, scale, first and last tick as drawn) and its key, without mathtext. A caption
+    says what a figure means; this says what is on it, for a reader who cannot see it.
+    Call it after the figure was drawn (its ticks are those of the last draw).
+
+    Examples
+    --------
+    >>> fig, ax = new_figure((4, 3))
+    >>> _ = ax.plot([1, 64], [2, 5], label="memory")
+    >>> log_batch_axis(ax)
+    >>> _ = ax.set_ylabel("time per step (ms)")
+    >>> _ = ax.legend()
+    >>> fig.canvas.draw()
+    >>> print(describe(fig))   # doctest: +NORMALIZE_WHITESPACE
+    A line chart; y axis: time per step (ms), 2.0 to 5.0; x axis: batch size B (sequences), log scale, 1 to 64;
+    key: memory.
+    >>> close(fig)
+    """
+    panels = [w for w in (_axes_words(ax) for ax in fig.axes if ax.get_visible()) if w]
+    title = plain_text(fig._suptitle.get_text()) if getattr(fig, "_suptitle", None) else ""
+    head = f"{title}. " if title else ""
+    if len(panels) <= 1:
+        return head + "".join(panels)
+    return head + f"{len(panels)} panels. " + " ".join(f"Panel {i}: {p}" for i, p in enumerate(panels, 1))
+
+
+def png_text(fig, dpi: float | None = None) -> dict[str, str]:
+    """The PNG text chunks every figure PNG of the book carries: its smallest text
+    (``{MIN_TEXT_KEY: "25.00"}``) and what it shows (``Description``, :func:`describe`), which
+    the book build writes into the page's alt text unless the figure's code wrote its own.
+
+    Without either where the figure has no text or nothing to describe. ``dpi`` is the dpi the
+    PNG is rendered at (the figure's by default).
     """
     px = min_text_px(fig, dpi)
-    return {} if px is None else {MIN_TEXT_KEY: f"{px:.2f}"}
+    out = {} if px is None else {MIN_TEXT_KEY: f"{px:.2f}"}
+    described = describe(fig)
+    if described:
+        out["Description"] = described
+    return out
 
 
 class BookCanvas(FigureCanvasAgg):
