@@ -125,7 +125,8 @@ VLLM_SPARSE_MLA_MAJORS = (9, 10)
 #: The one block vLLM's ROCm sparse MLA backend (DeepSeek-V3.2 on AMD chips) accepts: ``RocmPlatform
 #: .get_attn_backend_cls`` asserts "Sparse MLA backend on ROCm only supports block size 1 for now"
 #: (``vllm/platforms/rocm.py``), so vLLM starts only with ``--block-size 1`` there. The backend came after v0.11
-#: (vLLM PR #26670), whose ROCm platform refuses sparse attention: this rule is the later releases'.
+#: (vLLM PR #26670), whose ROCm platform refuses sparse attention: this rule is that backend's as PR #26670 added it;
+#: PR #41217 (2026) has it advertise blocks 1 and 64, which kvmath does not follow yet.
 ROCM_DSA_BLOCK_SIZE = 1
 
 #: vLLM's default ``max_num_seqs`` (``EngineArgs``, ``vllm/engine/arg_utils.py``; V1's
@@ -955,7 +956,9 @@ def vllm_activation_peak_bytes(
     fp32 logits for ``min(max_num_seqs, tokens)`` sequences, ``x vocab x 4``.
     On Llama-3.1-8B it gives 2.03 and 2.89 GiB where vLLM logged 2.07 and
     2.99 GiB (issue #10517, 20,000 and 29,000 tokens). Multimodal profiling
-    (vision encoders) is not covered.
+    (vision encoders) is not covered, nor the chunks of 32,768 tokens
+    (``VLLM_FUSED_MOE_CHUNK_SIZE``) in which vLLM's fused-MoE kernels work: for an
+    MoE over longer passes the estimate is an upper bound.
 
     Examples
     --------
