@@ -958,7 +958,7 @@ def vllm_activation_peak_bytes(
     2.99 GiB (issue #10517, 20,000 and 29,000 tokens). Multimodal profiling
     (vision encoders) is not covered, nor the chunks of 32,768 tokens
     (``VLLM_FUSED_MOE_CHUNK_SIZE``) in which vLLM's fused-MoE kernels work: for an
-    MoE over longer passes the estimate is an upper bound.
+    MoE over passes well past that the estimate is too high.
 
     Examples
     --------
